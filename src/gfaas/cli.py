@@ -1,0 +1,152 @@
+"""The gfaas command line. The CLI owns output: logging setup, colours, tables and progress.
+
+Every command that reports results accepts ``--json`` and then prints one JSON document on stdout
+and nothing else there (logs go to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from .config import GiB, MiB, NodeConfig
+from .errors import GfaasError
+
+
+def _size(text: str) -> int:
+    """Parse sizes like ``512MiB``, ``2GiB``, ``4096``."""
+    units = {"kib": 1024, "mib": MiB, "gib": GiB, "kb": 1000, "mb": 10**6, "gb": 10**9, "b": 1}
+    t = text.strip().lower()
+    for u, mult in sorted(units.items(), key=lambda kv: -len(kv[0])):
+        if t.endswith(u):
+            return int(float(t[: -len(u)]) * mult)
+    return int(t)
+
+
+def _node_config(a: argparse.Namespace) -> NodeConfig:
+    return NodeConfig(
+        node_id=a.node_id,
+        socket_path=a.socket or "",
+        state_dir=a.state_dir or "",
+        backend=a.backend,
+        capacity_bytes=_size(a.capacity),
+        slab_bytes=_size(a.slab),
+        transfer_host=a.transfer_host,
+        transfer_port=a.transfer_port,
+        advertise_host=a.advertise_host,
+        redis_url=a.redis_url,
+    )
+
+
+def _add_node_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node-id", default="node0", help="name of this node (default node0)")
+    p.add_argument("--socket", help="Unix socket path (default $GFAAS_RUN_DIR/<node>.sock)")
+    p.add_argument("--state-dir", help="state directory (default $GFAAS_RUN_DIR/<node>.state)")
+    p.add_argument("--backend", default="host", choices=["host", "null"])
+    p.add_argument("--capacity", default="2GiB", help="pool capacity (default 2GiB)")
+    p.add_argument("--slab", default="8MiB", help="slab size (default 8MiB)")
+    p.add_argument("--transfer-host", help="listen for cross-node pulls on this address")
+    p.add_argument("--transfer-port", type=int, default=0)
+    p.add_argument("--advertise-host", help="address other nodes use to reach this one")
+    p.add_argument("--redis-url", help="global directory, e.g. redis://127.0.0.1:6379/0")
+
+
+def _print(data: Any, as_json: bool, render: Any = None) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    elif render is not None:
+        render(data)
+    else:
+        for k, v in data.items():
+            print(f"{k:>16}: {v}")
+
+
+def cmd_node(a: argparse.Namespace) -> int:
+    from .dataplane import local
+
+    cfg = _node_config(a)
+    if a.action == "start":
+        if a.foreground:
+            from .dataplane.node_main import main as node_main
+
+            sys.argv = [sys.argv[0], json.dumps({k: v for k, v in cfg.__dict__.items() if k != "extra"})]
+            node_main()
+            return 0
+        proc = local.start_daemon(cfg)
+        _print({"node_id": cfg.node_id, "pid": proc.pid, "socket": cfg.socket_path,
+                "state_dir": cfg.state_dir}, a.json)
+        return 0
+    if a.action == "stop":
+        stopped = local.stop_daemon(cfg)
+        _print({"node_id": cfg.node_id, "stopped": stopped}, a.json)
+        return 0 if stopped else 1
+    from .dataplane.client import Admin
+
+    with Admin(cfg.socket_path, state_dir=cfg.state_dir) as adm:
+        st = adm.stats()
+    st["pid"] = local.read_pid(cfg)
+    _print(st, a.json)
+    return 0
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(a)
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    if a.what == "dataplane":
+        from .bench.dataplane import main as bench_main
+
+        return bench_main(a)
+    print(f"gfaas bench {a.what}: not built yet (later issues)", file=sys.stderr)
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gfaas", description="Serverless inference platform for GPU clusters")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more log output on stderr")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    n = sub.add_parser("node", help="the per-node data-plane daemon")
+    n.add_argument("action", choices=["start", "stop", "status"])
+    n.add_argument("--foreground", action="store_true", help="start: run in this process")
+    n.add_argument("--json", action="store_true")
+    _add_node_args(n)
+    n.set_defaults(func=cmd_node)
+
+    d = sub.add_parser("demo", help="the main job: a producer -> consumer pipeline, gfaas vs Redis")
+    d.add_argument("--json", action="store_true")
+    d.add_argument("--sizes", default="64KiB,1MiB,16MiB,64MiB", help="tensor sizes to pass")
+    d.add_argument("--repeat", type=int, default=20, help="tensors per size")
+    d.set_defaults(func=cmd_demo)
+
+    b = sub.add_parser("bench", help="benchmarks against real peers, in one run")
+    b.add_argument("what", choices=["dataplane", "sim", "accel", "dedup", "scale"])
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (smoke test)")
+    b.add_argument("--systems", help="comma-separated subset of systems to run")
+    b.add_argument("--out", help="also write the JSON result to this file")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * a.verbose
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(a.func(a) or 0)
+    except GfaasError as exc:
+        print(f"gfaas: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

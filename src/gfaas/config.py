@@ -1,0 +1,113 @@
+"""Configuration as small frozen dataclasses, validated on construction.
+
+Files and command-line flags are turned into these at the edge (the CLI); library code only ever
+sees validated values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from .errors import ConfigError
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+_NODE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def default_run_dir() -> str:
+    """Where node sockets and state live unless configured: ``$GFAAS_RUN_DIR`` or a per-user tmp dir."""
+    env = os.environ.get("GFAAS_RUN_DIR")
+    if env:
+        return env
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    return os.path.join(base, f"gfaas-{os.getuid()}")
+
+
+def default_socket_path(node_id: str = "node0") -> str:
+    return os.environ.get("GFAAS_SOCKET") or os.path.join(default_run_dir(), f"{node_id}.sock")
+
+
+def _positive(name: str, value: int, minimum: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"{name}={value!r} is invalid: give an integer >= {minimum}")
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Settings of one node daemon.
+
+    Attributes:
+        node_id: name of this node in the cluster (letters, digits, ``_.-``; at most 64).
+        socket_path: Unix socket the function processes and the admin connect to (mode 0600).
+        state_dir: directory for the invocation registry and the object journal (survive restarts).
+        backend: ``host`` (shared-memory slabs) or ``null`` (moves no bytes; tests and simulator).
+        capacity_bytes: the most bytes the node's pool reserves at once.
+        slab_bytes: size of one slab; objects up to ``slab_bytes // 4`` are packed into slabs,
+            larger ones get a segment of their own.
+        ids_per_lease: how many object IDs a client receives at a time for its slab.
+        transfer_host: address the TCP transfer server listens on (``None``: no cross-node serving).
+        transfer_port: its port (0 picks a free one).
+        advertise_host: address other nodes use to reach this one (defaults to ``transfer_host``).
+        redis_url: the global directory (``redis://host:port/db``); ``None`` runs single-node.
+        chunk_bytes: chunk size of cross-node pulls (pipelined).
+        remote_timeout_s: how long a cross-node lookup or pull may take before it fails.
+        tombstones_per_invocation: how many freed IDs per invocation are remembered to answer
+            ``DataDeleted`` instead of ``AccessDenied``.
+    """
+
+    node_id: str = "node0"
+    socket_path: str = ""
+    state_dir: str = ""
+    backend: str = "host"
+    capacity_bytes: int = 2 * GiB
+    slab_bytes: int = 8 * MiB
+    ids_per_lease: int = 64
+    transfer_host: str | None = None
+    transfer_port: int = 0
+    advertise_host: str | None = None
+    redis_url: str | None = None
+    chunk_bytes: int = 2 * MiB
+    remote_timeout_s: float = 5.0
+    tombstones_per_invocation: int = 65536
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not _NODE_ID.match(self.node_id or ""):
+            raise ConfigError(
+                f"node_id={self.node_id!r} is invalid: use 1-64 letters, digits, '_', '.' or '-'"
+            )
+        if not self.socket_path:
+            object.__setattr__(self, "socket_path", default_socket_path(self.node_id))
+        if not self.state_dir:
+            object.__setattr__(self, "state_dir", os.path.join(default_run_dir(), f"{self.node_id}.state"))
+        if len(os.fsencode(self.socket_path)) > 107:
+            raise ConfigError(
+                f"socket_path={self.socket_path!r} is longer than the 107 bytes a Unix socket allows;"
+                " choose a shorter path"
+            )
+        if self.backend not in ("host", "null"):
+            raise ConfigError(f"backend={self.backend!r} is unknown: choose 'host' or 'null'")
+        _positive("capacity_bytes", self.capacity_bytes, 4 * KiB)
+        _positive("slab_bytes", self.slab_bytes, 64 * KiB)
+        if self.slab_bytes > self.capacity_bytes:
+            raise ConfigError(
+                f"slab_bytes={self.slab_bytes} exceeds capacity_bytes={self.capacity_bytes};"
+                " make the slab smaller or the pool larger"
+            )
+        _positive("ids_per_lease", self.ids_per_lease)
+        _positive("chunk_bytes", self.chunk_bytes, 4 * KiB)
+        _positive("tombstones_per_invocation", self.tombstones_per_invocation)
+        if not (0 <= self.transfer_port <= 65535):
+            raise ConfigError(f"transfer_port={self.transfer_port} is not a TCP port (0-65535)")
+        if not self.remote_timeout_s > 0:
+            raise ConfigError(f"remote_timeout_s={self.remote_timeout_s} must be > 0")
+
+    @property
+    def small_object_max(self) -> int:
+        """Objects up to this many bytes share slabs; larger ones get their own segment."""
+        return self.slab_bytes // 4

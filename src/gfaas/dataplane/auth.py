@@ -1,0 +1,149 @@
+"""Credentials and access decisions (pure: no I/O, no clock).
+
+The platform opens a *workflow invocation* on a node through the admin interface and receives one
+token per function of the workflow. A function process presents its token when it connects; the
+connection is then bound to ``(invocation, function)`` and every request on it is checked against
+that identity (seed 001 §7: each access is authenticated by function and workflow).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass, field
+
+from ..errors import AuthenticationError, ConfigError
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+MAX_FUNCTIONS = 256
+
+
+def check_name(kind: str, name: object) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"{kind} name {name!r} is invalid: use 1-64 letters, digits, '_', '.' or '-'")
+    return name
+
+
+def check_hex32(kind: str, value: object) -> str:
+    if not isinstance(value, str) or not _HEX32.match(value):
+        raise ConfigError(f"{kind} {value!r} is invalid: expected 32 lowercase hex digits")
+    return value
+
+
+@dataclass
+class Invocation:
+    """One run of a workflow on this node, with the token of each of its functions."""
+
+    id: str
+    workflow: str
+    functions: tuple[str, ...]
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {"id": self.id, "workflow": self.workflow, "functions": list(self.functions), "tokens": self.tokens}
+
+    @classmethod
+    def from_json(cls, d: dict[str, object]) -> Invocation:
+        return cls(
+            id=str(d["id"]),
+            workflow=str(d["workflow"]),
+            functions=tuple(d["functions"]),  # type: ignore[arg-type]
+            tokens=dict(d["tokens"]),  # type: ignore[call-overload]
+        )
+
+
+class Registry:
+    """The open invocations of a node and the tokens that identify their functions."""
+
+    def __init__(self) -> None:
+        self._invocations: dict[str, Invocation] = {}
+        self._by_token: dict[str, tuple[str, str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._invocations)
+
+    def __contains__(self, invocation_id: object) -> bool:
+        return invocation_id in self._invocations
+
+    def invocations(self) -> list[Invocation]:
+        return list(self._invocations.values())
+
+    def get(self, invocation_id: str) -> Invocation:
+        try:
+            return self._invocations[invocation_id]
+        except KeyError:
+            raise AuthenticationError(
+                f"invocation {invocation_id!r} is not open on this node; open it with Admin.open_invocation"
+            ) from None
+
+    def open(
+        self,
+        workflow: str,
+        functions: list[str] | tuple[str, ...],
+        invocation_id: str | None = None,
+        tokens: dict[str, str] | None = None,
+    ) -> Invocation:
+        """Register an invocation; fresh random ID and tokens unless given (multi-node invocations)."""
+        check_name("workflow", workflow)
+        if not functions or len(functions) > MAX_FUNCTIONS:
+            raise ConfigError(f"an invocation needs 1-{MAX_FUNCTIONS} functions, got {len(functions or [])}")
+        fns = tuple(check_name("function", f) for f in functions)
+        if len(set(fns)) != len(fns):
+            raise ConfigError(f"function names must be unique, got {list(fns)}")
+        inv_id = check_hex32("invocation_id", invocation_id) if invocation_id else secrets.token_hex(16)
+        if inv_id in self._invocations:
+            raise ConfigError(f"invocation {inv_id} is already open on this node; end it first or use a new ID")
+        if tokens is None:
+            toks = {f: secrets.token_hex(16) for f in fns}
+        else:
+            if set(tokens) != set(fns):
+                raise ConfigError(f"tokens must be given for exactly the functions {list(fns)}, got {sorted(tokens)}")
+            toks = {f: check_hex32(f"token of {f}", t) for f, t in tokens.items()}
+        for t in toks.values():
+            if t in self._by_token:
+                raise ConfigError("a token is already in use by another invocation; let the node generate tokens")
+        inv = Invocation(inv_id, workflow, fns, toks)
+        self._add(inv)
+        return inv
+
+    def _add(self, inv: Invocation) -> None:
+        self._invocations[inv.id] = inv
+        for f, t in inv.tokens.items():
+            self._by_token[t] = (inv.id, f)
+
+    def end(self, invocation_id: str) -> Invocation:
+        inv = self.get(invocation_id)
+        del self._invocations[invocation_id]
+        for t in inv.tokens.values():
+            self._by_token.pop(t, None)
+        return inv
+
+    def authenticate(self, token: object) -> tuple[Invocation, str]:
+        """The (invocation, function) a token belongs to; :class:`AuthenticationError` otherwise."""
+        who = self._by_token.get(token) if isinstance(token, str) else None
+        if who is None:
+            raise AuthenticationError(
+                "unknown or revoked function token; ask the platform for the credentials of this invocation"
+            )
+        return self._invocations[who[0]], who[1]
+
+    def to_json(self) -> list[dict[str, object]]:
+        return [inv.to_json() for inv in self._invocations.values()]
+
+    @classmethod
+    def from_json(cls, items: list[dict[str, object]]) -> Registry:
+        reg = cls()
+        for d in items:
+            reg._add(Invocation.from_json(d))
+        return reg
+
+
+def may_read(
+    obj_invocation: str, producer: str, consumers: frozenset[str] | None, invocation: str, function: str
+) -> bool:
+    """Whether ``function`` of ``invocation`` may read an object: same invocation, and it is the
+    producer, a declared consumer, or the object is open to the whole invocation (no consumer list)."""
+    if obj_invocation != invocation:
+        return False
+    return consumers is None or function == producer or function in consumers

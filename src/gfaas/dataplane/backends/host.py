@@ -1,0 +1,93 @@
+"""The host backend: object bytes live in anonymous shared-memory segments (``memfd``).
+
+Segments have no name in ``/dev/shm``: a process can map one only if the daemon handed it the file
+descriptor, so a function never reaches segments of another invocation. Writers receive a
+read-write descriptor; readers receive a descriptor reopened read-only through ``/proc``, so a
+``PROT_WRITE`` shared mapping of it fails in the kernel. A segment's memory is returned when the
+daemon and every process mapping it have let go, also when the daemon is killed: nothing stale is
+left behind in the filesystem.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import CapacityError
+from .base import Backend
+
+
+@dataclass
+class HostSegment:
+    fd: int
+    size: int
+    ro_fd: int = -1
+    _map: mmap.mmap | None = field(default=None, repr=False)
+
+    def view(self) -> memoryview:
+        if self._map is None:
+            self._map = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        return memoryview(self._map)
+
+
+def _round_page(n: int) -> int:
+    return (n + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+
+
+class HostBackend(Backend):
+    name = "host"
+
+    def __init__(self) -> None:
+        self.live = 0
+
+    def _alloc(self, nbytes: int) -> Any:
+        size = _round_page(nbytes)
+        try:
+            fd = os.memfd_create("gfaas-seg", os.MFD_CLOEXEC)
+            os.ftruncate(fd, size)
+        except OSError as exc:
+            raise CapacityError(f"cannot create a {size}-byte shared segment: {exc}") from exc
+        self.live += 1
+        return HostSegment(fd, size)
+
+    def _free(self, handle: Any) -> None:
+        if handle._map is not None:
+            try:
+                handle._map.close()
+            except BufferError:
+                pass  # a daemon-side view is still exported; the mapping goes with the last view
+            handle._map = None
+        for fd in (handle.fd, handle.ro_fd):
+            if fd >= 0:
+                os.close(fd)
+        handle.fd = handle.ro_fd = -1
+        self.live -= 1
+
+    def _copy_in(self, handle: Any, offset: int, src: memoryview) -> None:
+        handle.view()[offset : offset + src.nbytes] = src.cast("B")
+
+    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview) -> None:
+        dst.cast("B")[:nbytes] = handle.view()[offset : offset + nbytes]
+
+    def _transfer(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
+        dst.view()[dst_offset : dst_offset + nbytes] = src.view()[src_offset : src_offset + nbytes]
+
+    def export(self, handle: Any, writable: bool) -> int | None:
+        if writable:
+            return int(handle.fd)
+        if handle.ro_fd < 0:
+            # Reopening through /proc yields an independent read-only open file description.
+            handle.ro_fd = os.open(f"/proc/self/fd/{handle.fd}", os.O_RDONLY | os.O_CLOEXEC)
+        return int(handle.ro_fd)
+
+
+def attach(fd: int, writable: bool) -> mmap.mmap:
+    """Map a segment received from the daemon (client side); closes ``fd`` afterwards."""
+    try:
+        size = os.fstat(fd).st_size
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, prot)
+    finally:
+        os.close(fd)

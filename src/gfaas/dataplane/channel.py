@@ -1,0 +1,81 @@
+"""The client end of a daemon connection: one request, one reply, file descriptors alongside."""
+
+from __future__ import annotations
+
+import array
+import os
+import socket
+
+from ..errors import DaemonUnavailable, error_from_code
+from . import protocol as P
+
+_FD_SPACE = socket.CMSG_SPACE(4 * 4)
+
+
+class Channel:
+    def __init__(self, socket_path: str, timeout: float | None = 60.0) -> None:
+        self.path = socket_path
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(socket_path)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            raise DaemonUnavailable(
+                f"no node daemon at {socket_path} ({exc.strerror}); start one with 'gfaas node start'"
+            ) from None
+        except OSError as exc:
+            sock.close()
+            raise DaemonUnavailable(f"cannot connect to the node daemon at {socket_path}: {exc}") from None
+        self.sock: socket.socket | None = sock
+
+    def send(self, msg: P._Msg) -> None:
+        """Send without waiting for a reply (asynchronous requests)."""
+        if self.sock is None:
+            raise DaemonUnavailable(f"connection to {self.path} is closed")
+        try:
+            self.sock.send(P.encode(msg))
+        except OSError as exc:
+            self._broken(exc)
+
+    def call(self, msg: P._Msg) -> tuple[P.Reply, list[int]]:
+        """Send a request, wait for its reply; raise the daemon's error as its own class."""
+        if self.sock is None:
+            raise DaemonUnavailable(f"connection to {self.path} is closed")
+        try:
+            self.sock.send(P.encode(msg))
+            data, anc, _flags, _ = self.sock.recvmsg(P.MAX_FRAME, _FD_SPACE)
+        except TimeoutError:
+            waited = self.sock.gettimeout()
+            self.close()
+            raise DaemonUnavailable(
+                f"the node daemon at {self.path} did not answer within {waited} s; it may be hung or overloaded"
+            ) from None
+        except OSError as exc:
+            self._broken(exc)
+        fds: list[int] = []
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                a = array.array("i")
+                a.frombytes(payload[: len(payload) - len(payload) % a.itemsize])
+                fds.extend(a)
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            self._broken(None)
+        reply = P.decode_reply(data)
+        if isinstance(reply, P.Error):
+            raise error_from_code(reply.code, reply.message)
+        return reply, fds
+
+    def _broken(self, exc: BaseException | None) -> None:
+        self.close()
+        why = f": {exc}" if exc else ""
+        raise DaemonUnavailable(
+            f"lost the connection to the node daemon at {self.path}{why}; objects it held may be lost"
+        )
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None

@@ -1,0 +1,324 @@
+"""The client library used inside functions: ``connect``, ``put``, ``allocate``/``seal``, ``get``,
+``delete``, and the platform-side :class:`Admin`."""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import default_run_dir, default_socket_path
+from ..errors import AuthenticationError, ConfigError, ObjectStateError, ProtocolError
+from . import protocol as P
+from .backends.host import attach
+from .channel import Channel
+from .ids import DataRef
+from .meta import RAW, align, check_consumers, itemsize
+
+log = logging.getLogger("gfaas.dataplane")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a function process needs to talk to its node: socket path and its function token."""
+
+    socket_path: str
+    token: str
+    invocation_id: str = ""
+    function: str = ""
+
+    def to_env(self) -> dict[str, str]:
+        """Environment variables that :func:`connect` reads when given no arguments."""
+        return {"GFAAS_SOCKET": self.socket_path, "GFAAS_TOKEN": self.token}
+
+
+def _as_array(obj: Any) -> tuple[np.ndarray, str]:
+    """Turn a supported object into a C-contiguous host array and its wire dtype."""
+    if isinstance(obj, np.ndarray):
+        arr = obj
+    elif isinstance(obj, bytes | bytearray | memoryview):
+        mv = memoryview(obj)
+        if not mv.c_contiguous:
+            raise ConfigError("put of a non-contiguous memoryview; pass bytes(view) or a contiguous buffer")
+        return np.frombuffer(mv.cast("B"), dtype=np.uint8), RAW
+    elif hasattr(obj, "__dlpack__"):
+        # torch / CuPy / JAX tensors. Device tensors are staged through host memory until the
+        # cuda backend keeps them on the GPU.
+        dev = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
+        if dev != 1:
+            host = obj.get() if hasattr(obj, "get") else obj.cpu() if hasattr(obj, "cpu") else None
+            if host is None:
+                raise ConfigError(f"cannot stage a {type(obj).__name__} on DLPack device {dev} to host memory")
+            return _as_array(host)
+        arr = np.from_dlpack(obj)
+    else:
+        raise ConfigError(
+            f"cannot put a {type(obj).__name__}; pass a numpy array, bytes, memoryview or a DLPack tensor"
+        )
+    if arr.dtype.hasobject or arr.dtype.fields is not None:
+        raise ConfigError(f"cannot put an array of dtype {arr.dtype}; use a numeric or bool dtype")
+    arr = np.ascontiguousarray(arr)
+    dt = arr.dtype.str
+    itemsize(dt)  # validates
+    return arr, dt
+
+
+class Buffer:
+    """Space for an object the producer writes in place; :meth:`seal` publishes it."""
+
+    def __init__(self, client: Client, oid: bytes, array: np.ndarray, raw: bool) -> None:
+        self._client = client
+        self._id = oid
+        self.array = array
+        self._raw = raw
+        self._sealed = False
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.array if dtype is None else self.array.astype(dtype)
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealed
+
+    def seal(self) -> DataRef:
+        """Make the object immutable and visible to its consumers; returns its reference."""
+        if self._sealed:
+            raise ObjectStateError(f"object {self._id.hex()} is already sealed; objects are sealed once")
+        self._client._call(P.SealAllocated(self._id))
+        self._sealed = True
+        self.array.flags.writeable = False
+        return DataRef(self._id, self._client.node_id)
+
+
+class Client:
+    """A function's connection to its node daemon; see :func:`connect`."""
+
+    def __init__(self, socket_path: str, token: str, timeout: float | None = 60.0) -> None:
+        self._ch = Channel(socket_path, timeout)
+        try:
+            w, _ = self._ch.call(P.Hello(token))
+        except Exception:
+            self._ch.close()
+            raise
+        assert isinstance(w, P.Welcome)
+        self.node_id = w.node_id
+        self.invocation_id = w.invocation_id
+        self.function = w.function
+        self.functions = tuple(w.functions)
+        self.small_object_max = w.small_object_max
+        self._maps: dict[tuple[int, bool], mmap.mmap] = {}
+        self._arena: memoryview | None = None
+        self._arena_seg = -1
+        self._next = 0
+        self._ids: list[bytes] = []
+
+    # ---- plumbing ------------------------------------------------------------------------------
+    def _call(self, msg: P._Msg) -> P.Reply:
+        reply, fds = self._ch.call(msg)
+        for seg in getattr(reply, "retired", ()):
+            self._maps.pop((seg, False), None)
+            self._maps.pop((seg, True), None)
+            if seg == self._arena_seg:
+                self._arena, self._arena_seg = None, -1
+        if fds:
+            seg = getattr(reply, "segment", None)
+            if seg is None or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                raise ProtocolError("the daemon sent file descriptors with a reply that names no segment")
+            self._maps[(seg, not isinstance(reply, P.Located))] = attach(fds[0], not isinstance(reply, P.Located))
+        return reply
+
+    def _map(self, seg: int, writable: bool) -> mmap.mmap:
+        try:
+            return self._maps[(seg, writable)]
+        except KeyError:
+            raise ProtocolError(f"segment {seg} was never sent by the daemon; reconnect") from None
+
+    # ---- API -----------------------------------------------------------------------------------
+    def put(self, obj: Any, consumers: list[str] | None = None) -> DataRef:
+        """Store an immutable copy of ``obj`` and return its reference.
+
+        ``consumers`` lists the functions of this invocation that will read it; the object is freed
+        once each has read it. ``None`` opens it to the whole invocation until deleted or the
+        invocation ends.
+        """
+        arr, dt = _as_array(obj)
+        cons = list(consumers) if consumers is not None else None
+        check_consumers(cons, self.functions)
+        n = arr.nbytes
+        if n > self.small_object_max:
+            buf = self._allocate(n, dt, list(arr.shape), cons)
+            np.copyto(buf.array, arr.view(buf.array.dtype).reshape(buf.array.shape), casting="no")
+            return buf.seal()
+        off = align(self._next)
+        if self._arena is None or off + n > len(self._arena):
+            r = self._call(P.Lease(n))
+            assert isinstance(r, P.Leased)
+            self._arena = memoryview(self._map(r.segment, True))
+            self._arena_seg, self._next, off = r.segment, r.offset, r.offset
+            self._ids.extend(r.ids)
+        if not self._ids:
+            r2 = self._call(P.MoreIds(64))
+            assert isinstance(r2, P.Ids)
+            self._ids.extend(r2.ids)
+        oid = self._ids.pop()
+        self._arena[off : off + n] = arr.reshape(-1).view(np.uint8).data if n else b""
+        self._next = off + n
+        self._ch.send(P.Seal(oid, off, n, dt, [n] if dt == RAW else list(arr.shape), cons))
+        return DataRef(oid, self.node_id)
+
+    def allocate(self, shape: int | tuple[int, ...] | list[int], dtype: Any = np.uint8,
+                 consumers: list[str] | None = None) -> Buffer:
+        """Reserve space to write an object in place (zero-copy put); call ``.seal()`` when done."""
+        shp = (shape,) if isinstance(shape, int) else tuple(shape)
+        dt = np.dtype(dtype)
+        if dt.hasobject or dt.fields is not None:
+            raise ConfigError(f"cannot allocate dtype {dt}; use a numeric or bool dtype")
+        n = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+        cons = list(consumers) if consumers is not None else None
+        check_consumers(cons, self.functions)
+        return self._allocate(n, dt.str, list(shp), cons)
+
+    def _allocate(self, n: int, dt: str, shape: list[int], cons: list[str] | None) -> Buffer:
+        r = self._call(P.Allocate(n, dt, [n] if dt == RAW else shape, cons))
+        assert isinstance(r, P.Allocated)
+        mm = self._map(r.segment, True)
+        if r.segment == self._arena_seg:
+            self._next = r.offset + n
+        np_dt = np.dtype(np.uint8 if dt == RAW else dt)
+        arr = np.frombuffer(mm, dtype=np_dt, count=n // np_dt.itemsize, offset=r.offset).reshape(shape)
+        return Buffer(self, r.id, arr, dt == RAW)
+
+    def get(self, ref: DataRef | str, copy: bool = False) -> Any:
+        """Read an object: a read-only zero-copy view (numpy array, or memoryview for bytes), or a
+        private writable copy with ``copy=True`` (numpy array, or bytes)."""
+        ref = DataRef.parse(ref) if isinstance(ref, str) else ref
+        if not isinstance(ref, DataRef):
+            raise ConfigError(f"get needs a DataRef or its string, got {type(ref).__name__}")
+        r = self._call(P.Get(ref.id))
+        assert isinstance(r, P.Located)
+        mm = self._map(r.segment, False)
+        if r.dtype == RAW:
+            mv = memoryview(mm)[r.offset : r.offset + r.nbytes]
+            return bytes(mv) if copy else mv.toreadonly()
+        dt = np.dtype(r.dtype)
+        view = np.frombuffer(mm, dtype=dt, count=r.nbytes // dt.itemsize, offset=r.offset).reshape(r.shape)
+        if copy:
+            out = np.empty(view.shape, dt)
+            np.copyto(out, view)
+            return out
+        return view
+
+    def delete(self, ref: DataRef | str) -> None:
+        """Free an object now (only its producer may)."""
+        ref = DataRef.parse(ref) if isinstance(ref, str) else ref
+        self._call(P.Delete(ref.id))
+
+    def close(self) -> None:
+        """Close the connection; views already returned stay valid."""
+        self._ch.close()
+        self._maps.clear()
+        self._arena = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(credentials: Credentials | None = None, *, socket_path: str | None = None,
+            token: str | None = None, timeout: float | None = 60.0) -> Client:
+    """Connect a function process to its node daemon.
+
+    Credentials come from the argument, or ``socket_path``/``token``, or the environment variables
+    ``GFAAS_SOCKET`` and ``GFAAS_TOKEN`` that the platform sets for each function it starts.
+    """
+    if credentials is not None:
+        socket_path, token = credentials.socket_path, credentials.token
+    token = token or os.environ.get("GFAAS_TOKEN")
+    if not token:
+        raise AuthenticationError(
+            "no function credentials: pass gfaas.connect(credentials) or set GFAAS_TOKEN (and GFAAS_SOCKET)"
+        )
+    return Client(socket_path or default_socket_path(), token, timeout)
+
+
+@dataclass(frozen=True)
+class InvocationHandle:
+    """An open invocation: its ID and the credentials of each of its functions."""
+
+    id: str
+    workflow: str
+    socket_path: str
+    tokens: dict[str, str]
+
+    def credentials(self, function: str) -> Credentials:
+        if function not in self.tokens:
+            raise ConfigError(f"{function!r} is not a function of this invocation; choose from {sorted(self.tokens)}")
+        return Credentials(self.socket_path, self.tokens[function], self.id, function)
+
+
+class Admin:
+    """The platform's handle on a node daemon: opens and ends invocations, reads statistics.
+
+    The admin token is read from ``<state_dir>/admin.token`` (mode 0600) unless given.
+    """
+
+    def __init__(self, socket_path: str | None = None, admin_token: str | None = None,
+                 state_dir: str | None = None, node_id: str = "node0", timeout: float | None = 60.0) -> None:
+        self.socket_path = socket_path or default_socket_path(node_id)
+        if admin_token is None:
+            sd = state_dir or os.path.join(default_run_dir(), f"{node_id}.state")
+            path = os.path.join(sd, "admin.token")
+            try:
+                with open(path) as f:
+                    admin_token = f.read().strip()
+            except FileNotFoundError:
+                raise AuthenticationError(
+                    f"no admin token at {path}; pass admin_token= or the node's state_dir"
+                ) from None
+        self._ch = Channel(self.socket_path, timeout)
+        try:
+            w, _ = self._ch.call(P.AdminHello(admin_token))
+        except Exception:
+            self._ch.close()
+            raise
+        assert isinstance(w, P.AdminWelcome)
+        self.node_id = w.node_id
+
+    def open_invocation(self, workflow: str, functions: list[str], invocation_id: str | None = None,
+                        tokens: dict[str, str] | None = None) -> InvocationHandle:
+        """Open an invocation of ``workflow`` and issue a token per function. For an invocation that
+        spans nodes, open it on each node with the same ``invocation_id`` and ``tokens``."""
+        r, _ = self._ch.call(P.OpenInvocation(workflow, list(functions), invocation_id, tokens))
+        assert isinstance(r, P.InvocationOpened)
+        return InvocationHandle(r.invocation_id, workflow, self.socket_path, dict(r.tokens))
+
+    def end_invocation(self, invocation_id: str | InvocationHandle) -> int:
+        """Free all objects of the invocation and revoke its tokens; returns the objects freed."""
+        inv = invocation_id.id if isinstance(invocation_id, InvocationHandle) else invocation_id
+        r, _ = self._ch.call(P.EndInvocation(inv))
+        assert isinstance(r, P.Ended)
+        return r.freed
+
+    def stats(self) -> dict[str, Any]:
+        r, _ = self._ch.call(P.Stats())
+        assert isinstance(r, P.StatsReply)
+        import msgspec
+
+        return msgspec.structs.asdict(r)
+
+    def close(self) -> None:
+        self._ch.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

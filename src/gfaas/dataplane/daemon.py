@@ -1,0 +1,450 @@
+"""The node daemon: serves a :class:`~gfaas.dataplane.store.Store` on a Unix socket.
+
+One thread runs a ``selectors`` loop over ``SOCK_SEQPACKET`` connections (one message per datagram,
+so a request costs one ``recv`` and one ``send``). Cross-node pulls run on worker threads and post
+their replies back to the loop through a wake-up pipe; every touch of the store happens under
+``self.lock``.
+
+Small puts are asynchronous: the client writes into its slab and sends ``Seal`` without waiting.
+Because the client's ``send`` has completed before the put returns, the seal is already queued on
+the daemon's socket when any consumer can know the ID; so when a ``Get`` misses, the loop first
+drains every other connection's queued messages and only then answers.
+"""
+
+from __future__ import annotations
+
+import array
+import hmac
+import json
+import logging
+import os
+import queue
+import secrets
+import selectors
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from ..config import NodeConfig
+from ..errors import AuthenticationError, GfaasError, ProtocolError, code_of
+from . import protocol as P
+from .auth import Registry
+from .backends import make_backend
+from .journal import Journal
+from .store import ObjectRecord, Segment, Session, Store
+
+log = logging.getLogger("gfaas.dataplane")
+
+
+@dataclass(eq=False)
+class Conn:
+    sock: socket.socket
+    session: Session | None = None
+    admin: bool = False
+    sent_rw: set[int] = field(default_factory=set)
+    sent_ro: set[int] = field(default_factory=set)
+    retired: list[int] = field(default_factory=list)
+    pending_error: GfaasError | None = None
+    busy: bool = False  # a deferred reply is outstanding
+
+
+class Daemon:
+    """A node daemon. ``serve_forever()`` blocks; ``stop()`` may be called from any thread."""
+
+    def __init__(self, config: NodeConfig, remote: Any = None) -> None:
+        self.config = config
+        self.lock = threading.RLock()
+        self.remote = remote
+        self._sel = selectors.DefaultSelector()
+        self._conns: dict[int, Conn] = {}
+        self._seg_holders: dict[int, set[Conn]] = {}
+        self._done: queue.SimpleQueue[tuple[Conn, P.Reply, list[int]]] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._stopping = False
+        self._draining = False
+        self._listener: socket.socket | None = None
+        self._setup_state()
+        self.store = Store(
+            config,
+            make_backend(config.backend),
+            registry=self._load_registry(),
+            journal=self.journal,
+            lost=self._lost,
+            on_retire=self._on_retire,
+        )
+        self._handlers: dict[type, Callable[[Conn, Any], tuple[P.Reply, list[int]] | None]] = {
+            P.Hello: self._hello,
+            P.AdminHello: self._admin_hello,
+            P.OpenInvocation: self._open,
+            P.EndInvocation: self._end,
+            P.Stats: self._stats,
+            P.Lease: self._lease,
+            P.MoreIds: self._more_ids,
+            P.Seal: self._seal_small,
+            P.Allocate: self._allocate,
+            P.SealAllocated: self._seal_allocated,
+            P.Get: self._get,
+            P.Delete: self._delete,
+        }
+
+    # ---- state on disk -------------------------------------------------------------------------
+    def _setup_state(self) -> None:
+        c = self.config
+        os.makedirs(c.state_dir, mode=0o700, exist_ok=True)
+        os.makedirs(os.path.dirname(c.socket_path) or ".", mode=0o700, exist_ok=True)
+        tok_path = os.path.join(c.state_dir, "admin.token")
+        if not os.path.exists(tok_path):
+            fd = os.open(tok_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(16))
+        with open(tok_path) as f:
+            self.admin_token = f.read().strip()
+        self.journal = Journal(os.path.join(c.state_dir, "objects.journal"))
+        self._lost = self.journal.load()
+
+    def _registry_path(self) -> str:
+        return os.path.join(self.config.state_dir, "invocations.json")
+
+    def _load_registry(self) -> Registry:
+        try:
+            with open(self._registry_path()) as f:
+                reg = Registry.from_json(json.load(f))
+        except FileNotFoundError:
+            reg = Registry()
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unreadable invocation registry %s: %s", self._registry_path(), exc)
+            reg = Registry()
+        # Objects from before a restart are lost; keep only those of invocations still open.
+        self._lost = {k: v for k, v in self._lost.items() if v in reg}
+        self.journal.rewrite(self._lost)
+        if self._lost:
+            log.warning("%d objects of %d open invocations were lost in a restart", len(self._lost), len(reg))
+        return reg
+
+    def _save_registry(self) -> None:
+        tmp = self._registry_path() + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.store.registry.to_json(), f)
+        os.replace(tmp, self._registry_path())
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def bind(self) -> None:
+        path = self.config.socket_path
+        if os.path.exists(path):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)  # stale socket of a daemon that died
+            else:
+                probe.close()
+                raise GfaasError(f"a node daemon already serves {path}; stop it first (gfaas node stop)")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        old = os.umask(0o177)
+        try:
+            ls.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        ls.listen(256)
+        ls.setblocking(False)
+        self._listener = ls
+        self._sel.register(ls, selectors.EVENT_READ, None)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        if self.remote is not None:
+            self.remote.start(self)
+        log.info("node %s serving %s (%s backend, %d bytes)", self.config.node_id, path,
+                 self.config.backend, self.config.capacity_bytes)
+
+    def stop(self) -> None:
+        self._stopping = True
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def serve_forever(self) -> None:
+        if self._listener is None:
+            self.bind()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: self.stop())
+            signal.signal(signal.SIGINT, lambda *_: self.stop())
+        try:
+            while not self._stopping:
+                for key, _ in self._sel.select():
+                    if key.data is None:
+                        self._accept()
+                    elif key.data == "wake":
+                        self._flush_done()
+                    else:
+                        self._serve(key.data)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.remote is not None:
+            self.remote.stop()
+        for conn in list(self._conns.values()):
+            self._drop(conn)
+        if self._listener is not None:
+            self._sel.unregister(self._listener)
+            self._listener.close()
+            self._listener = None
+            try:
+                os.unlink(self.config.socket_path)
+            except FileNotFoundError:
+                pass
+        self.journal.close()
+
+    # ---- connections ---------------------------------------------------------------------------
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except BlockingIOError:
+                return
+            sock.setblocking(False)
+            conn = Conn(sock)
+            self._conns[sock.fileno()] = conn
+            self._sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _drop(self, conn: Conn) -> None:
+        if self._conns.pop(conn.sock.fileno(), None) is None:
+            return
+        self._sel.unregister(conn.sock)
+        with self.lock:
+            if conn.session is not None:
+                self.store.disconnect(conn.session)
+                conn.session = None
+            for seg in conn.sent_rw | conn.sent_ro:
+                holders = self._seg_holders.get(seg)
+                if holders is not None:
+                    holders.discard(conn)
+        conn.sock.close()
+
+    def _on_retire(self, seg_id: int) -> None:
+        for conn in self._seg_holders.pop(seg_id, ()):
+            conn.sent_rw.discard(seg_id)
+            conn.sent_ro.discard(seg_id)
+            conn.retired.append(seg_id)
+        if self.remote is not None:
+            self.remote.on_retire(seg_id)
+
+    def _serve(self, conn: Conn) -> None:
+        """Handle every message queued on ``conn`` (non-blocking)."""
+        while conn.sock.fileno() in self._conns and not conn.busy:
+            try:
+                data = conn.sock.recv(P.MAX_FRAME + 1)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._drop(conn)
+                return
+            self._handle(conn, data)
+
+    def _handle(self, conn: Conn, data: bytes) -> None:
+        out: tuple[P.Reply, list[int]] | None
+        msg: Any = None
+        try:
+            msg = P.decode_request(data)
+            if conn.pending_error is not None and not isinstance(msg, P.Seal):
+                err, conn.pending_error = conn.pending_error, None
+                raise err
+            with self.lock:
+                out = self._handlers[type(msg)](conn, msg)
+        except GfaasError as exc:
+            if isinstance(msg, P.Seal):
+                conn.pending_error = exc  # asynchronous request: reported on the next synchronous one
+                log.warning("asynchronous seal failed: %s", exc)
+                return
+            out = (P.Error(code_of(exc), str(exc)), [])
+        except Exception as exc:  # a bug must not take the node down
+            log.exception("internal error handling a request")
+            out = (P.Error("DataPlaneError", f"internal error in the node daemon: {exc!r}"), [])
+        if out is not None:
+            self._send(conn, *out)
+
+    def _send(self, conn: Conn, reply: P.Reply, fds: list[int]) -> None:
+        if conn.retired and hasattr(reply, "retired"):
+            reply = msgspec.structs.replace(reply, retired=conn.retired)  # type: ignore[type-var]
+            conn.retired = []
+        data = P.encode(reply)
+        try:
+            if fds:
+                conn.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+            else:
+                conn.sock.send(data)
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            log.warning("dropping a connection whose reply could not be sent: %s", exc)
+            # The client does not read its replies (or is gone): drop it rather than block the node.
+            self._drop(conn)
+            return
+        for fd in fds:
+            os.close(fd)
+
+    # ---- deferred work (cross-node pulls) ------------------------------------------------------
+    def defer(self, conn: Conn, work: Callable[[], tuple[P.Reply, list[int]]]) -> None:
+        """Run ``work`` on a worker thread; its reply goes to ``conn`` from the loop thread."""
+        conn.busy = True
+
+        def run() -> None:
+            try:
+                out = work()
+            except GfaasError as exc:
+                out = (P.Error(code_of(exc), str(exc)), [])
+            except Exception as exc:
+                log.exception("deferred request failed")
+                out = (P.Error("RemoteError", f"cross-node request failed: {exc!r}"), [])
+            self._done.put((conn, out[0], out[1]))
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
+
+        threading.Thread(target=run, name="gfaas-pull", daemon=True).start()
+
+    def _flush_done(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while not self._done.empty():
+            conn, reply, fds = self._done.get()
+            conn.busy = False
+            if conn.sock.fileno() in self._conns:
+                self._send(conn, reply, fds)
+                self._serve(conn)
+
+    def _drain_others(self, current: Conn) -> None:
+        """Process messages already queued on other connections (see the module docstring)."""
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            for conn in list(self._conns.values()):
+                if conn is not current:
+                    self._serve(conn)
+        finally:
+            self._draining = False
+
+    # ---- handlers ------------------------------------------------------------------------------
+    def _need_session(self, conn: Conn) -> Session:
+        if conn.session is None:
+            raise AuthenticationError("this connection has not presented function credentials (Hello)")
+        return conn.session
+
+    def _need_admin(self, conn: Conn) -> None:
+        if not conn.admin:
+            raise AuthenticationError("this request needs the node's admin token (AdminHello)")
+
+    def _hello(self, conn: Conn, m: P.Hello) -> tuple[P.Reply, list[int]]:
+        if conn.session is not None or conn.admin:
+            raise ProtocolError("this connection is already authenticated; open a new one for other credentials")
+        s = self.store.connect(m.token)
+        conn.session = s
+        c = self.config
+        return P.Welcome(c.node_id, s.invocation, s.function, list(s.functions), c.slab_bytes,
+                         c.small_object_max, c.capacity_bytes), []
+
+    def _admin_hello(self, conn: Conn, m: P.AdminHello) -> tuple[P.Reply, list[int]]:
+        if not hmac.compare_digest(m.admin_token.encode(), self.admin_token.encode()):
+            raise AuthenticationError(
+                f"wrong admin token; read it from {os.path.join(self.config.state_dir, 'admin.token')}"
+            )
+        conn.admin = True
+        return P.AdminWelcome(self.config.node_id), []
+
+    def _open(self, conn: Conn, m: P.OpenInvocation) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        inv = self.store.open_invocation(m.workflow, m.functions, m.invocation_id, m.tokens)
+        self._save_registry()
+        return P.InvocationOpened(inv.id, dict(inv.tokens)), []
+
+    def _end(self, conn: Conn, m: P.EndInvocation) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        freed = self.store.end_invocation(m.invocation_id)
+        self._save_registry()
+        if self.remote is not None:
+            self.remote.on_end_invocation(m.invocation_id)
+        return P.Ended(m.invocation_id, freed), []
+
+    def _stats(self, conn: Conn, m: P.Stats) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        return P.StatsReply(self.config.node_id, **self.store.stats()), []
+
+    def _export(self, conn: Conn, seg: Segment, writable: bool) -> list[int]:
+        sent = conn.sent_rw if writable else conn.sent_ro
+        if seg.id in sent:
+            return []
+        fd = self.store.backend.export(seg.handle, writable)
+        if fd is None:
+            return []
+        sent.add(seg.id)
+        self._seg_holders.setdefault(seg.id, set()).add(conn)
+        # A duplicate: the segment may be retired (and its descriptors closed) before the reply goes.
+        return [os.dup(fd)]
+
+    def _lease(self, conn: Conn, m: P.Lease) -> tuple[P.Reply, list[int]]:
+        s = self._need_session(conn)
+        seg, ids = self.store.lease(s, m.min_bytes)
+        return P.Leased(seg.id, 0, seg.size, ids), self._export(conn, seg, True)
+
+    def _more_ids(self, conn: Conn, m: P.MoreIds) -> tuple[P.Reply, list[int]]:
+        return P.Ids(self.store.more_ids(self._need_session(conn), m.n)), []
+
+    def _seal_small(self, conn: Conn, m: P.Seal) -> None:
+        rec = self.store.seal_small(self._need_session(conn), m.id, m.offset, m.nbytes, m.dtype,
+                                    m.shape, m.consumers)
+        self._published(rec)
+        return None
+
+    def _allocate(self, conn: Conn, m: P.Allocate) -> tuple[P.Reply, list[int]]:
+        rec, seg = self.store.allocate(self._need_session(conn), m.nbytes, m.dtype, m.shape, m.consumers)
+        return P.Allocated(rec.id, seg.id, rec.offset), self._export(conn, seg, True)
+
+    def _seal_allocated(self, conn: Conn, m: P.SealAllocated) -> tuple[P.Reply, list[int]]:
+        rec = self.store.seal(self._need_session(conn), m.id)
+        self._published(rec)
+        return P.Ok(), []
+
+    def _published(self, rec: ObjectRecord) -> None:
+        if self.remote is not None:
+            self.remote.publish(rec)
+
+    def _located(self, conn: Conn, rec: ObjectRecord, seg: Segment) -> tuple[P.Reply, list[int]]:
+        return (P.Located(rec.id, seg.id, rec.offset, rec.nbytes, rec.dtype, list(rec.shape),
+                          self.config.node_id), self._export(conn, seg, False))
+
+    def _get(self, conn: Conn, m: P.Get) -> tuple[P.Reply, list[int]] | None:
+        s = self._need_session(conn)
+        if m.id not in self.store.objects:
+            self._drain_others(conn)
+            if m.id not in self.store.objects and self.remote is not None and self.remote.may_fetch(m.id):
+                self.defer(conn, lambda: self.remote.fetch(self, conn, s, m.id))
+                return None
+        return self.store.get(s, m.id, lambda rec, seg: self._located(conn, rec, seg))
+
+    def _delete(self, conn: Conn, m: P.Delete) -> tuple[P.Reply, list[int]]:
+        s = self._need_session(conn)
+        rec = self.store.objects.get(m.id)
+        self.store.delete(s, m.id)
+        if self.remote is not None and rec is not None:
+            self.remote.unpublish(rec)
+        return P.Ok(), []
+
+
+def run_daemon(config: NodeConfig, remote: Any = None) -> None:
+    """Run a daemon in this process until SIGTERM/SIGINT."""
+    Daemon(config, remote).serve_forever()

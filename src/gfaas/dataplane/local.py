@@ -1,0 +1,126 @@
+"""Start and stop node daemons as separate processes (used by the CLI, tests, demo, benchmarks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+
+from ..config import NodeConfig
+from ..errors import DaemonUnavailable
+
+
+def pid_path(config: NodeConfig) -> str:
+    return os.path.join(config.state_dir, "daemon.pid")
+
+
+def is_serving(socket_path: str) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect(socket_path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def daemon_command(config: NodeConfig) -> list[str]:
+    cfg = {k: v for k, v in asdict(config).items() if k != "extra"}
+    return [sys.executable, "-m", "gfaas.dataplane.node_main", json.dumps(cfg)]
+
+
+def start_daemon(config: NodeConfig, timeout: float = 15.0, log_path: str | None = None,
+                 netns: str | None = None) -> subprocess.Popen[bytes]:
+    """Spawn a daemon process for ``config`` and wait until its socket answers."""
+    if is_serving(config.socket_path):
+        raise DaemonUnavailable(f"a node daemon already serves {config.socket_path}; stop it first")
+    os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
+    try:
+        os.unlink(pid_path(config))  # stale, from a daemon that was killed
+    except FileNotFoundError:
+        pass
+    log_path = log_path or os.path.join(config.state_dir, "daemon.log")
+    cmd = daemon_command(config)
+    if netns:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    with open(log_path, "ab") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            with open(log_path, "rb") as f:
+                tail = f.read()[-2000:].decode(errors="replace")
+            raise DaemonUnavailable(f"node daemon exited with code {proc.returncode} at start:\n{tail}")
+        if is_serving(config.socket_path) and os.path.exists(pid_path(config)):
+            return proc
+        time.sleep(0.02)
+    proc.kill()
+    raise DaemonUnavailable(f"node daemon did not start serving {config.socket_path} within {timeout} s")
+
+
+def read_pid(config: NodeConfig) -> int | None:
+    try:
+        with open(pid_path(config)) as f:
+            return int(f.read().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def stop_daemon(config: NodeConfig, timeout: float = 10.0) -> bool:
+    """SIGTERM the daemon of ``config`` and wait for it to go; returns False if none was running."""
+    pid = read_pid(config)
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        os.unlink(pid_path(config))
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    try:
+        os.unlink(pid_path(config))
+    except FileNotFoundError:
+        pass
+    return True
+
+
+class LocalNode:
+    """A daemon in a child process for the duration of a ``with`` block."""
+
+    def __init__(self, config: NodeConfig, netns: str | None = None) -> None:
+        self.config = config
+        self.netns = netns
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> LocalNode:
+        self.proc = start_daemon(self.config, netns=self.netns)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the daemon (crash simulation)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

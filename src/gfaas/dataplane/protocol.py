@@ -1,0 +1,225 @@
+"""The typed request protocol between function processes, the admin and a node daemon.
+
+Messages are msgspec structs encoded as MessagePack, one message per ``SOCK_SEQPACKET`` datagram
+(so no length prefix is needed on the Unix socket). Anything that does not decode into exactly one
+of these types is rejected with :class:`~gfaas.errors.ProtocolError`; nothing is ever unpickled.
+File descriptors of shared-memory segments travel as ``SCM_RIGHTS`` ancillary data beside the
+reply that first names the segment.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..errors import ProtocolError
+
+MAX_FRAME = 64 * 1024
+PROTOCOL_VERSION = 1
+
+
+class _Msg(msgspec.Struct, tag=True, array_like=True, frozen=True):
+    pass
+
+
+# ---- requests -------------------------------------------------------------------------------
+class Hello(_Msg):
+    """Bind this connection to the credentials of one (invocation, function)."""
+
+    token: str
+    version: int = PROTOCOL_VERSION
+
+
+class AdminHello(_Msg):
+    """Bind this connection to the node's admin token."""
+
+    admin_token: str
+    version: int = PROTOCOL_VERSION
+
+
+class OpenInvocation(_Msg):
+    workflow: str
+    functions: list[str]
+    invocation_id: str | None = None
+    tokens: dict[str, str] | None = None
+
+
+class EndInvocation(_Msg):
+    invocation_id: str
+
+
+class Stats(_Msg):
+    pass
+
+
+class Lease(_Msg):
+    """Ask for a fresh slab to pack small objects into, plus a batch of IDs."""
+
+    min_bytes: int
+
+
+class MoreIds(_Msg):
+    n: int
+
+
+class Seal(_Msg):
+    """Publish a small object written into the caller's slab. Sent without waiting for a reply."""
+
+    id: bytes
+    offset: int
+    nbytes: int
+    dtype: str
+    shape: list[int]
+    consumers: list[str] | None
+
+
+class Allocate(_Msg):
+    """Reserve space for an object the caller writes in place (state ``writing``)."""
+
+    nbytes: int
+    dtype: str
+    shape: list[int]
+    consumers: list[str] | None
+
+
+class SealAllocated(_Msg):
+    id: bytes
+
+
+class Get(_Msg):
+    id: bytes
+
+
+class Delete(_Msg):
+    id: bytes
+
+
+Request = (
+    Hello
+    | AdminHello
+    | OpenInvocation
+    | EndInvocation
+    | Stats
+    | Lease
+    | MoreIds
+    | Seal
+    | Allocate
+    | SealAllocated
+    | Get
+    | Delete
+)
+
+
+# ---- replies --------------------------------------------------------------------------------
+class Welcome(_Msg):
+    node_id: str
+    invocation_id: str
+    function: str
+    functions: list[str]
+    slab_bytes: int
+    small_object_max: int
+    capacity_bytes: int
+
+
+class AdminWelcome(_Msg):
+    node_id: str
+
+
+class InvocationOpened(_Msg):
+    invocation_id: str
+    tokens: dict[str, str]
+
+
+class Ended(_Msg):
+    invocation_id: str
+    freed: int
+
+
+class StatsReply(_Msg):
+    node_id: str
+    objects: int
+    writing: int
+    bytes_reserved: int
+    bytes_live: int
+    capacity_bytes: int
+    segments: int
+    invocations: int
+    connections: int
+    lost: int
+
+
+class Leased(_Msg):
+    segment: int
+    offset: int
+    size: int
+    ids: list[bytes]
+    retired: list[int] = []
+
+
+class Ids(_Msg):
+    ids: list[bytes]
+    retired: list[int] = []
+
+
+class Allocated(_Msg):
+    id: bytes
+    segment: int
+    offset: int
+    retired: list[int] = []
+
+
+class Located(_Msg):
+    id: bytes
+    segment: int
+    offset: int
+    nbytes: int
+    dtype: str
+    shape: list[int]
+    node: str
+    retired: list[int] = []
+
+
+class Ok(_Msg):
+    retired: list[int] = []
+
+
+class Error(_Msg):
+    code: str
+    message: str
+
+
+Reply = (
+    Welcome
+    | AdminWelcome
+    | InvocationOpened
+    | Ended
+    | StatsReply
+    | Leased
+    | Ids
+    | Allocated
+    | Located
+    | Ok
+    | Error
+)
+
+_enc = msgspec.msgpack.Encoder()
+_req_dec = msgspec.msgpack.Decoder(Request)
+_rep_dec = msgspec.msgpack.Decoder(Reply)
+
+encode = _enc.encode
+
+
+def decode_request(data: bytes) -> Request:
+    """Decode one request frame or raise :class:`ProtocolError` saying what was wrong."""
+    if len(data) > MAX_FRAME:
+        raise ProtocolError(f"request frame of {len(data)} bytes exceeds the {MAX_FRAME}-byte limit")
+    try:
+        return _req_dec.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ProtocolError(f"malformed request frame ({len(data)} bytes): {exc}") from None
+
+
+def decode_reply(data: bytes) -> Reply:
+    try:
+        return _rep_dec.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ProtocolError(f"malformed reply frame ({len(data)} bytes): {exc}") from None

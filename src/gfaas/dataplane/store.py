@@ -1,0 +1,386 @@
+"""The node's object store: directory, slabs, lifetimes and access checks, without any I/O.
+
+The daemon wraps a :class:`Store` with sockets; tests and the simulator drive it directly (with the
+``null`` backend and a manual clock). All decisions about who may read what, where an object is
+placed, and when it is freed are made here.
+
+Placement: each producing connection packs its small objects into a slab of its own (bump
+allocation, 64-byte aligned); objects larger than ``small_object_max`` get a segment of their own.
+Space inside a slab is never handed out twice: a reader that still holds a zero-copy view of a freed
+object keeps seeing the bytes it read, never somebody else's. A slab is retired (and its memory
+returned to the pool) once it is closed for new objects and its last object is freed.
+
+Lifetimes: an object is freed when every declared consumer has read it, when its producer deletes
+it, or when its invocation ends. Freed IDs are remembered per invocation (tombstones) so that a late
+reader gets ``DataDeleted`` rather than a generic ``AccessDenied``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..clock import Clock, WallClock
+from ..config import NodeConfig
+from ..errors import (
+    AccessDenied,
+    AuthenticationError,
+    CapacityError,
+    DataDeleted,
+    DataLost,
+    InvalidDataRef,
+    ObjectStateError,
+    ProtocolError,
+)
+from .auth import Invocation, Registry, may_read
+from .backends import Backend
+from .ids import ID_BYTES, new_id
+from .journal import Journal
+from .meta import align, check_consumers, check_meta
+
+log = logging.getLogger("gfaas.dataplane")
+
+WRITING = "writing"
+SEALED = "sealed"
+MAX_IDS_PER_REQUEST = 1024
+_DENIED = "access denied: no object with this ID is readable by this function of this invocation"
+
+
+@dataclass(slots=True)
+class Segment:
+    id: int
+    invocation: str
+    owner: int | None  # session allowed to pack objects into it (slabs); None for dedicated
+    size: int
+    handle: Any
+    used: int = 0
+    live: int = 0
+    open: bool = True
+
+
+@dataclass(slots=True)
+class ObjectRecord:
+    id: bytes
+    invocation: str
+    producer: str
+    consumers: frozenset[str] | None
+    pending: set[str] | None  # declared consumers that have not read it yet
+    segment: int
+    offset: int
+    nbytes: int
+    dtype: str
+    shape: tuple[int, ...]
+    state: str
+    created: float
+    writer: int | None = None  # session writing it (state WRITING)
+
+
+@dataclass(slots=True)
+class Session:
+    """One authenticated connection: a function of an invocation."""
+
+    id: int
+    invocation: str
+    function: str
+    functions: tuple[str, ...]
+    arena: Segment | None = None
+    arena_next: int = 0
+    issued: set[bytes] = field(default_factory=set)
+
+
+class Store:
+    def __init__(
+        self,
+        config: NodeConfig,
+        backend: Backend,
+        clock: Clock | None = None,
+        registry: Registry | None = None,
+        journal: Journal | None = None,
+        lost: dict[bytes, str] | None = None,
+        on_retire: Callable[[int], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.clock = clock or WallClock()
+        self.registry = registry or Registry()
+        self.journal = journal
+        self.on_retire = on_retire
+        self.objects: dict[bytes, ObjectRecord] = {}
+        self.segments: dict[int, Segment] = {}
+        self.sessions: dict[int, Session] = {}
+        self.reserved = 0
+        self._by_inv: dict[str, set[bytes]] = {}
+        self._tombs: dict[str, OrderedDict[bytes, str]] = {}
+        self._lost: dict[bytes, str] = {k: v for k, v in (lost or {}).items() if v in self.registry}
+        self._next_seg = 0
+        self._next_session = 0
+
+    # ---- invocations and sessions ----------------------------------------------------------
+    def open_invocation(
+        self,
+        workflow: str,
+        functions: list[str],
+        invocation_id: str | None = None,
+        tokens: dict[str, str] | None = None,
+    ) -> Invocation:
+        inv = self.registry.open(workflow, functions, invocation_id, tokens)
+        log.info("open invocation %s of %s with %d functions", inv.id, workflow, len(inv.functions))
+        return inv
+
+    def end_invocation(self, invocation_id: str) -> int:
+        """Free every object of the invocation and revoke its tokens; returns objects freed."""
+        self.registry.end(invocation_id)
+        ids = self._by_inv.pop(invocation_id, set())
+        for oid in list(ids):
+            rec = self.objects.get(oid)
+            if rec is not None:
+                self._free(rec, None)
+        self._tombs.pop(invocation_id, None)
+        self._lost = {k: v for k, v in self._lost.items() if v != invocation_id}
+        for s in self.sessions.values():
+            if s.invocation == invocation_id:
+                self._close_arena(s)
+                s.issued.clear()
+        log.info("end invocation %s: freed %d objects", invocation_id, len(ids))
+        return len(ids)
+
+    def connect(self, token: str) -> Session:
+        inv, fn = self.registry.authenticate(token)
+        self._next_session += 1
+        s = Session(self._next_session, inv.id, fn, inv.functions)
+        self.sessions[s.id] = s
+        return s
+
+    def disconnect(self, s: Session) -> None:
+        """Forget a connection: objects it was still writing vanish, its slab closes."""
+        self.sessions.pop(s.id, None)
+        for rec in [r for r in self.objects.values() if r.writer == s.id and r.state == WRITING]:
+            self._free(rec, None)
+        self._close_arena(s)
+        s.issued.clear()
+
+    def _check_live(self, s: Session) -> None:
+        if s.invocation not in self.registry:
+            raise AuthenticationError(
+                f"invocation {s.invocation} has ended; its credentials are revoked. Connect with new ones"
+            )
+
+    # ---- placement ---------------------------------------------------------------------------
+    def _reserve(self, nbytes: int, what: str) -> None:
+        cap = self.config.capacity_bytes
+        if nbytes > cap:
+            raise CapacityError(
+                f"{what} of {nbytes} bytes on {self.config.node_id}/{self.backend.name} exceeds the whole pool"
+                f" of {cap} bytes; raise capacity_bytes or split the object"
+            )
+        if self.reserved + nbytes > cap:
+            raise CapacityError(
+                f"{what} of {nbytes} bytes failed on {self.config.node_id}/{self.backend.name}: pool {cap},"
+                f" in use {self.reserved}, free {cap - self.reserved}; free objects (delete, end"
+                " invocations) or raise capacity_bytes"
+            )
+
+    def _new_segment(self, invocation: str, owner: int | None, nbytes: int, what: str) -> Segment:
+        self._reserve(nbytes, what)
+        handle = self.backend.alloc(nbytes)
+        size = self.backend.size_of(handle)
+        self._next_seg += 1
+        seg = Segment(self._next_seg, invocation, owner, size, handle, open=owner is not None)
+        self.segments[seg.id] = seg
+        self.reserved += size
+        return seg
+
+    def _close_arena(self, s: Session) -> None:
+        seg, s.arena = s.arena, None
+        if seg is not None:
+            seg.open = False
+            self._maybe_retire(seg)
+
+    def _maybe_retire(self, seg: Segment) -> None:
+        if seg.live == 0 and not seg.open and seg.id in self.segments:
+            del self.segments[seg.id]
+            self.reserved -= seg.size
+            self.backend.free(seg.handle)
+            if self.on_retire is not None:
+                self.on_retire(seg.id)
+
+    def _issue(self, s: Session, n: int) -> list[bytes]:
+        ids = [new_id() for _ in range(n)]
+        s.issued.update(ids)
+        return ids
+
+    def lease(self, s: Session, min_bytes: int) -> tuple[Segment, list[bytes]]:
+        """Give the session a fresh slab to pack small objects into, and a batch of IDs."""
+        self._check_live(s)
+        if not 0 <= min_bytes <= self.config.small_object_max:
+            raise CapacityError(
+                f"a slab lease is for objects up to {self.config.small_object_max} bytes, asked for"
+                f" {min_bytes}; allocate larger objects individually"
+            )
+        self._close_arena(s)
+        seg = self._new_segment(s.invocation, s.id, self.config.slab_bytes, "slab lease")
+        s.arena, s.arena_next = seg, 0
+        seg.used = seg.size
+        need = max(0, self.config.ids_per_lease - len(s.issued))
+        return seg, self._issue(s, need)
+
+    def more_ids(self, s: Session, n: int) -> list[bytes]:
+        self._check_live(s)
+        if not 1 <= n <= MAX_IDS_PER_REQUEST:
+            raise ProtocolError(f"asked for {n} IDs; ask for 1-{MAX_IDS_PER_REQUEST}")
+        return self._issue(s, n)
+
+    def _record(
+        self, oid: bytes, s_inv: str, producer: str, consumers: frozenset[str] | None, seg: Segment,
+        offset: int, nbytes: int, dtype: str, shape: tuple[int, ...], state: str, writer: int | None,
+    ) -> ObjectRecord:
+        rec = ObjectRecord(
+            oid, s_inv, producer, consumers, set(consumers) if consumers else None, seg.id, offset,
+            nbytes, dtype, shape, state, self.clock.now(), writer,
+        )
+        self.objects[oid] = rec
+        self._by_inv.setdefault(s_inv, set()).add(oid)
+        seg.live += 1
+        if state == SEALED and self.journal is not None:
+            self.journal.append(oid, s_inv)
+        return rec
+
+    def seal_small(
+        self, s: Session, oid: bytes, offset: int, nbytes: int, dtype: str, shape: list[int],
+        consumers: list[str] | None,
+    ) -> ObjectRecord:
+        """Publish an object the client wrote into its slab (the asynchronous put path)."""
+        self._check_live(s)
+        if oid not in s.issued:
+            raise InvalidDataRef("seal of an ID that this connection was not issued; use IDs from a lease")
+        seg = s.arena
+        if seg is None or offset < s.arena_next or offset % 64 or offset + nbytes > seg.size:
+            raise ProtocolError(
+                f"seal at offset {offset} (+{nbytes}) is outside the free part of this connection's slab"
+            )
+        shp = check_meta(nbytes, dtype, shape)
+        cons = check_consumers(consumers, s.functions)
+        s.issued.discard(oid)
+        s.arena_next = offset + nbytes
+        return self._record(oid, s.invocation, s.function, cons, seg, offset, nbytes, dtype, shp, SEALED, None)
+
+    def allocate(
+        self, s: Session, nbytes: int, dtype: str, shape: list[int], consumers: list[str] | None
+    ) -> tuple[ObjectRecord, Segment]:
+        """Reserve space for an object written in place; it stays ``writing`` until sealed."""
+        self._check_live(s)
+        shp = check_meta(nbytes, dtype, shape)
+        cons = check_consumers(consumers, s.functions)
+        seg = s.arena
+        off = align(s.arena_next)
+        if nbytes <= self.config.small_object_max and seg is not None and off + nbytes <= seg.size:
+            s.arena_next = off + nbytes
+        else:
+            seg = self._new_segment(s.invocation, None, max(nbytes, 1), "allocation")
+            seg.used, off = seg.size, 0
+        rec = self._record(new_id(), s.invocation, s.function, cons, seg, off, nbytes, dtype, shp, WRITING, s.id)
+        return rec, seg
+
+    def seal(self, s: Session | None, oid: bytes) -> ObjectRecord:
+        """Make an allocated object immutable and visible (``s=None``: internal, e.g. a pull)."""
+        rec = self.objects.get(oid)
+        if rec is None or (s is not None and (rec.writer != s.id or rec.invocation != s.invocation)):
+            raise AccessDenied("seal refused: no object with this ID is being written by this connection")
+        if rec.state != WRITING:
+            raise ObjectStateError(f"object {oid.hex()} is already sealed; objects are sealed once")
+        rec.state, rec.writer = SEALED, None
+        if self.journal is not None:
+            self.journal.append(oid, rec.invocation)
+        return rec
+
+    def place(
+        self, invocation: str, producer: str, consumers: frozenset[str] | None, pending: set[str] | None,
+        oid: bytes, nbytes: int, dtype: str, shape: tuple[int, ...],
+    ) -> tuple[ObjectRecord, Segment]:
+        """Reserve a segment for an object arriving from elsewhere (a cross-node pull)."""
+        if oid in self.objects:
+            raise ObjectStateError(f"object {oid.hex()} is already on node {self.config.node_id}")
+        seg = self._new_segment(invocation, None, max(nbytes, 1), "pull")
+        rec = self._record(oid, invocation, producer, consumers, seg, 0, nbytes, dtype, shape, WRITING, None)
+        rec.pending = pending
+        return rec, seg
+
+    # ---- reads and deletes ---------------------------------------------------------------------
+    def lookup(self, invocation: str, function: str, oid: object) -> ObjectRecord:
+        """The record if ``function`` of ``invocation`` may read it; the right error otherwise."""
+        if not isinstance(oid, bytes) or len(oid) != ID_BYTES:
+            raise InvalidDataRef(f"object ID must be {ID_BYTES} bytes")
+        rec = self.objects.get(oid)
+        if rec is None or not may_read(rec.invocation, rec.producer, rec.consumers, invocation, function):
+            if rec is None:
+                reason = self._tombs.get(invocation, {}).get(oid)
+                if reason is not None:
+                    raise DataDeleted(f"object {oid.hex()} was freed ({reason}); it can no longer be read")
+                if self._lost.get(oid) == invocation:
+                    raise DataLost(
+                        f"object {oid.hex()} was lost when node {self.config.node_id} restarted;"
+                        " re-run the function that produced it"
+                    )
+            raise AccessDenied(_DENIED)
+        if rec.state != SEALED:
+            raise ObjectStateError(f"object {oid.hex()} is still being written; get it after it is sealed")
+        return rec
+
+    def get(self, s: Session, oid: object, export: Callable[[ObjectRecord, Segment], Any] | None = None) -> Any:
+        """Read access for the session: ``export(record, segment)`` runs before any consumption
+        frees the object, and its result is returned (the record itself when ``export`` is None)."""
+        self._check_live(s)
+        rec = self.lookup(s.invocation, s.function, oid)
+        out = export(rec, self.segments[rec.segment]) if export is not None else rec
+        self.consumed(rec, s.function)
+        return out
+
+    def consumed(self, rec: ObjectRecord, function: str) -> None:
+        """Note that ``function`` read ``rec``; free it when every declared consumer has."""
+        if rec.pending is not None and function in rec.pending:
+            rec.pending.discard(function)
+            if not rec.pending:
+                self._free(rec, "read by all of its consumers")
+
+    def delete(self, s: Session, oid: object) -> None:
+        self._check_live(s)
+        rec = self.objects.get(oid) if isinstance(oid, bytes) else None
+        if rec is None or rec.invocation != s.invocation or rec.producer != s.function:
+            if rec is not None and may_read(rec.invocation, rec.producer, rec.consumers, s.invocation, s.function):
+                raise AccessDenied(f"only the producer {rec.producer!r} may delete object {rec.id.hex()}")
+            self.lookup(s.invocation, s.function, oid)  # raises the precise error
+            raise AccessDenied(_DENIED)
+        self._free(rec, "deleted by its producer")
+
+    def _free(self, rec: ObjectRecord, reason: str | None) -> None:
+        del self.objects[rec.id]
+        ids = self._by_inv.get(rec.invocation)
+        if ids is not None:
+            ids.discard(rec.id)
+        if reason is not None and rec.invocation in self.registry:
+            tombs = self._tombs.setdefault(rec.invocation, OrderedDict())
+            tombs[rec.id] = reason
+            if len(tombs) > self.config.tombstones_per_invocation:
+                tombs.popitem(last=False)
+        seg = self.segments.get(rec.segment)
+        if seg is not None:
+            seg.live -= 1
+            self._maybe_retire(seg)
+
+    # ---- introspection -------------------------------------------------------------------------
+    def stats(self) -> dict[str, int]:
+        writing = sum(1 for r in self.objects.values() if r.state == WRITING)
+        return {
+            "objects": len(self.objects) - writing,
+            "writing": writing,
+            "bytes_reserved": self.reserved,
+            "bytes_live": sum(r.nbytes for r in self.objects.values()),
+            "capacity_bytes": self.config.capacity_bytes,
+            "segments": len(self.segments),
+            "invocations": len(self.registry),
+            "connections": len(self.sessions),
+            "lost": len(self._lost),
+        }
