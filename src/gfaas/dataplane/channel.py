@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import os
 import socket
+import struct
 
 from ..errors import DaemonUnavailable, error_from_code
 from . import protocol as P
@@ -16,7 +17,13 @@ class Channel:
     def __init__(self, socket_path: str, timeout: float | None = 60.0) -> None:
         self.path = socket_path
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        sock.settimeout(timeout)
+        self.timeout = timeout
+        if timeout is not None:
+            # Kernel-side timeouts keep the socket in blocking mode: Python's own timeout mode would
+            # add a poll() system call before every send and recv.
+            tv = struct.pack("ll", int(timeout), int((timeout % 1) * 1e6))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
         try:
             sock.connect(socket_path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
@@ -45,8 +52,8 @@ class Channel:
         try:
             self.sock.send(P.encode(msg))
             data, anc, _flags, _ = self.sock.recvmsg(P.MAX_FRAME, _FD_SPACE)
-        except TimeoutError:
-            waited = self.sock.gettimeout()
+        except (TimeoutError, BlockingIOError):
+            waited = self.timeout
             self.close()
             raise DaemonUnavailable(
                 f"the node daemon at {self.path} did not answer within {waited} s; it may be hung or overloaded"

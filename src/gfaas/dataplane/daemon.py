@@ -237,8 +237,12 @@ class Daemon:
         if self.remote is not None:
             self.remote.on_retire(seg_id)
 
-    def _serve(self, conn: Conn) -> None:
-        """Handle every message queued on ``conn`` (non-blocking)."""
+    def _serve(self, conn: Conn, drain: bool = False) -> None:
+        """Handle the next message on ``conn``; with ``drain``, every message queued on it.
+
+        Without ``drain`` one message is handled per readiness event: the selector is level
+        triggered, so a queue of messages is still served, without a failing ``recv`` per event.
+        """
         while conn.sock.fileno() in self._conns and not conn.busy:
             try:
                 data = conn.sock.recv(P.MAX_FRAME + 1)
@@ -250,6 +254,8 @@ class Daemon:
                 self._drop(conn)
                 return
             self._handle(conn, data)
+            if not drain:
+                return
 
     def _handle(self, conn: Conn, data: bytes) -> None:
         out: tuple[P.Reply, list[int]] | None
@@ -325,7 +331,7 @@ class Daemon:
             conn.busy = False
             if conn.sock.fileno() in self._conns:
                 self._send(conn, reply, fds)
-                self._serve(conn)
+                self._serve(conn, drain=True)
 
     def _drain_others(self, current: Conn) -> None:
         """Process messages already queued on other connections (see the module docstring)."""
@@ -335,7 +341,7 @@ class Daemon:
         try:
             for conn in list(self._conns.values()):
                 if conn is not current:
-                    self._serve(conn)
+                    self._serve(conn, drain=True)
         finally:
             self._draining = False
 
