@@ -77,7 +77,7 @@ class NodeConfig:
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        if not _NODE_ID.match(self.node_id or ""):
+        if not isinstance(self.node_id, str) or not _NODE_ID.fullmatch(self.node_id):
             raise ConfigError(
                 f"node_id={self.node_id!r} is invalid: use 1-64 letters, digits, '_', '.' or '-'"
             )
@@ -102,10 +102,10 @@ class NodeConfig:
         _positive("ids_per_lease", self.ids_per_lease)
         _positive("chunk_bytes", self.chunk_bytes, 4 * KiB)
         _positive("tombstones_per_invocation", self.tombstones_per_invocation)
-        if not (0 <= self.transfer_port <= 65535):
-            raise ConfigError(f"transfer_port={self.transfer_port} is not a TCP port (0-65535)")
-        if not self.remote_timeout_s > 0:
-            raise ConfigError(f"remote_timeout_s={self.remote_timeout_s} must be > 0")
+        if not isinstance(self.transfer_port, int) or not (0 <= self.transfer_port <= 65535):
+            raise ConfigError(f"transfer_port={self.transfer_port!r} is not a TCP port (0-65535)")
+        if not isinstance(self.remote_timeout_s, int | float) or not self.remote_timeout_s > 0:
+            raise ConfigError(f"remote_timeout_s={self.remote_timeout_s!r} must be a number > 0")
 
     @property
     def small_object_max(self) -> int:

@@ -20,13 +20,13 @@ MAX_FUNCTIONS = 256
 
 
 def check_name(kind: str, name: object) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(f"{kind} name {name!r} is invalid: use 1-64 letters, digits, '_', '.' or '-'")
     return name
 
 
 def check_hex32(kind: str, value: object) -> str:
-    if not isinstance(value, str) or not _HEX32.match(value):
+    if not isinstance(value, str) or not _HEX32.fullmatch(value):
         raise ConfigError(f"{kind} {value!r} is invalid: expected 32 lowercase hex digits")
     return value
 
@@ -100,6 +100,8 @@ class Registry:
             if set(tokens) != set(fns):
                 raise ConfigError(f"tokens must be given for exactly the functions {list(fns)}, got {sorted(tokens)}")
             toks = {f: check_hex32(f"token of {f}", t) for f, t in tokens.items()}
+            if len(set(toks.values())) != len(toks):
+                raise ConfigError("two functions were given the same token; each function needs its own")
         for t in toks.values():
             if t in self._by_token:
                 raise ConfigError("a token is already in use by another invocation; let the node generate tokens")

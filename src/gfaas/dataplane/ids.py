@@ -15,6 +15,7 @@ from ..errors import InvalidDataRef
 
 ID_BYTES = 16
 _REF = re.compile(r"^gfaas://([A-Za-z0-9_.-]{1,64})/([0-9a-f]{32})$")
+_NODE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def new_id() -> bytes:
@@ -41,7 +42,9 @@ class DataRef:
     node: str
 
     def __post_init__(self) -> None:
-        check_id(self.id)
+        object.__setattr__(self, "id", check_id(self.id))  # a bytearray ID would be unhashable
+        if not isinstance(self.node, str) or not _NODE.fullmatch(self.node):
+            raise InvalidDataRef(f"node name {self.node!r} is invalid; use 1-64 letters, digits, '_', '.' or '-'")
 
     def __str__(self) -> str:
         return f"gfaas://{self.node}/{self.id.hex()}"
@@ -56,7 +59,7 @@ class DataRef:
             return text
         if not isinstance(text, str):
             raise InvalidDataRef(f"a data reference must be a str, got {type(text).__name__}")
-        m = _REF.match(text)
+        m = _REF.fullmatch(text)  # fullmatch: '$' would accept a trailing newline
         if not m:
             raise InvalidDataRef(
                 f"{text[:120]!r} is not a data reference; expected 'gfaas://<node>/<32 lowercase hex digits>'"

@@ -16,7 +16,7 @@ ALIGN = 64
 def itemsize(dtype: str) -> int:
     if dtype == RAW:
         return 1
-    if not isinstance(dtype, str) or not _DTYPE.match(dtype):
+    if not isinstance(dtype, str) or not _DTYPE.fullmatch(dtype):
         raise ProtocolError(
             f"dtype {dtype!r} is not supported; use a numeric or bool numpy dtype (e.g. '<f4') or 'raw' for bytes"
         )

@@ -1,0 +1,69 @@
+"""Pin of the public surface of ``gfaas``: changing it must be a deliberate edit of this list."""
+
+import importlib
+
+import gfaas
+
+PUBLIC = [
+    "AccessDenied",
+    "Admin",
+    "AuthenticationError",
+    "Buffer",
+    "CapacityError",
+    "Client",
+    "Clock",
+    "ConfigError",
+    "Credentials",
+    "DaemonUnavailable",
+    "DataDeleted",
+    "DataLost",
+    "DataPlaneError",
+    "DataRef",
+    "DependencyMissing",
+    "GfaasError",
+    "InvalidDataRef",
+    "InvocationHandle",
+    "ManualClock",
+    "NodeConfig",
+    "ObjectStateError",
+    "ProtocolError",
+    "RemoteError",
+    "WallClock",
+    "__version__",
+    "connect",
+]
+
+
+def test_all_is_pinned() -> None:
+    """`gfaas.__all__` is exactly the pinned list of public names."""
+    assert sorted(gfaas.__all__) == PUBLIC
+
+
+def test_every_public_name_is_importable() -> None:
+    """Every name in `__all__` resolves by attribute and by `from gfaas import name`."""
+    mod = importlib.import_module("gfaas")
+    for name in PUBLIC:
+        assert hasattr(mod, name), name
+        ns: dict[str, object] = {}
+        exec(f"from gfaas import {name}", ns)
+        assert ns[name] is getattr(mod, name)
+
+
+def test_errors_form_one_tree() -> None:
+    """Every public exception derives from GfaasError; data-plane errors from DataPlaneError."""
+    dp = ["AccessDenied", "AuthenticationError", "CapacityError", "DaemonUnavailable", "DataDeleted",
+          "DataLost", "InvalidDataRef", "ObjectStateError", "RemoteError"]
+    for name in dp:
+        assert issubclass(getattr(gfaas, name), gfaas.DataPlaneError), name
+    for name in [*dp, "ConfigError", "DependencyMissing", "ProtocolError", "DataPlaneError"]:
+        assert issubclass(getattr(gfaas, name), gfaas.GfaasError), name
+    assert issubclass(gfaas.InvalidDataRef, ValueError)
+    assert issubclass(gfaas.ConfigError, ValueError)
+    assert issubclass(gfaas.DependencyMissing, ImportError)
+
+
+def test_version_is_a_string() -> None:
+    """`__version__` matches the package metadata version."""
+    from importlib.metadata import version
+
+    assert gfaas.__version__ == version("gfaas")
