@@ -22,6 +22,23 @@ from .meta import RAW, align, check_consumers, itemsize
 log = logging.getLogger("gfaas.dataplane")
 
 
+# Pre-fault a whole range with one system call instead of one page fault per 4 KiB page (Linux 5.14+;
+# ignored where unsupported). Fresh shared-memory pages are the main cost of large puts and copies.
+_MADV_POPULATE_READ = 22
+_MADV_POPULATE_WRITE = 23
+_POPULATE_MIN = 1 << 20
+
+
+def _populate(mm: mmap.mmap, offset: int, nbytes: int, advice: int) -> None:
+    if nbytes < _POPULATE_MIN:
+        return
+    start = offset // mmap.PAGESIZE * mmap.PAGESIZE
+    try:
+        mm.madvise(advice, start, offset + nbytes - start)
+    except (OSError, ValueError):
+        pass
+
+
 @dataclass(frozen=True)
 class Credentials:
     """What a function process needs to talk to its node: socket path and its function token."""
@@ -190,6 +207,8 @@ class Client:
         mm = self._map(r.segment, True)
         if r.segment == self._arena_seg:
             self._next = r.offset + n
+        else:
+            _populate(mm, r.offset, n, _MADV_POPULATE_WRITE)
         np_dt = np.dtype(np.uint8 if dt == RAW else dt)
         arr = np.frombuffer(mm, dtype=np_dt, count=n // np_dt.itemsize, offset=r.offset).reshape(shape)
         return Buffer(self, r.id, arr, dt == RAW)
@@ -209,6 +228,7 @@ class Client:
         dt = np.dtype(r.dtype)
         view = np.frombuffer(mm, dtype=dt, count=r.nbytes // dt.itemsize, offset=r.offset).reshape(r.shape)
         if copy:
+            _populate(mm, r.offset, r.nbytes, _MADV_POPULATE_READ)
             out = np.empty(view.shape, dt)
             np.copyto(out, view)
             return out
