@@ -36,7 +36,7 @@ from . import protocol as P
 from .auth import Registry
 from .backends import make_backend
 from .journal import Journal
-from .store import ObjectRecord, Segment, Session, Store
+from .store import WRITING, ObjectRecord, Segment, Session, Store
 
 log = logging.getLogger("gfaas.dataplane")
 
@@ -435,12 +435,17 @@ class Daemon:
 
     def _get(self, conn: Conn, m: P.Get) -> tuple[P.Reply, list[int]] | None:
         s = self._need_session(conn)
-        if m.id not in self.store.objects:
+        if self._absent(m.id):
             self._drain_others(conn)
-            if m.id not in self.store.objects and self.remote is not None and self.remote.may_fetch(m.id):
+            if self._absent(m.id) and self.remote is not None and self.remote.may_fetch(m.id):
                 self.defer(conn, lambda: self.remote.fetch(self, conn, s, m.id))
                 return None
         return self.store.get(s, m.id, lambda rec, seg: self._located(conn, rec, seg))
+
+    def _absent(self, oid: bytes) -> bool:
+        """Not here, or still arriving from another node (a pull writes it; the remote waits for it)."""
+        rec = self.store.objects.get(oid)
+        return rec is None or (rec.state == WRITING and rec.writer is None)
 
     def _delete(self, conn: Conn, m: P.Delete) -> tuple[P.Reply, list[int]]:
         s = self._need_session(conn)
