@@ -12,6 +12,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -191,6 +192,37 @@ def test_access_rules_across_nodes(cluster: Cluster) -> None:
     while cl.directory("EXISTS", obj_key(ref3.id)):
         assert time.monotonic() < deadline, "entries of an ended invocation stay in the directory"
         time.sleep(0.005)
+
+
+def test_concurrent_readers_on_one_node(cluster: Cluster) -> None:
+    """Two functions on node b read the same remote object at once: both get it, each is counted."""
+    cl = cluster
+    prod, readers = cl.client("a", "a"), [cl.client("b", "b"), cl.client("b", "c")]
+    x = np.arange(24 * MiB, dtype=np.uint8)
+    for consumers in (["b", "c"], None):
+        for delay in (0.0, 0.005, 0.02):
+            ref = prod.put(x, consumers=consumers)
+            cl.wait_published(ref)
+            got: list[Any] = []
+
+            def read(client: gfaas.Client, wait: float, ref: DataRef = ref, out: list[Any] = got) -> None:
+                time.sleep(wait)
+                try:
+                    out.append(client.get(ref, copy=True).tobytes() == x.tobytes())
+                except Exception as exc:
+                    out.append(exc)
+
+            threads = [threading.Thread(target=read, args=(readers[0], 0.0)),
+                       threading.Thread(target=read, args=(readers[1], delay))]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(20)
+            assert got == [True, True], (consumers, delay, got)
+            if consumers is not None:
+                assert cl.stats("a")["objects"] == 0 and cl.stats("b")["objects"] == 0
+            else:
+                prod.delete(ref)
 
 
 def test_owner_killed_before_pull(cluster: Cluster) -> None:

@@ -67,6 +67,8 @@ MAX_CONTROL_FRAME = 64 * 1024
 MAX_CHUNK = 64 * MiB  # the most raw bytes a puller accepts behind one Chunk frame
 MAX_SERVER_CONNECTIONS = 128
 PUBLISH_BATCH = 512
+MAX_PULL_ROUNDS = 8
+ASSUMED_MIN_BANDWIDTH = 50e6  # bytes/s: how long a get waits for a copy another pull is writing
 
 
 def obj_key(oid: bytes) -> str:
@@ -197,6 +199,10 @@ def _split_address(addr: str) -> tuple[str, int]:
 
 
 _STOP = object()
+
+
+class _Arriving(Exception):
+    """Another pull on this node is writing the object's local copy."""
 
 
 class Remote:
@@ -509,13 +515,22 @@ class Remote:
 
     def fetch(self, daemon: Any, conn: Any, session: Session, oid: bytes) -> tuple[P.Reply, list[int]]:
         """Find ``oid`` in the global directory, pull it into a local segment, answer ``Located``."""
-        t = self.config.remote_timeout_s
-        deadline = time.monotonic() + t
-        hexid = oid.hex()
 
         def export(rec: ObjectRecord, seg: Segment) -> tuple[P.Reply, list[int]]:
             return daemon._located(conn, rec, seg)
 
+        for _ in range(MAX_PULL_ROUNDS):
+            try:
+                return self._fetch_once(daemon, session, oid, export)
+            except _Arriving:
+                continue  # another pull here placed it first: wait for that copy, then look again
+        raise ObjectStateError(f"object {oid.hex()} keeps arriving from another node for other readers; try again")
+
+    def _fetch_once(self, daemon: Any, session: Session, oid: bytes,
+                    export: Callable[..., Any]) -> tuple[P.Reply, list[int]]:
+        t = self.config.remote_timeout_s
+        deadline = time.monotonic() + t
+        hexid = oid.hex()
         local = self._local(daemon, session, oid, export, deadline)
         if local is not None:
             return local
@@ -568,7 +583,7 @@ class Remote:
                deadline: float) -> tuple[P.Reply, list[int]] | None:
         """The local store's answer if it has one (the object, or a precise error); None on a miss.
 
-        A copy that another pull is still writing is waited for."""
+        A copy that another pull is still writing is waited for (longer for larger objects)."""
         store = daemon.store
         while True:
             with daemon.lock:
@@ -578,7 +593,8 @@ class Remote:
                         return store_get(daemon, session, oid, export)
                     except AccessDenied:
                         return None
-            if time.monotonic() > deadline:
+                limit = deadline + rec.nbytes / ASSUMED_MIN_BANDWIDTH
+            if time.monotonic() > limit:
                 raise ObjectStateError(f"object {oid.hex()} is still arriving from another node; try again")
             time.sleep(0.002)
 
@@ -622,21 +638,16 @@ class Remote:
         cons = frozenset(h.consumers) if h.consumers is not None else None
         # The local copy serves the function that pulled it: freed right after its read when the object
         # has declared consumers (each other consumer pulls, and is counted, on its own), kept for the
-        # invocation otherwise (the owner keeps its own copy as long).
+        # invocation otherwise (the owner keeps its own copy as long, and other functions here reuse it).
         pending = {session.function} if cons is not None else None
-        while True:
-            with daemon.lock:
-                store._check_live(session)
-                cur = store.objects.get(oid)
-                if cur is None:
-                    rec, seg = store.place(session.invocation, h.producer, cons, pending, oid, h.nbytes,
-                                           h.dtype, shape)
-                    break
+        with daemon.lock:
+            store._check_live(session)
+            cur = store.objects.get(oid)
+            if cur is not None:
                 if cur.state == SEALED:  # another pull finished meanwhile: read its copy
                     return store_get(daemon, session, oid, export)
-            if time.monotonic() > deadline:
-                raise ObjectStateError(f"object {hexid} is still arriving from another node; try again")
-            time.sleep(0.002)
+                raise _Arriving()
+            rec, seg = store.place(session.invocation, h.producer, cons, pending, oid, h.nbytes, h.dtype, shape)
         try:
             got, buf = 0, memoryview(bytearray(0))
             while got < h.nbytes:
@@ -668,7 +679,10 @@ class Remote:
                     raise DataDeleted(f"the copy of object {hexid} was freed during the pull")
                 store.seal(None, oid)
                 out = export(rec, seg)
-                store.consumed(rec, session.function)
+                if rec.pending is not None:
+                    # Read by the one function it was pulled for. Freed without a tombstone: this node's
+                    # copy is not the object, whose owner answers any later read.
+                    store._free(rec, None)
                 log.debug("pulled %s (%d bytes) from %s", hexid, h.nbytes, node)
                 return out
         except BaseException:
