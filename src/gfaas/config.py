@@ -56,6 +56,8 @@ class NodeConfig:
         redis_url: the global directory (``redis://host:port/db``); ``None`` runs single-node.
         chunk_bytes: chunk size of cross-node pulls (pipelined).
         remote_timeout_s: how long a cross-node lookup or pull may take before it fails.
+        warm_pool_bytes: the most bytes of freed large-object segments kept mapped for reuse by
+            the same invocation (their pages stay allocated and mapped; 0 turns reuse off).
         tombstones_per_invocation: how many freed IDs per invocation are remembered to answer
             ``DataDeleted`` instead of ``AccessDenied``.
     """
@@ -74,6 +76,7 @@ class NodeConfig:
     chunk_bytes: int = 2 * MiB
     remote_timeout_s: float = 5.0
     tombstones_per_invocation: int = 65536
+    warm_pool_bytes: int = 512 * MiB
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -102,6 +105,7 @@ class NodeConfig:
         _positive("ids_per_lease", self.ids_per_lease)
         _positive("chunk_bytes", self.chunk_bytes, 4 * KiB)
         _positive("tombstones_per_invocation", self.tombstones_per_invocation)
+        _positive("warm_pool_bytes", self.warm_pool_bytes, 0)
         if not isinstance(self.transfer_port, int) or not (0 <= self.transfer_port <= 65535):
             raise ConfigError(f"transfer_port={self.transfer_port!r} is not a TCP port (0-65535)")
         if not isinstance(self.remote_timeout_s, int | float) or not self.remote_timeout_s > 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,9 +133,27 @@ class Client:
         self._arena_seg = -1
         self._next = 0
         self._ids: list[bytes] = []
+        # Segments whose views died (see _pinned_view), told to the daemon with the next request.
+        self._released: list[int] = []
 
     # ---- plumbing ------------------------------------------------------------------------------
+    def _flush_released(self) -> None:
+        if self._released:
+            done, self._released[:] = list(self._released), []
+            self._ch.send(P.Release(done))
+
+    def _pinned_view(self, mm: mmap.mmap, seg: int, offset: int, nbytes: int) -> memoryview:
+        """A buffer over one object whose death tells the daemon the segment may be reused.
+
+        numpy arrays made from it (and every view derived from them) keep this exact memoryview
+        alive, so the finalizer runs only when the last of them is gone.
+        """
+        mv = memoryview(mm)[offset : offset + nbytes]
+        weakref.finalize(mv, self._released.append, seg)
+        return mv
+
     def _call(self, msg: P._Msg) -> P.Reply:
+        self._flush_released()
         reply, fds = self._ch.call(msg)
         for seg in getattr(reply, "retired", ()):
             self._maps.pop((seg, False), None)
@@ -186,6 +205,7 @@ class Client:
         oid = self._ids.pop()
         self._arena[off : off + n] = arr.reshape(-1).view(np.uint8).data if n else b""
         self._next = off + n
+        self._flush_released()
         self._ch.send(P.Seal(oid, off, n, dt, [n] if dt == RAW else list(arr.shape), cons))
         return DataRef(oid, self.node_id)
 
@@ -210,7 +230,10 @@ class Client:
         else:
             _populate(mm, r.offset, n, _MADV_POPULATE_WRITE)
         np_dt = np.dtype(np.uint8 if dt == RAW else dt)
-        arr = np.frombuffer(mm, dtype=np_dt, count=n // np_dt.itemsize, offset=r.offset).reshape(shape)
+        if r.pin:
+            arr = np.frombuffer(self._pinned_view(mm, r.segment, r.offset, n), dtype=np_dt).reshape(shape)
+        else:
+            arr = np.frombuffer(mm, dtype=np_dt, count=n // np_dt.itemsize, offset=r.offset).reshape(shape)
         return Buffer(self, r.id, arr, dt == RAW)
 
     def get(self, ref: DataRef | str, copy: bool = False) -> Any:
@@ -222,17 +245,27 @@ class Client:
         r = self._call(P.Get(ref.id))
         assert isinstance(r, P.Located)
         mm = self._map(r.segment, False)
-        if r.dtype == RAW:
-            mv = memoryview(mm)[r.offset : r.offset + r.nbytes]
-            return bytes(mv) if copy else mv.toreadonly()
-        dt = np.dtype(r.dtype)
-        view = np.frombuffer(mm, dtype=dt, count=r.nbytes // dt.itemsize, offset=r.offset).reshape(r.shape)
         if copy:
             _populate(mm, r.offset, r.nbytes, _MADV_POPULATE_READ)
-            out = np.empty(view.shape, dt)
-            np.copyto(out, view)
+            src = memoryview(mm)[r.offset : r.offset + r.nbytes]
+            if r.dtype == RAW:
+                out: Any = bytes(src)
+            else:
+                dt = np.dtype(r.dtype)
+                out = np.empty(r.shape, dt)
+                np.copyto(out.reshape(-1).view(np.uint8), np.frombuffer(src, np.uint8))
+            del src
+            if r.pin:
+                self._released.append(r.segment)  # the copy is done: nothing of ours points there
             return out
-        return view
+        if r.pin:
+            buf: Any = self._pinned_view(mm, r.segment, r.offset, r.nbytes)
+        else:
+            buf = memoryview(mm)[r.offset : r.offset + r.nbytes]
+        if r.dtype == RAW:
+            # A memoryview of an ndarray: slices of it keep the ndarray, hence the pinned view, alive.
+            return memoryview(np.frombuffer(buf, np.uint8))
+        return np.frombuffer(buf, dtype=np.dtype(r.dtype)).reshape(r.shape)
 
     def delete(self, ref: DataRef | str) -> None:
         """Free an object now (only its producer may)."""

@@ -41,6 +41,9 @@ from .store import WRITING, ObjectRecord, Segment, Session, Store
 log = logging.getLogger("gfaas.dataplane")
 
 
+_ASYNC = (P.Seal, P.Release)  # requests that get no reply
+
+
 @dataclass(eq=False)
 class Conn:
     sock: socket.socket
@@ -90,6 +93,7 @@ class Daemon:
             P.SealAllocated: self._seal_allocated,
             P.Get: self._get,
             P.Delete: self._delete,
+            P.Release: self._release,
         }
 
     # ---- state on disk -------------------------------------------------------------------------
@@ -262,13 +266,13 @@ class Daemon:
         msg: Any = None
         try:
             msg = P.decode_request(data)
-            if conn.pending_error is not None and not isinstance(msg, P.Seal):
+            if conn.pending_error is not None and not isinstance(msg, _ASYNC):
                 err, conn.pending_error = conn.pending_error, None
                 raise err
             with self.lock:
                 out = self._handlers[type(msg)](conn, msg)
         except GfaasError as exc:
-            if isinstance(msg, P.Seal):
+            if isinstance(msg, _ASYNC):
                 conn.pending_error = exc  # asynchronous request: reported on the next synchronous one
                 log.warning("asynchronous seal failed: %s", exc)
                 return
@@ -418,7 +422,8 @@ class Daemon:
 
     def _allocate(self, conn: Conn, m: P.Allocate) -> tuple[P.Reply, list[int]]:
         rec, seg = self.store.allocate(self._need_session(conn), m.nbytes, m.dtype, m.shape, m.consumers)
-        return P.Allocated(rec.id, seg.id, rec.offset), self._export(conn, seg, True)
+        fds = self._export(conn, seg, True)
+        return P.Allocated(rec.id, seg.id, rec.offset, pin=self.store.pin(self._need_session(conn), seg)), fds
 
     def _seal_allocated(self, conn: Conn, m: P.SealAllocated) -> tuple[P.Reply, list[int]]:
         rec = self.store.seal(self._need_session(conn), m.id)
@@ -430,8 +435,10 @@ class Daemon:
             self.remote.publish(rec)
 
     def _located(self, conn: Conn, rec: ObjectRecord, seg: Segment) -> tuple[P.Reply, list[int]]:
+        fds = self._export(conn, seg, False)
+        pin = conn.session is not None and self.store.pin(conn.session, seg)
         return (P.Located(rec.id, seg.id, rec.offset, rec.nbytes, rec.dtype, list(rec.shape),
-                          self.config.node_id), self._export(conn, seg, False))
+                          self.config.node_id, pin=pin), fds)
 
     def _get(self, conn: Conn, m: P.Get) -> tuple[P.Reply, list[int]] | None:
         s = self._need_session(conn)
@@ -446,6 +453,11 @@ class Daemon:
         """Not here, or still arriving from another node (a pull writes it; the remote waits for it)."""
         rec = self.store.objects.get(oid)
         return rec is None or (rec.state == WRITING and rec.writer is None)
+
+    def _release(self, conn: Conn, m: P.Release) -> None:
+        if conn.session is not None:
+            self.store.release(conn.session, m.segments)
+        return None
 
     def _delete(self, conn: Conn, m: P.Delete) -> tuple[P.Reply, list[int]]:
         s = self._need_session(conn)

@@ -93,6 +93,13 @@ class Delete(_Msg):
     id: bytes
 
 
+class Release(_Msg):
+    """The caller dropped its last view into these segments (one entry per pinned reply).
+    Sent without waiting for a reply."""
+
+    segments: list[int]
+
+
 Request = (
     Hello
     | AdminHello
@@ -106,6 +113,7 @@ Request = (
     | SealAllocated
     | Get
     | Delete
+    | Release
 )
 
 
@@ -145,6 +153,7 @@ class StatsReply(_Msg):
     invocations: int
     connections: int
     lost: int
+    bytes_pooled: int = 0
 
 
 class Leased(_Msg):
@@ -165,6 +174,7 @@ class Allocated(_Msg):
     segment: int
     offset: int
     retired: list[int] = []
+    pin: bool = False  # the segment may be reused: send Release when the last view is gone
 
 
 class Located(_Msg):
@@ -176,6 +186,7 @@ class Located(_Msg):
     shape: list[int]
     node: str
     retired: list[int] = []
+    pin: bool = False  # the segment may be reused: send Release when the last view is gone
 
 
 class Ok(_Msg):
@@ -214,12 +225,12 @@ def decode_request(data: bytes) -> Request:
         raise ProtocolError(f"request frame of {len(data)} bytes exceeds the {MAX_FRAME}-byte limit")
     try:
         return _req_dec.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"malformed request frame ({len(data)} bytes): {exc}") from None
 
 
 def decode_reply(data: bytes) -> Reply:
     try:
         return _rep_dec.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"malformed reply frame ({len(data)} bytes): {exc}") from None

@@ -59,6 +59,9 @@ class Segment:
     used: int = 0
     live: int = 0
     open: bool = True
+    pins: int = 0  # replies naming this segment whose views are still alive in some client
+    pooled: bool = False
+    recyclable: bool = True
 
 
 @dataclass(slots=True)
@@ -89,6 +92,7 @@ class Session:
     arena: Segment | None = None
     arena_next: int = 0
     issued: set[bytes] = field(default_factory=set)
+    pins: dict[int, int] = field(default_factory=dict)
 
 
 class Store:
@@ -117,6 +121,8 @@ class Store:
         self._lost: dict[bytes, str] = {k: v for k, v in (lost or {}).items() if v in self.registry}
         self._next_seg = 0
         self._next_session = 0
+        self._pool: dict[str, list[Segment]] = {}
+        self.pooled_bytes = 0
 
     # ---- invocations and sessions ----------------------------------------------------------
     def open_invocation(
@@ -144,6 +150,10 @@ class Store:
             if s.invocation == invocation_id:
                 self._close_arena(s)
                 s.issued.clear()
+        for seg in [g for g in self.segments.values() if g.invocation == invocation_id]:
+            if seg.pooled or (not seg.live and not seg.open):
+                self._retire(seg)  # pooled or parked: the invocation will not reuse them
+        self._pool.pop(invocation_id, None)
         log.info("end invocation %s: freed %d objects", invocation_id, len(ids))
         return len(ids)
 
@@ -158,9 +168,13 @@ class Store:
         """Forget a connection: objects it was still writing vanish, its slab closes."""
         self.sessions.pop(s.id, None)
         for rec in [r for r in self.objects.values() if r.writer == s.id and r.state == WRITING]:
+            seg = self.segments.get(rec.segment)
+            if seg is not None:
+                seg.recyclable = False  # half-written: give the memory back rather than keep it
             self._free(rec, None)
         self._close_arena(s)
         s.issued.clear()
+        self.release(s, [sid for sid, n in s.pins.items() for _ in range(n)])
 
     def _check_live(self, s: Session) -> None:
         if s.invocation not in self.registry:
@@ -176,6 +190,8 @@ class Store:
                 f"{what} of {nbytes} bytes on {self.config.node_id}/{self.backend.name} exceeds the whole pool"
                 f" of {cap} bytes; raise capacity_bytes or split the object"
             )
+        if self.reserved + nbytes > cap:
+            self._evict_warm(nbytes)
         if self.reserved + nbytes > cap:
             raise CapacityError(
                 f"{what} of {nbytes} bytes failed on {self.config.node_id}/{self.backend.name}: pool {cap},"
@@ -200,12 +216,81 @@ class Store:
             self._maybe_retire(seg)
 
     def _maybe_retire(self, seg: Segment) -> None:
-        if seg.live == 0 and not seg.open and seg.id in self.segments:
-            del self.segments[seg.id]
-            self.reserved -= seg.size
-            self.backend.free(seg.handle)
-            if self.on_retire is not None:
-                self.on_retire(seg.id)
+        """Retire a segment nobody stores into any more, or keep a large-object segment warm.
+
+        A segment of its own (one large object) whose object is gone is kept for the next large
+        object of the same invocation: its pages are already allocated and mapped by the processes
+        that used it, which is what makes the next put and copy run at memory speed. It may be
+        reused only once every view a client took of it is gone (``pins`` back to 0); until then
+        it is *parked*. Pooled and parked segments are retired first when the pool runs short.
+        """
+        if seg.live or seg.open or seg.pooled or seg.id not in self.segments:
+            return
+        if seg.owner is None and seg.recyclable and seg.invocation in self.registry:
+            if seg.pins:
+                return  # parked
+            if self.pooled_bytes + seg.size <= self.config.warm_pool_bytes:
+                seg.pooled = True
+                self.pooled_bytes += seg.size
+                self._pool.setdefault(seg.invocation, []).append(seg)
+                return
+        self._retire(seg)
+
+    def _retire(self, seg: Segment) -> None:
+        if seg.pooled:
+            seg.pooled = False
+            self.pooled_bytes -= seg.size
+            self._pool[seg.invocation].remove(seg)
+        del self.segments[seg.id]
+        self.reserved -= seg.size
+        self.backend.free(seg.handle)
+        if self.on_retire is not None:
+            self.on_retire(seg.id)
+
+    def _evict_warm(self, need: int) -> None:
+        """Retire pooled, then parked, segments (oldest first) until ``need`` more bytes fit."""
+        cap = self.config.capacity_bytes
+        idle = [g for g in self.segments.values() if g.pooled]
+        idle += [g for g in self.segments.values() if not g.pooled and not g.live and not g.open]
+        for seg in idle:
+            if self.reserved + need <= cap:
+                return
+            self._retire(seg)
+
+    def _take_warm(self, invocation: str, nbytes: int) -> Segment | None:
+        """A pooled segment of this invocation that fits ``nbytes`` without wasting over half."""
+        best = None
+        for seg in self._pool.get(invocation, ()):
+            if nbytes <= seg.size <= 2 * nbytes + 4096 and (best is None or seg.size < best.size):
+                best = seg
+        if best is not None:
+            self._pool[invocation].remove(best)
+            best.pooled = False
+            self.pooled_bytes -= best.size
+        return best
+
+    def pin(self, s: Session, seg: Segment) -> bool:
+        """Record that the session took a view of a reusable segment; it must release it."""
+        if seg.owner is not None:
+            return False  # slab space is never handed out twice: nothing to pin
+        seg.pins += 1
+        s.pins[seg.id] = s.pins.get(seg.id, 0) + 1
+        return True
+
+    def release(self, s: Session, segments: list[int]) -> None:
+        """The session's views of these segments are gone (unknown entries are ignored)."""
+        for sid in segments:
+            held = s.pins.get(sid, 0)
+            if held <= 0:
+                continue
+            if held == 1:
+                del s.pins[sid]
+            else:
+                s.pins[sid] = held - 1
+            seg = self.segments.get(sid)
+            if seg is not None:
+                seg.pins -= 1
+                self._maybe_retire(seg)
 
     def _issue(self, s: Session, n: int) -> list[bytes]:
         ids = [new_id() for _ in range(n)]
@@ -279,7 +364,8 @@ class Store:
         if nbytes <= self.config.small_object_max and seg is not None and off + nbytes <= seg.size:
             s.arena_next = off + nbytes
         else:
-            seg = self._new_segment(s.invocation, None, max(nbytes, 1), "allocation")
+            seg = self._take_warm(s.invocation, nbytes) or self._new_segment(
+                s.invocation, None, max(nbytes, 1), "allocation")
             seg.used, off = seg.size, 0
         rec = self._record(new_id(), s.invocation, s.function, cons, seg, off, nbytes, dtype, shp, WRITING, s.id)
         return rec, seg
@@ -287,6 +373,9 @@ class Store:
     def seal(self, s: Session | None, oid: bytes) -> ObjectRecord:
         """Make an allocated object immutable and visible (``s=None``: internal, e.g. a pull)."""
         rec = self.objects.get(oid)
+        if rec is not None and s is not None and rec.state != WRITING and (rec.invocation, rec.producer) == (
+                s.invocation, s.function):
+            raise ObjectStateError(f"object {oid.hex()} is already sealed; objects are sealed once")
         if rec is None or (s is not None and (rec.writer != s.id or rec.invocation != s.invocation)):
             raise AccessDenied("seal refused: no object with this ID is being written by this connection")
         if rec.state != WRITING:
@@ -383,4 +472,5 @@ class Store:
             "invocations": len(self.registry),
             "connections": len(self.sessions),
             "lost": len(self._lost),
+            "bytes_pooled": self.pooled_bytes,
         }
