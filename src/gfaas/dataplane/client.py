@@ -142,15 +142,16 @@ class Client:
             done, self._released[:] = list(self._released), []
             self._ch.send(P.Release(done))
 
-    def _pinned_view(self, mm: mmap.mmap, seg: int, offset: int, nbytes: int) -> memoryview:
-        """A buffer over one object whose death tells the daemon the segment may be reused.
+    def _pinned_view(self, mm: mmap.mmap, seg: int, offset: int, nbytes: int) -> np.ndarray:
+        """A uint8 array over one object whose death tells the daemon the segment may be reused.
 
-        numpy arrays made from it (and every view derived from them) keep this exact memoryview
-        alive, so the finalizer runs only when the last of them is gone.
+        Every array derived from it has this exact array as its ``base`` (numpy stops collapsing
+        the base chain at an array whose own base is not an array), and ``memoryview``s of those
+        arrays hold them, so the finalizer runs only when the last view of the object is gone.
         """
-        mv = memoryview(mm)[offset : offset + nbytes]
-        weakref.finalize(mv, self._released.append, seg)
-        return mv
+        holder = np.frombuffer(memoryview(mm)[offset : offset + nbytes], np.uint8)
+        weakref.finalize(holder, self._released.append, seg)
+        return holder
 
     def _call(self, msg: P._Msg) -> P.Reply:
         self._flush_released()
@@ -231,7 +232,7 @@ class Client:
             _populate(mm, r.offset, n, _MADV_POPULATE_WRITE)
         np_dt = np.dtype(np.uint8 if dt == RAW else dt)
         if r.pin:
-            arr = np.frombuffer(self._pinned_view(mm, r.segment, r.offset, n), dtype=np_dt).reshape(shape)
+            arr = self._pinned_view(mm, r.segment, r.offset, n).view(np_dt).reshape(shape)
         else:
             arr = np.frombuffer(mm, dtype=np_dt, count=n // np_dt.itemsize, offset=r.offset).reshape(shape)
         return Buffer(self, r.id, arr, dt == RAW)
@@ -259,13 +260,12 @@ class Client:
                 self._released.append(r.segment)  # the copy is done: nothing of ours points there
             return out
         if r.pin:
-            buf: Any = self._pinned_view(mm, r.segment, r.offset, r.nbytes)
+            raw = self._pinned_view(mm, r.segment, r.offset, r.nbytes)
         else:
-            buf = memoryview(mm)[r.offset : r.offset + r.nbytes]
+            raw = np.frombuffer(memoryview(mm)[r.offset : r.offset + r.nbytes], np.uint8)
         if r.dtype == RAW:
-            # A memoryview of an ndarray: slices of it keep the ndarray, hence the pinned view, alive.
-            return memoryview(np.frombuffer(buf, np.uint8))
-        return np.frombuffer(buf, dtype=np.dtype(r.dtype)).reshape(r.shape)
+            return memoryview(raw)  # slices of it keep ``raw``, hence the pin, alive
+        return raw.view(np.dtype(r.dtype)).reshape(r.shape)
 
     def delete(self, ref: DataRef | str) -> None:
         """Free an object now (only its producer may)."""
