@@ -165,6 +165,8 @@ def test_access_rules_across_nodes(cluster: Cluster) -> None:
     assert time.monotonic() - t0 < cl.cfg["b"].remote_timeout_s + 2
     assert str(denied.value) == str(forged_denied.value)
     assert bytes(cons.get(ref)) == b"secret bytes"
+    empty = prod.put(np.zeros((0, 3), dtype=np.float32), consumers=["b"])
+    assert cons.get(empty).shape == (0, 3)
     # A function of another invocation, with its own tokens on both nodes, is denied too.
     inv2 = cl.admin["a"].open_invocation("wf", FUNCTIONS)
     cl.admin["b"].open_invocation("wf", FUNCTIONS, invocation_id=inv2.id, tokens=inv2.tokens)

@@ -486,18 +486,36 @@ class Remote:
             header = Header(rec.id, rec.invocation, rec.producer,
                             sorted(rec.consumers) if rec.consumers is not None else None,
                             rec.nbytes, rec.dtype, list(rec.shape))
+            mapped = _mapped(store.backend, seg.handle) if rec.nbytes else None
+            holder = _pin(store, seg, rec.invocation) if mapped is not None else None
+        try:
+            self._send_object(sock, header, rec, seg, mapped, fn)
+        finally:
+            if holder is not None:
+                with d.lock:
+                    _unpin(store, holder)
+        log.debug("served %s (%d bytes) to %s of %s", rec.id.hex(), rec.nbytes, fn, inv.id)
+
+    def _send_object(self, sock: socket.socket, header: Header, rec: ObjectRecord, seg: Segment,
+                     mapped: memoryview | None, fn: str) -> None:
+        d = self._daemon
+        store = d.store
         sock.sendall(encode_frame(header))
         chunk = self.config.chunk_bytes
-        buf = memoryview(bytearray(min(chunk, rec.nbytes)))
+        buf = memoryview(bytearray(0 if mapped is not None else min(chunk, rec.nbytes)))
         off = 0
         while off < rec.nbytes:
             n = min(chunk, rec.nbytes - off)
-            with d.lock:  # the object may be freed meanwhile (delete, end of its invocation)
-                if store.objects.get(rec.id) is not rec:
-                    raise DataDeleted(f"object {rec.id.hex()} was freed on node {self.node_id} during the"
-                                      " transfer; it can no longer be read")
-                store.backend.copy_out(seg.handle, rec.offset + off, n, buf[:n])
-            _send_all(sock, [encode_frame(Chunk(n)), buf[:n]])
+            if mapped is not None:  # straight from the segment (pinned: not reused meanwhile)
+                data = mapped[rec.offset + off : rec.offset + off + n]
+            else:
+                with d.lock:  # the object may be freed meanwhile (delete, end of its invocation)
+                    if store.objects.get(rec.id) is not rec:
+                        raise DataDeleted(f"object {rec.id.hex()} was freed on node {self.node_id} during"
+                                          " the transfer; it can no longer be read")
+                    store.backend.copy_out(seg.handle, rec.offset + off, n, buf[:n])
+                data = buf[:n]
+            _send_all(sock, [encode_frame(Chunk(n)), data])
             off += n
         ack = read_frame(sock, _to_owner)
         if not isinstance(ack, Received):
@@ -506,7 +524,6 @@ class Remote:
             if store.objects.get(rec.id) is rec:
                 store.consumed(rec, fn)
         sock.sendall(encode_frame(Consumed()))
-        log.debug("served %s (%d bytes) to %s of %s", rec.id.hex(), rec.nbytes, fn, inv.id)
 
     # ---- pulls (puller side, on a daemon worker thread) -------------------------------------------
     def may_fetch(self, oid: object) -> bool:
@@ -648,6 +665,8 @@ class Remote:
                     return store_get(daemon, session, oid, export)
                 raise _Arriving()
             rec, seg = store.place(session.invocation, h.producer, cons, pending, oid, h.nbytes, h.dtype, shape)
+            mapped = _mapped(store.backend, seg.handle) if h.nbytes else None
+            holder = _pin(store, seg, session.invocation) if mapped is not None else None
         try:
             got, buf = 0, memoryview(bytearray(0))
             while got < h.nbytes:
@@ -657,14 +676,17 @@ class Remote:
                 if not isinstance(m, Chunk) or not 0 < m.nbytes <= min(h.nbytes - got, MAX_CHUNK):
                     raise ProtocolError(f"node {node} sent a bad chunk frame for object {hexid}")
                 n = m.nbytes
-                if len(buf) < n:
-                    buf = memoryview(bytearray(n))
-                _recv_exact(sock, buf[:n])
-                with daemon.lock:
-                    if store.objects.get(oid) is not rec:
-                        store._check_live(session)
-                        raise DataDeleted(f"the copy of object {hexid} was freed during the pull")
-                    store.backend.copy_in(seg.handle, rec.offset + got, buf[:n])
+                if mapped is not None:  # straight into the segment; checked once at the end
+                    _recv_exact(sock, mapped[rec.offset + got : rec.offset + got + n])
+                else:
+                    if len(buf) < n:
+                        buf = memoryview(bytearray(n))
+                    _recv_exact(sock, buf[:n])
+                    with daemon.lock:
+                        if store.objects.get(oid) is not rec:
+                            store._check_live(session)
+                            raise DataDeleted(f"the copy of object {hexid} was freed during the pull")
+                        store.backend.copy_in(seg.handle, rec.offset + got, buf[:n])
                 got += n
             sock.sendall(encode_frame(Received()))
             try:
@@ -690,6 +712,32 @@ class Remote:
                 if store.objects.get(oid) is rec and rec.state == WRITING:
                     store._free(rec, None)
             raise
+        finally:
+            if holder is not None:
+                with daemon.lock:
+                    _unpin(store, holder)
+
+
+def _mapped(backend: Any, handle: Any) -> memoryview | None:
+    """A view of a host segment's memory, or None for backends that need ``copy_in``/``copy_out``.
+
+    Taken under the daemon lock while the object is live; the view keeps the mapping valid even if
+    the segment is freed meanwhile (the host backend then unmaps it when the last view goes)."""
+    if getattr(backend, "name", None) == "host" and hasattr(handle, "view"):
+        return memoryview(handle.view()).cast("B")
+    return None
+
+
+def _pin(store: Any, seg: Segment, invocation: str) -> Session:
+    """Pin ``seg`` for a transfer that reads or writes it through a view (call under the daemon lock),
+    so that it is not handed to another object meanwhile; :func:`_unpin` when done."""
+    holder = Session(-1, invocation, "<transfer>", ())
+    store.pin(holder, seg)
+    return holder
+
+
+def _unpin(store: Any, holder: Session) -> None:
+    store.release(holder, [sid for sid, n in holder.pins.items() for _ in range(n)])
 
 
 def store_get(daemon: Any, session: Session, oid: bytes, export: Callable[..., Any]) -> tuple[P.Reply, list[int]]:
