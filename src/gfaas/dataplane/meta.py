@@ -13,14 +13,23 @@ MAX_CONSUMERS = 256
 ALIGN = 64
 
 
+# Every accepted dtype string and its item size, so the hot path is one dict lookup.
+_ITEMSIZE = {
+    f"{order}{kind}": (1 if kind == "b1" else int(kind[1:]))
+    for order in "<>|="
+    for kind in ("b1", "i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f2", "f4", "f8", "c8", "c16")
+}
+_ITEMSIZE[RAW] = 1
+assert all(_DTYPE.fullmatch(k) for k in _ITEMSIZE if k != RAW)
+
+
 def itemsize(dtype: str) -> int:
-    if dtype == RAW:
-        return 1
-    if not isinstance(dtype, str) or not _DTYPE.fullmatch(dtype):
+    size = _ITEMSIZE.get(dtype) if isinstance(dtype, str) else None
+    if size is None:
         raise ProtocolError(
             f"dtype {dtype!r} is not supported; use a numeric or bool numpy dtype (e.g. '<f4') or 'raw' for bytes"
         )
-    return int(dtype[2:]) if dtype[1] != "b" else 1
+    return size
 
 
 def check_meta(nbytes: int, dtype: str, shape: list[int] | tuple[int, ...]) -> tuple[int, ...]:
