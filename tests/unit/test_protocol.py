@@ -1,0 +1,188 @@
+"""Wire protocol decoding: exactly the declared message types, anything else is a ProtocolError."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gfaas import ProtocolError
+from gfaas.dataplane import protocol as P
+
+OID = bytes(range(16))
+
+REQUESTS = [
+    P.Hello("t" * 32),
+    P.AdminHello("a" * 32, 1),
+    P.OpenInvocation("wf", ["f", "g"], None, None),
+    P.OpenInvocation("wf", ["f"], "0" * 32, {"f": "1" * 32}),
+    P.EndInvocation("0" * 32),
+    P.Stats(),
+    P.Lease(100),
+    P.MoreIds(64),
+    P.Seal(OID, 64, 40, "<f4", [10], ["g"]),
+    P.Seal(OID, 0, 0, "raw", [0], None),
+    P.Allocate(1 << 20, "<f8", [128, 1024], None),
+    P.SealAllocated(OID),
+    P.Get(OID),
+    P.Delete(OID),
+]
+
+REPLIES = [
+    P.Welcome("n0", "0" * 32, "f", ["f", "g"], 1 << 20, 1 << 18, 1 << 30),
+    P.AdminWelcome("n0"),
+    P.InvocationOpened("0" * 32, {"f": "1" * 32}),
+    P.Ended("0" * 32, 3),
+    P.StatsReply("n0", 1, 0, 4096, 100, 1 << 30, 1, 1, 2, 0),
+    P.Leased(1, 0, 1 << 20, [OID], [3]),
+    P.Ids([OID, OID]),
+    P.Allocated(OID, 2, 0),
+    P.Located(OID, 2, 64, 40, "<f4", [10], "n0", []),
+    P.Ok([1, 2]),
+    P.Error("AccessDenied", "no"),
+]
+
+
+@pytest.mark.parametrize("msg", REQUESTS, ids=lambda m: type(m).__name__)
+def test_every_request_round_trips(msg: P._Msg) -> None:
+    """Each request type encodes to one frame that decodes back to an equal message."""
+    data = P.encode(msg)
+    assert len(data) <= P.MAX_FRAME
+    assert P.decode_request(data) == msg
+
+
+@pytest.mark.parametrize("msg", REPLIES, ids=lambda m: type(m).__name__)
+def test_every_reply_round_trips(msg: P._Msg) -> None:
+    """Each reply type encodes and decodes back to an equal message."""
+    assert P.decode_reply(P.encode(msg)) == msg
+
+
+def test_frames_are_tagged_arrays() -> None:
+    """The wire form is a MessagePack array whose first element is the message type's name."""
+    assert msgspec.msgpack.decode(P.encode(P.Get(OID))) == ["Get", OID]
+
+
+@pytest.mark.parametrize("msg", REPLIES, ids=lambda m: type(m).__name__)
+def test_replies_are_not_requests(msg: P._Msg) -> None:
+    """A reply type sent to the daemon is rejected (the request union is closed)."""
+    with pytest.raises(ProtocolError, match="malformed request frame"):
+        P.decode_request(P.encode(msg))
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        ["Get", 123],  # wrong field type
+        ["Get", "0" * 16],  # str instead of bytes
+        ["Get"],  # missing field
+        ["Nope", OID],  # unknown tag
+        ["Lease", True],  # bool is not an int
+        ["Lease", 1.5],
+        ["Seal", OID, 0, 8, "raw", [8.0], None],
+        ["Seal", OID, 0, 8, "raw", "8", None],
+        ["Seal", OID, 0, 8, "raw", [8], "g"],
+        ["OpenInvocation", "wf", "f"],
+        ["OpenInvocation", "wf", ["f"], None, {"f": 1}],
+        ["Hello", None],
+        {"type": "Get", "id": OID},  # map instead of array
+        "Get",
+        42,
+        None,
+        [],
+        [None],
+    ],
+)
+def test_valid_msgpack_of_the_wrong_shape_is_rejected(obj: object) -> None:
+    """Well-formed MessagePack that is not exactly a request type raises ProtocolError."""
+    with pytest.raises(ProtocolError, match="malformed request frame"):
+        P.decode_request(msgspec.msgpack.encode(obj))
+
+
+@pytest.mark.parametrize("cut", [1, 2, 5, 10, 20])
+def test_truncated_frames_are_rejected(cut: int) -> None:
+    """A valid Seal frame cut short anywhere raises ProtocolError."""
+    data = P.encode(P.Seal(OID, 64, 40, "<f4", [10], ["g"]))
+    assert cut < len(data)
+    with pytest.raises(ProtocolError, match=f"malformed request frame \\({cut} bytes\\)"):
+        P.decode_request(data[:cut])
+
+
+def test_trailing_garbage_is_rejected() -> None:
+    """Bytes after a complete message make the frame invalid."""
+    with pytest.raises(ProtocolError):
+        P.decode_request(P.encode(P.Stats()) + b"\x00")
+
+
+@pytest.mark.parametrize("data", [b"\x91\xa1\x80", b"\x92\xa3Get\xa1\xff", b"\xa2\xc3\x28"])
+def test_invalid_utf8_is_a_protocol_error(data: bytes) -> None:
+    """Strings that are not UTF-8 (in the tag or a field) raise ProtocolError, not UnicodeDecodeError."""
+    with pytest.raises(ProtocolError, match="malformed request frame"):
+        P.decode_request(data)
+    with pytest.raises(ProtocolError, match="malformed reply frame"):
+        P.decode_reply(data)
+
+
+def test_empty_frame_is_rejected() -> None:
+    """An empty frame is not a message."""
+    with pytest.raises(ProtocolError, match=r"\(0 bytes\)"):
+        P.decode_request(b"")
+
+
+def test_oversize_frames_are_rejected_before_decoding() -> None:
+    """A frame over 64 KiB is refused naming its size, even if it would decode."""
+    big = P.encode(P.OpenInvocation("wf", ["f" * 60] * 1200, None, None))
+    assert len(big) > P.MAX_FRAME
+    with pytest.raises(ProtocolError, match=f"request frame of {len(big)} bytes exceeds the 65536-byte limit"):
+        P.decode_request(big)
+    with pytest.raises(ProtocolError, match="exceeds"):
+        P.decode_request(b"\x00" * (P.MAX_FRAME + 1))
+    assert P.decode_request(P.encode(P.Stats())) == P.Stats()  # a small frame still decodes
+
+
+def test_max_frame_is_64_kib() -> None:
+    """The frame limit is 64 KiB."""
+    assert P.MAX_FRAME == 65536
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=256))
+def test_random_bytes_raise_only_protocol_error(data: bytes) -> None:
+    """Random bytes decode to a request or raise ProtocolError, never anything else."""
+    try:
+        msg = P.decode_request(data)
+    except ProtocolError:
+        return
+    assert isinstance(msg, P._Msg)
+
+
+_mp = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=20)
+    | st.binary(max_size=20),
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+_tags = st.sampled_from(["Hello", "AdminHello", "OpenInvocation", "EndInvocation", "Stats", "Lease", "MoreIds",
+                         "Seal", "Allocate", "SealAllocated", "Get", "Delete", "Ok", "Error", "x"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(_tags, st.lists(_mp, max_size=8))
+def test_random_tagged_arrays_raise_only_protocol_error(tag: str, fields: list[object]) -> None:
+    """Arrays with a (mostly valid) tag and random fields decode or raise ProtocolError only."""
+    data = msgspec.msgpack.encode([tag, *fields])
+    try:
+        msg = P.decode_request(data)
+    except ProtocolError:
+        return
+    assert type(msg).__name__ == tag
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=256))
+def test_random_reply_bytes_raise_only_protocol_error(data: bytes) -> None:
+    """The client's reply decoder is equally strict: random bytes give ProtocolError or a reply."""
+    try:
+        P.decode_reply(data)
+    except ProtocolError:
+        pass
