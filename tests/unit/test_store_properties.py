@@ -298,7 +298,7 @@ class StoreMachine(RuleBasedStateMachine):
         for oid, rec in st_.objects.items():
             assert rec.segment in st_.segments, f"object {oid.hex()} is in retired segment {rec.segment}"
             seg = st_.segments[rec.segment]
-            assert 0 <= rec.offset and rec.offset + rec.nbytes <= seg.size
+            assert rec.offset >= 0 and rec.offset + rec.nbytes <= seg.size
             assert rec.state == self.objs[oid].state
             counts[rec.segment] = counts.get(rec.segment, 0) + 1
         for sid, seg in st_.segments.items():
