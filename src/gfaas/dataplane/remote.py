@@ -68,6 +68,7 @@ MAX_CHUNK = 64 * MiB  # the most raw bytes a puller accepts behind one Chunk fra
 MAX_SERVER_CONNECTIONS = 128
 PUBLISH_BATCH = 512
 MAX_PULL_ROUNDS = 8
+NODE_CACHE_S = 2.0  # how long a node's transfer address is reused without asking the directory
 ASSUMED_MIN_BANDWIDTH = 50e6  # bytes/s: how long a get waits for a copy another pull is writing
 
 
@@ -238,6 +239,7 @@ class Remote:
         self._unwritten = 0
         self._active = 0
         self._threads: list[threading.Thread] = []
+        self._addresses: dict[str, tuple[str, float]] = {}  # node -> (transfer address, when read)
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def start(self, daemon: Any) -> None:
@@ -568,21 +570,10 @@ class Remote:
         if node == self.node_id:  # ours, and no longer here: the store has the precise answer
             with daemon.lock:
                 return store_get(daemon, session, oid, export)
-        addr = self._node_address(node)
-        if addr is None:
-            raise DataLost(f"object {hexid} was held by node {node}, which has left the cluster; re-run the"
-                           " function that produced it")
         with daemon.lock:
             daemon.store._check_live(session)
             token = daemon.store.registry.get(session.invocation).tokens[session.function]
-        host, port = _split_address(addr)
-        try:
-            sock = socket.create_connection((host, port), timeout=t)
-        except ConnectionRefusedError:
-            raise DataLost(f"object {hexid} is held by node {node} at {addr}, which refuses connections"
-                           " (its daemon is gone); the object is lost unless the node comes back") from None
-        except OSError as exc:
-            raise RemoteError(f"cannot reach node {node} at {addr} to pull object {hexid}: {exc}") from None
+        sock, addr = self._connect(node, hexid)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(t)
@@ -632,14 +623,44 @@ class Remote:
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
 
-    def _node_address(self, node: str) -> str | None:
+    def _node_address(self, node: str, fresh: bool) -> str | None:
+        """The transfer address of ``node``: cached for a moment unless ``fresh``."""
         import redis
 
+        now = time.monotonic()
+        hit = self._addresses.get(node)
+        if hit is not None and not fresh and now - hit[1] < NODE_CACHE_S:
+            return hit[0]
         try:
             addr = self._redis.get(node_key(node))
         except redis.RedisError as exc:
             raise RemoteError(f"the global directory at {self._dir_name} is unreachable: {exc}") from None
-        return str(addr) if addr else None
+        if addr:
+            self._addresses[node] = (str(addr), now)
+            return str(addr)
+        self._addresses.pop(node, None)
+        return None
+
+    def _connect(self, node: str, hexid: str) -> tuple[socket.socket, str]:
+        """A connection to ``node``'s transfer server; a refused cached address is looked up again."""
+        t = self.config.remote_timeout_s
+        tried: str | None = None
+        for fresh in (False, True):
+            addr = self._node_address(node, fresh)
+            if addr is None:
+                raise DataLost(f"object {hexid} was held by node {node}, which has left the cluster; re-run"
+                               " the function that produced it")
+            if addr == tried:
+                break
+            tried = addr
+            try:
+                return socket.create_connection(_split_address(addr), timeout=t), addr
+            except ConnectionRefusedError:
+                continue
+            except OSError as exc:
+                raise RemoteError(f"cannot reach node {node} at {addr} to pull object {hexid}: {exc}") from None
+        raise DataLost(f"object {hexid} is held by node {node} at {tried}, which refuses connections (its"
+                       " daemon is gone); the object is lost unless the node comes back")
 
     def _pull(self, daemon: Any, sock: socket.socket, session: Session, oid: bytes, token: str, node: str,
               export: Callable[..., Any], deadline: float) -> tuple[P.Reply, list[int]]:
