@@ -79,7 +79,8 @@ def _as_array(obj: Any) -> tuple[np.ndarray, str]:
         )
     if arr.dtype.hasobject or arr.dtype.fields is not None:
         raise ConfigError(f"cannot put an array of dtype {arr.dtype}; use a numeric or bool dtype")
-    arr = np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array into shape (1,))
+        arr = np.ascontiguousarray(arr)
     dt = arr.dtype.str
     itemsize(dt)  # validates
     return arr, dt

@@ -1,0 +1,193 @@
+"""Shared fixtures and tier handling for the gfaas test suite (see tests/README.md).
+
+* Tests under ``tests/integration`` are marked ``integration`` and those under ``tests/gpu`` are marked
+  ``gpu`` automatically, so ``-m 'not integration'`` selects the fast unit tier.
+* ``gpu`` tests are skipped, with a reason, on machines without a CUDA GPU; ``netns`` tests are skipped
+  unless running as root with ``ip`` available.
+* ``run_dir`` is a short per-test directory in /tmp (Unix socket paths must stay under 108 bytes).
+* ``node`` is a running daemon process (:class:`~gfaas.dataplane.local.LocalNode`) with an
+  :class:`~gfaas.Admin` and an open invocation of the functions ``f``, ``g`` and ``h``; its settings
+  can be changed per test with ``@pytest.mark.node_config(capacity_bytes=..., ...)``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gfaas
+from gfaas.config import MiB
+from gfaas.dataplane.local import LocalNode
+
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "node_config(**kwargs): NodeConfig overrides for the `node` fixture of this test"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath)).resolve()
+        if _TESTS / "integration" in path.parents:
+            item.add_marker(pytest.mark.integration)
+        if _TESTS / "gpu" in path.parents:
+            item.add_marker(pytest.mark.gpu)
+
+
+def _has_cuda_gpu() -> bool:
+    if os.environ.get("GFAAS_FORCE_NO_GPU"):
+        return False
+    return any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl"))
+
+
+def _netns_capable() -> bool:
+    return os.geteuid() == 0 and shutil.which("ip") is not None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu") is not None and not _has_cuda_gpu():
+        pytest.skip("needs a CUDA GPU (no /dev/nvidia0 on this machine)")
+    if item.get_closest_marker("netns") is not None and not _netns_capable():
+        pytest.skip("needs root and the `ip` tool to create network namespaces")
+
+
+# ---- directories and daemons -------------------------------------------------------------------
+@pytest.fixture
+def run_dir() -> Iterator[str]:
+    """A fresh short directory in /tmp for sockets and state; removed afterwards."""
+    d = tempfile.mkdtemp(prefix="gft-", dir="/tmp")
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+DEFAULT_NODE = {"node_id": "n0", "capacity_bytes": 256 * MiB, "slab_bytes": 1 * MiB}
+
+
+def node_config(run_dir: str, **overrides: Any) -> gfaas.NodeConfig:
+    """A NodeConfig whose socket and state live in ``run_dir`` (test defaults: 256 MiB pool, 1 MiB slabs)."""
+    kw: dict[str, Any] = {
+        **DEFAULT_NODE,
+        "socket_path": os.path.join(run_dir, "node.sock"),
+        "state_dir": os.path.join(run_dir, "state"),
+    }
+    kw.update(overrides)
+    return gfaas.NodeConfig(**kw)
+
+
+@pytest.fixture
+def make_config(run_dir: str) -> Any:
+    """``make_config(**overrides)``: a NodeConfig in this test's ``run_dir``."""
+    return lambda **kw: node_config(run_dir, **kw)
+
+
+class NodeHarness:
+    """A running daemon process, its admin connection and one open invocation (functions f, g, h)."""
+
+    FUNCTIONS = ("f", "g", "h")
+
+    def __init__(self, config: gfaas.NodeConfig) -> None:
+        self.config = config
+        self.local = LocalNode(config)
+        self._clients: list[gfaas.Client] = []
+        self.admin: gfaas.Admin | None = None
+        self.inv: gfaas.InvocationHandle | None = None
+
+    # lifecycle
+    def start(self) -> NodeHarness:
+        self.local.__enter__()
+        self.admin = gfaas.Admin(self.config.socket_path, state_dir=self.config.state_dir)
+        if self.inv is None:
+            self.inv = self.admin.open_invocation("wf", list(self.FUNCTIONS))
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the daemon (the admin connection is closed on this side too)."""
+        if self.admin is not None:
+            self.admin.close()
+            self.admin = None
+        self.local.kill()
+
+    def restart(self) -> None:
+        """Start a new daemon process with the same config (same state_dir) after :meth:`kill`."""
+        self.local = LocalNode(self.config)
+        self.local.__enter__()
+        self.admin = gfaas.Admin(self.config.socket_path, state_dir=self.config.state_dir)
+
+    def stop(self) -> None:
+        for c in self._clients:
+            c.close()
+        self._clients.clear()
+        if self.admin is not None:
+            self.admin.close()
+            self.admin = None
+        proc = self.local.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.kill(proc.pid, signal.SIGCONT)  # a test may have stopped it
+            except ProcessLookupError:
+                pass
+        self.local.__exit__(None, None, None)
+
+    # helpers
+    @property
+    def pid(self) -> int:
+        assert self.local.proc is not None
+        return self.local.proc.pid
+
+    def credentials(self, function: str = "f", inv: gfaas.InvocationHandle | None = None) -> gfaas.Credentials:
+        return (inv or self.inv).credentials(function)  # type: ignore[union-attr]
+
+    def connect(self, function: str = "f", inv: gfaas.InvocationHandle | None = None,
+                **kw: Any) -> gfaas.Client:
+        c = gfaas.connect(self.credentials(function, inv), **kw)
+        self._clients.append(c)
+        return c
+
+    def open(self, functions: tuple[str, ...] = FUNCTIONS, workflow: str = "wf") -> gfaas.InvocationHandle:
+        assert self.admin is not None
+        return self.admin.open_invocation(workflow, list(functions))
+
+    def stats(self) -> dict[str, Any]:
+        assert self.admin is not None
+        return self.admin.stats()
+
+    def open_fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+
+@pytest.fixture
+def node(request: pytest.FixtureRequest, run_dir: str) -> Iterator[NodeHarness]:
+    """A running daemon process + Admin + an open invocation; stopped and cleaned up afterwards."""
+    marker = request.node.get_closest_marker("node_config")
+    overrides = dict(marker.kwargs) if marker is not None else {}
+    h = NodeHarness(node_config(run_dir, **overrides))
+    try:
+        h.start()
+        yield h
+    finally:
+        h.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_node() -> Iterator[NodeHarness]:
+    """Like ``node`` but one daemon for the whole test module (for tests that only add objects)."""
+    d = tempfile.mkdtemp(prefix="gft-", dir="/tmp")
+    h = NodeHarness(node_config(d))
+    try:
+        h.start()
+        yield h
+    finally:
+        h.stop()
+        shutil.rmtree(d, ignore_errors=True)
