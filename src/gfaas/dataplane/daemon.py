@@ -336,6 +336,9 @@ class Daemon:
             if conn.sock.fileno() in self._conns:
                 self._send(conn, reply, fds)
                 self._serve(conn, drain=True)
+            else:
+                for fd in fds:  # the client left while its pull ran
+                    os.close(fd)
 
     def _drain_others(self, current: Conn) -> None:
         """Process messages already queued on other connections (see the module docstring)."""

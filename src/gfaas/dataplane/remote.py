@@ -70,6 +70,7 @@ PUBLISH_BATCH = 512
 MAX_PULL_ROUNDS = 8
 NODE_CACHE_S = 2.0  # how long a node's transfer address is reused without asking the directory
 ASSUMED_MIN_BANDWIDTH = 50e6  # bytes/s: how long a get waits for a copy another pull is writing
+LOOKUP_WAIT_S = 1.0  # how long a missing directory entry is waited for
 
 
 def obj_key(oid: bytes) -> str:
@@ -553,7 +554,9 @@ class Remote:
         local = self._local(daemon, session, oid, export, deadline)
         if local is not None:
             return local
-        entry = self._lookup(oid, deadline)
+        # Publication is asynchronous but takes milliseconds; waiting longer only delays the
+        # refusal of forged or foreign IDs.
+        entry = self._lookup(oid, min(deadline, time.monotonic() + LOOKUP_WAIT_S))
         if entry is None:
             raise AccessDenied(_DENIED)
         try:
