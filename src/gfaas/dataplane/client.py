@@ -265,7 +265,7 @@ class Client:
         else:
             raw = np.frombuffer(memoryview(mm)[r.offset : r.offset + r.nbytes], np.uint8)
         if r.dtype == RAW:
-            return memoryview(raw)  # slices of it keep ``raw``, hence the pin, alive
+            return memoryview(raw)  # type: ignore[arg-type]  # slices keep ``raw``, hence the pin, alive
         return raw.view(np.dtype(r.dtype)).reshape(r.shape)
 
     def delete(self, ref: DataRef | str) -> None:

@@ -285,7 +285,7 @@ class Daemon:
 
     def _send(self, conn: Conn, reply: P.Reply, fds: list[int]) -> None:
         if conn.retired and hasattr(reply, "retired"):
-            reply = msgspec.structs.replace(reply, retired=conn.retired)  # type: ignore[type-var]
+            reply = msgspec.structs.replace(reply, retired=conn.retired)
             conn.retired = []
         data = P.encode(reply)
         try:

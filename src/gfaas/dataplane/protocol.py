@@ -17,7 +17,7 @@ MAX_FRAME = 64 * 1024
 PROTOCOL_VERSION = 1
 
 
-class _Msg(msgspec.Struct, tag=True, array_like=True, frozen=True):
+class _Msg(msgspec.Struct, tag=True, array_like=True):
     pass
 
 

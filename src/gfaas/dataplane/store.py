@@ -405,7 +405,8 @@ class Store:
         rec = self.objects.get(oid)
         if rec is None or not may_read(rec.invocation, rec.producer, rec.consumers, invocation, function):
             if rec is None:
-                reason = self._tombs.get(invocation, {}).get(oid)
+                tombs = self._tombs.get(invocation)
+                reason = tombs.get(oid) if tombs is not None else None
                 if reason is not None:
                     raise DataDeleted(f"object {oid.hex()} was freed ({reason}); it can no longer be read")
                 if self._lost.get(oid) == invocation:
