@@ -92,6 +92,32 @@ def cmd_node(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cluster(a: argparse.Namespace) -> int:
+    from .dataplane import cluster
+
+    if a.action == "start":
+        info = cluster.start_cluster(a.nodes, _size(a.capacity), a.redis_url)
+        nodes = [{"node_id": n["config"]["node_id"], "socket": n["config"]["socket_path"], "pid": n["pid"]}
+                 for n in info["nodes"]]
+        data: dict[str, Any] = {"redis_url": info["redis_url"], "nodes": nodes}
+    elif a.action == "stop":
+        data = {"stopped": cluster.stop_cluster()}
+    else:
+        data = cluster.cluster_status()
+
+    def render(d: dict[str, Any]) -> None:
+        if "stopped" in d:
+            print("stopped: " + (", ".join(d["stopped"]) or "nothing was running"))
+            return
+        print(f"global directory: {d['redis_url']}")
+        for n in d["nodes"]:
+            extra = f"  objects={n['objects']} reserved={n['bytes_reserved']}" if "objects" in n else ""
+            print(f"  {n['node_id']:<8} {n['socket']}{extra}")
+
+    _print(data, a.json, render)
+    return 0
+
+
 def cmd_demo(a: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -118,6 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--json", action="store_true")
     _add_node_args(n)
     n.set_defaults(func=cmd_node)
+
+    c = sub.add_parser("cluster", help="a local cluster: a directory server and N node daemons on loopback")
+    c.add_argument("action", choices=["start", "stop", "status"])
+    c.add_argument("--nodes", type=int, default=2, help="start: number of node daemons (default 2)")
+    c.add_argument("--capacity", default="1GiB", help="start: pool capacity per node (default 1GiB)")
+    c.add_argument("--redis-url", help="start: use this directory server instead of starting one")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_cluster)
 
     d = sub.add_parser("demo", help="the main job: a producer -> consumer pipeline, gfaas vs Redis")
     d.add_argument("--json", action="store_true")
