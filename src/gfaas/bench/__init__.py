@@ -1,0 +1,1 @@
+"""Benchmarks that run gfaas against real peers in one run (``gfaas bench ...``)."""
