@@ -195,6 +195,7 @@ class Client:
             return buf.seal()
         off = align(self._next)
         if self._arena is None or off + n > len(self._arena):
+            self._arena, self._arena_seg = None, -1  # the daemon closes the old slab even if the lease fails
             r = self._call(P.Lease(n))
             assert isinstance(r, P.Leased)
             self._arena = memoryview(self._map(r.segment, True))
