@@ -5,7 +5,9 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import pytest
 
+from gfaas import ConfigError, DataDeleted
 from gfaas.config import KiB
 
 BIG = 512 * KiB  # above small_object_max (256 KiB with the test's 1 MiB slabs): a segment of its own
@@ -90,3 +92,23 @@ def test_end_invocation_returns_warm_segments(node) -> None:  # type: ignore[no-
     st = node.stats()
     assert (st["segments"], st["bytes_reserved"], st["bytes_pooled"]) == (0, 0, 0)
     assert int(kept[0]) == 9  # still readable: retired memory lives on until the view goes
+
+
+def test_get_into_a_caller_buffer(node) -> None:  # type: ignore[no-untyped-def]
+    """get(out=buf) fills the caller's buffer; a wrong size is refused without counting the read."""
+    prod, cons = node.connect("f"), node.connect("g")
+    x = np.arange(BIG // 4, dtype=np.float32)
+    ref = prod.put(x, consumers=["g"])
+    small = np.empty(10, np.float32)
+    with pytest.raises(ConfigError, match=f"buffer of 40 bytes, but object {ref.id.hex()} has {BIG}"):
+        cons.get(ref, out=small)
+    with pytest.raises(ConfigError, match="read-only"):
+        cons.get(ref, out=b"\0" * BIG)
+    buf = np.zeros(BIG // 4, np.float32)
+    assert cons.get(ref, out=buf) is buf and np.array_equal(buf, x)
+    with pytest.raises(DataDeleted):  # that read was the one counted
+        cons.get(ref)
+    r2 = prod.put(b"abc", consumers=["g"])
+    ba = bytearray(3)
+    cons.get(r2, out=ba)
+    assert ba == b"abc"

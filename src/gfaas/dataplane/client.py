@@ -239,28 +239,44 @@ class Client:
             arr = np.frombuffer(mm, dtype=np_dt, count=n // np_dt.itemsize, offset=r.offset).reshape(shape)
         return Buffer(self, r.id, arr, dt == RAW)
 
-    def get(self, ref: DataRef | str, copy: bool = False) -> Any:
-        """Read an object: a read-only zero-copy view (numpy array, or memoryview for bytes), or a
-        private writable copy with ``copy=True`` (numpy array, or bytes)."""
+    def get(self, ref: DataRef | str, copy: bool = False, out: Any = None) -> Any:
+        """Read an object.
+
+        By default a read-only zero-copy view (a numpy array, or a memoryview for bytes). With
+        ``copy=True`` a private writable copy (numpy array, or bytes). With ``out=`` a writable,
+        C-contiguous buffer of exactly the object's size (e.g. a reused input array): the bytes are
+        copied into it and it is returned; a size mismatch raises ``ConfigError`` and the read is
+        not counted.
+        """
         ref = DataRef.parse(ref) if isinstance(ref, str) else ref
         if not isinstance(ref, DataRef):
             raise ConfigError(f"get needs a DataRef or its string, got {type(ref).__name__}")
-        r = self._call(P.Get(ref.id))
+        dst: memoryview | None = None
+        if out is not None:
+            try:
+                dst = memoryview(out).cast("B")
+            except TypeError as exc:
+                raise ConfigError(f"out= must be a writable C-contiguous buffer ({exc})") from None
+            if dst.readonly:
+                raise ConfigError("out= is read-only; pass a writable buffer")
+        r = self._call(P.Get(ref.id, dst.nbytes if dst is not None else -1))
         assert isinstance(r, P.Located)
         mm = self._map(r.segment, False)
-        if copy:
+        if copy or dst is not None:
             _populate(mm, r.offset, r.nbytes, _MADV_POPULATE_READ)
             src = memoryview(mm)[r.offset : r.offset + r.nbytes]
-            if r.dtype == RAW:
-                out: Any = bytes(src)
+            if dst is not None:
+                dst[:] = src
+                out_obj: Any = out
+            elif r.dtype == RAW:
+                out_obj = bytes(src)
             else:
-                dt = np.dtype(r.dtype)
-                out = np.empty(r.shape, dt)
-                np.copyto(out.reshape(-1).view(np.uint8), np.frombuffer(src, np.uint8))
+                out_obj = np.empty(r.shape, np.dtype(r.dtype))
+                np.copyto(out_obj.reshape(-1).view(np.uint8), np.frombuffer(src, np.uint8))
             del src
             if r.pin:
                 self._released.append(r.segment)  # the copy is done: nothing of ours points there
-            return out
+            return out_obj
         if r.pin:
             raw = self._pinned_view(mm, r.segment, r.offset, r.nbytes)
         else:

@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 
 from ..config import NodeConfig
-from ..errors import AuthenticationError, GfaasError, ProtocolError, code_of
+from ..errors import AuthenticationError, ConfigError, GfaasError, ProtocolError, code_of
 from . import protocol as P
 from .auth import Registry
 from .backends import make_backend
@@ -437,7 +437,14 @@ class Daemon:
         if self.remote is not None:
             self.remote.publish(rec)
 
-    def _located(self, conn: Conn, rec: ObjectRecord, seg: Segment) -> tuple[P.Reply, list[int]]:
+    def _located(self, conn: Conn, rec: ObjectRecord, seg: Segment,
+                 expect_nbytes: int = -1) -> tuple[P.Reply, list[int]]:
+        if expect_nbytes >= 0 and expect_nbytes != rec.nbytes:
+            # Raised before the read is counted, so the object stays available to this consumer.
+            raise ConfigError(
+                f"get into a buffer of {expect_nbytes} bytes, but object {rec.id.hex()} has {rec.nbytes};"
+                " pass a buffer of the object's size"
+            )
         fds = self._export(conn, seg, False)
         pin = conn.session is not None and self.store.pin(conn.session, seg)
         return (P.Located(rec.id, seg.id, rec.offset, rec.nbytes, rec.dtype, list(rec.shape),
@@ -450,7 +457,7 @@ class Daemon:
             if self._absent(m.id) and self.remote is not None and self.remote.may_fetch(m.id):
                 self.defer(conn, lambda: self.remote.fetch(self, conn, s, m.id))
                 return None
-        return self.store.get(s, m.id, lambda rec, seg: self._located(conn, rec, seg))
+        return self.store.get(s, m.id, lambda rec, seg: self._located(conn, rec, seg, m.expect_nbytes))
 
     def _absent(self, oid: bytes) -> bool:
         """Not here, or still arriving from another node (a pull writes it; the remote waits for it)."""

@@ -87,6 +87,7 @@ class SealAllocated(_Msg):
 
 class Get(_Msg):
     id: bytes
+    expect_nbytes: int = -1  # >= 0: refuse (and do not count the read) unless the size matches
 
 
 class Delete(_Msg):
