@@ -490,6 +490,7 @@ def machine_info(redis_binary: str | None = None) -> dict[str, Any]:
         "hiredis": _version("hiredis"),
         "redis_server": None,
         "gfaas_commit": _git_commit(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
     if redis_binary:
         try:
@@ -554,6 +555,7 @@ def run(systems: list[str], quick: bool, show_progress: bool = False,
     started = time.time()
     t_start = time.perf_counter()
     redis_binary = find_server_binary() if "redis" in systems else None
+    machine = machine_info(redis_binary)  # load average before the run; the end one is added below
     results: list[dict[str, Any]] = []
     memcpy: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
@@ -633,7 +635,7 @@ def run(systems: list[str], quick: bool, show_progress: bool = False,
     ge16 = [m for m in memcpy if m["size_bytes"] >= 16 * MiB] or memcpy[-1:]
     doc: dict[str, Any] = {
         "benchmark": "dataplane",
-        "machine": machine_info(redis_binary),
+        "machine": {**machine, "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
         "memcpy_gbps": round(float(np.median([m["gbps"] for m in ge16])), 4),
         "results": results,
         "memcpy": memcpy,
