@@ -380,7 +380,7 @@ for i in range(ops):
         pub_off += len(data) - len(lines[-1])
         pub_refs += [ln.split() for ln in lines[:-1]]
         if pub_refs:
-            ref, t = rng.choice(pub_refs)
+            ref, t = rng.choice(pub_refs[-48:])  # recent ones: often still alive
             try:
                 check(c.get(ref), int(t))
             except DataDeleted:
