@@ -454,3 +454,13 @@ def test_node_stats_shape(node) -> None:  # type: ignore[no-untyped-def]
     assert st["objects"] == 1 and st["bytes_live"] == 32 and st["connections"] == 1
     assert st["bytes_reserved"] == SLAB and st["segments"] == 1 and st["invocations"] == 1
     assert st["bytes_reserved"] >= 64 * KiB
+
+
+def test_socket_and_state_are_private(node) -> None:  # type: ignore[no-untyped-def]
+    """The socket and the admin token are mode 0600 and the state directory 0700 (only the owner connects)."""
+    import stat
+
+    assert stat.S_IMODE(os.stat(node.config.socket_path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(node.config.state_dir).st_mode) == 0o700
+    for name in ("admin.token", "invocations.json"):
+        assert stat.S_IMODE(os.stat(os.path.join(node.config.state_dir, name)).st_mode) == 0o600, name

@@ -801,3 +801,18 @@ def test_many_clients_filling_the_pool_recover(node) -> None:  # type: ignore[no
     inv = node.open()
     c = node.connect("f", inv)
     assert int(c.get(c.put(np.ones(3 * MiB, np.uint8))).sum()) == 3 * MiB
+
+
+def test_clean_shutdown_removes_socket_and_pid_file(node) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM stops the daemon within seconds and removes its socket and pid file; clients then get
+    DaemonUnavailable."""
+    c = node.connect("f")
+    c.put(b"x")
+    node.local.proc.terminate()
+    assert node.local.proc.wait(10) == 0
+    assert not os.path.exists(node.config.socket_path)
+    assert not os.path.exists(os.path.join(node.config.state_dir, "daemon.pid"))
+    with pytest.raises(DaemonUnavailable):
+        c.get(DataRef(os.urandom(16), "n0"))
+    with pytest.raises(DaemonUnavailable, match="no node daemon at"):
+        gfaas.connect(node.credentials("f"))
