@@ -27,6 +27,7 @@ REQUESTS = [
     P.SealAllocated(OID),
     P.Get(OID),
     P.Delete(OID),
+    P.Release([1, 2, 2]),
 ]
 
 REPLIES = [
@@ -58,9 +59,24 @@ def test_every_reply_round_trips(msg: P._Msg) -> None:
     assert P.decode_reply(P.encode(msg)) == msg
 
 
+def test_request_and_reply_types_are_pinned() -> None:
+    """The request and reply unions are exactly these types (adding one is a deliberate protocol change)."""
+    import typing
+
+    assert sorted(t.__name__ for t in typing.get_args(P.Request)) == [
+        "AdminHello", "Allocate", "Delete", "EndInvocation", "Get", "Hello", "Lease", "MoreIds", "OpenInvocation",
+        "Release", "Seal", "SealAllocated", "Stats"]
+    assert sorted(t.__name__ for t in typing.get_args(P.Reply)) == [
+        "AdminWelcome", "Allocated", "Ended", "Error", "Ids", "InvocationOpened", "Leased", "Located", "Ok",
+        "StatsReply", "Welcome"]
+    assert {type(m).__name__ for m in REQUESTS} == {t.__name__ for t in typing.get_args(P.Request)}
+    assert {type(m).__name__ for m in REPLIES} == {t.__name__ for t in typing.get_args(P.Reply)}
+
+
 def test_frames_are_tagged_arrays() -> None:
     """The wire form is a MessagePack array whose first element is the message type's name."""
-    assert msgspec.msgpack.decode(P.encode(P.Get(OID))) == ["Get", OID]
+    assert msgspec.msgpack.decode(P.encode(P.Get(OID)))[:2] == ["Get", OID]
+    assert msgspec.msgpack.decode(P.encode(P.Stats())) == ["Stats"]
 
 
 @pytest.mark.parametrize("msg", REPLIES, ids=lambda m: type(m).__name__)
@@ -163,7 +179,7 @@ _mp = st.recursive(
     max_leaves=20,
 )
 _tags = st.sampled_from(["Hello", "AdminHello", "OpenInvocation", "EndInvocation", "Stats", "Lease", "MoreIds",
-                         "Seal", "Allocate", "SealAllocated", "Get", "Delete", "Ok", "Error", "x"])
+                         "Seal", "Allocate", "SealAllocated", "Get", "Delete", "Release", "Ok", "Error", "x"])
 
 
 @settings(max_examples=200, deadline=None)
