@@ -820,3 +820,46 @@ def test_clean_shutdown_removes_socket_and_pid_file(node) -> None:  # type: igno
         c.get(DataRef(os.urandom(16), "n0"))
     with pytest.raises(DaemonUnavailable, match="no node daemon at"):
         gfaas.connect(node.credentials("f"))
+
+
+def test_internal_error_in_an_asynchronous_request_does_not_desynchronise_replies(make_config, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """If handling an asynchronous Seal fails with an unexpected exception, the client gets that error on
+    its next call and every later call gets its own reply (no reply is sent for the Seal itself)."""
+    from gfaas.dataplane.daemon import Daemon
+    from gfaas.dataplane.store import Store
+
+    cfg = make_config()
+    d = Daemon(cfg)
+    d.bind()
+    t = threading.Thread(target=d.serve_forever, daemon=True)
+    t.start()
+    try:
+        admin = gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir)
+        inv = admin.open_invocation("wf", ["f", "g"])
+        f, g = gfaas.connect(inv.credentials("f")), gfaas.connect(inv.credentials("g"))
+        a = f.put(np.arange(3))
+        b = f.put(np.arange(4))
+        f.get(a)  # both seals are processed
+        real = Store.seal_small
+        calls = []
+
+        def broken(self, *args, **kw):  # type: ignore[no-untyped-def]
+            calls.append(1)
+            raise RuntimeError("injected bug")
+
+        monkeypatch.setattr(Store, "seal_small", broken)
+        f.put(np.arange(5))  # its seal fails inside the daemon
+        wait_for(lambda: calls == [1], what="the daemon to handle the seal")
+        monkeypatch.setattr(Store, "seal_small", real)
+        with pytest.raises(gfaas.DataPlaneError, match="internal error"):
+            f.get(a)
+        assert calls == [1]
+        np.testing.assert_array_equal(f.get(b), np.arange(4))
+        np.testing.assert_array_equal(f.get(a), np.arange(3))
+        np.testing.assert_array_equal(g.get(b), np.arange(4))
+        f.close()
+        g.close()
+        admin.close()
+    finally:
+        d.stop()
+        t.join(10)

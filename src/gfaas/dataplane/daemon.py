@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 
 from ..config import NodeConfig
-from ..errors import AuthenticationError, ConfigError, GfaasError, ProtocolError, code_of
+from ..errors import AuthenticationError, ConfigError, DataPlaneError, GfaasError, ProtocolError, code_of
 from . import protocol as P
 from .auth import Registry
 from .backends import make_backend
@@ -279,6 +279,9 @@ class Daemon:
             out = (P.Error(code_of(exc), str(exc)), [])
         except Exception as exc:  # a bug must not take the node down
             log.exception("internal error handling a request")
+            if isinstance(msg, _ASYNC):  # no reply: it would be taken as the answer to the next request
+                conn.pending_error = DataPlaneError(f"internal error in the node daemon: {exc!r}")
+                return
             out = (P.Error("DataPlaneError", f"internal error in the node daemon: {exc!r}"), [])
         if out is not None:
             self._send(conn, *out)
