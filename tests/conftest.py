@@ -21,12 +21,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 import gfaas
 from gfaas.config import MiB
 from gfaas.dataplane.local import LocalNode
 
 _TESTS = Path(__file__).resolve().parent
+
+# CI runs are reproducible: derandomized Hypothesis, no example database carried between runs.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None)
+settings.register_profile("dev", deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 def pytest_configure(config: pytest.Config) -> None:

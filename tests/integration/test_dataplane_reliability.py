@@ -197,7 +197,8 @@ def test_daemon_restart_reports_lost_objects(node) -> None:  # type: ignore[no-u
         assert int(fh.read()) == node.pid
     assert glob.glob("/dev/shm/gfaas*") == []
     st = node.stats()
-    assert (st["objects"], st["segments"], st["bytes_reserved"], st["invocations"], st["lost"]) == (0, 0, 0, 1, 4)
+    # "lost" counts every ID handed out before the crash: a slab lease's batch (64) and 3 allocations.
+    assert (st["objects"], st["segments"], st["bytes_reserved"], st["invocations"], st["lost"]) == (0, 0, 0, 1, 67)
 
     g2 = node.connect("g")
     t0 = time.monotonic()
@@ -205,8 +206,8 @@ def test_daemon_restart_reports_lost_objects(node) -> None:  # type: ignore[no-u
         with pytest.raises(DataLost, match=f"object {ref.id.hex()} was lost when node n0 restarted"):
             g2.get(ref)
     assert time.monotonic() - t0 < 2.0
-    with pytest.raises(AccessDenied):
-        g2.get(DataRef(unsealed._id, "n0"))  # never sealed: not in the journal
+    with pytest.raises(DataLost):
+        g2.get(DataRef(unsealed._id, "n0"))  # never sealed, but its ID was handed out before the crash
     with pytest.raises(AccessDenied):
         g2.get(DataRef(os.urandom(16), "n0"))
     f2 = node.connect("f")
@@ -244,8 +245,6 @@ def test_other_invocations_do_not_see_lost_objects(node) -> None:  # type: ignor
         node.connect("g").get(ref)
 
 
-@pytest.mark.xfail(strict=True, reason="open: a small put whose asynchronous Seal is still queued when the daemon "
-                   "dies is unknown after the restart, so its readers get AccessDenied, not DataLost")
 def test_put_in_flight_at_a_crash_is_reported_lost(node) -> None:  # type: ignore[no-untyped-def]
     """A reference returned by put() before the daemon crashed reads as DataLost after the restart."""
     f = node.connect("f")

@@ -444,17 +444,24 @@ def test_lost_objects_raise_data_lost_for_their_invocation_only() -> None:
     assert st.stats()["lost"] == 0
 
 
-def test_journal_records_sealed_objects_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """The journal gets one 32-byte record per sealed object (not for objects still being written)."""
+def test_journal_records_every_id_as_it_is_issued(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The journal gets one 32-byte record per ID handed out (lease batch, allocate), in order;
+    seals add nothing, so an asynchronous seal lost in a crash still reads as DataLost."""
     env = Env(str(tmp_path))
     st, s = env.store, env.s["p"]
-    a = env.put(s, 8)
-    w, _ = st.allocate(s, 100 * KiB, "raw", [100 * KiB], None)
     assert env.journal is not None
-    assert env.journal.load() == {a: env.inv.id}
+    seg, leased = st.lease(s, 8)  # ids_per_lease = 4
+    assert env.journal.load() == {i: env.inv.id for i in leased}
+    st.seal_small(s, leased[0], 0, 8, "raw", [8], None)
+    w, _ = st.allocate(s, 100 * KiB, "raw", [100 * KiB], None)
     st.seal(s, w.id)
-    assert env.journal.load() == {a: env.inv.id, w.id: env.inv.id}
-    assert os.path.getsize(env.journal.path) == 64
+    with open(env.journal.path, "rb") as f:
+        data = f.read()
+    inv = bytes.fromhex(env.inv.id)
+    # Five 32-byte records in issue order, then the zero bytes of the pre-grown file (an all-zero
+    # record ends the journal).
+    assert data[:160] == b"".join(i + inv for i in [*leased, w.id])
+    assert not any(data[160:])
     env.journal.close()
 
 

@@ -1,6 +1,6 @@
 """The node daemon: serves a :class:`~gfaas.dataplane.store.Store` on a Unix socket.
 
-One thread runs a ``selectors`` loop over ``SOCK_SEQPACKET`` connections (one message per datagram,
+One thread runs an ``epoll`` loop over ``SOCK_SEQPACKET`` connections (one message per datagram,
 so a request costs one ``recv`` and one ``send``). Cross-node pulls run on worker threads and post
 their replies back to the loop through a wake-up pipe; every touch of the store happens under
 ``self.lock``.
@@ -20,7 +20,7 @@ import logging
 import os
 import queue
 import secrets
-import selectors
+import select
 import signal
 import socket
 import threading
@@ -63,7 +63,7 @@ class Daemon:
         self.config = config
         self.lock = threading.RLock()
         self.remote = remote
-        self._sel = selectors.DefaultSelector()
+        self._ep = select.epoll()
         self._conns: dict[int, Conn] = {}
         self._seg_holders: dict[int, set[Conn]] = {}
         self._done: queue.SimpleQueue[tuple[Conn, P.Reply, list[int]]] = queue.SimpleQueue()
@@ -159,8 +159,8 @@ class Daemon:
         ls.listen(256)
         ls.setblocking(False)
         self._listener = ls
-        self._sel.register(ls, selectors.EVENT_READ, None)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._ep.register(ls.fileno(), select.EPOLLIN)
+        self._ep.register(self._wake_r, select.EPOLLIN)
         if self.remote is not None:
             self.remote.start(self)
         log.info("node %s serving %s (%s backend, %d bytes)", self.config.node_id, path,
@@ -181,13 +181,15 @@ class Daemon:
             signal.signal(signal.SIGINT, lambda *_: self.stop())
         try:
             while not self._stopping:
-                for key, _ in self._sel.select():
-                    if key.data is None:
+                listen_fd = self._listener.fileno() if self._listener is not None else -1
+                for fd, _ev in self._ep.poll():
+                    conn = self._conns.get(fd)
+                    if conn is not None:
+                        self._serve(conn)
+                    elif fd == listen_fd:
                         self._accept()
-                    elif key.data == "wake":
+                    elif fd == self._wake_r:
                         self._flush_done()
-                    else:
-                        self._serve(key.data)
         finally:
             self.close()
 
@@ -197,7 +199,7 @@ class Daemon:
         for conn in list(self._conns.values()):
             self._drop(conn)
         if self._listener is not None:
-            self._sel.unregister(self._listener)
+            self._ep.unregister(self._listener.fileno())
             self._listener.close()
             self._listener = None
             try:
@@ -205,6 +207,7 @@ class Daemon:
             except FileNotFoundError:
                 pass
         self.journal.close()
+        self._ep.close()
 
     # ---- connections ---------------------------------------------------------------------------
     def _accept(self) -> None:
@@ -217,12 +220,12 @@ class Daemon:
             sock.setblocking(False)
             conn = Conn(sock)
             self._conns[sock.fileno()] = conn
-            self._sel.register(sock, selectors.EVENT_READ, conn)
+            self._ep.register(sock.fileno(), select.EPOLLIN)
 
     def _drop(self, conn: Conn) -> None:
         if self._conns.pop(conn.sock.fileno(), None) is None:
             return
-        self._sel.unregister(conn.sock)
+        self._ep.unregister(conn.sock.fileno())
         with self.lock:
             if conn.session is not None:
                 self.store.disconnect(conn.session)

@@ -293,9 +293,23 @@ class Store:
                 self._maybe_retire(seg)
 
     def _issue(self, s: Session, n: int) -> list[bytes]:
-        ids = [new_id() for _ in range(n)]
+        ids = [self._new_journalled_id(s.invocation) for _ in range(n)]
         s.issued.update(ids)
         return ids
+
+    def _new_journalled_id(self, invocation: str) -> bytes:
+        """A fresh ID, recorded in the journal as it is handed out.
+
+        Recording at issue time rather than at seal time covers a put whose asynchronous seal is
+        still queued when the daemon dies: after a restart its readers get ``DataLost``. An issued
+        ID that was never used is known only to the client it was issued to, so answering
+        ``DataLost`` for it (to its own invocation only) reveals nothing. Copies pulled from other
+        nodes are not recorded: after a restart they are pulled again from their owner.
+        """
+        oid = new_id()
+        if self.journal is not None:
+            self.journal.append(oid, invocation)
+        return oid
 
     def lease(self, s: Session, min_bytes: int) -> tuple[Segment, list[bytes]]:
         """Give the session a fresh slab to pack small objects into, and a batch of IDs."""
@@ -329,8 +343,6 @@ class Store:
         self.objects[oid] = rec
         self._by_inv.setdefault(s_inv, set()).add(oid)
         seg.live += 1
-        if state == SEALED and self.journal is not None:
-            self.journal.append(oid, s_inv)
         return rec
 
     def seal_small(
@@ -367,7 +379,8 @@ class Store:
             seg = self._take_warm(s.invocation, nbytes) or self._new_segment(
                 s.invocation, None, max(nbytes, 1), "allocation")
             seg.used, off = seg.size, 0
-        rec = self._record(new_id(), s.invocation, s.function, cons, seg, off, nbytes, dtype, shp, WRITING, s.id)
+        oid = self._new_journalled_id(s.invocation)
+        rec = self._record(oid, s.invocation, s.function, cons, seg, off, nbytes, dtype, shp, WRITING, s.id)
         return rec, seg
 
     def seal(self, s: Session | None, oid: bytes) -> ObjectRecord:
@@ -381,8 +394,6 @@ class Store:
         if rec.state != WRITING:
             raise ObjectStateError(f"object {oid.hex()} is already sealed; objects are sealed once")
         rec.state, rec.writer = SEALED, None
-        if self.journal is not None:
-            self.journal.append(oid, rec.invocation)
         return rec
 
     def place(
