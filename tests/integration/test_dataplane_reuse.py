@@ -112,3 +112,21 @@ def test_get_into_a_caller_buffer(node) -> None:  # type: ignore[no-untyped-def]
     ba = bytearray(3)
     cons.get(r2, out=ba)
     assert ba == b"abc"
+
+
+def test_protocol_version_mismatch_is_refused(node) -> None:  # type: ignore[no-untyped-def]
+    """A client of another protocol version is told which versions differ, and nothing is bound."""
+    import socket
+
+    from gfaas.dataplane import protocol as P
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(node.config.socket_path)
+    s.send(P.encode(P.Hello(node.inv.tokens["f"], version=P.PROTOCOL_VERSION + 1)))
+    reply = P.decode_reply(s.recv(65536))
+    assert isinstance(reply, P.Error) and reply.code == "ProtocolError"
+    assert f"protocol version {P.PROTOCOL_VERSION + 1}, this daemon {P.PROTOCOL_VERSION}" in reply.message
+    s.send(P.encode(P.Get(b"\0" * 16)))
+    reply = P.decode_reply(s.recv(65536))
+    assert isinstance(reply, P.Error) and reply.code == "AuthenticationError"
+    s.close()

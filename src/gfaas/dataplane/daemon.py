@@ -368,7 +368,16 @@ class Daemon:
         if not conn.admin:
             raise AuthenticationError("this request needs the node's admin token (AdminHello)")
 
+    @staticmethod
+    def _check_version(version: int) -> None:
+        if version != P.PROTOCOL_VERSION:
+            raise ProtocolError(
+                f"client speaks protocol version {version}, this daemon {P.PROTOCOL_VERSION};"
+                " use the same gfaas version for functions and nodes"
+            )
+
     def _hello(self, conn: Conn, m: P.Hello) -> tuple[P.Reply, list[int]]:
+        self._check_version(m.version)
         if conn.session is not None or conn.admin:
             raise ProtocolError("this connection is already authenticated; open a new one for other credentials")
         s = self.store.connect(m.token)
@@ -378,6 +387,7 @@ class Daemon:
                          c.small_object_max, c.capacity_bytes), []
 
     def _admin_hello(self, conn: Conn, m: P.AdminHello) -> tuple[P.Reply, list[int]]:
+        self._check_version(m.version)
         if not hmac.compare_digest(m.admin_token.encode(), self.admin_token.encode()):
             raise AuthenticationError(
                 f"wrong admin token; read it from {os.path.join(self.config.state_dir, 'admin.token')}"
