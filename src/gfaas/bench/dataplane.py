@@ -725,6 +725,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def render(doc: dict[str, Any]) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -736,39 +737,25 @@ def render(doc: dict[str, Any]) -> None:
     con.print("[dim]" + doc["definition"] + "[/dim]")
     sizes = [p["size_bytes"] for p in doc["config"]["plan"]]
     systems = [s for s in SYSTEMS if any(r["system"] == s for r in doc["results"])]
-    lat = Table(title="p50 / p99 latency of one pass (us)")
-    bw = Table(title="bandwidth at p50 (GB/s)")
-    lat.add_column("size", justify="right")
-    bw.add_column("size", justify="right")
-    for s in systems:
-        lat.add_column(s, justify="right")
-        bw.add_column(s, justify="right")
-    bw.add_column("memcpy", justify="right")
     mc = {x["size_bytes"]: x for x in doc["memcpy"]}
-    for size in sizes:
-        cells_l, cells_b = [], []
-        for s in systems:
-            r = _find(doc, s, size)
-            cells_l.append("-" if r is None else f"{r['p50_us']:,.1f} / {r['p99_us']:,.1f}")
-            cells_b.append("-" if r is None else f"{r['gbps']:.3f}")
-        lat.add_row(human_size(size), *cells_l)
-        bw.add_row(human_size(size), *cells_b, f"{mc[size]['gbps']:.2f}" if size in mc else "-")
-    con.print(lat)
-    con.print(bw)
-    split = Table(title="gfaas split: put / get p50 (us)")
-    split.add_column("size", justify="right")
-    for s in ("gfaas-zero-copy", "gfaas-copy", "ray", "redis"):
-        if s in systems:
-            split.add_column(f"{s} put", justify="right")
-            split.add_column(f"{s} get", justify="right")
-    for size in sizes:
-        cells = []
-        for s in ("gfaas-zero-copy", "gfaas-copy", "ray", "redis"):
-            if s in systems:
-                r = _find(doc, s, size)
-                cells += ["-", "-"] if r is None else [f"{r['publish_p50_us']:,.1f}", f"{r['retrieve_p50_us']:,.1f}"]
-        split.add_row(human_size(size), *cells)
-    con.print(split)
+    tab = Table(title="one pass = put (publish) + get (retrieve), in us; GB/s at p50", box=box.SIMPLE_HEAD, pad_edge=False)
+    tab.add_column("system", no_wrap=True, min_width=15)
+    for name in ("size", "p50", "p99", "GB/s", "put p50", "get p50"):
+        tab.add_column(name, justify="right", no_wrap=True)
+
+    def us(v: float) -> str:
+        return f"{v:,.0f}" if v >= 1000 else f"{v:.1f}"
+
+    for s in [*systems, "memcpy"]:
+        for size in sizes:
+            r = mc.get(size) if s == "memcpy" else _find(doc, s, size)
+            if r is None:
+                continue
+            tab.add_row(s if size == sizes[0] else "", human_size(size), us(r["p50_us"]), us(r["p99_us"]),
+                        f"{r['gbps']:.3f}", us(r["publish_p50_us"]) if "publish_p50_us" in r else "",
+                        us(r["retrieve_p50_us"]) if "retrieve_p50_us" in r else "",
+                        end_section=size == sizes[-1])
+    con.print(tab)
     con.print(f"memcpy ceiling (median over sizes >= 16 MiB): {doc['memcpy_gbps']:.2f} GB/s")
     for name, why in doc["skipped"].items():
         con.print(f"[yellow]skipped {name}[/yellow]: {why}")
