@@ -56,6 +56,7 @@ class NodeConfig:
         redis_url: the global directory (``redis://host:port/db``); ``None`` runs single-node.
         chunk_bytes: chunk size of cross-node pulls (pipelined).
         remote_timeout_s: how long a cross-node lookup or pull may take before it fails.
+        slab_object_bytes: objects up to this size (and a quarter slab) are packed into slabs.
         warm_pool_bytes: the most bytes of freed large-object segments kept mapped for reuse by
             the same invocation (their pages stay allocated and mapped; 0 turns reuse off).
         tombstones_per_invocation: how many freed IDs per invocation are remembered to answer
@@ -77,6 +78,7 @@ class NodeConfig:
     remote_timeout_s: float = 5.0
     tombstones_per_invocation: int = 65536
     warm_pool_bytes: int = 512 * MiB
+    slab_object_bytes: int = 128 * KiB
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -106,6 +108,7 @@ class NodeConfig:
         _positive("chunk_bytes", self.chunk_bytes, 4 * KiB)
         _positive("tombstones_per_invocation", self.tombstones_per_invocation)
         _positive("warm_pool_bytes", self.warm_pool_bytes, 0)
+        _positive("slab_object_bytes", self.slab_object_bytes, 0)
         if not isinstance(self.transfer_port, int) or not (0 <= self.transfer_port <= 65535):
             raise ConfigError(f"transfer_port={self.transfer_port!r} is not a TCP port (0-65535)")
         if not isinstance(self.remote_timeout_s, int | float) or not self.remote_timeout_s > 0:
@@ -113,5 +116,10 @@ class NodeConfig:
 
     @property
     def small_object_max(self) -> int:
-        """Objects up to this many bytes share slabs; larger ones get their own segment."""
-        return self.slab_bytes // 4
+        """Objects up to this many bytes share slabs; larger ones get their own segment.
+
+        The lesser of ``slab_bytes // 4`` and ``slab_object_bytes``. Slab space is never reused, so
+        every object packed there is written into fresh pages; objects above ~128 KiB are faster in
+        a segment of their own, which is kept warm and reused (docs/benchmarks.md).
+        """
+        return min(self.slab_bytes // 4, self.slab_object_bytes)

@@ -10,7 +10,7 @@ import pytest
 from gfaas import ConfigError, DataDeleted
 from gfaas.config import KiB
 
-BIG = 512 * KiB  # above small_object_max (256 KiB with the test's 1 MiB slabs): a segment of its own
+BIG = 512 * KiB  # above small_object_max (128 KiB): a segment of its own
 
 
 def _cycle(prod, cons, value: int, keep: bool = False):  # type: ignore[no-untyped-def]

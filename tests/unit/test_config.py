@@ -15,10 +15,11 @@ def cfg(**kw: object) -> NodeConfig:
 
 
 def test_defaults() -> None:
-    """Defaults: host backend, 2 GiB pool, 8 MiB slabs, small objects up to a quarter slab."""
+    """Defaults: host backend, 2 GiB pool, 8 MiB slabs, slab-packed objects up to 128 KiB."""
     c = cfg()
     assert (c.backend, c.capacity_bytes, c.slab_bytes, c.ids_per_lease) == ("host", 2 * GiB, 8 * MiB, 64)
-    assert c.small_object_max == 2 * MiB
+    assert c.small_object_max == 128 * KiB
+    assert cfg(slab_object_bytes=4 * MiB).small_object_max == 2 * MiB  # at most a quarter slab
 
 
 def test_default_paths_follow_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
