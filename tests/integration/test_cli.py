@@ -79,3 +79,14 @@ def test_local_cluster_moves_data_between_nodes(run_dir: str) -> None:
             os.kill(n["pid"], 0)
     p2 = gfaas_cli(run_dir, "cluster", "status", check=False)
     assert p2.returncode == 1 and "no local cluster recorded" in p2.stderr
+
+
+def test_demo_json(run_dir: str) -> None:
+    """gfaas demo --json runs both transports, checks their outputs agree, and leaves nothing behind."""
+    out = as_json(gfaas_cli(run_dir, "demo", "--json", "--sizes", "64KiB,1MiB", "--repeat", "3"))
+    assert out["workflow"] == "preprocess -> classify" and out["repeat"] == 3
+    assert [r["size_bytes"] for r in out["rows"]] == [64 * 1024, 1024 * 1024]
+    for r in out["rows"]:
+        assert r["gfaas_pass_ms"] > 0 and r["redis_pass_ms"] > 0
+        assert r["pass_speedup"] == r["redis_pass_ms"] / r["gfaas_pass_ms"]
+    assert out["daemon_leftover_objects"] == 0
