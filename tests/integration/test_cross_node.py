@@ -13,7 +13,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -105,16 +104,6 @@ class Cluster:
         assert addr is not None, f"node {node} is not registered"
         host, _, port = addr.rpartition(":")
         return host, int(port)
-
-
-@pytest.fixture
-def run_dir() -> Iterator[str]:
-    """A short fresh directory in /tmp (Unix socket paths must stay under 108 bytes)."""
-    d = tempfile.mkdtemp(prefix="gfx-", dir="/tmp")
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
