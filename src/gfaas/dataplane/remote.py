@@ -58,7 +58,7 @@ from . import protocol as P
 from .auth import may_read
 from .ids import ID_BYTES
 from .meta import check_meta
-from .store import _DENIED, SEALED, WRITING, ObjectRecord, Segment, Session
+from .store import DENIED_MESSAGE, SEALED, WRITING, ObjectRecord, Segment, Session
 
 log = logging.getLogger("gfaas.dataplane.remote")
 
@@ -558,23 +558,23 @@ class Remote:
         # refusal of forged or foreign IDs.
         entry = self._lookup(oid, min(deadline, time.monotonic() + LOOKUP_WAIT_S))
         if entry is None:
-            raise AccessDenied(_DENIED)
+            raise AccessDenied(DENIED_MESSAGE)
         try:
             consumers = json.loads(entry["consumers"])
             cons = frozenset(consumers) if consumers is not None else None
             node, invocation, producer = entry["node"], entry["invocation"], entry["producer"]
         except (KeyError, ValueError, TypeError):
-            raise AccessDenied(_DENIED) from None  # a damaged entry is no entry
+            raise AccessDenied(DENIED_MESSAGE) from None  # a damaged entry is no entry
         # Refuse here what the owner would refuse, without telling anything about the object.
         if not may_read(invocation, producer, cons, session.invocation, session.function):
-            raise AccessDenied(_DENIED)
+            raise AccessDenied(DENIED_MESSAGE)
         if entry.get("freed"):
             raise DataDeleted(f"object {hexid} was freed ({entry['freed']}); it can no longer be read")
         if node == self.node_id:  # ours, and no longer here: the store has the precise answer
             with daemon.lock:
                 return store_get(daemon, session, oid, export)
         with daemon.lock:
-            daemon.store._check_live(session)
+            daemon.store.check_live(session)
             token = daemon.store.registry.get(session.invocation).tokens[session.function]
         sock, addr = self._connect(node, hexid)
         try:
@@ -682,7 +682,7 @@ class Remote:
         # invocation otherwise (the owner keeps its own copy as long, and other functions here reuse it).
         pending = {session.function} if cons is not None else None
         with daemon.lock:
-            store._check_live(session)
+            store.check_live(session)
             cur = store.objects.get(oid)
             if cur is not None:
                 if cur.state == SEALED:  # another pull finished meanwhile: read its copy
@@ -708,7 +708,7 @@ class Remote:
                     _recv_exact(sock, buf[:n])
                     with daemon.lock:
                         if store.objects.get(oid) is not rec:
-                            store._check_live(session)
+                            store.check_live(session)
                             raise DataDeleted(f"the copy of object {hexid} was freed during the pull")
                         store.backend.copy_in(seg.handle, rec.offset + got, buf[:n])
                 got += n
@@ -720,7 +720,7 @@ class Remote:
             except (OSError, GfaasError) as exc:  # the bytes are here; the owner frees it at the end
                 log.warning("no confirmation from node %s for the read of %s: %s", node, hexid, exc)
             with daemon.lock:
-                store._check_live(session)
+                store.check_live(session)
                 if store.objects.get(oid) is not rec:
                     raise DataDeleted(f"the copy of object {hexid} was freed during the pull")
                 store.seal(None, oid)
@@ -728,13 +728,13 @@ class Remote:
                 if rec.pending is not None:
                     # Read by the one function it was pulled for. Freed without a tombstone: this node's
                     # copy is not the object, whose owner answers any later read.
-                    store._free(rec, None)
+                    store.forget(rec)
                 log.debug("pulled %s (%d bytes) from %s", hexid, h.nbytes, node)
                 return out
         except BaseException:
             with daemon.lock:
                 if store.objects.get(oid) is rec and rec.state == WRITING:
-                    store._free(rec, None)
+                    store.forget(rec)
             raise
         finally:
             if holder is not None:

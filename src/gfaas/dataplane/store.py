@@ -46,7 +46,7 @@ log = logging.getLogger("gfaas.dataplane")
 WRITING = "writing"
 SEALED = "sealed"
 MAX_IDS_PER_REQUEST = 1024
-_DENIED = "access denied: no object with this ID is readable by this function of this invocation"
+DENIED_MESSAGE = "access denied: no object with this ID is readable by this function of this invocation"
 
 
 @dataclass(slots=True)
@@ -176,7 +176,8 @@ class Store:
         s.issued.clear()
         self.release(s, [sid for sid, n in s.pins.items() for _ in range(n)])
 
-    def _check_live(self, s: Session) -> None:
+    def check_live(self, s: Session) -> None:
+        """Raise AuthenticationError if the session's invocation has ended."""
         if s.invocation not in self.registry:
             raise AuthenticationError(
                 f"invocation {s.invocation} has ended; its credentials are revoked. Connect with new ones"
@@ -313,7 +314,7 @@ class Store:
 
     def lease(self, s: Session, min_bytes: int) -> tuple[Segment, list[bytes]]:
         """Give the session a fresh slab to pack small objects into, and a batch of IDs."""
-        self._check_live(s)
+        self.check_live(s)
         if not 0 <= min_bytes <= self.config.small_object_max:
             raise CapacityError(
                 f"a slab lease is for objects up to {self.config.small_object_max} bytes, asked for"
@@ -327,7 +328,7 @@ class Store:
         return seg, self._issue(s, need)
 
     def more_ids(self, s: Session, n: int) -> list[bytes]:
-        self._check_live(s)
+        self.check_live(s)
         if not 1 <= n <= MAX_IDS_PER_REQUEST:
             raise ProtocolError(f"asked for {n} IDs; ask for 1-{MAX_IDS_PER_REQUEST}")
         return self._issue(s, n)
@@ -350,7 +351,7 @@ class Store:
         consumers: list[str] | None,
     ) -> ObjectRecord:
         """Publish an object the client wrote into its slab (the asynchronous put path)."""
-        self._check_live(s)
+        self.check_live(s)
         if oid not in s.issued:
             raise InvalidDataRef("seal of an ID that this connection was not issued; use IDs from a lease")
         seg = s.arena
@@ -368,7 +369,7 @@ class Store:
         self, s: Session, nbytes: int, dtype: str, shape: list[int], consumers: list[str] | None
     ) -> tuple[ObjectRecord, Segment]:
         """Reserve space for an object written in place; it stays ``writing`` until sealed."""
-        self._check_live(s)
+        self.check_live(s)
         shp = check_meta(nbytes, dtype, shape)
         cons = check_consumers(consumers, s.functions)
         seg = s.arena
@@ -425,7 +426,7 @@ class Store:
                         f"object {oid.hex()} was lost when node {self.config.node_id} restarted;"
                         " re-run the function that produced it"
                     )
-            raise AccessDenied(_DENIED)
+            raise AccessDenied(DENIED_MESSAGE)
         if rec.state != SEALED:
             raise ObjectStateError(f"object {oid.hex()} is still being written; get it after it is sealed")
         return rec
@@ -433,7 +434,7 @@ class Store:
     def get(self, s: Session, oid: object, export: Callable[[ObjectRecord, Segment], Any] | None = None) -> Any:
         """Read access for the session: ``export(record, segment)`` runs before any consumption
         frees the object, and its result is returned (the record itself when ``export`` is None)."""
-        self._check_live(s)
+        self.check_live(s)
         rec = self.lookup(s.invocation, s.function, oid)
         out = export(rec, self.segments[rec.segment]) if export is not None else rec
         self.consumed(rec, s.function)
@@ -447,14 +448,18 @@ class Store:
                 self._free(rec, "read by all of its consumers")
 
     def delete(self, s: Session, oid: object) -> None:
-        self._check_live(s)
+        self.check_live(s)
         rec = self.objects.get(oid) if isinstance(oid, bytes) else None
         if rec is None or rec.invocation != s.invocation or rec.producer != s.function:
             if rec is not None and may_read(rec.invocation, rec.producer, rec.consumers, s.invocation, s.function):
                 raise AccessDenied(f"only the producer {rec.producer!r} may delete object {rec.id.hex()}")
             self.lookup(s.invocation, s.function, oid)  # raises the precise error
-            raise AccessDenied(_DENIED)
+            raise AccessDenied(DENIED_MESSAGE)
         self._free(rec, "deleted by its producer")
+
+    def forget(self, rec: ObjectRecord) -> None:
+        """Drop a record without a tombstone (a pulled copy: later reads go to its owner again)."""
+        self._free(rec, None)
 
     def _free(self, rec: ObjectRecord, reason: str | None) -> None:
         del self.objects[rec.id]
