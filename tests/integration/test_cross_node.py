@@ -99,8 +99,12 @@ class Cluster:
             assert time.monotonic() < deadline, f"{ref} was not published"
             time.sleep(0.005)
 
-    def transfer_address(self, node: str) -> tuple[str, int]:
-        addr = self.directory("GET", node_key(node))
+    def transfer_address(self, node: str, timeout: float = 5.0) -> tuple[str, int]:
+        # A node registers through the same asynchronous writer as its objects (so an object's
+        # entry always follows its node's), hence possibly a moment after the daemon answers.
+        deadline = time.monotonic() + timeout
+        while (addr := self.directory("GET", node_key(node))) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert addr is not None, f"node {node} is not registered"
         host, _, port = addr.rpartition(":")
         return host, int(port)
