@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from gfaas.bench.dataplane import SYSTEMS, human_size
@@ -23,31 +24,25 @@ def tables(doc: dict[str, Any]) -> str:
     mc = {m["size_bytes"]: m for m in doc["memcpy"]}
     out = []
 
-    out.append("| size | " + " | ".join(f"{s} p50 / p99 (us)" for s in systems) + " |")
-    out.append("|---:|" + "---:|" * len(systems))
-    for n in sizes:
-        cells = [f"{_cell(by.get((s, n)), 'p50_us', ',.1f')} / {_cell(by.get((s, n)), 'p99_us', ',.1f')}"
-                 for s in systems]
-        out.append(f"| {human_size(n)} | " + " | ".join(cells) + " |")
-    out.append("")
+    def table(heads: list[str], row: Callable[[int], list[str]]) -> None:
+        out.append("| size | " + " | ".join(heads) + " |")
+        out.append("|---:|" + "---:|" * len(heads))
+        out.extend(f"| {human_size(n)} | " + " | ".join(row(n)) + " |" for n in sizes)
+        out.append("")
 
-    out.append("| size | " + " | ".join(f"{s} GB/s" for s in systems) + " | memcpy GB/s (p50 us) |")
-    out.append("|---:|" + "---:|" * (len(systems) + 1))
-    for n in sizes:
-        cells = [_cell(by.get((s, n)), "gbps", ".3f") for s in systems]
+    def pair(s: str, n: int, a: str, b: str) -> str:
+        return f"{_cell(by.get((s, n)), a, ',.1f')} / {_cell(by.get((s, n)), b, ',.1f')}"
+
+    def memcpy(n: int) -> str:
         m = mc.get(n)
-        cells.append("-" if m is None else f"{m['gbps']:.2f} ({m['p50_us']:,.1f})")
-        out.append(f"| {human_size(n)} | " + " | ".join(cells) + " |")
-    out.append("")
+        return "-" if m is None else f"{m['gbps']:.2f} ({m['p50_us']:,.1f})"
 
+    table([f"{s} p50 / p99 (us)" for s in systems], lambda n: [pair(s, n, "p50_us", "p99_us") for s in systems])
+    table([f"{s} GB/s" for s in systems] + ["memcpy GB/s (p50 us)"],
+          lambda n: [_cell(by.get((s, n)), "gbps", ".3f") for s in systems] + [memcpy(n)])
     split = [s for s in systems if s != "pipe"]
-    out.append("| size | " + " | ".join(f"{s} publish / retrieve p50 (us)" for s in split) + " |")
-    out.append("|---:|" + "---:|" * len(split))
-    for n in sizes:
-        cells = [f"{_cell(by.get((s, n)), 'publish_p50_us', ',.1f')} / {_cell(by.get((s, n)), 'retrieve_p50_us', ',.1f')}"
-                 for s in split]
-        out.append(f"| {human_size(n)} | " + " | ".join(cells) + " |")
-    out.append("")
+    table([f"{s} publish / retrieve p50 (us)" for s in split],
+          lambda n: [pair(s, n, "publish_p50_us", "retrieve_p50_us") for s in split])
 
     for t in doc["targets"]:
         out.append(f"- **({t['id']}) {t['target']}: {t['status']}** - {t['detail']}")

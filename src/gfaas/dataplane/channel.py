@@ -36,6 +36,15 @@ class Channel:
             raise DaemonUnavailable(f"cannot connect to the node daemon at {socket_path}: {exc}") from None
         self.sock: socket.socket | None = sock
 
+    def handshake(self, hello: P._Msg) -> P.Reply:
+        """Present credentials as the first request; the channel is closed if they are refused."""
+        try:
+            reply, _ = self.call(hello)
+        except Exception:
+            self.close()
+            raise
+        return reply
+
     def send(self, msg: P._Msg) -> None:
         """Send without waiting for a reply (asynchronous requests)."""
         if self.sock is None:

@@ -141,11 +141,7 @@ class Client:
 
     def __init__(self, socket_path: str, token: str, timeout: float | None = 60.0) -> None:
         self._ch = Channel(socket_path, timeout)
-        try:
-            w, _ = self._ch.call(P.Hello(token))
-        except Exception:
-            self._ch.close()
-            raise
+        w = self._ch.handshake(P.Hello(token))
         assert isinstance(w, P.Welcome)
         self.node_id = w.node_id
         self.invocation_id = w.invocation_id
@@ -387,11 +383,7 @@ class Admin:
                     f"no admin token at {path}; pass admin_token= or the node's state_dir"
                 ) from None
         self._ch = Channel(self.socket_path, timeout)
-        try:
-            w, _ = self._ch.call(P.AdminHello(admin_token))
-        except Exception:
-            self._ch.close()
-            raise
+        w = self._ch.handshake(P.AdminHello(admin_token))
         assert isinstance(w, P.AdminWelcome)
         self.node_id = w.node_id
 

@@ -489,7 +489,7 @@ class Remote:
             header = Header(rec.id, rec.invocation, rec.producer,
                             sorted(rec.consumers) if rec.consumers is not None else None,
                             rec.nbytes, rec.dtype, list(rec.shape))
-            mapped = _mapped(store.backend, seg.handle) if rec.nbytes else None
+            mapped = store.backend.host_view(seg.handle) if rec.nbytes else None
             holder = _pin(store, seg, rec.invocation) if mapped is not None else None
         try:
             self._send_object(sock, header, rec, seg, mapped, fn)
@@ -572,7 +572,7 @@ class Remote:
             raise DataDeleted(f"object {hexid} was freed ({entry['freed']}); it can no longer be read")
         if node == self.node_id:  # ours, and no longer here: the store has the precise answer
             with daemon.lock:
-                return store_get(daemon, session, oid, export)
+                return daemon.store.get(session, oid, export)
         with daemon.lock:
             daemon.store.check_live(session)
             token = daemon.store.registry.get(session.invocation).tokens[session.function]
@@ -601,7 +601,7 @@ class Remote:
                 rec = store.objects.get(oid)
                 if rec is None or rec.state != WRITING or rec.writer is not None:
                     try:
-                        return store_get(daemon, session, oid, export)
+                        return daemon.store.get(session, oid, export)
                     except AccessDenied:
                         return None
                 limit = deadline + rec.nbytes / ASSUMED_MIN_BANDWIDTH
@@ -686,10 +686,10 @@ class Remote:
             cur = store.objects.get(oid)
             if cur is not None:
                 if cur.state == SEALED:  # another pull finished meanwhile: read its copy
-                    return store_get(daemon, session, oid, export)
+                    return daemon.store.get(session, oid, export)
                 raise _Arriving()
             rec, seg = store.place(session.invocation, h.producer, cons, pending, oid, h.nbytes, h.dtype, shape)
-            mapped = _mapped(store.backend, seg.handle) if h.nbytes else None
+            mapped = store.backend.host_view(seg.handle) if h.nbytes else None
             holder = _pin(store, seg, session.invocation) if mapped is not None else None
         try:
             got, buf = 0, memoryview(bytearray(0))
@@ -742,16 +742,6 @@ class Remote:
                     _unpin(store, holder)
 
 
-def _mapped(backend: Any, handle: Any) -> memoryview | None:
-    """A view of a host segment's memory, or None for backends that need ``copy_in``/``copy_out``.
-
-    Taken under the daemon lock while the object is live; the view keeps the mapping valid even if
-    the segment is freed meanwhile (the host backend then unmaps it when the last view goes)."""
-    if getattr(backend, "name", None) == "host" and hasattr(handle, "view"):
-        return memoryview(handle.view()).cast("B")
-    return None
-
-
 def _pin(store: Any, seg: Segment, invocation: str) -> Session:
     """Pin ``seg`` for a transfer that reads or writes it through a view (call under the daemon lock),
     so that it is not handed to another object meanwhile; :func:`_unpin` when done."""
@@ -761,9 +751,4 @@ def _pin(store: Any, seg: Segment, invocation: str) -> Session:
 
 
 def _unpin(store: Any, holder: Session) -> None:
-    store.release(holder, [sid for sid, n in holder.pins.items() for _ in range(n)])
-
-
-def store_get(daemon: Any, session: Session, oid: bytes, export: Callable[..., Any]) -> tuple[P.Reply, list[int]]:
-    """``Store.get`` with the daemon's export (call under ``daemon.lock``)."""
-    return daemon.store.get(session, oid, export)
+    store.release_all(holder)

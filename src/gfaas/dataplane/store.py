@@ -56,7 +56,6 @@ class Segment:
     owner: int | None  # session allowed to pack objects into it (slabs); None for dedicated
     size: int
     handle: Any
-    used: int = 0
     live: int = 0
     open: bool = True
     pins: int = 0  # replies naming this segment whose views are still alive in some client
@@ -174,7 +173,7 @@ class Store:
             self._free(rec, None)
         self._close_arena(s)
         s.issued.clear()
-        self.release(s, [sid for sid, n in s.pins.items() for _ in range(n)])
+        self.release_all(s)
 
     def check_live(self, s: Session) -> None:
         """Raise AuthenticationError if the session's invocation has ended."""
@@ -278,6 +277,10 @@ class Store:
         s.pins[seg.id] = s.pins.get(seg.id, 0) + 1
         return True
 
+    def release_all(self, s: Session) -> None:
+        """Release every pin the session holds (it disconnected, or a transfer finished)."""
+        self.release(s, [sid for sid, n in s.pins.items() for _ in range(n)])
+
     def release(self, s: Session, segments: list[int]) -> None:
         """The session's views of these segments are gone (unknown entries are ignored)."""
         for sid in segments:
@@ -323,7 +326,6 @@ class Store:
         self._close_arena(s)
         seg = self._new_segment(s.invocation, s.id, self.config.slab_bytes, "slab lease")
         s.arena, s.arena_next = seg, 0
-        seg.used = seg.size
         need = max(0, self.config.ids_per_lease - len(s.issued))
         return seg, self._issue(s, need)
 
@@ -379,7 +381,7 @@ class Store:
         else:
             seg = self._take_warm(s.invocation, nbytes) or self._new_segment(
                 s.invocation, None, max(nbytes, 1), "allocation")
-            seg.used, off = seg.size, 0
+            off = 0
         oid = self._new_journalled_id(s.invocation)
         rec = self._record(oid, s.invocation, s.function, cons, seg, off, nbytes, dtype, shp, WRITING, s.id)
         return rec, seg

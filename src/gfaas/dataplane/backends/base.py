@@ -53,6 +53,11 @@ class Backend(ABC):
         """An OS handle for another process to map the segment, or ``None`` if not shareable."""
         return None
 
+    def host_view(self, handle: Any) -> memoryview | None:
+        """A byte view of the segment in this process's memory, if the backend has one (so a
+        transfer can send from or receive into it directly); ``None`` means use the copy hooks."""
+        return None
+
     def size_of(self, handle: Any) -> int:
         return int(handle.size)
 

@@ -74,6 +74,9 @@ class HostBackend(Backend):
     def _transfer(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
         dst.view()[dst_offset : dst_offset + nbytes] = src.view()[src_offset : src_offset + nbytes]
 
+    def host_view(self, handle: Any) -> memoryview | None:
+        return handle.view().cast("B")
+
     def export(self, handle: Any, writable: bool) -> int | None:
         if writable:
             return int(handle.fd)
