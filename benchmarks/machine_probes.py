@@ -1,0 +1,136 @@
+"""Machine probes behind the explanations in docs/benchmarks.md and docs/design.md.
+
+    .venv/bin/python benchmarks/machine_probes.py [--try-shmem-thp]
+
+Prints one JSON document:
+* ``seqpacket_rtt_us``: p50 round trip of a 40-byte message between two Python processes over a
+  ``SOCK_SEQPACKET`` socketpair, with 0.2 ms of think time between round trips (so both sleep, as
+  in the benchmark's ping-pong) and without;
+* ``fresh_shm_write_gbps`` vs ``warm_memcpy_gbps``: writing 64 MiB into a new memfd segment
+  against memcpy between touched buffers;
+* ``copy_out_gbps``: copying a 256 MiB shared-memory object into ``np.empty`` versus into anonymous
+  memory asked for in huge pages and faulted in with one call (what ``get(copy=True)`` does);
+* with ``--try-shmem-thp`` (root only): the copy out of shared memory with
+  ``/sys/kernel/mm/transparent_hugepage/shmem_enabled`` set to ``advise`` and the segment
+  ``madvise``d for huge pages; the previous setting is restored afterwards, even on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import socket
+import time
+from typing import Any
+
+import numpy as np
+
+MADV_POPULATE_WRITE = 23
+THP_SHMEM = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
+
+def _best(fn: Any, reps: int = 4) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def seqpacket_rtt(think_s: float, n: int = 3000) -> float:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        a.close()
+        while (m := b.recv(256)):
+            b.send(m)
+        os._exit(0)
+    b.close()
+    ts = []
+    for _ in range(n):
+        if think_s:
+            time.sleep(think_s)
+        t = time.perf_counter()
+        a.send(b"x" * 40)
+        a.recv(256)
+        ts.append(time.perf_counter() - t)
+    a.close()
+    os.waitpid(pid, 0)
+    return float(np.median(ts)) * 1e6
+
+
+def fresh_vs_warm(n: int = 64 << 20) -> dict[str, float]:
+    src = np.ones(n, np.uint8)
+
+    def fresh() -> None:
+        fd = os.memfd_create("probe")
+        os.ftruncate(fd, n)
+        mm = mmap.mmap(fd, n)
+        np.copyto(np.frombuffer(mm, np.uint8), src)
+        mm.close()
+        os.close(fd)
+
+    dst = np.zeros(n, np.uint8)
+    return {"fresh_shm_write_gbps": round(n / _best(fresh) / 1e9, 2),
+            "warm_memcpy_gbps": round(n / _best(lambda: np.copyto(dst, src)) / 1e9, 2)}
+
+
+def copy_out(n: int = 256 << 20, huge_shmem: bool = False) -> dict[str, float]:
+    fd = os.memfd_create("probe")
+    os.ftruncate(fd, n)
+    w = mmap.mmap(fd, n)
+    if huge_shmem:
+        w.madvise(mmap.MADV_HUGEPAGE)
+    w.write(b"\1" * n)
+    r = mmap.mmap(fd, n, prot=mmap.PROT_READ)
+    if huge_shmem:
+        r.madvise(mmap.MADV_HUGEPAGE)
+    src = np.frombuffer(r, np.uint8)
+
+    def into_empty() -> None:
+        np.copyto(np.empty(n, np.uint8), src)
+
+    def into_huge() -> None:
+        m = mmap.mmap(-1, n, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        m.madvise(mmap.MADV_HUGEPAGE)
+        m.madvise(MADV_POPULATE_WRITE)
+        np.copyto(np.frombuffer(m, np.uint8), src)
+
+    out = {"into_np_empty_gbps": round(n / _best(into_empty) / 1e9, 2),
+           "into_huge_anon_gbps": round(n / _best(into_huge) / 1e9, 2)}
+    src = np.empty(0, np.uint8)  # drop the view so the mapping can close
+    r.close()
+    w.close()
+    os.close(fd)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--try-shmem-thp", action="store_true")
+    a = ap.parse_args()
+    res: dict[str, Any] = {
+        "seqpacket_rtt_us": {"with_think_time": round(seqpacket_rtt(2e-4), 1),
+                             "back_to_back": round(seqpacket_rtt(0.0), 1)},
+        **fresh_vs_warm(),
+        "copy_out_gbps": copy_out(),
+    }
+    if a.try_shmem_thp:
+        with open(THP_SHMEM) as f:
+            before = f.read().split("[")[1].split("]")[0]
+        try:
+            with open(THP_SHMEM, "w") as f:
+                f.write("advise")
+            res["copy_out_gbps_shmem_thp_advise"] = copy_out(huge_shmem=True)
+        finally:
+            with open(THP_SHMEM, "w") as f:
+                f.write(before)
+        res["shmem_enabled_restored_to"] = before
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
