@@ -92,6 +92,7 @@ class Session:
     arena_next: int = 0
     issued: set[bytes] = field(default_factory=set)
     pins: dict[int, int] = field(default_factory=dict)
+    writing: set[bytes] = field(default_factory=set)  # objects it allocated and has not sealed
 
 
 class Store:
@@ -166,7 +167,7 @@ class Store:
     def disconnect(self, s: Session) -> None:
         """Forget a connection: objects it was still writing vanish, its slab closes."""
         self.sessions.pop(s.id, None)
-        for rec in [r for r in self.objects.values() if r.writer == s.id and r.state == WRITING]:
+        for rec in [self.objects[oid] for oid in s.writing if oid in self.objects]:
             seg = self.segments.get(rec.segment)
             if seg is not None:
                 seg.recyclable = False  # half-written: give the memory back rather than keep it
@@ -384,6 +385,7 @@ class Store:
             off = 0
         oid = self._new_journalled_id(s.invocation)
         rec = self._record(oid, s.invocation, s.function, cons, seg, off, nbytes, dtype, shp, WRITING, s.id)
+        s.writing.add(oid)
         return rec, seg
 
     def seal(self, s: Session | None, oid: bytes) -> ObjectRecord:
@@ -396,6 +398,8 @@ class Store:
             raise AccessDenied("seal refused: no object with this ID is being written by this connection")
         if rec.state != WRITING:
             raise ObjectStateError(f"object {oid.hex()} is already sealed; objects are sealed once")
+        if rec.writer is not None and (w := self.sessions.get(rec.writer)) is not None:
+            w.writing.discard(oid)
         rec.state, rec.writer = SEALED, None
         return rec
 
@@ -465,6 +469,8 @@ class Store:
 
     def _free(self, rec: ObjectRecord, reason: str | None) -> None:
         del self.objects[rec.id]
+        if rec.writer is not None and (w := self.sessions.get(rec.writer)) is not None:
+            w.writing.discard(rec.id)
         ids = self._by_inv.get(rec.invocation)
         if ids is not None:
             ids.discard(rec.id)
