@@ -309,6 +309,43 @@ def test_hung_daemon_times_out(node) -> None:  # type: ignore[no-untyped-def]
     np.testing.assert_array_equal(node.connect("g").get(ref), np.arange(3))
 
 
+def test_concurrent_misses_all_wait_for_a_queued_seal(node) -> None:  # type: ignore[no-untyped-def]
+    """Two readers whose gets of a not-yet-sealed small put are queued together both see the object.
+
+    The daemon answers the first miss by draining the other connections; the second reader's get is
+    met inside that drain, before the producer's seal (the producer connected last), and must wait for
+    the drain to finish rather than be denied.
+    """
+    readers = [node.connect("g"), node.connect("h")]
+    for r in readers:
+        r.put(b"connected and authenticated")
+    f = node.connect("f")
+    f.put(b"lease a slab first")
+    os.kill(node.pid, signal.SIGSTOP)
+    try:
+        f.put(b"an earlier seal queued first")  # the loop serves one message per connection per turn
+        ref = f.put(np.arange(5))  # returns at once: the seal waits in the stopped daemon's socket
+        results: list[object] = [None, None]
+
+        def read(k: int) -> None:
+            try:
+                results[k] = readers[k].get(ref, copy=True)
+            except BaseException as exc:  # noqa: BLE001
+                results[k] = exc
+
+        threads = [threading.Thread(target=read, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)  # both gets are queued behind the seal's connection
+    finally:
+        os.kill(node.pid, signal.SIGCONT)
+    for t in threads:
+        t.join(5)
+    for res in results:
+        assert isinstance(res, np.ndarray), res
+        np.testing.assert_array_equal(res, np.arange(5))
+
+
 # ---- (c) many concurrent clients -------------------------------------------------------------
 WORKER = r"""
 import json, random, sys

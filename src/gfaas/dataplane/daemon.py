@@ -53,7 +53,7 @@ class Conn:
     sent_ro: set[int] = field(default_factory=set)
     retired: list[int] = field(default_factory=list)
     pending_error: GfaasError | None = None
-    busy: bool = False  # a deferred reply is outstanding
+    busy: bool = False  # a deferred or parked reply is outstanding: read nothing more from it yet
 
 
 class Daemon:
@@ -70,6 +70,7 @@ class Daemon:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._stopping = False
         self._draining = False
+        self._parked: list[tuple[Conn, P.Get]] = []
         self._listener: socket.socket | None = None
         self._setup_state()
         self.store = Store(
@@ -265,15 +266,23 @@ class Daemon:
                 return
 
     def _handle(self, conn: Conn, data: bytes) -> None:
-        out: tuple[P.Reply, list[int]] | None
         msg: Any = None
         try:
             msg = P.decode_request(data)
             if conn.pending_error is not None and not isinstance(msg, _ASYNC):
                 err, conn.pending_error = conn.pending_error, None
                 raise err
+        except GfaasError as exc:
+            self._send(conn, P.Error(code_of(exc), str(exc)), [])
+            return
+        self._run(conn, msg, self._handlers[type(msg)])
+
+    def _run(self, conn: Conn, msg: Any, handler: Callable[[Conn, Any], tuple[P.Reply, list[int]] | None]) -> None:
+        """Run one request's handler and send its reply (or remember an asynchronous one's error)."""
+        out: tuple[P.Reply, list[int]] | None
+        try:
             with self.lock:
-                out = self._handlers[type(msg)](conn, msg)
+                out = handler(conn, msg)
         except GfaasError as exc:
             if isinstance(msg, _ASYNC):
                 conn.pending_error = exc  # asynchronous request: reported on the next synchronous one
@@ -347,7 +356,13 @@ class Daemon:
                     os.close(fd)
 
     def _drain_others(self, current: Conn) -> None:
-        """Process messages already queued on other connections (see the module docstring)."""
+        """Process messages already queued on other connections (see the module docstring).
+
+        A get that misses while the drain runs is parked, not answered: the seal it waits for may
+        sit on a connection the drain has not reached yet. Parked gets are answered once the drain
+        is over, without draining again: every message queued when they were asked has been handled
+        by then (their clients, and ``current``'s, are blocked waiting and queue nothing behind them).
+        """
         if self._draining:
             return
         self._draining = True
@@ -357,6 +372,12 @@ class Daemon:
                     self._serve(conn, drain=True)
         finally:
             self._draining = False
+        parked, self._parked = self._parked, []
+        for conn, _ in parked:
+            conn.busy = False
+        for conn, msg in parked:
+            if conn.sock.fileno() in self._conns:
+                self._run(conn, msg, self._get_drained)
 
     # ---- handlers ------------------------------------------------------------------------------
     def _need_session(self, conn: Conn) -> Session:
@@ -466,14 +487,22 @@ class Daemon:
         return (P.Located(rec.id, seg.id, rec.offset, rec.nbytes, rec.dtype, list(rec.shape),
                           self.config.node_id, pin=pin), fds)
 
-    def _get(self, conn: Conn, m: P.Get) -> tuple[P.Reply, list[int]] | None:
+    def _get(self, conn: Conn, m: P.Get, drained: bool = False) -> tuple[P.Reply, list[int]] | None:
         s = self._need_session(conn)
         if self._absent(m.id):
-            self._drain_others(conn)
+            if self._draining:
+                conn.busy = True
+                self._parked.append((conn, m))
+                return None
+            if not drained:
+                self._drain_others(conn)
             if self._absent(m.id) and self.remote is not None and self.remote.may_fetch(m.id):
                 self.defer(conn, lambda: self.remote.fetch(self, conn, s, m.id))
                 return None
         return self.store.get(s, m.id, lambda rec, seg: self._located(conn, rec, seg, m.expect_nbytes))
+
+    def _get_drained(self, conn: Conn, m: P.Get) -> tuple[P.Reply, list[int]] | None:
+        return self._get(conn, m, drained=True)
 
     def _absent(self, oid: bytes) -> bool:
         """Not here, or still arriving from another node (a pull writes it; the remote waits for it)."""
