@@ -1,0 +1,1 @@
+"""Discrete-event simulation of GPU clusters running the same policies as the real runtime."""
