@@ -51,8 +51,6 @@ def test_dgx_v100_each_gpu_shares_its_switch_with_exactly_its_pair_partner() -> 
     assert t.device("gpu0").memory_bytes == 16 * GiB
 
 
-@pytest.mark.xfail(strict=True, reason="model.py bug: pcie_switch_of() promises NICs too, but only follows"
-                   " 'pcie'-kind edges and NICs hang off their switch by a 'nic'-kind link, so it returns None")
 def test_pcie_switch_of_a_nic() -> None:
     """pcie_switch_of('nic1') on dgx-v100 is pcie1, as its docstring says ('a GPU (or NIC)')."""
     assert preset("dgx-v100").pcie_switch_of("nic1") == "pcie1"

@@ -65,8 +65,10 @@ class Link:
             raise ConfigError(f"link {self.a}-{self.b} joins a device to itself; give two different devices")
         if self.kind not in LINK_KINDS:
             raise ConfigError(f"link {self.a}-{self.b} has kind {self.kind!r}; use one of {', '.join(LINK_KINDS)}")
+        if self.bricks < 0:
+            raise ConfigError(f"link {self.a}-{self.b} has {self.bricks} NVLink bricks; give a count >= 0")
         for v in (self.gbps, self.gbps_back if self.gbps_back is not None else self.gbps):
-            if not v > 0:
+            if not 0 < v < float("inf"):
                 raise ConfigError(f"link {self.a}-{self.b} has bandwidth {v} GB/s; it must be > 0")
 
     @property
@@ -176,12 +178,14 @@ class Topology:
     def pcie_switch_of(self, gpu: str) -> str | None:
         """The PCIe switch a GPU (or NIC) hangs off, or None if it has no PCIe link."""
         for e in self.out_edges(gpu):
-            if e.kind == "pcie" and self.device(e.dst).kind == "pcie":
+            if e.kind in ("pcie", "nic") and self.device(e.dst).kind == "pcie":
                 return e.dst
         return None
 
     def nvlink_gbps(self, a: str, b: str) -> float:
-        """Direct NVLink bandwidth a -> b (through an NVSwitch counts as direct); 0 if none."""
+        """Direct NVLink bandwidth a -> b (through an NVSwitch counts as direct); 0 if none or a == b."""
+        if a == b:
+            return 0.0
         e = self._edge.get((a, b))
         if e is not None and e.kind == "nvlink":
             return e.gbps
@@ -204,6 +208,8 @@ class Topology:
         """
         if n < 1:
             raise ConfigError(f"cannot replicate a topology {n} times; give n >= 1")
+        if fabric_gbps is not None and not fabric_gbps > 0:
+            raise ConfigError(f"fabric bandwidth {fabric_gbps} GB/s must be > 0 (or None for each NIC's own rate)")
         if len(self.nodes) != 1:
             raise ConfigError(f"topology {self.name!r} already spans {len(self.nodes)} nodes; replicate a single node")
         if n == 1:
@@ -219,7 +225,8 @@ class Topology:
         devices.append(Device("fabric", "fabric", 0))
         for i in range(n):
             for nic in self.of_kind("nic"):
-                links.append(Link(f"n{i}.{nic}", "fabric", "net", fabric_gbps or nic_rate.get(nic, 12.5)))
+                links.append(Link(f"n{i}.{nic}", "fabric", "net",
+                                  fabric_gbps if fabric_gbps is not None else nic_rate.get(nic, 12.5)))
         return Topology(f"{self.name}x{n}", tuple(devices), tuple(links), self.pcie_p2p_gbps,
                         self.pageable_gbps, f"{n} x {self.name}: {self.description}".strip())
 

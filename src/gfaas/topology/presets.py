@@ -24,6 +24,12 @@ PAGEABLE_GBPS = 3.0
 A100_NVSWITCH_GBPS = 300.0
 #: PCIe 4.0 x16, pinned, as typically measured by CUDA's bandwidthTest (our assumption, ~80% of 32 GB/s).
 PCIE4_GBPS = 24.0
+#: NICs as seed 001 §6 describes its testbeds (4x 100 Gb/s on DGX-V100, 8x 200 Gb/s on DGX-A100);
+#: note that stock p3.16xlarge / p4d.24xlarge instances list less (25 Gb/s; 4x 100 Gb/s EFA).
+V100_NIC_GBPS = 100 / 8
+A100_NIC_GBPS = 200 / 8
+#: GPU<->GPU over PCIe without NVLink on PCIe 4.0 machines: our assumption (no source), 0.8 and 0.5 of
+#: the host rate for a switch-attached and a root-complex path respectively.
 #: PCIe 5.0 x16, pinned (our assumption for the lent H100 until issue 5 measures it).
 PCIE5_GBPS = 50.0
 
@@ -56,7 +62,7 @@ def _pcie_tree(n_switches: int, gpus_per_switch: int, host_gbps: float, gpu_gbps
 
 def dgx_v100() -> Topology:
     """p3.16xlarge: 8 V100 16 GB, hybrid cube-mesh NVLink, 4 PCIe switches, 4 x 100 Gb/s NICs."""
-    devices, links = _pcie_tree(4, 2, PCIE3_GBPS, PCIE3_GBPS, "V100-16GB", 16 * GiB, 1, 100 / 8)
+    devices, links = _pcie_tree(4, 2, PCIE3_GBPS, PCIE3_GBPS, "V100-16GB", 16 * GiB, 1, V100_NIC_GBPS)
     for bricks, pairs in ((2, V100_TWO_BRICKS), (1, V100_ONE_BRICK)):
         for a, b in pairs:
             links.append(Link(f"gpu{a}", f"gpu{b}", "nvlink", bricks * V100_BRICK_GBPS, bricks=bricks))
@@ -67,7 +73,7 @@ def dgx_v100() -> Topology:
 
 def dgx_a100() -> Topology:
     """p4d.24xlarge: 8 A100 40 GB on NVSwitch, 4 PCIe 4.0 switches, 8 x 200 Gb/s NICs."""
-    devices, links = _pcie_tree(4, 2, PCIE4_GBPS, PCIE4_GBPS, "A100-40GB", 40 * GiB, 2, 200 / 8)
+    devices, links = _pcie_tree(4, 2, PCIE4_GBPS, PCIE4_GBPS, "A100-40GB", 40 * GiB, 2, A100_NIC_GBPS)
     devices.append(Device("nvswitch", "nvswitch"))
     links += [Link(f"gpu{g}", "nvswitch", "nvlink", A100_NVSWITCH_GBPS, bricks=12) for g in range(8)]
     return Topology("dgx-a100", tuple(devices), tuple(links), PCIE4_GBPS * 0.8, PAGEABLE_GBPS,
