@@ -129,6 +129,10 @@ def cmd_bench(a: argparse.Namespace) -> int:
         from .bench.dataplane import main as bench_main
 
         return bench_main(a)
+    if a.what == "sim":
+        from .cli_sim import bench_sim
+
+        return bench_sim(a)
     print(f"gfaas bench {a.what}: not built yet (later issues)", file=sys.stderr)
     return 2
 
@@ -166,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--systems", help="comma-separated subset of systems to run")
     b.add_argument("--out", help="also write the JSON result to this file")
     b.set_defaults(func=cmd_bench)
+
+    from .cli_sim import add_parsers
+
+    add_parsers(sub)
     return p
 
 

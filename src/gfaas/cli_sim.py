@@ -1,0 +1,188 @@
+"""CLI commands for topologies, the simulator and its benchmark (``gfaas topo|sim``, ``bench sim``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from .errors import ConfigError
+
+
+def _emit(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def cmd_topo(a: argparse.Namespace) -> int:
+    from .topology.io import resolve
+
+    if a.action == "show":
+        topo = resolve(a.name)
+        if a.json:
+            _emit(topo.summary())
+            return 0
+        _show(topo)
+        return 0
+    if not (a.topology and a.src and a.dst):
+        raise ConfigError("topo paths needs --topology NAME|FILE --src DEVICE --dst DEVICE")
+    from .policy import Router
+
+    topo = resolve(a.topology)
+    topo.device(a.src)
+    topo.device(a.dst)
+    plan = Router(topo).plan("cli", a.src, a.dst)
+    paths = [{"hops": list(p.hops), "gbps": round(p.gbps, 3)} for p in plan.paths]
+    out = {"paths": paths, "total_gbps": round(plan.total_gbps, 3), "unit": "GB/s"}
+    if a.json:
+        _emit(out)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{a.src} -> {a.dst} on {topo.name} (idle machine)")
+    t.add_column("path")
+    t.add_column("GB/s", justify="right")
+    for p in paths:
+        t.add_row(" -> ".join(p["hops"]), f"{p['gbps']:.1f}")  # type: ignore[arg-type]
+    t.add_row("[b]total[/b]", f"[b]{out['total_gbps']:.1f}[/b]")
+    Console().print(t)
+    if not plan.paths:
+        print("(same device: zero-copy, nothing moves)")
+    return 0
+
+
+def _show(topo: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    s = topo.summary()
+    con = Console()
+    con.print(f"[b]{s['name']}[/b]: {s['description']}")
+    gpus = [g["name"] for g in s["gpus"]]
+    if gpus:
+        t = Table(title="GPU to GPU NVLink GB/s per direction (. = none: PCIe P2P at "
+                        f"{s['pcie_p2p_gbps']} GB/s)")
+        t.add_column("")
+        for g in gpus:
+            t.add_column(g, justify="right")
+        for a in gpus:
+            row = s["nvlink_gbps"].get(a, {})
+            t.add_row(a, *["X" if b == a else (f"{row[b]:.0f}" if row.get(b) else ".") if b in row else "-"
+                           for b in gpus])
+        con.print(t)
+        sw = Table(title="GPUs")
+        for col in ("gpu", "model", "memory GiB", "PCIe switch", "node"):
+            sw.add_column(col)
+        for g in s["gpus"]:
+            sw.add_row(g["name"], g["model"], f"{g['memory_bytes'] / 2**30:.0f}", str(g["pcie_switch"]), str(g["node"]))
+        con.print(sw)
+    other = [ln for ln in s["links"] if ln["kind"] != "nvlink"]
+    con.print(f"{len(s['links'])} links ({len(other)} PCIe/NIC/network); host pageable rate {s['pageable_gbps']} GB/s")
+
+
+def cmd_sim(a: argparse.Namespace) -> int:
+    from .sim.experiments import REGISTRY
+
+    if a.action == "list":
+        rows = [{"name": e.name, "title": e.title, "paper": e.paper_ref} for e in REGISTRY.values()]
+        if a.json:
+            _emit(rows)
+        else:
+            for r in rows:
+                print(f"{r['name']:16} {r['title']}  [{r['paper']}]")
+        return 0
+    if not a.name:
+        raise ConfigError(f"sim run needs an experiment name: one of {', '.join(REGISTRY)} or 'all'")
+    names = list(REGISTRY) if a.name == "all" else [a.name]
+    for n in names:
+        if n not in REGISTRY:
+            raise ConfigError(f"unknown experiment {n!r}; `gfaas sim list` shows: {', '.join(REGISTRY)}")
+    results = []
+    for n in names:
+        t0 = time.monotonic()
+        res = _with_progress(n, a.quick, quiet=a.json)
+        results.append(res)
+        if a.out:
+            paths = res.write(a.out)
+            if not a.json:
+                print(f"wrote {', '.join(paths)}", file=sys.stderr)
+        if not a.json:
+            _show_result(res, time.monotonic() - t0)
+    if a.json:
+        _emit(results[0].as_json() if len(results) == 1 else [r.as_json() for r in results])
+    return 0
+
+
+def _with_progress(name: str, quick: bool, quiet: bool) -> Any:
+    from .sim.experiments import run_experiment
+
+    if quiet or not sys.stderr.isatty():
+        return run_experiment(name, quick)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), transient=True) as prog:
+        task = prog.add_task(name, total=None)
+
+        def cb(done: int, total: int, what: str) -> None:
+            prog.update(task, completed=done, total=total, description=f"{name}: {what}")
+
+        return run_experiment(name, quick, cb)
+
+
+def _show_result(res: Any, seconds: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{res.title}  ({seconds:.1f} s)")
+    for col in ("metric", "paper", "ours", "±15", "direction"):
+        t.add_column(col)
+    for c in res.paper:
+        u = "%" if c.unit == "%" else "x"
+        t.add_row(c.metric, f"{c.paper:g}{u}", f"{c.ours:.1f}{u}", "yes" if c.within else "[red]no[/red]",
+                  "yes" if c.same_direction else "[red]no[/red]")
+    Console().print(t)
+
+
+def bench_sim(a: argparse.Namespace) -> int:
+    from .bench.sim import run
+
+    res = run(events=20_000 if a.quick else 200_000)
+    try:
+        from .bench.policy import run as policy_run
+
+        res["policy_decision"] = policy_run(n=500 if a.quick else 20_000)
+    except ImportError:  # pragma: no cover - the policy benchmark ships with the policy package
+        pass
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=2)
+    if a.json:
+        _emit(res)
+        return 0
+    print(f"event kernel: gfaas {res['gfaas_events_per_s']:,.0f} events/s, SimPy {res['simpy_events_per_s']:,.0f} "
+          f"events/s; ratio {res['ratio']:.2f}x (same M/M/1 jobs)")
+    if "policy_decision" in res:
+        print("policy decision times:", json.dumps(res["policy_decision"], indent=1))
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    t = sub.add_parser("topo", help="topology presets and multi-path plans")
+    t.add_argument("action", choices=["show", "paths"])
+    t.add_argument("name", nargs="?", default="dgx-v100", help="show: preset name (NAME*N for N nodes) or YAML file")
+    t.add_argument("--topology", help="paths: preset name or YAML file")
+    t.add_argument("--src", help="paths: source device, e.g. gpu0 or host")
+    t.add_argument("--dst", help="paths: destination device")
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_topo)
+
+    s = sub.add_parser("sim", help="simulator experiments, one per paper figure")
+    s.add_argument("action", choices=["list", "run"])
+    s.add_argument("name", nargs="?", help="run: experiment name, or 'all'")
+    s.add_argument("--quick", action="store_true", help="a smaller sweep (smoke test)")
+    s.add_argument("--out", help="write NAME.json, NAME.md and NAME.png here")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_sim)

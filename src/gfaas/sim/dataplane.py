@@ -1,0 +1,172 @@
+"""The simulated data plane: turns "move N bytes from device A to device B" into flows.
+
+It is driven by the very policy objects the real runtime uses: a :class:`~gfaas.policy.Router`
+picks (and reserves) the paths, :func:`~gfaas.policy.slo_rates` shares host links by SLO, and
+:meth:`~gfaas.policy.Plan.split` sizes each path's share. The simulator only adds physics: the
+:class:`~gfaas.sim.network.Network` decides how fast bytes actually move.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from ..policy import Demand, Path, Plan, Router, RoutingOptions, slo_rates
+from ..topology import Topology
+from .kernel import Simulator
+from .network import Flow, Network
+from .systems import PIN_S_PER_BYTE, TRANSFER_SETUP_S, SystemConfig
+
+log = logging.getLogger(__name__)
+
+CHUNK = 2 << 20
+_DIRECT = RoutingOptions(multipath=False, topology_aware=False, route_gpus=False, nic_harvest=False,
+                         reroute_direct=False, balance_busy=False)
+
+
+@dataclass
+class Transfer:
+    ident: int
+    src: str
+    dst: str
+    nbytes: int
+    on_done: Callable[[], None]
+    deadline: float
+    started: float
+    plan: Plan | None = None
+    flows: list[tuple[Flow, Path]] = field(default_factory=list)
+    pending: int = 0
+    host: bool = False
+    managed: bool = False
+
+
+class DataPlane:
+    """One node-or-cluster's data movement under one :class:`SystemConfig`."""
+
+    def __init__(self, sim: Simulator, topology: Topology, cfg: SystemConfig) -> None:
+        self.sim = sim
+        self.topo = topology
+        self.cfg = cfg
+        self.net = Network(sim, topology)
+        self.router = Router(topology, cfg.routing)
+        self._direct = Router(topology, _DIRECT)
+        self._ids = itertools.count(1)
+        self.active: dict[int, Transfer] = {}
+        self.completed: list[tuple[str, str, int, float]] = []  # (src, dst, bytes, seconds)
+
+    # ---- public ---------------------------------------------------------------------------------
+    def move(self, src: str, dst: str, nbytes: int, on_done: Callable[[], None], deadline: float = 0.0) -> None:
+        """Move ``nbytes`` from device ``src`` to ``dst``; ``on_done()`` when the last byte lands."""
+        t = Transfer(next(self._ids), src, dst, int(nbytes), on_done, deadline, self.sim.now)
+        if src == dst or nbytes <= 0:
+            self.sim.schedule(TRANSFER_SETUP_S if src == dst else 0.0, self._finish_trivial, t)
+            return
+        kinds = {self.topo.device(src).kind, self.topo.device(dst).kind}
+        t.host = "host" in kinds
+        delay = TRANSFER_SETUP_S
+        if t.host and self.cfg.pinned == "alloc":
+            delay += nbytes * PIN_S_PER_BYTE
+        self.sim.schedule(delay, self._start, t)
+
+    # ---- internals ------------------------------------------------------------------------------
+    def _finish_trivial(self, t: Transfer) -> None:
+        self.completed.append((t.src, t.dst, t.nbytes, self.sim.now - t.started))
+        t.on_done()
+
+    def _start(self, t: Transfer) -> None:
+        plan = self.router.plan(t.ident, t.src, t.dst)
+        t.managed = True
+        if not plan.paths:
+            # Every path is reserved by others: go the direct way and share it fairly.
+            self.router.release(t.ident)
+            t.managed = False
+            plan = self._direct.plan(t.ident, t.src, t.dst)
+            self._direct.release(t.ident)
+        t.plan = plan
+        self.active[t.ident] = t
+        self._launch(t, t.nbytes)
+        self._apply_changes()
+        if t.host and self.cfg.slo_control:
+            self._rebalance_host()
+
+    def _launch(self, t: Transfer, nbytes: float) -> None:
+        assert t.plan is not None
+        shares = t.plan.split(int(nbytes), CHUNK)
+        for path, share in zip(t.plan.paths, shares, strict=True):
+            if share <= 0:
+                continue
+            t.pending += 1
+            flow = self.net.start(path.hops, share, partial(self._flow_done, t), self._cap(t, path))
+            t.flows.append((flow, path))
+
+    def _cap(self, t: Transfer, path: Path) -> float | None:
+        cap: float | None = None
+        if self._p2p_over_pcie(path):
+            cap = self.topo.pcie_p2p_gbps  # a physical limit (root-complex P2P), whatever the policy
+        if t.host and self.cfg.pinned == "pageable":
+            cap = min(cap or self.topo.pageable_gbps, self.topo.pageable_gbps)
+        return cap
+
+    def _p2p_over_pcie(self, path: Path) -> bool:
+        kinds = [self.topo.device(h).kind for h in path.hops]
+        return kinds[0] == "gpu" and kinds[-1] == "gpu" and "pcie" in kinds and "nic" not in kinds
+
+    def _flow_done(self, t: Transfer) -> None:
+        t.pending -= 1
+        if t.pending:
+            return
+        self.active.pop(t.ident, None)
+        if t.managed:
+            self.router.release(t.ident)
+            self._apply_changes()
+        if t.host and self.cfg.slo_control:
+            self._rebalance_host()
+        self.completed.append((t.src, t.dst, t.nbytes, self.sim.now - t.started))
+        t.on_done()
+
+    def _apply_changes(self) -> None:
+        """Other transfers the router re-routed: move their remaining bytes onto the new paths."""
+        for plan in self.router.changed():
+            t = self.active.get(plan.transfer)  # type: ignore[call-overload]
+            if t is None or not t.flows:
+                continue
+            left = 0.0
+            for flow, _ in t.flows:
+                if not flow.done:
+                    left += self.net.cancel(flow)
+            t.flows = []
+            t.pending = 0
+            t.plan = plan
+            if plan.paths and left > 0:
+                self._launch(t, left)
+            elif left > 0:  # nothing left for it: fall back to its direct path
+                t.managed = False
+                t.plan = self._direct.plan(("fallback", t.ident), t.src, t.dst)
+                self._direct.release(("fallback", t.ident))
+                self._launch(t, left)
+            else:
+                self.sim.schedule(0.0, self._flow_done_all, t)
+
+    def _flow_done_all(self, t: Transfer) -> None:
+        t.pending = 1
+        self._flow_done(t)
+
+    def _rebalance_host(self) -> None:
+        """SLO-aware shares of the host links among the host transfers in flight (seed 001 §4.3.2)."""
+        host = [t for t in self.active.values() if t.host and t.flows]
+        if not host:
+            return
+        # BW_all of the paper: every host uplink of the machine, one direction.
+        capacity = sum(e.gbps for e in self.topo.edges() if self.topo.device(e.src).kind == "host")
+        demands = [Demand(t.ident, int(sum(f.remaining for f, _ in t.flows if not f.done)),
+                          max(t.deadline, self.sim.now + 1e-6)) for t in host]
+        rates = slo_rates(demands, capacity, self.sim.now)
+        for t in host:
+            live = [(f, p) for f, p in t.flows if not f.done]
+            total = sum(p.gbps for _, p in live) or 1.0
+            for f, p in live:
+                share = rates[t.ident] * p.gbps / total
+                self.net.set_cap(f, max(share, 1e-3))

@@ -1,0 +1,187 @@
+"""What every experiment returns and how it is written out (JSON, Markdown table, PNG figure)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: The tolerance the issue sets on headline reductions: percentage points.
+TOLERANCE_PP = 15.0
+
+Progress = Callable[[int, int, str], None]
+
+
+def _quiet(done: int, total: int, what: str) -> None:
+    del done, total, what
+
+
+@dataclass
+class Comparison:
+    """One headline number of the paper next to ours."""
+
+    metric: str
+    paper: float
+    ours: float
+    unit: str = "%"  # "%" reductions compare in points; "x" ratios compare relatively
+
+    @property
+    def within(self) -> bool:
+        if self.unit == "%":
+            return abs(self.ours - self.paper) <= TOLERANCE_PP
+        return abs(self.ours / self.paper - 1.0) * 100 <= TOLERANCE_PP
+
+    @property
+    def same_direction(self) -> bool:
+        if self.unit == "%":
+            return (self.ours > 0) == (self.paper > 0) or abs(self.paper) < 1
+        return (self.ours > 1) == (self.paper > 1) or abs(self.paper - 1) < 0.01
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "paper": self.paper, "ours": round(self.ours, 2), "unit": self.unit,
+                "within_tolerance": self.within, "same_direction": self.same_direction}
+
+
+@dataclass
+class Result:
+    experiment: str
+    title: str
+    rows: list[dict[str, Any]]
+    paper: list[Comparison]
+    figure: dict[str, Any] = field(default_factory=dict)  # {"x": key, "y": key, "series": key, "logy": bool}
+    notes: str = ""
+
+    @property
+    def within_tolerance(self) -> bool:
+        return all(c.within for c in self.paper)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"experiment": self.experiment, "title": self.title, "rows": self.rows,
+                "paper": [c.as_dict() for c in self.paper], "within_tolerance": self.within_tolerance,
+                "notes": self.notes}
+
+    def markdown(self) -> str:
+        lines = [f"## {self.title} (`gfaas sim run {self.experiment}`)", ""]
+        if self.paper:
+            lines += ["| metric | paper | ours | within ±15 | same direction |", "|---|---:|---:|:-:|:-:|"]
+            for c in self.paper:
+                u = "%" if c.unit == "%" else "x"
+                lines.append(f"| {c.metric} | {c.paper:g}{u} | {c.ours:.1f}{u} | {'yes' if c.within else 'no'} |"
+                             f" {'yes' if c.same_direction else 'no'} |")
+            lines.append("")
+        if self.rows:
+            keys = list(self.rows[0])
+            lines += ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+            for r in self.rows:
+                lines.append("| " + " | ".join(_fmt(r.get(k)) for k in keys) + " |")
+            lines.append("")
+        if self.notes:
+            lines += [self.notes, ""]
+        return "\n".join(lines)
+
+    def write(self, out_dir: str) -> list[str]:
+        """Write NAME.json, NAME.md and (with matplotlib) NAME.png; return the paths written."""
+        os.makedirs(out_dir, exist_ok=True)
+        base = os.path.join(out_dir, self.experiment)
+        paths = [base + ".json", base + ".md"]
+        with open(paths[0], "w") as f:
+            json.dump(self.as_json(), f, indent=1)
+        with open(paths[1], "w") as f:
+            f.write(self.markdown())
+        png = self._plot(base + ".png")
+        if png:
+            paths.append(png)
+        return paths
+
+    def _plot(self, path: str) -> str | None:
+        if not self.figure or not self.rows:
+            return None
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            log.warning("matplotlib is not installed, so no PNG for %s (pip install 'gfaas[plot]')", self.experiment)
+            return None
+        fig_spec = self.figure
+        panels = sorted({r.get(fig_spec.get("panel", ""), "") for r in self.rows}, key=str)
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+        for ax, panel in zip(axes[0], panels, strict=True):
+            rows = [r for r in self.rows if r.get(fig_spec.get("panel", ""), "") == panel]
+            series = sorted({r[fig_spec["series"]] for r in rows}, key=str)
+            xs = sorted({r[fig_spec["x"]] for r in rows}, key=lambda v: (isinstance(v, str), v))
+            if all(isinstance(x, (int, float)) for x in xs):
+                for s in series:
+                    pts = sorted((r[fig_spec["x"]], r[fig_spec["y"]]) for r in rows if r[fig_spec["series"]] == s)
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=str(s))
+                if fig_spec.get("logx"):
+                    ax.set_xscale("log")
+            else:
+                width = 0.8 / max(len(series), 1)
+                for i, s in enumerate(series):
+                    vals = [next((r[fig_spec["y"]] for r in rows if r[fig_spec["series"]] == s and
+                                  r[fig_spec["x"]] == x), 0.0) for x in xs]
+                    ax.bar([j + i * width for j in range(len(xs))], vals, width, label=str(s))
+                ax.set_xticks([j + 0.4 - width / 2 for j in range(len(xs))], [str(x) for x in xs], rotation=30)
+            if fig_spec.get("logy"):
+                ax.set_yscale("log")
+            ax.set_title(str(panel))
+            ax.set_xlabel(fig_spec["x"])
+            ax.set_ylabel(fig_spec["y"])
+        axes[0][-1].legend(fontsize=7)
+        fig.suptitle(self.title, fontsize=9)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def reduction(ours: float, baseline: float) -> float:
+    """Percent reduction of ``ours`` against ``baseline`` (positive when ours is lower)."""
+    return (1.0 - ours / baseline) * 100.0 if baseline > 0 else 0.0
+
+
+def mean(xs: Sequence[float]) -> float:
+    if not xs:
+        raise ConfigError("mean of no values")
+    return sum(xs) / len(xs)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    title: str
+    run: Callable[[bool, Progress], Result]
+    paper_ref: str
+
+
+REGISTRY: dict[str, Experiment] = {}
+
+
+def register(name: str, title: str, paper_ref: str) -> Callable[[Callable[[bool, Progress], Result]],
+                                                                Callable[[bool, Progress], Result]]:
+    def deco(fn: Callable[[bool, Progress], Result]) -> Callable[[bool, Progress], Result]:
+        REGISTRY[name] = Experiment(name, title, fn, paper_ref)
+        return fn
+
+    return deco
+
+
+def run_experiment(name: str, quick: bool = False, progress: Progress | None = None) -> Result:
+    if name not in REGISTRY:
+        raise ConfigError(f"unknown experiment {name!r}; `gfaas sim list` shows: {', '.join(REGISTRY)}")
+    return REGISTRY[name].run(quick, progress or _quiet)

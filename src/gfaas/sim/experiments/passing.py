@@ -1,0 +1,107 @@
+"""Data-passing latency between two functions (seed 001 Fig. 13 and Fig. 20a).
+
+The latency of one object is measured from the moment the producer starts its put to the moment
+the consumer holds the data, as the paper defines it: under ``gpu-local`` that is an allocation
+plus one transfer; under ``gpu-random`` a copy to a random GPU and a copy from it; under ``host``
+a copy down to host memory and one back up. The machine is otherwise idle. Every case is averaged
+over a fixed set of GPU pairs so that all systems see the same placements.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from ...topology import Topology, preset
+from ..cluster import Cluster
+from ..systems import SystemConfig, system
+from .base import Comparison, Progress, Result, mean, reduction, register
+
+MB = 10**6
+BASELINES = ("infless+", "nvshmem+", "deepplan+")
+
+
+def passing_seconds(topo: Topology, cfg: SystemConfig, src: str, dst: str, nbytes: int, seed: int = 0) -> float:
+    """One object from device ``src`` (a GPU, or a host for host-to-gFn) to GPU ``dst``."""
+    c = Cluster(topo, cfg, seed=seed)
+    done: list[float] = []
+    src_kind = topo.device(src).kind
+
+    def get(where: str) -> None:
+        c.plane.move(where, dst, nbytes, lambda: done.append(c.sim.now))
+
+    def put() -> None:
+        if src_kind == "host":
+            # Data a CPU function produced: a GPU store first pulls it onto its (random) GPU.
+            where = src if cfg.store in ("host", "gpu-local") else c.store_device(dst)
+        else:
+            where = c.store_device(src)
+        if where == src:
+            c.sim.schedule(c.alloc_s() if src_kind == "gpu" else 0.0, get, where)
+        else:
+            c.plane.move(src, where, nbytes, lambda: get(where))
+
+    c.sim.schedule(0.0, put)
+    c.sim.run()
+    return done[0]
+
+
+def _pairs(topo: Topology, kind: str) -> list[tuple[str, str]]:
+    if kind == "host":
+        return [(topo.host_of(topo.device(g).node), g) for g in topo.of_kind("gpu", 0)]
+    if kind == "inter":
+        a, b = topo.of_kind("gpu", 0), topo.of_kind("gpu", 1)
+        return list(zip(a, b, strict=False)) + list(zip(a, reversed(b), strict=False))
+    gpus = topo.of_kind("gpu", 0)
+    return list(itertools.permutations(gpus, 2))
+
+
+def _sweep(cases: list[tuple[str, Topology, str]], systems: list[str], sizes: list[int], seeds: int,
+           progress: Progress) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    total = len(cases) * len(systems) * len(sizes)
+    k = 0
+    for label, topo, kind in cases:
+        pairs = _pairs(topo, kind)
+        for name in systems:
+            cfg = system(name)
+            for size in sizes:
+                vals = [passing_seconds(topo, cfg, s, d, size, seed) for s, d in pairs for seed in range(seeds)]
+                rows.append({"case": label, "system": name, "size_mb": size // MB, "latency_ms": mean(vals) * 1e3})
+                k += 1
+                progress(k, total, f"{label} {name} {size // MB} MB")
+    return rows
+
+
+def _reductions(rows: list[dict[str, object]], case: str, base: str) -> float:
+    ours = {r["size_mb"]: float(r["latency_ms"]) for r in rows if r["case"] == case and r["system"] == "gfaas"}  # type: ignore[arg-type]
+    theirs = {r["size_mb"]: float(r["latency_ms"]) for r in rows if r["case"] == case and r["system"] == base}  # type: ignore[arg-type]
+    return mean([reduction(ours[s], theirs[s]) for s in ours])
+
+
+@register("passing-latency", "Data-passing latency vs size: gFn-gFn, host-gFn, inter-node (001 Fig. 13)",
+          "seed 001 §6.1, Fig. 13")
+def passing_latency(quick: bool, progress: Progress) -> Result:
+    sizes = [4 * MB, 64 * MB] if quick else [1 * MB, 4 * MB, 16 * MB, 64 * MB, 256 * MB]
+    v100 = preset("dgx-v100")
+    cases = [("gFn-gFn intra-node", v100, "gpu"), ("host-gFn", v100, "host"),
+             ("gFn-gFn inter-node", preset("dgx-v100*2"), "inter")]
+    systems = ["gfaas", *BASELINES]
+    rows = _sweep(cases, systems, sizes, 1 if quick else 3, progress)
+    paper = {"gFn-gFn intra-node": (95, 75, 75), "host-gFn": (63, 63, 75), "gFn-gFn inter-node": (91, 87, 87)}
+    comps = [Comparison(f"{case}: reduction vs {b}", p, _reductions(rows, case, b))
+             for case, ps in paper.items() for b, p in zip(BASELINES, ps, strict=True)]
+    return Result("passing-latency", "Data-passing latency between two functions on dgx-v100", rows, comps,
+                  {"x": "size_mb", "y": "latency_ms", "series": "system", "panel": "case", "logx": True, "logy": True},
+                  "Reductions are averaged over sizes; each point averages every ordered GPU pair (intra-node), "
+                  "every GPU (host-gFn) or 16 cross-node pairs, with 3 seeds for the random store placement.")
+
+
+@register("a10", "Data passing without NVLink on 4xA10 (001 Fig. 20a)", "seed 001 §6.5, Fig. 20a")
+def a10(quick: bool, progress: Progress) -> Result:
+    sizes = [4 * MB, 64 * MB] if quick else [1 * MB, 4 * MB, 16 * MB, 64 * MB, 256 * MB]
+    rows = _sweep([("gFn-gFn 4xA10", preset("4xa10"), "gpu")], ["gfaas", *BASELINES], sizes,
+                  1 if quick else 3, progress)
+    comps = [Comparison(f"reduction vs {b}", 51, _reductions(rows, "gFn-gFn 4xA10", b)) for b in BASELINES]
+    return Result("a10", "gFn-gFn data passing on a 4xA10 server without NVLink", rows, comps,
+                  {"x": "size_mb", "y": "latency_ms", "series": "system", "logx": True, "logy": True})
+

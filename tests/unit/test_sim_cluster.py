@@ -1,0 +1,106 @@
+"""The cluster model: closed forms on small scenarios, and baselines behaving as configured."""
+
+from __future__ import annotations
+
+import pytest
+
+from gfaas.errors import ConfigError
+from gfaas.sim.cluster import Cluster
+from gfaas.sim.dataplane import CHUNK
+from gfaas.sim.experiments.passing import passing_seconds
+from gfaas.sim.systems import CUDA_MALLOC_S, POOL_ALLOC_S, TRANSFER_SETUP_S, system
+from gfaas.sim.workflows import DataEdge, Function, Workflow
+from gfaas.topology import preset
+
+MB = 10**6
+V100 = preset("dgx-v100")
+
+
+def test_host_centric_passing_is_two_pageable_copies() -> None:
+    """INFless+: GPU -> host at 3 GB/s then host -> GPU at 3 GB/s, plus two transfer set-ups."""
+    t = passing_seconds(V100, system("infless+"), "gpu0", "gpu3", 300 * MB)
+    assert t == pytest.approx(2 * (0.1 + TRANSFER_SETUP_S), rel=1e-6)
+
+
+def test_gfaas_passing_uses_every_free_nvlink_path() -> None:
+    """gpu0 -> gpu3 idle: 48 direct + 24 + 24 + 24 indirect = 120 GB/s, after a pooled allocation."""
+    t = passing_seconds(V100, system("gfaas"), "gpu0", "gpu3", 1200 * MB)
+    ideal = POOL_ALLOC_S + TRANSFER_SETUP_S + 1200 * MB / 120e9
+    # Plan.split deals whole 2 MiB chunks, so the slowest path may carry up to one chunk more.
+    assert ideal <= t <= ideal + CHUNK / 24e9
+
+
+def test_without_elastic_pool_each_put_pays_a_cuda_malloc() -> None:
+    with_pool = passing_seconds(V100, system("gfaas"), "gpu0", "gpu3", 12 * MB)
+    without = passing_seconds(V100, system("gfaas-ES"), "gpu0", "gpu3", 12 * MB)
+    assert without - with_pool == pytest.approx(CUDA_MALLOC_S - POOL_ALLOC_S, rel=1e-6)
+
+
+def test_same_gpu_is_zero_copy() -> None:
+    t = passing_seconds(V100, system("gfaas"), "gpu2", "gpu2", 500 * MB)
+    assert t == pytest.approx(POOL_ALLOC_S + TRANSFER_SETUP_S)
+
+
+def test_host_to_gpu_harvests_route_gpus_only_with_bh() -> None:
+    """gfaas stripes host -> gpu0 over 4 PCIe switches (48 GB/s); without BH only gpu0's own 12 GB/s."""
+    fast = passing_seconds(V100, system("gfaas"), "host", "gpu0", 480 * MB)
+    slow = passing_seconds(V100, system("gfaas-BH"), "host", "gpu0", 480 * MB)
+    ideal = TRANSFER_SETUP_S + 480 * MB / 48e9
+    assert ideal <= fast <= ideal + CHUNK / 12e9  # whole chunks per path
+    assert slow == pytest.approx(TRANSFER_SETUP_S + 480 * MB / 12e9, rel=1e-3)
+
+
+def _two_stage() -> Workflow:
+    return Workflow("pair", "sequence", (Function("a", "gpu", "resnet50", batch=8),
+                                         Function("b", "gpu", "resnet50", batch=8)),
+                    (DataEdge("a", "b", 24 * MB),))
+
+
+def test_one_request_latency_is_the_sum_of_its_stages() -> None:
+    """a computes 11.5 ms, puts locally (pool), b gets 24 MB at 120 GB/s (if placed on gpu0/gpu3) and computes."""
+    c = Cluster(V100, system("gfaas"))
+    (dep,) = c.deploy(_two_stage(), gpus=["gpu0", "gpu3"])
+    assert sorted(dep.gpu.values()) == ["gpu0", "gpu3"]
+    c.submit("pair", 0.0)
+    (rec,) = c.run()
+    bw = c.topo.nvlink_gbps(dep.gpu["a"], dep.gpu["b"])
+    assert bw == 48.0
+    expected = 2 * 0.0115 + POOL_ALLOC_S + TRANSFER_SETUP_S + 24 * MB / 120e9
+    assert expected <= rec.latency <= expected + CHUNK / 24e9  # whole chunks per path
+    get = TRANSFER_SETUP_S + 24 * MB / 120e9
+    assert get <= rec.fns["b"].get_s <= get + CHUNK / 24e9
+
+
+def test_requests_queue_fifo_on_a_shared_gpu() -> None:
+    """Two requests at t=0 on one GPU: the second waits for the whole first execution."""
+    wf = Workflow("one", "sequence", (Function("a", "gpu", "resnet50", batch=8),), ())
+    c = Cluster(V100, system("gfaas"))
+    c.deploy(wf, gpus=["gpu5"])
+    c.submit("one", 0.0)
+    c.submit("one", 0.0)
+    first, second = c.run()
+    assert first.latency == pytest.approx(0.0115)
+    assert second.latency == pytest.approx(0.023)
+    assert second.fns["a"].queue_s == pytest.approx(0.0115)
+
+
+def test_same_seed_same_results() -> None:
+    def once() -> list[float]:
+        c = Cluster(V100, system("nvshmem+"), seed=3)
+        c.deploy(_two_stage(), replicas=2)
+        for i in range(20):
+            c.submit("pair", i * 0.004)
+        return [r.latency for r in c.run()]
+
+    assert once() == once()
+
+
+def test_undeployed_workflow_and_gpu_less_machine_are_errors() -> None:
+    c = Cluster(V100, system("gfaas"))
+    c.submit("pair", 0.0)
+    with pytest.raises(ConfigError, match="not deployed"):
+        c.run()
+    with pytest.raises(ConfigError, match="no GPU"):
+        Cluster(preset("cpu-only"), system("gfaas")).deploy(_two_stage())
+    with pytest.raises(ConfigError, match="unknown system"):
+        system("magic")

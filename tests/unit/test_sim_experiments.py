@@ -1,0 +1,57 @@
+"""Experiments and the topo/sim CLI: shapes of their JSON, tolerance logic, files written."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from gfaas.cli import main
+from gfaas.sim.experiments import REGISTRY, Comparison, run_experiment
+
+EXPECTED = {"passing-latency", "a10", "e2e-p99", "throughput", "ablation", "isolation", "nvlink-vs-mapa"}
+
+
+def test_every_paper_figure_has_an_experiment() -> None:
+    assert set(REGISTRY) == EXPECTED
+
+
+def test_comparison_tolerance_in_points_and_ratios() -> None:
+    assert Comparison("r", 75, 89.9).within and not Comparison("r", 75, 90.1).within
+    assert Comparison("t", 2.0, 2.29, unit="x").within and not Comparison("t", 2.0, 2.31, unit="x").within
+    assert not Comparison("r", 48, -10).same_direction
+
+
+def test_quick_passing_latency_orders_the_systems(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """gfaas beats every baseline on intra-node gFn-gFn at every size; files are written."""
+    res = run_experiment("passing-latency", quick=True)
+    rows = [r for r in res.rows if r["case"] == "gFn-gFn intra-node"]
+    for size in {r["size_mb"] for r in rows}:
+        lat = {r["system"]: r["latency_ms"] for r in rows if r["size_mb"] == size}
+        assert lat["gfaas"] < min(v for k, v in lat.items() if k != "gfaas"), lat
+    paths = res.write(str(tmp_path))
+    assert {os.path.basename(p) for p in paths} >= {"passing-latency.json", "passing-latency.md"}
+    doc = json.loads((tmp_path / "passing-latency.json").read_text())
+    assert set(doc) >= {"experiment", "rows", "paper", "within_tolerance"}
+
+
+def test_cli_sim_list_and_run_json(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["sim", "list", "--json"]) == 0
+    assert {e["name"] for e in json.loads(capsys.readouterr().out)} == EXPECTED
+    assert main(["sim", "run", "a10", "--quick", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["experiment"] == "a10" and isinstance(doc["within_tolerance"], bool) and doc["rows"]
+    assert main(["sim", "run", "nope"]) == 1
+    assert "unknown experiment 'nope'" in capsys.readouterr().err
+
+
+def test_cli_topo_paths_json(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["topo", "paths", "--topology", "dgx-v100", "--src", "gpu0", "--dst", "gpu3", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["paths"][0] == {"hops": ["gpu0", "gpu3"], "gbps": 48.0}
+    assert doc["total_gbps"] == pytest.approx(sum(p["gbps"] for p in doc["paths"]))
+    assert main(["topo", "show", "dgx-a100", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "dgx-a100"
+    assert main(["topo", "paths", "--topology", "dgx-v100", "--src", "gpu0", "--dst", "gpu9"]) == 1
+    assert "gpu9" in capsys.readouterr().err
