@@ -1,0 +1,154 @@
+"""Workflow placement on GPUs (MAPA-like) and across nodes (FaaSFlow-like grouping)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gfaas.errors import ConfigError
+from gfaas.policy import group_nodes, pair_gbps, place_workflow, placement_cost
+from gfaas.topology import Topology, preset
+
+MB = 10**6
+V100 = preset("dgx-v100")
+
+
+def brute_force(t: Topology, fns: list[str], edges: list[tuple[str, str, int]], free: list[str]) -> float:
+    """Cheapest cost over every mapping with at most ceil(F/G) functions per GPU."""
+    per = -(-len(fns) // len(free))
+    best = float("inf")
+    for combo in itertools.product(free, repeat=len(fns)):
+        if max(combo.count(x) for x in set(combo)) > per:
+            continue
+        best = min(best, placement_cost(t, dict(zip(fns, combo, strict=True)), edges))
+    return best
+
+
+def test_pair_bandwidth_rules() -> None:
+    """Same GPU is free (inf), NVLink pairs use their rate, others the PCIe P2P rate."""
+    assert pair_gbps(V100, "gpu0", "gpu0") == float("inf")
+    assert pair_gbps(V100, "gpu0", "gpu3") == 48.0
+    assert pair_gbps(V100, "gpu0", "gpu1") == 24.0
+    assert pair_gbps(V100, "gpu0", "gpu5") == 7.9
+
+
+def test_a_chain_lands_on_double_brick_links() -> None:
+    """a->b->c with heavy edges on free GPUs {0, 1, 3, 5}: 0-3 is the only 48 GB/s pair among them."""
+    fns = ["a", "b", "c"]
+    edges = [("a", "b", 900 * MB), ("b", "c", 100 * MB)]
+    m = place_workflow(V100, fns, edges, ["gpu0", "gpu1", "gpu3", "gpu5"])
+    assert {m["a"], m["b"]} == {"gpu0", "gpu3"}
+    assert pair_gbps(V100, m["b"], m["c"]) == 24.0  # the best the third GPU can do next to b
+    assert placement_cost(V100, m, edges) == pytest.approx(brute_force(V100, fns, edges, ["gpu0", "gpu1", "gpu3", "gpu5"]))
+
+
+def test_more_functions_than_gpus_time_share_evenly() -> None:
+    """5 functions on 2 GPUs: at most 3 per GPU; the heaviest edges stay inside one GPU."""
+    fns = ["a", "b", "c", "d", "e"]
+    edges = [("a", "b", 500 * MB), ("b", "c", 400 * MB), ("c", "d", 10 * MB), ("d", "e", 300 * MB)]
+    m = place_workflow(V100, fns, edges, ["gpu0", "gpu5"])
+    counts = [list(m.values()).count(x) for x in ("gpu0", "gpu5")]
+    assert sorted(counts) == [2, 3]
+    assert m["a"] == m["b"] == m["c"] and m["d"] == m["e"] != m["a"]
+
+
+def test_topology_oblivious_placement_is_seeded() -> None:
+    """topology_aware=False: a seeded shuffle dealt round-robin; same seed, same mapping."""
+    fns = ["a", "b", "c"]
+    edges = [("a", "b", MB), ("b", "c", MB)]
+    free = ["gpu0", "gpu1", "gpu2", "gpu3"]
+    one = place_workflow(V100, fns, edges, free, topology_aware=False, seed=7)
+    order = free[:]
+    random.Random(7).shuffle(order)
+    assert one == {"a": order[0], "b": order[1], "c": order[2]}
+    assert place_workflow(V100, fns, edges, free, topology_aware=False, seed=7) == one
+
+
+def test_placement_errors() -> None:
+    """Unknown functions, cycles-free checks, bad GPU lists raise ConfigError naming the value."""
+    with pytest.raises(ConfigError, match="unknown function 'z'"):
+        place_workflow(V100, ["a"], [("a", "z", 1)], ["gpu0"])
+    with pytest.raises(ConfigError, match="no free GPU"):
+        place_workflow(V100, ["a"], [], [])
+    with pytest.raises(ConfigError, match="'pcie0' is a pcie"):
+        place_workflow(V100, ["a"], [], ["pcie0"])
+    with pytest.raises(ConfigError, match="span nodes"):
+        place_workflow(preset("dgx-v100*2"), ["a"], [], ["n0.gpu0", "n1.gpu0"])
+    assert place_workflow(V100, [], [], ["gpu0"]) == {}
+
+
+workflows = st.integers(1, 5).flatmap(
+    lambda n: st.tuples(
+        st.just([f"f{i}" for i in range(n)]),
+        st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1), st.integers(0, 2000)), max_size=8),
+    )
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(workflows, st.lists(st.sampled_from(V100.gpus), min_size=1, max_size=5, unique=True), st.integers(0, 99))
+def test_placement_is_optimal_deterministic_and_uses_free_gpus(
+        wf: tuple[list[str], list[tuple[int, int, int]]], free: list[str], seed: int) -> None:
+    """Only free GPUs; same input, same output; cost equals brute force and beats any random mapping."""
+    fns, raw = wf
+    edges = [(fns[a], fns[b], nbytes * MB) for a, b, nbytes in raw]
+    m = place_workflow(V100, fns, edges, free)
+    assert set(m) == set(fns) and set(m.values()) <= set(free)
+    assert place_workflow(V100, fns, edges, free) == m
+    cost = placement_cost(V100, m, edges)
+    assert cost == pytest.approx(brute_force(V100, fns, edges, free), rel=1e-9, abs=1e-15)
+    rnd = place_workflow(V100, fns, edges, free, topology_aware=False, seed=seed)
+    assert set(rnd.values()) <= set(free)
+    assert cost <= placement_cost(V100, rnd, edges) + 1e-15
+
+
+def test_eight_functions_on_eight_gpus_is_fast_and_sound() -> None:
+    """A full node: branch-and-bound finishes and beats a hundred seeded random mappings."""
+    fns = [f"f{i}" for i in range(8)]
+    edges = [(fns[i], fns[i + 1], (i + 1) * 100 * MB) for i in range(7)] + [("f0", "f7", 50 * MB)]
+    m = place_workflow(V100, fns, edges, V100.gpus)
+    assert sorted(m.values()) == sorted(V100.gpus)
+    cost = placement_cost(V100, m, edges)
+    for seed in range(100):
+        assert cost <= placement_cost(V100, place_workflow(V100, fns, edges, V100.gpus,
+                                                           topology_aware=False, seed=seed), edges)
+
+
+# ---- group_nodes --------------------------------------------------------------------------------
+def test_a_workflow_that_fits_stays_on_one_node() -> None:
+    """4 functions, node 1 has 4 slots: all on node 1 (most slots first), no edge crosses."""
+    fns = ["a", "b", "c", "d"]
+    edges = [("a", "b", 1), ("b", "c", 1), ("c", "d", 1)]
+    assert group_nodes(fns, edges, {0: 2, 1: 4}) == dict.fromkeys(fns, 1)
+
+
+def test_a_chain_is_cut_once() -> None:
+    """A 6-chain over nodes of 4 and 3 slots: one cut, at the lightest edge the slots allow."""
+    fns = [f"f{i}" for i in range(6)]
+    edges = [(fns[i], fns[i + 1], b) for i, b in enumerate([50, 40, 5, 30, 60])]
+    m = group_nodes(fns, edges, {0: 3, 1: 4})
+    crossing = [(u, v) for u, v, _ in edges if m[u] != m[v]]
+    assert crossing == [("f2", "f3")]  # the 5-byte edge; f0..f2 on one node, f3..f5 on the other
+    assert {m["f0"], m["f3"]} == {0, 1}
+
+
+def test_fan_out_crosses_as_little_as_possible() -> None:
+    """src fans out to 3 sinks, 2 slots per node: the cut puts one whole branch aside."""
+    fns = ["s", "x", "y", "z"]
+    edges = [("s", "x", 10), ("s", "y", 10), ("s", "z", 10)]
+    m = group_nodes(fns, edges, {0: 2, 1: 2, 2: 2})
+    assert sum(m[u] != m[v] for u, v, _ in edges) == 2  # 3 sinks cannot all sit beside s
+
+
+def test_group_nodes_errors() -> None:
+    """Too few slots and cycles are configuration errors."""
+    with pytest.raises(ConfigError, match="need 3 slots but the nodes have 2"):
+        group_nodes(["a", "b", "c"], [], {0: 1, 1: 1})
+    with pytest.raises(ConfigError, match="cycle"):
+        group_nodes(["a", "b"], [("a", "b", 1), ("b", "a", 1)], {0: 2})
+    with pytest.raises(ConfigError, match="slots must be >= 0"):
+        group_nodes(["a"], [], {0: -1, 1: 2})
