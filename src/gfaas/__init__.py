@@ -22,6 +22,8 @@ from .errors import (
     ProtocolError,
     RemoteError,
 )
+from .policy import Plan, Router, RoutingOptions
+from .topology import Topology, preset
 
 __version__ = "0.1.0"
 
@@ -47,9 +49,14 @@ __all__ = [
     "ManualClock",
     "NodeConfig",
     "ObjectStateError",
+    "Plan",
     "ProtocolError",
     "RemoteError",
+    "Router",
+    "RoutingOptions",
+    "Topology",
     "WallClock",
     "__version__",
     "connect",
+    "preset",
 ]

@@ -26,11 +26,16 @@ PUBLIC = [
     "ManualClock",
     "NodeConfig",
     "ObjectStateError",
+    "Plan",
     "ProtocolError",
     "RemoteError",
+    "Router",
+    "RoutingOptions",
+    "Topology",
     "WallClock",
     "__version__",
     "connect",
+    "preset",
 ]
 
 
