@@ -4,12 +4,15 @@ Seed 000 §6.2 and seed 001 §4.3.3 report path selection under 10 us. This benc
 :class:`~gfaas.policy.Router` in the situation the papers describe: a few other transfers are
 active on the node when a new one is planned.
 
-Each sample: three background transfers (random endpoints of the same kind mix) are planned
-untimed, then the measured transfer is planned and released under ``time.perf_counter_ns``, then
+Each sample: ``background`` other transfers (3 by default; two thirds GPU to GPU, one third host
+to GPU, random endpoints) are planned untimed, then the measured transfer is planned and released under ``time.perf_counter_ns``, then
 the background is released (untimed). Re-planning the background every sample keeps the load the
 same throughout the run; otherwise reroutes and balancing would slowly wear the background plans
 down. Route lists are built once per (source, destination) pair, so the first samples of a pair
 are slower; they are included (as a real runtime would pay them once).
+
+The garbage collector is paused while sampling, as :mod:`timeit` does. The numbers depend on the
+CPU and on what else runs on it; compare runs on the same machine only.
 
 Kinds: ``gpu->gpu`` (same node), ``host->gpu`` (same node) and ``cross-node`` (GPU to GPU on a
 two-node copy of the machine, NIC harvesting on). The policy code never reads the clock; only
@@ -19,6 +22,7 @@ this benchmark does.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import time
@@ -36,15 +40,31 @@ def _pct(sorted_ns: list[int], q: float) -> float:
     return sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))] / 1000.0
 
 
-def _sample(topo: Topology, rng: random.Random, n: int,
+def _sample(topo: Topology, rng: random.Random, n: int, n_bg: int,
             pick: Callable[[random.Random], tuple[str, str]],
             background: Callable[[random.Random], tuple[str, str]]) -> dict[str, float]:
     router = Router(topo)
     times: list[int] = []
     clock = time.perf_counter_ns
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()  # as timeit does: a collection landing in one sample says nothing about the policy
+    try:
+        _loop(router, rng, n, n_bg, pick, background, times, clock)
+    finally:
+        if was_enabled:
+            gc.enable()
+    times.sort()
+    return {"median_us": round(_pct(times, 0.5), 2), "p99_us": round(_pct(times, 0.99), 2), "samples": n}
+
+
+def _loop(router: Router, rng: random.Random, n: int, n_bg: int,
+          pick: Callable[[random.Random], tuple[str, str]],
+          background: Callable[[random.Random], tuple[str, str]],
+          times: list[int], clock: Callable[[], int]) -> None:
     for i in range(n):
         bg = []
-        for k in range(BACKGROUND):
+        for k in range(n_bg):
             s, d = background(rng)
             router.plan(("bg", k), s, d)
             bg.append(("bg", k))
@@ -56,14 +76,15 @@ def _sample(topo: Topology, rng: random.Random, n: int,
         for b in bg:
             router.release(b)
         router.changed()
-    times.sort()
-    return {"median_us": round(_pct(times, 0.5), 2), "p99_us": round(_pct(times, 0.99), 2), "samples": n}
 
 
-def run(n: int = 20000, seed: int = 1) -> dict[str, object]:
-    """Median and p99 microseconds per plan()+release(), per topology and transfer kind."""
+def run(n: int = 20000, seed: int = 1, background: int = BACKGROUND) -> dict[str, object]:
+    """Median and p99 microseconds per plan()+release(), per topology and transfer kind.
+
+    ``background=0`` measures an idle machine (the floor of the decision time).
+    """
     rng = random.Random(seed)
-    out: dict[str, object] = {"n": n, "seed": seed, "background": BACKGROUND, "unit": "us"}
+    out: dict[str, object] = {"n": n, "seed": seed, "background": background, "unit": "us"}
     for name in TOPOLOGIES:
         one = preset(name)
         two = preset(f"{name}*2")
@@ -91,9 +112,9 @@ def run(n: int = 20000, seed: int = 1) -> dict[str, object]:
             return a, b
 
         out[name] = {
-            "gpu->gpu": _sample(one, rng, n, gpu_pair, mixed),
-            "host->gpu": _sample(one, rng, n, host_pair, mixed),
-            "cross-node": _sample(two, rng, n, cross, cross_bg),
+            "gpu->gpu": _sample(one, rng, n, background, gpu_pair, mixed),
+            "host->gpu": _sample(one, rng, n, background, host_pair, mixed),
+            "cross-node": _sample(two, rng, n, background, cross, cross_bg),
         }
     return out
 
@@ -102,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gfaas.bench.policy", description=__doc__.split("\n")[0])
     p.add_argument("-n", type=int, default=20000, help="samples per topology and kind")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--background", type=int, default=BACKGROUND, help="other transfers active (0: idle)")
     a = p.parse_args(argv)
-    print(json.dumps(run(a.n, a.seed), indent=2))
+    print(json.dumps(run(a.n, a.seed, a.background), indent=2))
     return 0
 
 

@@ -78,19 +78,7 @@ class RouteSet:
     balance: bool = False
 
 
-# ---- small topology helpers (kept here so topology/ stays untouched) ------------------------------
-def switch_of(topo: Topology, name: str) -> str | None:
-    """The PCIe switch a GPU or a NIC hangs off.
-
-    ``Topology.pcie_switch_of`` only follows ``pcie`` links, and NICs hang off their switch by a
-    ``nic`` link, so NICs need this wider lookup.
-    """
-    for e in topo.out_edges(name):
-        if e.kind in ("pcie", "nic") and topo.device(e.dst).kind == "pcie":
-            return e.dst
-    return None
-
-
+# ---- small topology helpers ---------------------------------------------------------------------------
 def gpus_on_switch(topo: Topology, switch: str) -> list[str]:
     return [e.dst for e in topo.out_edges(switch) if e.kind == "pcie" and topo.device(e.dst).kind == "gpu"]
 
@@ -240,7 +228,7 @@ def _nic_legs(topo: Topology, end: str, nic: str, opts: RoutingOptions, harvest:
     to a route GPU on the NIC's switch (never through the root complex when topology-aware: that
     would load the source's own PCIe link, seed 001 §3.2.2).
     """
-    sw = switch_of(topo, nic)
+    sw = topo.pcie_switch_of(nic)
     if sw is None:
         return []
     d = topo.device(end)
@@ -296,7 +284,7 @@ def _cross_node(topo: Topology, src: str, dst: str, opts: RoutingOptions) -> Rou
 
     def first_nic(end: str, nics: list[str]) -> str:
         own = topo.pcie_switch_of(end) if topo.device(end).kind == "gpu" else None
-        mine = [n for n in nics if own is not None and switch_of(topo, n) == own]
+        mine = [n for n in nics if own is not None and topo.pcie_switch_of(n) == own]
         return (mine or nics)[0]
 
     n0, m0 = first_nic(src, s_nics), first_nic(dst, d_nics)

@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..topology import GB, Topology
 
 #: Branch-and-bound search nodes before the best mapping found so far is returned.
-SEARCH_BUDGET = 200_000
+SEARCH_BUDGET = 50_000
 
 
 def pair_gbps(topology: Topology, a: str, b: str) -> float:

@@ -590,37 +590,43 @@ class Router:
         * Each route is looked at once, so balancing always ends.
         """
         cs = h.cs
-        owners, others = self._owners(h)
+        others = self._others(h)
+        mine = h.total
         for c in cs.busy:
             satc = c.mask & self._sat
             if not satc or satc & ~others or c in h.res:
                 continue  # free, or some saturated edge is held by h alone: nobody to balance with
             victim: _Held | None = None
             blocking: list[_Cand] = []
-            for v, d in owners:
-                if d.mask & satc:
-                    if d.direct or (victim is not None and v is not victim):
-                        victim = None
-                        break
-                    victim = v
-                    blocking.append(d)
-            if victim is None or victim.total <= h.total + EPS:
+            for v in self._held.values():
+                if v is h:
+                    continue
+                for d in v.res:
+                    if d.mask & satc:
+                        if d.direct or (victim is not None and v is not victim):
+                            victim = None
+                            break
+                        victim = v
+                        blocking.append(d)
+                else:
+                    continue
+                break  # a direct path or a second owner: not balanceable
+            if victim is None or victim.total <= mine + EPS:
                 continue
             if self._compensate(h, c, victim, blocking) or self._share(h, c, victim, blocking, satc):
                 if self._stopped(cs):
                     return
-                owners, others = self._owners(h)
+                others = self._others(h)
+                mine = h.total
 
-    def _owners(self, h: _Held) -> tuple[list[tuple[_Held, _Cand]], int]:
-        """Every other transfer's paths, and the mask of edges they cross."""
-        owners = []
+    def _others(self, h: _Held) -> int:
+        """Mask of the edges other transfers' paths cross."""
         others = 0
         for v in self._held.values():
             if v is not h:
                 for d in v.res:
-                    owners.append((v, d))
                     others |= d.mask
-        return owners, others
+        return others
 
     def _compensate(self, h: _Held, c: _Cand, v: _Held, blocking: list[_Cand]) -> bool:
         """Dry-run V giving up ``blocking`` and re-planning; commit only if V loses nothing."""
@@ -662,7 +668,8 @@ class Router:
             return False
         for d in blocking:
             self._drop(v, d)
-        self._reserve(h, c, min(b, self._bn(c)))
+        if (b := min(b, self._bn(c))) > EPS:
+            self._reserve(h, c, b)
         for d, g in picks:  # same sequence as the dry run; the guard only absorbs float noise
             g = min(g, self._bn(d))
             if g > EPS:
