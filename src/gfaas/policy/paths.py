@@ -38,8 +38,10 @@ RouteKind = Literal["same", "gpu-gpu", "host", "cross"]
 
 #: NVLink routes kept per (GPU, route GPU) pair in a harvesting leg; more only slow planning down.
 _LEGS_PER_PEER = 2
-#: Candidates kept per harvesting group (per PCIe switch or per NIC).
+#: Candidates kept per harvesting group: per PCIe switch (host routes) and per NIC (cross-node
+#: routes, which are long, so fewer alternatives keep planning fast).
 _PER_GROUP = 4
+_PER_NIC = 2
 
 
 @dataclass(frozen=True)
@@ -308,7 +310,7 @@ def _cross_node(topo: Topology, src: str, dst: str, opts: RoutingOptions) -> Rou
         pairs.sort(key=lambda p: s_nics.index(p[0]))
         for n, m in pairs:
             combos = _combine(_nic_legs(topo, src, n, opts, True), _nic_legs(topo, dst, m, opts, True))
-            keep = combos[:1] if not opts.topology_aware else combos[:_PER_GROUP]
+            keep = combos[:1] if not opts.topology_aware else combos[:_PER_NIC]
             peers += [Route(h, 1, group=n) for h in keep]
     return RouteSet("cross", direct, (tuple(peers),) if peers else (), (),
                     fair=opts.nic_harvest and not opts.topology_aware)
