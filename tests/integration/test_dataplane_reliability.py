@@ -346,6 +346,59 @@ def test_concurrent_misses_all_wait_for_a_queued_seal(node) -> None:  # type: ig
         np.testing.assert_array_equal(res, np.arange(5))
 
 
+def test_a_get_parked_after_the_drain_passed_its_producer_waits_for_another_round(make_config) -> None:  # type: ignore[no-untyped-def]
+    """The CI stress race, made deterministic: a drain visits the producer's connection, then the
+    producer seals and a reader asks for the object before the drain reaches the reader. The parked
+    get must see the seal (a further drain round), not be denied."""
+    from gfaas.dataplane.daemon import Daemon
+
+    cfg = make_config()
+    d = Daemon(cfg)
+    d.bind()
+    t = threading.Thread(target=d.serve_forever, daemon=True)
+    t.start()
+    admin = gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir)
+    inv = admin.open_invocation("wf", ["trigger", "producer", "reader"])
+    clients = {fn: gfaas.connect(inv.credentials(fn)) for fn in ("trigger", "producer", "reader")}
+    try:
+        for c in clients.values():
+            c.get(c.put(b"warm: session, slab lease and IDs in hand"))
+        by_fn = {c.session.function: c for c in d._conns.values() if c.session is not None}
+        producer_conn, reader_conn = by_fn["producer"], by_fn["reader"]
+        order = list(d._conns.values())
+        assert order.index(producer_conn) < order.index(reader_conn)  # drains visit in connect order
+        real_serve = d._serve
+        got: dict[str, Any] = {}
+
+        def read(ref: DataRef) -> None:
+            try:
+                got["value"] = clients["reader"].get(ref, copy=True)
+            except gfaas.GfaasError as exc:
+                got["value"] = exc
+
+        def serve(conn: Any, drain: bool = False) -> None:
+            real_serve(conn, drain)
+            if drain and conn is producer_conn and "reader" not in got:
+                # the drain has just passed the producer: now it seals, and the reader asks
+                ref = clients["producer"].put(np.arange(7))
+                got["reader"] = threading.Thread(target=read, args=(ref,))
+                got["reader"].start()
+                ready, _, _ = select.select([reader_conn.sock], [], [], 5)
+                assert ready, "the reader's get never reached the daemon"
+
+        d._serve = serve  # type: ignore[method-assign]
+        with pytest.raises(AccessDenied):
+            clients["trigger"].get(DataRef(os.urandom(16), cfg.node_id))  # a miss: starts the drain
+        got["reader"].join(5)
+        assert isinstance(got.get("value"), np.ndarray), got.get("value")
+        np.testing.assert_array_equal(got["value"], np.arange(7))
+    finally:
+        for c in clients.values():
+            c.close()
+        admin.close()
+        d.stop()
+        t.join(10)
+
 # ---- (c) many concurrent clients -------------------------------------------------------------
 WORKER = r"""
 import json, random, sys

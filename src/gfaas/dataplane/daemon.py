@@ -358,21 +358,30 @@ class Daemon:
     def _drain_others(self, current: Conn) -> None:
         """Process messages already queued on other connections (see the module docstring).
 
-        A get that misses while the drain runs is parked, not answered: the seal it waits for may
-        sit on a connection the drain has not reached yet. Parked gets are answered once the drain
-        is over, without draining again: every message queued when they were asked has been handled
-        by then (their clients, and ``current``'s, are blocked waiting and queue nothing behind them).
+        A get that misses while a drain runs is parked, not answered: the seal it waits for was
+        queued before the get was sent, but perhaps on a connection this drain had already passed.
+        So a parked get is answered only after a whole further round that began after it was read;
+        rounds repeat while gets are parked. ``current``'s get was read before the first round
+        began, so that round is enough for it. Parked clients are blocked waiting and queue nothing
+        behind their get, so skipping their connections (``busy``) loses nothing.
         """
         if self._draining:
             return
-        self._draining = True
-        try:
-            for conn in list(self._conns.values()):
-                if conn is not current:
-                    self._serve(conn, drain=True)
-        finally:
-            self._draining = False
-        parked, self._parked = self._parked, []
+        ripe: list[tuple[Conn, P.Get]] = []  # parked gets that have now seen a whole round
+        while True:
+            self._draining = True
+            try:
+                for conn in list(self._conns.values()):
+                    if conn is not current:
+                        self._serve(conn, drain=True)
+            finally:
+                self._draining = False
+            self._answer_parked(ripe)
+            ripe, self._parked = self._parked, []
+            if not ripe:
+                return
+
+    def _answer_parked(self, parked: list[tuple[Conn, P.Get]]) -> None:
         for conn, _ in parked:
             conn.busy = False
         for conn, msg in parked:
