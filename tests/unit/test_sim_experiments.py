@@ -55,3 +55,12 @@ def test_cli_topo_paths_json(capsys) -> None:  # type: ignore[no-untyped-def]
     assert json.loads(capsys.readouterr().out)["name"] == "dgx-a100"
     assert main(["topo", "paths", "--topology", "dgx-v100", "--src", "gpu0", "--dst", "gpu9"]) == 1
     assert "gpu9" in capsys.readouterr().err
+
+
+def test_cli_bench_sim_json(capsys) -> None:  # type: ignore[no-untyped-def]
+    """`gfaas bench sim --quick --json` reports both kernels on identical jobs and policy decision times."""
+    assert main(["bench", "sim", "--quick", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mean_sojourn_gfaas"] == doc["mean_sojourn_simpy"]
+    assert doc["ratio"] == pytest.approx(doc["gfaas_jobs_per_s"] / doc["simpy_jobs_per_s"])
+    assert {"dgx-v100", "dgx-a100"} <= set(doc["policy_decision"])

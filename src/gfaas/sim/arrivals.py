@@ -323,6 +323,22 @@ def _int_cell(path: Path, line: int, column: str, cell: str) -> int:
     return value
 
 
+def _table(path: Path, expected: list[str], what: str) -> Iterator[tuple[int, list[str]]]:
+    """The data rows of a CSV whose header must be ``expected``: blank rows skipped, widths checked."""
+    rows = _rows(path)
+    try:
+        _, header = next(rows)
+    except StopIteration:
+        raise ConfigError(f"{path}: the file is empty; expected a header {','.join(expected)}") from None
+    _check_header(path, header, expected, what)
+    for line, row in rows:
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != len(header):
+            raise ConfigError(f"{path}:{line}: {len(row)} fields, expected {len(header)} ({','.join(expected)})")
+        yield line, row
+
+
 def _check_header(path: Path, header: list[str], expected: list[str], what: str) -> None:
     got = [c.strip() for c in header[: len(expected)]]
     if got != expected:
@@ -486,23 +502,11 @@ def load_azure_llm_trace(path: str | Path) -> LLMTrace:
     are turned into seconds after the earliest request. Rows out of time order are sorted.
     """
     p = Path(path)
-    rows = _rows(p)
-    expected = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
-    try:
-        _, header = next(rows)
-    except StopIteration:
-        raise ConfigError(f"{p}: the file is empty; expected a header {','.join(expected)}") from None
-    _check_header(p, header, expected, "Azure LLM trace")
     base: datetime | None = None
     times: list[float] = []
     ctx: list[int] = []
     gen: list[int] = []
-    for line, row in rows:
-        if not row or all(not c.strip() for c in row):
-            continue
-        if len(row) != len(header):
-            raise ConfigError(f"{p}:{line}: {len(row)} fields, expected {len(header)} "
-                              f"({','.join(expected)})")
+    for line, row in _table(p, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], "Azure LLM trace"):
         dt, frac = _parse_timestamp(p, line, row[0])
         if base is None:
             base = dt
@@ -521,21 +525,11 @@ def load_burstgpt_trace(path: str | Path, model: str | None = None) -> LLMTrace:
     and generated tokens. ``model`` keeps only the rows of that model (e.g. ``"ChatGPT"``).
     """
     p = Path(path)
-    rows = _rows(p)
     expected = ["Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type"]
-    try:
-        _, header = next(rows)
-    except StopIteration:
-        raise ConfigError(f"{p}: the file is empty; expected a header {','.join(expected)}") from None
-    _check_header(p, header, expected, "BurstGPT")
     times: list[float] = []
     ctx: list[int] = []
     gen: list[int] = []
-    for line, row in rows:
-        if not row or all(not c.strip() for c in row):
-            continue
-        if len(row) != len(header):
-            raise ConfigError(f"{p}:{line}: {len(row)} fields, expected {len(header)} ({','.join(expected)})")
+    for line, row in _table(p, expected, "BurstGPT"):
         if model is not None and row[1].strip() != model:
             continue
         try:

@@ -63,11 +63,6 @@ class RequestRecord:
         """Time spent getting and putting data, summed over the request's GPU functions."""
         return sum(s.get_s + s.put_s for s in self.fns.values())
 
-    @property
-    def exec_s(self) -> float:
-        """Latency without queueing (what the papers' breakdowns and ablations report)."""
-        return sum(s.get_s + s.put_s + s.compute_s for s in self.fns.values())
-
 
 class GPU:
     """One GPU: per-function FIFO queues, one execution at a time, oldest request first."""
@@ -76,7 +71,6 @@ class GPU:
         self.name = name
         self.queues: dict[str, deque[tuple[float, Callable[[], None]]]] = {}
         self.busy = False
-        self.busy_s = 0.0
 
     def submit(self, function: str, arrival: float, start: Callable[[], None]) -> None:
         self.queues.setdefault(function, deque()).append((arrival, start))
@@ -190,10 +184,8 @@ class Cluster:
 
         def start() -> None:
             g.busy = True
-            began = self.sim.now
 
             def release() -> None:
-                g.busy_s += self.sim.now - began
                 g.busy = False
                 nxt = g.next()
                 if nxt is not None:
@@ -275,13 +267,13 @@ class _Request:
             for e in self.dep.workflow.preds(fn):
                 if self.taken[(e.src, e.dst)]:
                     gets.append((self.location[(e.src, e.dst)], e.nbytes))
-            _all(c, [(src, gpu, n) for src, n in gets], c.sim.now + deadline_slack, lambda: computed(t0))
+            _all(c, [(src, gpu, n) for src, n in gets], c.sim.now + deadline_slack, lambda: computed(t0, release))
 
-        def computed(t0: float) -> None:
+        def computed(t0: float, release: Callable[[], None]) -> None:
             stats.get_s = c.sim.now - t0
-            c.sim.schedule(compute, put)
+            c.sim.schedule(compute, put, release)
 
-        def put() -> None:
+        def put(release: Callable[[], None]) -> None:
             stats.compute_s = compute
             t1 = c.sim.now
             moves: list[tuple[str, str, int]] = []
@@ -300,22 +292,16 @@ class _Request:
             delay = allocs * c.alloc_s()
 
             def go() -> None:
-                _all(c, moves, c.sim.now + deadline_slack, lambda: stored(t1))
+                _all(c, moves, c.sim.now + deadline_slack, lambda: stored(t1, release))
 
             c.sim.schedule(delay, go)
 
-        def stored(t1: float) -> None:
+        def stored(t1: float, release: Callable[[], None]) -> None:
             stats.put_s = c.sim.now - t1
-            release_ref[0]()
+            release()
             self._finished(fn)
 
-        release_ref: list[Callable[[], None]] = []
-
-        def body_with_release(release: Callable[[], None]) -> None:
-            release_ref.append(release)
-            body(release)
-
-        c.run_on_gpu(gpu, fn, self.rec.arrival, body_with_release)
+        c.run_on_gpu(gpu, fn, self.rec.arrival, body)
 
     def _finished(self, fn: str) -> None:
         self.left -= 1

@@ -1,9 +1,11 @@
 """The simulated data plane: turns "move N bytes from device A to device B" into flows.
 
 It is driven by the very policy objects the real runtime uses: a :class:`~gfaas.policy.Router`
-picks (and reserves) the paths, :func:`~gfaas.policy.slo_rates` shares host links by SLO, and
-:meth:`~gfaas.policy.Plan.split` sizes each path's share. The simulator only adds physics: the
-:class:`~gfaas.sim.network.Network` decides how fast bytes actually move.
+picks the paths (its reservations steer the paths later transfers get),
+:func:`~gfaas.policy.slo_rates` shares host links by SLO, and :meth:`~gfaas.policy.Plan.split`
+sizes each path's share. The simulator only adds physics: the :class:`~gfaas.sim.network.Network`
+decides how fast bytes actually move, max-min fairly over the chosen paths, so bandwidth a finished
+transfer frees is used at once (work conserving) rather than left idle behind a stale reservation.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ class Transfer:
     nbytes: int
     on_done: Callable[[], None]
     deadline: float
-    started: float
     plan: Plan | None = None
     flows: list[tuple[Flow, Path]] = field(default_factory=list)
     pending: int = 0
@@ -55,14 +56,19 @@ class DataPlane:
         self._direct = Router(topology, _DIRECT)
         self._ids = itertools.count(1)
         self.active: dict[int, Transfer] = {}
-        self.completed: list[tuple[str, str, int, float]] = []  # (src, dst, bytes, seconds)
+        # BW_all of the paper, per node: every host uplink of that node, one direction.
+        self._host_gbps: dict[int, float] = {}
+        for e in topology.edges():
+            if topology.device(e.src).kind == "host":
+                node = topology.device(e.src).node
+                self._host_gbps[node] = self._host_gbps.get(node, 0.0) + e.gbps
 
     # ---- public ---------------------------------------------------------------------------------
     def move(self, src: str, dst: str, nbytes: int, on_done: Callable[[], None], deadline: float = 0.0) -> None:
         """Move ``nbytes`` from device ``src`` to ``dst``; ``on_done()`` when the last byte lands."""
-        t = Transfer(next(self._ids), src, dst, int(nbytes), on_done, deadline, self.sim.now)
+        t = Transfer(next(self._ids), src, dst, int(nbytes), on_done, deadline)
         if src == dst or nbytes <= 0:
-            self.sim.schedule(TRANSFER_SETUP_S if src == dst else 0.0, self._finish_trivial, t)
+            self.sim.schedule(TRANSFER_SETUP_S if src == dst else 0.0, on_done)
             return
         kinds = {self.topo.device(src).kind, self.topo.device(dst).kind}
         t.host = "host" in kinds
@@ -72,10 +78,6 @@ class DataPlane:
         self.sim.schedule(delay, self._start, t)
 
     # ---- internals ------------------------------------------------------------------------------
-    def _finish_trivial(self, t: Transfer) -> None:
-        self.completed.append((t.src, t.dst, t.nbytes, self.sim.now - t.started))
-        t.on_done()
-
     def _start(self, t: Transfer) -> None:
         plan = self.router.plan(t.ident, t.src, t.dst)
         t.managed = True
@@ -90,7 +92,7 @@ class DataPlane:
         self._launch(t, t.nbytes)
         self._apply_changes()
         if t.host and self.cfg.slo_control:
-            self._rebalance_host()
+            self._rebalance_host(t)
 
     def _launch(self, t: Transfer, nbytes: float) -> None:
         assert t.plan is not None
@@ -116,15 +118,16 @@ class DataPlane:
 
     def _flow_done(self, t: Transfer) -> None:
         t.pending -= 1
-        if t.pending:
-            return
+        if not t.pending:
+            self._finish(t)
+
+    def _finish(self, t: Transfer) -> None:
         self.active.pop(t.ident, None)
         if t.managed:
             self.router.release(t.ident)
             self._apply_changes()
         if t.host and self.cfg.slo_control:
-            self._rebalance_host()
-        self.completed.append((t.src, t.dst, t.nbytes, self.sim.now - t.started))
+            self._rebalance_host(t)
         t.on_done()
 
     def _apply_changes(self) -> None:
@@ -147,26 +150,27 @@ class DataPlane:
                 t.plan = self._direct.plan(("fallback", t.ident), t.src, t.dst)
                 self._direct.release(("fallback", t.ident))
                 self._launch(t, left)
-            else:
-                self.sim.schedule(0.0, self._flow_done_all, t)
+            else:  # its flows had all landed: it is complete
+                self.sim.schedule(0.0, self._finish, t)
 
-    def _flow_done_all(self, t: Transfer) -> None:
-        t.pending = 1
-        self._flow_done(t)
+    def _node(self, t: Transfer) -> int:
+        """The node whose host memory a host transfer touches."""
+        end = t.src if self.topo.device(t.src).kind == "host" else t.dst
+        return self.topo.device(end).node
 
-    def _rebalance_host(self) -> None:
-        """SLO-aware shares of the host links among the host transfers in flight (seed 001 §4.3.2)."""
-        host = [t for t in self.active.values() if t.host and t.flows]
+    def _rebalance_host(self, changed: Transfer) -> None:
+        """SLO-aware shares of a node's host links among its host transfers (seed 001 §4.3.2)."""
+        node = self._node(changed)
+        host = [t for t in self.active.values() if t.host and t.flows and self._node(t) == node]
         if not host:
             return
-        # BW_all of the paper: every host uplink of the machine, one direction.
-        capacity = sum(e.gbps for e in self.topo.edges() if self.topo.device(e.src).kind == "host")
+        capacity = self._host_gbps[node]
         demands = [Demand(t.ident, int(sum(f.remaining for f, _ in t.flows if not f.done)),
                           max(t.deadline, self.sim.now + 1e-6)) for t in host]
         rates = slo_rates(demands, capacity, self.sim.now)
+        caps: list[tuple[Flow, float | None]] = []
         for t in host:
             live = [(f, p) for f, p in t.flows if not f.done]
             total = sum(p.gbps for _, p in live) or 1.0
-            for f, p in live:
-                share = rates[t.ident] * p.gbps / total
-                self.net.set_cap(f, max(share, 1e-3))
+            caps += [(f, max(rates[t.ident] * p.gbps / total, 1e-3)) for f, p in live]
+        self.net.set_caps(caps)

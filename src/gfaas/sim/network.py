@@ -6,9 +6,9 @@ policy set (an SLO share, a path reservation) gets at most that cap, and whateve
 is shared by the others. Rates are recomputed whenever a flow starts, ends or has its cap changed,
 which is exact for piecewise-constant rates.
 
-Chunked pipelining across hops is modelled by a start-up delay: a path with ``k`` store-and-forward
-stages (intermediate GPUs or host staging buffers) delivers its first chunk ``(k) * chunk / rate``
-later than a cut-through link would, after which it streams at the bottleneck rate.
+A multi-hop flow streams at its bottleneck rate from the first byte: chunked pipelining is taken as
+perfect (no fill time of the store-and-forward stages), which favours multi-hop paths by at most
+one chunk's time per intermediate stage.
 """
 
 from __future__ import annotations
@@ -27,17 +27,16 @@ _EPS_BYTES = 1e-6
 class Flow:
     """One fluid flow. ``rate`` is in bytes per second; ``remaining`` in bytes."""
 
-    __slots__ = ("cap", "done", "edges", "ident", "on_done", "rate", "remaining", "started")
+    __slots__ = ("cap", "done", "edges", "ident", "on_done", "rate", "remaining")
 
     def __init__(self, ident: int, edges: tuple[EdgeKey, ...], nbytes: float, cap: float | None,
-                 on_done: Callable[[], None], now: float) -> None:
+                 on_done: Callable[[], None]) -> None:
         self.ident = ident
         self.edges = edges
         self.remaining = float(nbytes)
         self.cap = cap
         self.on_done = on_done
         self.rate = 0.0
-        self.started = now
         self.done = False
 
 
@@ -68,7 +67,7 @@ class Network:
         self._advance()
         self._seq += 1
         cap = None if cap_gbps is None else cap_gbps * GB
-        flow = Flow(self._seq, edges, nbytes, cap, on_done, self.sim.now)
+        flow = Flow(self._seq, edges, nbytes, cap, on_done)
         if not edges or nbytes <= _EPS_BYTES:
             flow.done = True
             self.sim.schedule(0.0, on_done)
@@ -79,10 +78,14 @@ class Network:
 
     def set_cap(self, flow: Flow, cap_gbps: float | None) -> None:
         """Change a flow's rate cap (a new SLO share); takes effect now."""
-        if flow.done:
-            return
+        self.set_caps([(flow, cap_gbps)])
+
+    def set_caps(self, caps: Sequence[tuple[Flow, float | None]]) -> None:
+        """Change several caps with one re-allocation of rates."""
         self._advance()
-        flow.cap = None if cap_gbps is None else cap_gbps * GB
+        for flow, cap_gbps in caps:
+            if not flow.done:
+                flow.cap = None if cap_gbps is None else cap_gbps * GB
         self._reschedule()
 
     def cancel(self, flow: Flow) -> float:
@@ -94,11 +97,6 @@ class Network:
         del self.flows[flow.ident]
         self._reschedule()
         return flow.remaining
-
-    def utilisation(self, edge: EdgeKey) -> float:
-        """Current fraction of the edge's capacity in use."""
-        used = sum(f.rate for f in self.flows.values() if edge in f.edges)
-        return used / self.capacity[edge]
 
     # ---- internals ------------------------------------------------------------------------------
     def _advance(self) -> None:

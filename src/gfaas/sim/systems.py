@@ -43,7 +43,6 @@ class SystemConfig:
     pinned: Literal["ring", "alloc", "pageable"] = "ring"
     elastic_pool: bool = True
     placement: Literal["mapa", "random"] = "mapa"
-    pipelined: bool = True  # staged copies (host hops, cross-node) overlap chunk by chunk
 
     def without(self, *switches: str) -> SystemConfig:
         """The ablation with the named switches (``UF``, ``BH``, ``TA``, ``ES``) turned off."""
@@ -70,12 +69,11 @@ _SINGLE = RoutingOptions(multipath=False, topology_aware=False, route_gpus=False
 SYSTEMS: dict[str, SystemConfig] = {
     "gfaas": SystemConfig("gfaas", "gpu-local"),
     "infless+": SystemConfig("infless+", "host", _SINGLE, slo_control=False, pinned="pageable",
-                             elastic_pool=False, placement="random", pipelined=False),
+                             elastic_pool=False, placement="random"),
     "nvshmem+": SystemConfig("nvshmem+", "gpu-random", _SINGLE, slo_control=False, pinned="ring",
-                             elastic_pool=True, placement="random", pipelined=False),
+                             elastic_pool=True, placement="random"),
     "deepplan+": SystemConfig("deepplan+", "gpu-random", replace(_SINGLE, route_gpus=True),
-                              slo_control=False, pinned="ring", elastic_pool=True, placement="random",
-                              pipelined=False),
+                              slo_control=False, pinned="ring", elastic_pool=True, placement="random"),
     "faastube*": SystemConfig("faastube*", "gpu-local",
                               RoutingOptions(reroute_direct=False, balance_busy=False),
                               slo_control=False, pinned="alloc", elastic_pool=False, placement="mapa"),

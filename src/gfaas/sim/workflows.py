@@ -12,7 +12,6 @@ to host memory at the end (the gFn-to-host case). A conditional edge is taken wi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -99,8 +98,6 @@ class Workflow:
     def gpu_functions(self) -> list[str]:
         return [f.name for f in self.functions if f.kind == "gpu"]
 
-    def iter_edges(self) -> Iterator[DataEdge]:
-        return iter(self.edges)
 
 
 def _f(name: str, kind: Literal["gpu", "cpu"], model: str, **kw: int) -> Function:

@@ -65,6 +65,11 @@ def max_throughput(topo: Topology, cfg: SystemConfig, name: str, requests: int, 
     return (len(finished) - 1 - warm) / span if span > 0 else 0.0
 
 
+def offered_rate(topo: Topology, name: str, closed_requests: int) -> float:
+    """The load rule of this module: ``LOAD`` x the INFless+ maximum throughput of the workflow."""
+    return LOAD * max_throughput(topo, system("infless+"), name, closed_requests)
+
+
 def open_loop(topo: Topology, cfg: SystemConfig, names: tuple[str, ...], arrivals: dict[str, np.ndarray],
               seed: int = 0) -> list[RequestRecord]:
     c = _cluster(topo, cfg, names, seed)
@@ -109,7 +114,7 @@ def e2e_p99(quick: bool, progress: Progress) -> Result:
     for tname in topos:
         topo = preset(tname)
         for wf in wfs:
-            rate = LOAD * max_throughput(topo, system("infless+"), wf, closed)
+            rate = offered_rate(topo, wf, closed)
             for pat in pats:
                 times = arrivals(pat, rate, n_open, seed=7)
                 for name in systems:
@@ -187,7 +192,7 @@ def ablation(quick: bool, progress: Progress) -> Result:
     for tname in topos:
         topo = preset(tname)
         for wf in wfs:
-            rate = LOAD * max_throughput(topo, system("infless+"), wf, closed)
+            rate = offered_rate(topo, wf, closed)
             times = arrivals("bursty", rate, n_open, seed=11)
             for name in ABLATIONS:
                 recs = open_loop(topo, system(name), (wf,), {wf: times})
@@ -218,7 +223,7 @@ def isolation(quick: bool, progress: Progress) -> Result:
     k = 0
     for other in ("video", "image"):
         names = ("driving", other)
-        rates = {n: LOAD * max_throughput(topo, system("infless+"), n, closed) for n in names}
+        rates = {n: offered_rate(topo, n, closed) for n in names}
         n_req = {n: int(n_open * rates[n] / rates["driving"]) for n in names}  # same horizon for both
         times = {n: arrivals("bursty", rates[n], n_req[n], seed=13 + i) for i, n in enumerate(names)}
         for name in systems:
