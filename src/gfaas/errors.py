@@ -67,6 +67,26 @@ class RemoteError(DataPlaneError):
     """A transfer from another node failed."""
 
 
+class WorkflowError(GfaasError):
+    """Base class of errors about workflow specs, deployments and invocations."""
+
+
+class SpecError(WorkflowError, ConfigError):
+    """A workflow spec is malformed or inconsistent (cycle, unknown function or handler, type mismatch)."""
+
+
+class FunctionFailed(WorkflowError):
+    """A function's handler raised, returned something invalid, or its worker died mid-invocation."""
+
+
+class NotFound(WorkflowError):
+    """No workflow, invocation or model of that name is known here."""
+
+
+class Overloaded(WorkflowError):
+    """A queue is full: the request was refused, not lost; retry later or raise the limit."""
+
+
 _BY_CODE: dict[str, type[GfaasError]] = {
     cls.__name__: cls
     for cls in (
@@ -84,6 +104,11 @@ _BY_CODE: dict[str, type[GfaasError]] = {
         ObjectStateError,
         DaemonUnavailable,
         RemoteError,
+        WorkflowError,
+        SpecError,
+        FunctionFailed,
+        NotFound,
+        Overloaded,
     )
 }
 

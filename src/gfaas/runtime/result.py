@@ -1,0 +1,64 @@
+"""What an invocation produced, and where its time went."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+Status = Literal["queued", "running", "done", "failed"]
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """An invocation's latency split the way the papers report it (seconds).
+
+    ``queue_s``: waiting for a worker, summed over functions; ``host_pass_s``: moving the request's
+    inputs from the gateway into the first functions and the results back out; ``fn_pass_s``: moving
+    intermediate data between functions (put by the producer + get by the consumer); ``compute_s``: the
+    handlers' own time. ``total_s`` is wall time from submit to result, so it also holds dispatch
+    overhead and, for parallel branches, less than the sum of the parts.
+    """
+
+    queue_s: float = 0.0
+    host_pass_s: float = 0.0
+    fn_pass_s: float = 0.0
+    compute_s: float = 0.0
+    total_s: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"queue_s": self.queue_s, "host_pass_s": self.host_pass_s, "fn_pass_s": self.fn_pass_s,
+                "compute_s": self.compute_s, "total_s": self.total_s}
+
+
+@dataclass(frozen=True)
+class FunctionRecord:
+    """One function's run inside an invocation (``skipped`` when a ``when:`` condition was false)."""
+
+    function: str
+    worker: str = ""
+    queued_s: float = 0.0
+    get_s: float = 0.0
+    compute_s: float = 0.0
+    put_s: float = 0.0
+    skipped: bool = False
+
+
+@dataclass(frozen=True)
+class InvocationResult:
+    """The outcome of one invocation. ``outputs`` holds the workflow's declared outputs (arrays);
+    ``scalars`` the scalar outputs of every function that ran (what conditions were evaluated on)."""
+
+    invocation_id: str
+    workflow: str
+    status: Status
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    scalars: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    breakdown: Breakdown = field(default_factory=Breakdown)
+    functions: tuple[FunctionRecord, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "done"
