@@ -197,3 +197,12 @@ def shared_node() -> Iterator[NodeHarness]:
     finally:
         h.stop()
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def rt_handlers(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Makes ``tests/support/rt_handlers.py`` importable here and in worker processes this test starts."""
+    support = str(_TESTS / "support")
+    monkeypatch.syspath_prepend(support)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (support, os.environ.get("PYTHONPATH")) if p))
+    return "rt_handlers"

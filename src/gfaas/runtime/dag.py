@@ -1,0 +1,85 @@
+"""Which functions of an invocation can run next: pure bookkeeping, no threads, clocks or I/O.
+
+:class:`DagState` is fed what finished (with its scalar outputs) and answers which functions are now
+ready to run and which are skipped: a function is decided once every function it reads from is
+decided; it is skipped when one of them was skipped or one of its ``when:`` conditions is false.
+The local runtime and the Ray executor drive it; so can the simulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..errors import FunctionFailed
+from .spec import WorkflowSpec
+
+FnState = Literal["waiting", "ready", "done", "skipped"]
+
+
+@dataclass
+class DagState:
+    spec: WorkflowSpec
+    state: dict[str, FnState] = field(default_factory=dict)
+    scalars: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for f in self.spec.functions:
+            self.state.setdefault(f.name, "waiting")
+
+    def start(self) -> tuple[list[str], list[str]]:
+        """The functions that can run as soon as the request's inputs are in: ``(ready, skipped)``."""
+        return self._advance()
+
+    def finished(self, function: str, scalars: Mapping[str, float]) -> tuple[list[str], list[str]]:
+        """Record that ``function`` ran; return the functions this makes ``(ready, skipped)``."""
+        if self.state.get(function) != "ready":
+            raise FunctionFailed(f"function {function!r} reported done but was {self.state.get(function)!r}")
+        self.state[function] = "done"
+        self.scalars[function] = dict(scalars)
+        return self._advance()
+
+    @property
+    def complete(self) -> bool:
+        return all(s in ("done", "skipped") for s in self.state.values())
+
+    def _advance(self) -> tuple[list[str], list[str]]:
+        ready: list[str] = []
+        skipped: list[str] = []
+        changed = True
+        while changed:  # a skip can decide functions further down at once
+            changed = False
+            for f in self.spec.functions:
+                if self.state[f.name] != "waiting":
+                    continue
+                sources = {i.source for i in f.inputs if not i.from_workflow}
+                if any(self.state[s] in ("waiting", "ready") for s in sources):
+                    continue
+                if self._runs(f.name):
+                    self.state[f.name] = "ready"
+                    ready.append(f.name)
+                else:
+                    self.state[f.name] = "skipped"
+                    skipped.append(f.name)
+                    changed = True
+        return ready, skipped
+
+    def _runs(self, name: str) -> bool:
+        for i in self.spec.function(name).inputs:
+            if not i.from_workflow and self.state[i.source] == "skipped":
+                return False
+            c = i.when
+            if c is None:
+                continue
+            if self.state[c.function] == "skipped":
+                return False
+            values = self.scalars.get(c.function, {})
+            if c.output not in values:
+                raise FunctionFailed(
+                    f"condition '{c}' of function {name!r}: {c.function!r} returned no scalar {c.output!r} "
+                    f"(scalars it returned: {sorted(values)}); return a number for it"
+                )
+            if not c.holds(values[c.output]):
+                return False
+        return True

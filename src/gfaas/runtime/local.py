@@ -1,0 +1,558 @@
+"""The local runtime: a node daemon, warm workers per function, per-function queues and the invoker.
+
+:class:`LocalRuntime` implements :class:`~gfaas.runtime.api.RuntimeAPI` for one machine. Per function
+it keeps a FIFO queue and ``workers_per_function`` dispatcher threads, each owning one warm worker
+(pre-warmed at deploy, stopped after ``keep_alive_s`` idle, started again on demand, replaced when it
+dies). An invocation opens a data-plane invocation with a token per function, stores the request's
+inputs as the ``gateway`` function, hands ready functions to their queues as :class:`DagState` decides,
+and collects the declared outputs when every function has run or been skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import ConfigError, FunctionFailed, NotFound, Overloaded, SpecError
+from .dag import DagState
+from .result import Breakdown, FunctionRecord, InvocationResult, Status
+from .spec import INPUT, WorkflowSpec, loads
+from .transport import RedisTransport, Transport, TransportConfig, open_transport
+from .worker import GATEWAY, Done, Failed, Init, InProcessWorker, ProcessWorker, Task, WorkerDied
+
+log = logging.getLogger("gfaas.runtime")
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How the local runtime runs functions.
+
+    Attributes:
+        transport: ``gfaas`` (the data plane) or ``redis`` (the host-centric baseline).
+        executor: ``process`` (a warm worker process per function slot) or ``inproc`` (handlers run in
+            this process: for tests and debugging, no crash isolation).
+        scale: model zoo scale for every function's model, ``small`` or ``full``.
+        workers_per_function: warm workers (and dispatch slots) per function.
+        max_queue: requests waiting per function before submits are refused with ``Overloaded``.
+        keep_alive_s: an idle worker is stopped after this long; the next request starts one again.
+        prewarm: start every function's workers at deploy rather than on the first request.
+        threads_per_worker: intra-op threads of each worker's model.
+        node_capacity_bytes: shared-memory pool of the node daemon this runtime starts.
+        socket_path: use an already running node daemon instead of starting one (with ``state_dir``).
+        redis_url: the baseline's Redis; a throwaway server is started when empty.
+    """
+
+    transport: Literal["gfaas", "redis"] = "gfaas"
+    executor: Literal["process", "inproc"] = "process"
+    scale: Literal["small", "full"] = "small"
+    workers_per_function: int = 1
+    max_queue: int = 1024
+    keep_alive_s: float = 600.0
+    prewarm: bool = True
+    threads_per_worker: int = 1
+    node_capacity_bytes: int = 2 * GiB
+    socket_path: str = ""
+    state_dir: str = ""
+    redis_url: str = ""
+
+    def __post_init__(self) -> None:
+        if self.transport not in ("gfaas", "redis"):
+            raise ConfigError(f"transport {self.transport!r} is not 'gfaas' or 'redis'")
+        if self.executor not in ("process", "inproc"):
+            raise ConfigError(f"executor {self.executor!r} is not 'process' or 'inproc' (Ray: gfaas.runtime.ray)")
+        if self.scale not in ("small", "full"):
+            raise ConfigError(f"scale {self.scale!r} is not 'small' or 'full'")
+        for name in ("workers_per_function", "max_queue", "threads_per_worker"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.keep_alive_s <= 0:
+            raise ConfigError(f"keep_alive_s must be > 0, got {self.keep_alive_s}")
+
+
+# ---- one invocation ---------------------------------------------------------------------------------
+@dataclass
+class _Invocation:
+    id: str
+    spec: WorkflowSpec
+    dag: DagState
+    submitted: float
+    tokens: dict[str, str]
+    refs: dict[tuple[str, str], str] = field(default_factory=dict)  # (source, output) -> reference
+    records: dict[str, FunctionRecord] = field(default_factory=dict)
+    enqueued: dict[str, float] = field(default_factory=dict)
+    host_s: float = 0.0
+    running: int = 0  # tasks queued or running
+    completing: bool = False
+    ended: bool = False
+    status: Status = "queued"
+    error: str | None = None
+    result: InvocationResult | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+# ---- one function: queue + dispatch slots ------------------------------------------------------------
+class _Pool:
+    def __init__(self, rt: LocalRuntime, spec: WorkflowSpec, function: str) -> None:
+        self.rt = rt
+        self.key = f"{spec.name}/{function}"
+        self.init = Init(spec.name, function, spec.text, rt.config.scale, rt.transport_settings(),
+                         rt.config.threads_per_worker, "cpu")
+        self.queue: deque[tuple[_Invocation, str]] = deque()
+        self.cv = threading.Condition()
+        self.closed = False
+        self.slots: list[Any] = [None] * rt.config.workers_per_function
+        self.last_used = [time.monotonic()] * len(self.slots)
+        self.threads = [threading.Thread(target=self._dispatch, args=(k,), name=f"gfaas-{self.key}-{k}", daemon=True)
+                        for k in range(len(self.slots))]
+
+    def start(self, prewarm: bool) -> None:
+        if prewarm:
+            for k in range(len(self.slots)):
+                self.slots[k] = self.rt.start_worker(self.init)
+        for t in self.threads:
+            t.start()
+
+    def submit(self, inv: _Invocation, function: str) -> None:
+        with self.cv:
+            if len(self.queue) >= self.rt.config.max_queue:
+                raise Overloaded(f"queue of {self.key} holds {len(self.queue)} requests (max_queue="
+                                 f"{self.rt.config.max_queue}); retry later or raise max_queue")
+            self.queue.append((inv, function))
+            self.cv.notify()
+
+    def position(self, invocation: str) -> int | None:
+        with self.cv:
+            for k, (inv, _) in enumerate(self.queue):
+                if inv.id == invocation:
+                    return k
+        return None
+
+    def close(self) -> None:
+        with self.cv:
+            self.closed = True
+            self.cv.notify_all()
+        for t in self.threads:
+            t.join(30)
+        for w in self.slots:
+            if w is not None:
+                w.stop()
+
+    def _dispatch(self, k: int) -> None:
+        keep = self.rt.config.keep_alive_s
+        while True:
+            with self.cv:
+                while not self.queue and not self.closed:
+                    self.cv.wait(timeout=min(keep, 5.0))
+                    idle = time.monotonic() - self.last_used[k]
+                    if not self.queue and self.slots[k] is not None and idle >= keep:
+                        log.info("stopping idle worker %s after %.0f s", self.slots[k].name, idle)
+                        self.slots[k].stop()
+                        self.slots[k] = None
+                if self.closed:
+                    return
+                inv, fn = self.queue.popleft()
+            self.last_used[k] = time.monotonic()
+            if inv.status == "failed":
+                self.rt.dropped(inv, fn)
+                continue
+            worker = self.slots[k]
+            if worker is None or not worker.alive():
+                try:
+                    worker = self.slots[k] = self.rt.start_worker(self.init)
+                except FunctionFailed as exc:
+                    self.rt.failed(inv, fn, str(exc))
+                    continue
+            self.rt.run_task(inv, fn, worker, self)
+            self.last_used[k] = time.monotonic()
+
+    def replace_dead(self, worker: Any) -> None:
+        for k, w in enumerate(self.slots):
+            if w is worker:
+                self.slots[k] = None
+        worker.stop()
+
+
+# ---- the runtime ----------------------------------------------------------------------------------
+class LocalRuntime:
+    """Workflows on this machine. Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, config: RuntimeConfig | None = None, *,
+                 input_generator: Callable[[str, int, str], dict[str, np.ndarray]] | None = None) -> None:
+        self.config = config or RuntimeConfig()
+        self._input_generator = input_generator
+        self._lock = threading.Lock()
+        self._specs: dict[str, WorkflowSpec] = {}
+        self._pools: dict[str, _Pool] = {}
+        self._invs: dict[str, _Invocation] = {}
+        self._finished: deque[str] = deque()
+        self._closers: list[Callable[[], None]] = []
+        self._admin: Any = None
+        self._admin_lock = threading.Lock()  # one Admin connection, used by many threads
+        self._redis_url = self.config.redis_url
+        try:
+            self._start_backends()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- setup
+    def _start_backends(self) -> None:
+        cfg = self.config
+        if cfg.transport == "redis":
+            if not self._redis_url:
+                from ..dataplane.redis_server import RedisServer
+
+                srv = RedisServer().__enter__()
+                self._closers.append(lambda: srv.__exit__(None, None, None))
+                self._redis_url = srv.url
+            return
+        from ..dataplane.client import Admin
+
+        socket_path, state_dir = cfg.socket_path, cfg.state_dir
+        if not socket_path:
+            from ..config import NodeConfig
+            from ..dataplane.local import LocalNode
+
+            run_dir = tempfile.mkdtemp(prefix="gfaas-rt-", dir="/tmp")
+            node_cfg = NodeConfig(node_id="rt0", socket_path=os.path.join(run_dir, "node.sock"),
+                                  state_dir=os.path.join(run_dir, "state"), capacity_bytes=cfg.node_capacity_bytes)
+            node = LocalNode(node_cfg).__enter__()
+            self._closers.append(lambda: node.__exit__(None, None, None))
+            socket_path, state_dir = node_cfg.socket_path, node_cfg.state_dir
+        self._socket_path = socket_path
+        self._admin = Admin(socket_path, state_dir=state_dir or None)
+        self._closers.append(self._admin.close)
+
+    def transport_settings(self) -> dict[str, str]:
+        if self.config.transport == "redis":
+            return {"kind": "redis", "redis_url": self._redis_url}
+        return {"kind": "gfaas", "socket_path": self._socket_path}
+
+    def start_worker(self, init: Init) -> Any:
+        if self.config.executor == "inproc":
+            return InProcessWorker(init)
+        return ProcessWorker(init)
+
+    # -- RuntimeAPI
+    def deploy(self, spec_text: str) -> str:
+        spec = loads(spec_text)
+        for f in spec.functions:
+            if f.model:
+                from .. import models
+
+                if f.model not in models.names():
+                    raise SpecError(f"function {f.name!r} uses model {f.model!r}, which the zoo does not have; "
+                                    f"known: {models.names()}")
+        with self._lock:
+            if spec.name in self._specs:
+                raise SpecError(f"workflow {spec.name!r} is already deployed; pick another name")
+            self._specs[spec.name] = spec
+        pools = [_Pool(self, spec, f.name) for f in spec.functions]
+        try:
+            for p in pools:
+                p.start(self.config.prewarm)
+        except BaseException:
+            for p in pools:
+                p.close()
+            with self._lock:
+                del self._specs[spec.name]
+            raise
+        with self._lock:
+            for p in pools:
+                self._pools[p.key] = p
+        log.info("deployed %s (%d functions)", spec.name, len(spec.functions))
+        return spec.name
+
+    def workflows(self) -> list[str]:
+        with self._lock:
+            return sorted(self._specs)
+
+    def describe(self, workflow: str) -> dict[str, Any]:
+        return self._spec(workflow).describe()
+
+    def submit(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None) -> str:
+        spec = self._spec(workflow)
+        arrays = self._inputs(spec, inputs, seed)
+        inv_id = secrets.token_hex(16)  # the data plane's invocation ID too: 128 random bits
+        tokens: dict[str, str] = {}
+        if self._admin is not None:
+            with self._admin_lock:
+                h = self._admin.open_invocation(spec.name, [f.name for f in spec.functions] + [GATEWAY], inv_id)
+            tokens = h.tokens
+        inv = _Invocation(inv_id, spec, DagState(spec), time.perf_counter(), tokens)
+        with self._lock:
+            self._invs[inv_id] = inv
+        try:
+            t0 = time.perf_counter()
+            t = self._gateway_transport(inv)
+            try:
+                for name, arr in arrays.items():
+                    readers = spec.readers(INPUT, name)
+                    if readers:
+                        inv.refs[(INPUT, name)] = t.put(arr, readers)
+            finally:
+                t.close()
+            inv.host_s += time.perf_counter() - t0
+            with self._lock:
+                ready, skipped = inv.dag.start()
+                complete = self._note(inv, skipped)
+            self._schedule(inv, ready, complete)
+        except Exception as exc:
+            self._fail(inv, f"could not start: {exc}")
+            if isinstance(exc, Overloaded):
+                raise
+        return inv_id
+
+    def status(self, invocation_id: str) -> str:
+        return self._inv(invocation_id).status
+
+    def result(self, invocation_id: str, timeout: float | None = None) -> InvocationResult:
+        inv = self._inv(invocation_id)
+        if not inv.done.wait(timeout):
+            raise TimeoutError(f"invocation {invocation_id} still {inv.status} after {timeout} s")
+        assert inv.result is not None
+        return inv.result
+
+    def invoke(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
+               timeout: float | None = None) -> InvocationResult:
+        """Submit and wait: the synchronous call."""
+        return self.result(self.submit(workflow, inputs, seed), timeout)
+
+    def queue_depths(self) -> dict[str, int]:
+        with self._lock:
+            pools = list(self._pools.values())
+        return {p.key: len(p.queue) for p in pools}
+
+    def queue_positions(self, invocation_id: str) -> dict[str, int]:
+        """Where this invocation waits: function -> requests ahead of it in that function's queue.
+
+        This is what queue-aware eviction reads: an object whose consumers are far back can go first.
+        """
+        inv = self._inv(invocation_id)
+        out = {}
+        for f in inv.spec.functions:
+            pos = self._pools[f"{inv.spec.name}/{f.name}"].position(invocation_id)
+            if pos is not None:
+                out[f.name] = pos
+        return out
+
+    def close(self) -> None:
+        for p in list(self._pools.values()):
+            p.close()
+        self._pools.clear()
+        for c in reversed(self._closers):
+            try:
+                c()
+            except Exception:  # noqa: BLE001 - closing the rest matters more
+                log.exception("error while closing the runtime")
+        self._closers.clear()
+
+    def __enter__(self) -> LocalRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals
+    def _spec(self, workflow: str) -> WorkflowSpec:
+        with self._lock:
+            spec = self._specs.get(workflow)
+        if spec is None:
+            raise NotFound(f"no workflow {workflow!r} is deployed; deployed: {self.workflows()}")
+        return spec
+
+    def _inv(self, invocation_id: str) -> _Invocation:
+        with self._lock:
+            inv = self._invs.get(invocation_id)
+        if inv is None:
+            raise NotFound(f"no invocation {invocation_id!r} is known here (finished ones are kept for a while)")
+        return inv
+
+    def _inputs(self, spec: WorkflowSpec, inputs: Mapping[str, np.ndarray] | None,
+                seed: int | None) -> dict[str, np.ndarray]:
+        if (inputs is None) == (seed is None):
+            raise SpecError("give either inputs or a seed for the workflow's input generator, not both or neither")
+        if inputs is None:
+            if self._input_generator is None:
+                raise SpecError(f"workflow {spec.name!r} has no input generator here; pass inputs")
+            inputs = self._input_generator(spec.name, int(seed or 0), self.config.scale)
+        missing = sorted(set(spec.inputs) - set(inputs))
+        extra = sorted(set(inputs) - set(spec.inputs))
+        if missing or extra:
+            raise SpecError(f"workflow {spec.name!r} takes inputs {sorted(spec.inputs)}; got {sorted(inputs)}"
+                            + (f" (missing {missing})" if missing else "") + (f" (unknown {extra})" if extra else ""))
+        out = {}
+        for name, value in inputs.items():
+            arr = np.asarray(value)
+            spec.inputs[name].check(arr, f"workflow {spec.name!r} input {name!r}")
+            out[name] = arr
+        return out
+
+    def _gateway_transport(self, inv: _Invocation) -> Transport:
+        cfg = TransportConfig(**self.transport_settings())  # type: ignore[arg-type]
+        return open_transport(cfg, inv.id, GATEWAY, inv.tokens.get(GATEWAY, ""))
+
+    def _note(self, inv: _Invocation, skipped: list[str]) -> bool:
+        """Record skips (under the lock); True for the one caller that must complete the invocation."""
+        for fn in skipped:
+            inv.records[fn] = FunctionRecord(fn, skipped=True)
+        if inv.dag.complete and not inv.completing:
+            inv.completing = True
+            return True
+        return False
+
+    def _schedule(self, inv: _Invocation, ready: list[str], complete: bool) -> None:
+        for fn in ready:
+            with self._lock:
+                inv.running += 1
+                inv.enqueued[fn] = time.perf_counter()
+            try:
+                self._pools[f"{inv.spec.name}/{fn}"].submit(inv, fn)
+            except Overloaded:
+                with self._lock:
+                    inv.running -= 1
+                raise
+        if complete:
+            self._complete(inv)
+
+    def run_task(self, inv: _Invocation, fn: str, worker: Any, pool: _Pool) -> None:
+        started = time.perf_counter()
+        inv.status = "running"
+        f = inv.spec.function(fn)
+        inputs = {i.name: inv.refs[(i.source, i.output)] for i in f.inputs}
+        consumers: dict[str, list[str]] = {}
+        for out in f.outputs:
+            readers = inv.spec.readers(fn, out)
+            if (fn, out) in inv.spec.outputs.values():
+                readers.append(GATEWAY)
+            if readers:
+                consumers[out] = readers
+        task = Task(inv.id, inv.tokens.get(fn, ""), inputs, [i.name for i in f.inputs if i.from_workflow], consumers)
+        try:
+            reply = worker.run(task)
+        except WorkerDied as exc:
+            log.warning("%s; replacing it", exc)
+            pool.replace_dead(worker)
+            self.failed(inv, fn, str(exc))
+            return
+        if isinstance(reply, Failed):
+            self.failed(inv, fn, reply.message)
+            return
+        assert isinstance(reply, Done)
+        rec = FunctionRecord(fn, worker.name, started - inv.enqueued[fn], reply.fn_get_s, reply.compute_s,
+                             reply.put_s)
+        with self._lock:
+            inv.records[fn] = rec
+            inv.host_s += reply.host_get_s + reply.host_put_s
+            for out, ref in reply.outputs.items():
+                inv.refs[(fn, out)] = ref
+            inv.running -= 1
+            if inv.status == "failed":
+                self._maybe_release(inv)
+                return
+            try:
+                ready, skipped = inv.dag.finished(fn, reply.scalars)
+            except FunctionFailed as exc:
+                inv.running += 1  # _fail_locked counts one task as ending
+                self._fail_locked(inv, str(exc))
+                return
+            complete = self._note(inv, skipped)
+        try:
+            self._schedule(inv, ready, complete)
+        except Overloaded as exc:
+            self._fail(inv, str(exc))
+
+    def failed(self, inv: _Invocation, fn: str, message: str) -> None:
+        with self._lock:
+            self._fail_locked(inv, message)
+
+    def dropped(self, inv: _Invocation, fn: str) -> None:
+        with self._lock:
+            inv.running -= 1
+            self._maybe_release(inv)
+
+    def _fail(self, inv: _Invocation, message: str) -> None:
+        with self._lock:
+            inv.running += 1
+            self._fail_locked(inv, message)
+
+    def _fail_locked(self, inv: _Invocation, message: str) -> None:
+        inv.running -= 1
+        if inv.status != "failed" and inv.result is None:
+            inv.status, inv.error = "failed", message
+            self._set_result(inv, {})
+            log.info("invocation %s failed: %s", inv.id, message)
+        self._maybe_release(inv)
+
+    def _maybe_release(self, inv: _Invocation) -> None:
+        if inv.running == 0:
+            self._end_data(inv)
+
+    def _complete(self, inv: _Invocation) -> None:
+        outputs: dict[str, np.ndarray] = {}
+        try:
+            t0 = time.perf_counter()
+            t = self._gateway_transport(inv)
+            try:
+                for name, (fn, out) in inv.spec.outputs.items():
+                    ref = inv.refs.get((fn, out))
+                    if ref is not None:
+                        outputs[name] = np.array(t.get(ref), copy=True)
+            finally:
+                t.close()
+            inv.host_s += time.perf_counter() - t0
+        except Exception as exc:  # noqa: BLE001 - reported as the invocation's failure
+            with self._lock:
+                inv.running += 1
+                self._fail_locked(inv, f"collecting the outputs failed: {exc}")
+            return
+        with self._lock:
+            if inv.result is None:
+                inv.status = "done"
+                self._set_result(inv, outputs)
+            self._maybe_release(inv)
+
+    def _set_result(self, inv: _Invocation, outputs: dict[str, np.ndarray]) -> None:
+        recs = tuple(inv.records.get(f.name, FunctionRecord(f.name, skipped=True)) for f in inv.spec.functions)
+        ran = [r for r in recs if not r.skipped]
+        b = Breakdown(queue_s=sum(r.queued_s for r in ran), host_pass_s=inv.host_s,
+                      fn_pass_s=sum(r.get_s + r.put_s for r in ran), compute_s=sum(r.compute_s for r in ran),
+                      total_s=time.perf_counter() - inv.submitted)
+        scalars = {f"{fn}.{k}": v for fn, vals in inv.dag.scalars.items() for k, v in vals.items()}
+        inv.result = InvocationResult(inv.id, inv.spec.name, inv.status, outputs, scalars, inv.error, b, recs)
+        inv.done.set()
+        self._finished.append(inv.id)
+        while len(self._finished) > 10_000:  # keep recent results fetchable, not all forever
+            self._invs.pop(self._finished.popleft(), None)
+
+    def _end_data(self, inv: _Invocation) -> None:
+        """Free everything the invocation stored (runs once no task of it is in flight)."""
+        if inv.ended:
+            return
+        inv.ended = True
+        try:
+            if self._admin is not None:
+                with self._admin_lock:
+                    self._admin.end_invocation(inv.id)
+            elif self.config.transport == "redis":
+                keys = [r.removeprefix("redis:").split("|")[0] for r in inv.refs.values()]
+                if keys:
+                    RedisTransport(TransportConfig("redis", redis_url=self._redis_url), inv.id, GATEWAY)._r.delete(*keys)
+        except Exception:  # noqa: BLE001 - the result stands; leftovers go with the node or the server
+            log.exception("could not free the data of invocation %s", inv.id)
+
+
+def runtime_config(**overrides: Any) -> RuntimeConfig:
+    """``RuntimeConfig`` with overrides (a convenience for the CLI)."""
+    return replace(RuntimeConfig(), **overrides)

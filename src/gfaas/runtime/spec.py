@@ -1,0 +1,416 @@
+"""Workflow specs: YAML (or JSON) text in, a validated, frozen :class:`WorkflowSpec` out.
+
+A spec names the workflow's inputs and outputs and its functions; each function lists where every
+input comes from (``input.NAME`` or ``function.output``) and which outputs it returns. The four
+patterns of the papers need nothing special: a sequence is a chain of sources, fan-out is one output
+read by several functions, fan-in is a function with inputs from several, and a condition is an input
+with ``when: "fn.output OP NUMBER"`` over a scalar output of an upstream function. ``docs/workflows.md``
+has a full example.
+
+Everything is checked here, once, with errors that name the function, the field and the fix: unknown
+keys, bad names, unknown sources, cycles (the cycle is printed), functions nothing reads, handlers that
+do not import, conditions over non-scalar outputs, and dtype/shape mismatches where both ends declare one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import operator
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+
+from ..errors import SpecError
+
+_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_FN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+_IO = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_WHEN = re.compile(r"^\s*([a-z][a-z0-9_]*)\.([a-z_][a-z0-9_]*)\s*(>=|<=|==|!=|>|<)\s*(-?[0-9.eE+-]+)\s*$")
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+}
+INPUT = "input"  # the source name of the workflow's own inputs
+
+
+@dataclass(frozen=True)
+class TypeDecl:
+    """A declared dtype and shape; ``None`` leaves it open, ``-1`` leaves one dimension open."""
+
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+
+    @property
+    def scalar(self) -> bool:
+        return self.shape == ()
+
+    def check(self, value: Any, what: str) -> None:
+        """Raise :class:`SpecError` if ``value`` does not fit this declaration."""
+        arr = np.asarray(value)
+        if self.dtype is not None and arr.dtype != np.dtype(self.dtype):
+            raise SpecError(f"{what}: dtype {arr.dtype} where {self.dtype} is declared")
+        if self.shape is not None and not _shape_fits(arr.shape, self.shape):
+            raise SpecError(f"{what}: shape {list(arr.shape)} where {list(self.shape)} is declared (-1 = any)")
+
+    def compatible(self, other: TypeDecl) -> str | None:
+        """Why two declarations of one edge disagree, or None."""
+        if self.dtype and other.dtype and np.dtype(self.dtype) != np.dtype(other.dtype):
+            return f"dtype {self.dtype} vs {other.dtype}"
+        if self.shape is not None and other.shape is not None and (
+            len(self.shape) != len(other.shape)
+            or any(a != b and a != -1 and b != -1 for a, b in zip(self.shape, other.shape, strict=True))
+        ):
+            return f"shape {list(self.shape)} vs {list(other.shape)}"
+        return None
+
+
+def _shape_fits(shape: tuple[int, ...], decl: tuple[int, ...]) -> bool:
+    return len(shape) == len(decl) and all(d == -1 or d == s for s, d in zip(shape, decl, strict=True))
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``function.output OP value``: evaluated on the scalar that ``function`` returned."""
+
+    function: str
+    output: str
+    op: str
+    value: float
+
+    def holds(self, observed: Any) -> bool:
+        return bool(_OPS[self.op](float(observed), self.value))
+
+    def __str__(self) -> str:
+        return f"{self.function}.{self.output} {self.op} {self.value:g}"
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input of a function: where it comes from, and the condition that gates it (if any)."""
+
+    name: str
+    source: str  # INPUT or a function name
+    output: str
+    when: Condition | None = None
+    decl: TypeDecl = field(default_factory=TypeDecl)
+
+    @property
+    def from_workflow(self) -> bool:
+        return self.source == INPUT
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    kind: Literal["cpu", "gpu"]
+    handler: str
+    inputs: tuple[InputSpec, ...]
+    outputs: Mapping[str, TypeDecl]
+    model: str | None = None
+    slo_ms: float | None = None
+    device: str = "auto"
+    params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def load_handler(self) -> Callable[..., Any]:
+        """Import the handler (``module:function``)."""
+        return _import_handler(self.handler, f"function {self.name!r}")
+
+
+@dataclass(frozen=True)
+class WorkflowSpec:
+    name: str
+    functions: tuple[FunctionSpec, ...]  # in a topological order
+    inputs: Mapping[str, TypeDecl]
+    outputs: Mapping[str, tuple[str, str]]  # workflow output -> (function, output)
+    description: str = ""
+    text: str = ""  # the text it was loaded from
+
+    def function(self, name: str) -> FunctionSpec:
+        for f in self.functions:
+            if f.name == name:
+                return f
+        raise SpecError(f"workflow {self.name!r} has no function {name!r}; it has {[f.name for f in self.functions]}")
+
+    def readers(self, source: str, output: str) -> list[str]:
+        """The functions that read ``source.output`` (``source`` may be ``input``)."""
+        return [f.name for f in self.functions if any(i.source == source and i.output == output for i in f.inputs)]
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary (what the gateway shows)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "inputs": {k: _decl_dict(v) for k, v in self.inputs.items()},
+            "outputs": {k: f"{fn}.{out}" for k, (fn, out) in self.outputs.items()},
+            "functions": [
+                {"name": f.name, "kind": f.kind, "handler": f.handler, "model": f.model, "slo_ms": f.slo_ms,
+                 "device": f.device,
+                 "inputs": {i.name: {"from": f"{i.source}.{i.output}", "when": str(i.when) if i.when else None}
+                            for i in f.inputs},
+                 "outputs": {k: _decl_dict(v) for k, v in f.outputs.items()}}
+                for f in self.functions
+            ],
+        }
+
+
+def _decl_dict(d: TypeDecl) -> dict[str, Any]:
+    return {"dtype": d.dtype, "shape": None if d.shape is None else list(d.shape)}
+
+
+# ---- loading ---------------------------------------------------------------------------------------
+def load(path: str | Path, *, check_handlers: bool = True) -> WorkflowSpec:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read workflow spec {p}: {exc.strerror}") from None
+    return loads(text, check_handlers=check_handlers, where=str(p))
+
+
+def loads(text: str, *, check_handlers: bool = True, where: str = "spec") -> WorkflowSpec:
+    """Parse and validate a spec (YAML, of which JSON is a subset)."""
+    try:
+        doc = yaml.safe_load(text) if text.lstrip()[:1] != "{" else json.loads(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise SpecError(f"{where}: not valid YAML/JSON: {exc}") from None
+    return from_dict(doc, check_handlers=check_handlers, where=where, text=text)
+
+
+def from_dict(doc: Any, *, check_handlers: bool = True, where: str = "spec", text: str = "") -> WorkflowSpec:
+    top = _mapping(doc, where, {"name", "description", "inputs", "outputs", "functions"}, {"name", "functions"})
+    name = _name(top["name"], _NAME, f"{where}: workflow name")
+    ctx = f"workflow {name!r}"
+    inputs = {_name(k, _IO, f"{ctx}: input name"): _decl(v, f"{ctx}: input {k!r}")
+              for k, v in _mapping(top.get("inputs") or {}, f"{ctx}: inputs").items()}
+    raw_fns = top["functions"]
+    if not isinstance(raw_fns, list) or not raw_fns:
+        raise SpecError(f"{ctx}: `functions` must be a non-empty list of function entries")
+    fns: dict[str, FunctionSpec] = {}
+    for k, raw in enumerate(raw_fns):
+        f = _function(raw, f"{ctx}: functions[{k}]", check_handlers)
+        if f.name in fns:
+            raise SpecError(f"{ctx}: two functions are named {f.name!r}; names must be unique")
+        if f.name == INPUT:
+            raise SpecError(f"{ctx}: {INPUT!r} is reserved for the workflow's inputs; rename that function")
+        fns[f.name] = f
+    outputs: dict[str, tuple[str, str]] = {}
+    for out, src in _mapping(top.get("outputs") or {}, f"{ctx}: outputs").items():
+        fn, o = _source(src, f"{ctx}: output {out!r}")
+        if fn not in fns or o not in fns[fn].outputs:
+            raise SpecError(f"{ctx}: output {out!r} comes from {src!r}, which no function declares "
+                            f"(functions and outputs: {_catalogue(fns)})")
+        outputs[_name(out, _IO, f"{ctx}: output name")] = (fn, o)
+    if not outputs:
+        raise SpecError(f"{ctx}: `outputs` is empty; name at least one `function.output` the caller gets back")
+    _check_edges(ctx, fns, inputs)
+    order = _topological(ctx, fns)
+    _check_conditions(ctx, fns, order)
+    _check_used(ctx, fns, outputs)
+    return WorkflowSpec(name, tuple(fns[n] for n in order), MappingProxyType(inputs), MappingProxyType(outputs),
+                        str(top.get("description") or ""), text)
+
+
+def _function(raw: Any, where: str, check_handlers: bool) -> FunctionSpec:
+    d = _mapping(raw, where, {"name", "kind", "handler", "model", "slo_ms", "params", "inputs", "outputs", "device"},
+                 {"name", "kind", "handler", "inputs", "outputs"})
+    name = _name(d["name"], _FN, f"{where}: name")
+    ctx = f"function {name!r}"
+    kind = d["kind"]
+    if kind not in ("cpu", "gpu"):
+        raise SpecError(f"{ctx}: kind {kind!r} is not cpu or gpu")
+    handler = d["handler"]
+    if not isinstance(handler, str) or handler.count(":") != 1:
+        raise SpecError(f"{ctx}: handler {handler!r} must be 'module:function'")
+    if check_handlers:
+        _import_handler(handler, ctx)
+    model = d.get("model")
+    if model is not None and not isinstance(model, str):
+        raise SpecError(f"{ctx}: model {model!r} must be a model zoo name (see gfaas.models.names())")
+    slo = d.get("slo_ms")
+    if slo is not None and (isinstance(slo, bool) or not isinstance(slo, int | float) or slo <= 0):
+        raise SpecError(f"{ctx}: slo_ms {slo!r} must be a positive number of milliseconds")
+    device = d.get("device", "auto")
+    if not isinstance(device, str) or not re.match(r"^(auto|cpu|cuda:\d+)$", device):
+        raise SpecError(f"{ctx}: device {device!r} must be auto, cpu or cuda:N")
+    params = d.get("params") or {}
+    if not isinstance(params, dict):
+        raise SpecError(f"{ctx}: params must be a mapping, got {type(params).__name__}")
+    ins = []
+    for iname, src in _mapping(d["inputs"], f"{ctx}: inputs").items():
+        ins.append(_input(_name(iname, _IO, f"{ctx}: input name"), src, f"{ctx}: input {iname!r}"))
+    outs = {_name(k, _IO, f"{ctx}: output name"): _decl(v, f"{ctx}: output {k!r}")
+            for k, v in _mapping(d["outputs"], f"{ctx}: outputs").items()}
+    if not ins:
+        raise SpecError(f"{ctx} has no inputs, so nothing can ever trigger it; give it at least one input")
+    if not outs:
+        raise SpecError(f"{ctx} declares no outputs; list what its handler returns under `outputs:`")
+    return FunctionSpec(name, kind, handler, tuple(ins), MappingProxyType(outs), model,
+                        None if slo is None else float(slo), device, MappingProxyType(dict(params)))
+
+
+def _input(name: str, raw: Any, where: str) -> InputSpec:
+    if isinstance(raw, str):
+        src, out = _source(raw, where)
+        return InputSpec(name, src, out)
+    d = _mapping(raw, where, {"from", "when", "dtype", "shape"}, {"from"})
+    src, out = _source(d["from"], where)
+    when = None
+    if d.get("when") is not None:
+        m = _WHEN.match(str(d["when"]))
+        if not m:
+            raise SpecError(f"{where}: condition {d['when']!r} must read 'function.output OP number' "
+                            f"with OP one of {' '.join(_OPS)}")
+        try:
+            value = float(m.group(4))
+        except ValueError:
+            raise SpecError(f"{where}: condition {d['when']!r}: {m.group(4)!r} is not a number") from None
+        when = Condition(m.group(1), m.group(2), m.group(3), value)
+    return InputSpec(name, src, out, when, _decl({k: d[k] for k in ("dtype", "shape") if k in d}, where))
+
+
+def _source(raw: Any, where: str) -> tuple[str, str]:
+    if not isinstance(raw, str) or raw.count(".") != 1:
+        raise SpecError(f"{where}: source {raw!r} must be 'input.NAME' or 'function.output'")
+    a, b = raw.split(".")
+    return a, b
+
+
+def _decl(raw: Any, where: str) -> TypeDecl:
+    if raw is None:
+        return TypeDecl()
+    d = _mapping(raw, where, {"dtype", "shape"})
+    dtype = d.get("dtype")
+    if dtype is not None:
+        try:
+            dtype = np.dtype(dtype).name
+        except TypeError:
+            raise SpecError(f"{where}: dtype {d['dtype']!r} is not a numpy dtype name (e.g. float32, uint8)") from None
+    shape = d.get("shape")
+    if shape is not None:
+        if not isinstance(shape, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= -1
+                                                  for x in shape):
+            raise SpecError(f"{where}: shape {shape!r} must be a list of sizes (-1 = any), [] for a scalar")
+        shape = tuple(shape)
+    return TypeDecl(dtype, shape)
+
+
+def _mapping(raw: Any, where: str, allowed: set[str] | None = None,
+             required: frozenset[str] | set[str] = frozenset()) -> dict:
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where}: expected a mapping, got {type(raw).__name__} {raw!r:.60}")
+    if allowed is not None:
+        unknown = sorted(set(map(str, raw)) - allowed)
+        if unknown:
+            raise SpecError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    missing = sorted(required - set(raw))
+    if missing:
+        raise SpecError(f"{where}: missing key(s) {missing}")
+    return raw
+
+
+def _name(raw: Any, pattern: re.Pattern[str], where: str) -> str:
+    if not isinstance(raw, str) or not pattern.match(raw):
+        raise SpecError(f"{where} {raw!r} must match {pattern.pattern}")
+    return raw
+
+
+def _import_handler(handler: str, where: str) -> Callable[..., Any]:
+    module, _, attr = handler.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        raise SpecError(f"{where}: handler module {module!r} does not import: {exc}") from None
+    except AttributeError:
+        raise SpecError(f"{where}: module {module!r} has no handler {attr!r}") from None
+    if not callable(fn):
+        raise SpecError(f"{where}: handler {handler!r} is not callable")
+    return fn
+
+
+def _catalogue(fns: Mapping[str, FunctionSpec]) -> str:
+    return ", ".join(f"{f.name}.{{{','.join(f.outputs)}}}" for f in fns.values())
+
+
+def _check_edges(ctx: str, fns: Mapping[str, FunctionSpec], inputs: Mapping[str, TypeDecl]) -> None:
+    for f in fns.values():
+        for i in f.inputs:
+            where = f"{ctx}: function {f.name!r} input {i.name!r}"
+            if i.from_workflow:
+                if i.output not in inputs:
+                    raise SpecError(f"{where} reads input.{i.output}, but the workflow declares inputs "
+                                    f"{sorted(inputs)}; add it under `inputs:`")
+                produced = inputs[i.output]
+            else:
+                if i.source not in fns:
+                    raise SpecError(f"{where} reads from unknown function {i.source!r}; functions: {sorted(fns)}")
+                if i.output not in fns[i.source].outputs:
+                    raise SpecError(f"{where} reads {i.source}.{i.output}, which {i.source!r} does not declare "
+                                    f"(it declares {sorted(fns[i.source].outputs)})")
+                produced = fns[i.source].outputs[i.output]
+            why = produced.compatible(i.decl)
+            if why:
+                raise SpecError(f"{where}: type mismatch with {i.source}.{i.output}: {why}")
+
+
+def _topological(ctx: str, fns: Mapping[str, FunctionSpec]) -> list[str]:
+    deps = {n: sorted({i.source for i in f.inputs if not i.from_workflow}) for n, f in fns.items()}
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+
+    def visit(n: str, path: list[str]) -> None:
+        if state.get(n) == 2:
+            return
+        if state.get(n) == 1:
+            cyc = path[path.index(n):] + [n]
+            raise SpecError(f"{ctx}: the functions form a cycle: {' -> '.join(reversed(cyc))}; a workflow must be a DAG")
+        state[n] = 1
+        for d in deps[n]:
+            visit(d, path + [n])
+        state[n] = 2
+        order.append(n)
+
+    for n in fns:
+        visit(n, [])
+    return order
+
+
+def _check_conditions(ctx: str, fns: Mapping[str, FunctionSpec], order: list[str]) -> None:
+    ancestors: dict[str, set[str]] = {}
+    for n in order:
+        a: set[str] = set()
+        for i in fns[n].inputs:
+            if not i.from_workflow:
+                a |= {i.source} | ancestors[i.source]
+        ancestors[n] = a
+    for f in fns.values():
+        for i in f.inputs:
+            c = i.when
+            if c is None:
+                continue
+            where = f"{ctx}: function {f.name!r} input {i.name!r} condition '{c}'"
+            if c.function not in fns or c.output not in fns[c.function].outputs:
+                raise SpecError(f"{where} names {c.function}.{c.output}, which no function declares")
+            if c.function not in ancestors[f.name]:
+                raise SpecError(f"{where}: {c.function!r} is not upstream of {f.name!r}, so its value is not "
+                                "known when the condition is evaluated")
+            decl = fns[c.function].outputs[c.output]
+            if decl.shape is not None and decl.shape != ():
+                raise SpecError(f"{where}: {c.function}.{c.output} is declared with shape {list(decl.shape)}; "
+                                "conditions need a scalar output (shape: [])")
+
+
+def _check_used(ctx: str, fns: Mapping[str, FunctionSpec], outputs: Mapping[str, tuple[str, str]]) -> None:
+    used = {fn for fn, _ in outputs.values()}
+    for f in fns.values():
+        used |= {i.source for i in f.inputs}
+        used |= {i.when.function for i in f.inputs if i.when}
+    for n in fns:
+        if n not in used:
+            raise SpecError(f"{ctx}: nothing reads the outputs of function {n!r}; pass one to another function "
+                            "or list it under `outputs:`, or remove the function")

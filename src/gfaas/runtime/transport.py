@@ -1,0 +1,110 @@
+"""How a function's inputs and outputs travel: the gfaas data plane, or the host-centric baseline.
+
+A :class:`Transport` is opened for one (invocation, function) and closed when that function's task is
+done. References are strings, so they cross process boundaries in the control messages unchanged.
+
+* ``gfaas``: ``put`` stores the array in the node daemon's shared memory (consumers declared, so the
+  object is freed once they have read it); ``get`` is a zero-copy, read-only view.
+* ``redis``: the host-centric baseline of the papers (INFless-style): each output is serialised into
+  a Redis value and every reader fetches and deserialises its own copy over TCP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from ..errors import ConfigError
+
+TransportKind = Literal["gfaas", "redis"]
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    """Where the data goes. ``socket_path`` for gfaas, ``redis_url`` for the baseline."""
+
+    kind: TransportKind = "gfaas"
+    socket_path: str = ""
+    redis_url: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("gfaas", "redis"):
+            raise ConfigError(f"transport {self.kind!r} is not 'gfaas' or 'redis'")
+        if self.kind == "redis" and not self.redis_url:
+            raise ConfigError("the redis transport needs redis_url (e.g. redis://127.0.0.1:6379/0)")
+
+
+class Transport(Protocol):
+    def get(self, ref: str) -> np.ndarray: ...
+    def put(self, value: np.ndarray, consumers: Sequence[str] | None) -> str: ...
+    def close(self) -> None: ...
+
+
+class GfaasTransport:
+    def __init__(self, cfg: TransportConfig, token: str) -> None:
+        from ..dataplane.client import connect
+
+        self._c = connect(socket_path=cfg.socket_path, token=token)
+
+    def get(self, ref: str) -> np.ndarray:
+        return np.asarray(self._c.get(ref))
+
+    def put(self, value: np.ndarray, consumers: Sequence[str] | None) -> str:
+        return str(self._c.put(np.ascontiguousarray(value), consumers=list(consumers) if consumers else None))
+
+    def close(self) -> None:
+        self._c.close()
+
+
+class RedisTransport:
+    """Keys are ``gfaas:<invocation>:<function>:<n>``; the reference also carries dtype and shape."""
+
+    _pools: dict[str, Any] = {}
+
+    def __init__(self, cfg: TransportConfig, invocation: str, function: str) -> None:
+        import redis
+
+        pool = self._pools.get(cfg.redis_url)
+        if pool is None:  # one connection pool per process: a TCP connect per task would dominate
+            pool = self._pools[cfg.redis_url] = redis.ConnectionPool.from_url(cfg.redis_url)
+        self._r = redis.Redis(connection_pool=pool)
+        self._prefix = f"gfaas:{invocation}:{function}:"
+        self._n = 0
+
+    def get(self, ref: str) -> np.ndarray:
+        key, dtype, shape = parse_redis_ref(ref)
+        data = self._r.get(key)
+        if not isinstance(data, bytes):
+            raise ConfigError(f"no object under {key!r} in Redis (deleted, or a forged reference)")
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+    def put(self, value: np.ndarray, consumers: Sequence[str] | None) -> str:
+        arr = np.ascontiguousarray(value)
+        self._n += 1
+        key = f"{self._prefix}{self._n}"
+        self._r.set(key, arr.tobytes())
+        return f"redis:{key}|{arr.dtype.str}|{','.join(map(str, arr.shape))}"
+
+    def close(self) -> None:
+        pass
+
+
+def parse_redis_ref(ref: str) -> tuple[str, str, tuple[int, ...]]:
+    try:
+        body = ref.removeprefix("redis:")
+        key, dtype, shape = body.split("|")
+        dims = tuple(int(x) for x in shape.split(",") if x != "")
+        np.dtype(dtype)
+    except (ValueError, TypeError):
+        raise ConfigError(f"{ref!r} is not a redis transport reference (redis:KEY|DTYPE|SHAPE)") from None
+    return key, dtype, dims
+
+
+def open_transport(cfg: TransportConfig, invocation: str, function: str, token: str) -> Transport:
+    """A transport for one function of one invocation."""
+    if cfg.kind == "gfaas":
+        return GfaasTransport(cfg, token)
+    return RedisTransport(cfg, invocation, function)

@@ -1,0 +1,288 @@
+"""Warm function workers.
+
+:class:`FunctionHost` is what runs a function: it imports the handler and loads the model once, then
+serves tasks (one invocation of that function each): open the transport with the invocation's
+credentials, call the handler, check and store its outputs, report timings. It knows nothing about
+processes, so the same host runs inside a local worker process (:class:`ProcessWorker`), in the
+caller's own process (:class:`InProcessWorker`, for tests and debugging) or inside a Ray actor.
+
+The runtime talks to a worker process over a ``SOCK_SEQPACKET`` socket pair with typed msgspec
+messages (never pickle): ``Init`` → ``Ready``, then ``Task`` → ``Done`` | ``Failed`` until ``Stop``.
+A handler that raises fails its task only; a worker process that dies is noticed by the end of its
+socket (:class:`WorkerDied`) and replaced by the runtime.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from ..errors import FunctionFailed, GfaasError, SpecError
+from .context import Context
+from .spec import FunctionSpec, loads
+from .transport import Transport, TransportConfig, open_transport
+
+log = logging.getLogger("gfaas.runtime")
+
+GATEWAY = "gateway"  # the data-plane function name of the platform itself (request inputs, results)
+MAX_MSG = 1 << 20
+
+
+class _Ctl(msgspec.Struct, tag=True):
+    pass
+
+
+class Init(_Ctl):
+    workflow: str
+    function: str
+    spec_text: str
+    scale: str = "small"
+    transport: dict[str, str] = {}
+    threads: int = 1
+    device: str = "cpu"
+
+
+class Ready(_Ctl):
+    pid: int
+    load_s: float
+
+
+class Task(_Ctl):
+    invocation: str
+    token: str
+    inputs: dict[str, str]  # input name -> reference
+    host_inputs: list[str]  # the input names that came from the request (host -> function passing)
+    consumers: dict[str, list[str]]  # output -> data-plane readers; outputs not listed are not stored
+
+
+class Done(_Ctl):
+    invocation: str
+    outputs: dict[str, str]
+    scalars: dict[str, float]
+    host_get_s: float
+    fn_get_s: float
+    compute_s: float
+    put_s: float
+    host_put_s: float
+
+
+class Failed(_Ctl):
+    invocation: str
+    error: str
+    message: str
+    trace: str = ""
+
+
+class Stop(_Ctl):
+    pass
+
+
+Reply = Done | Failed
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder(Init | Ready | Task | Done | Failed | Stop)
+
+
+class WorkerDied(GfaasError):
+    """The worker process ended while it held a task (crash, kill, out of memory)."""
+
+
+class FunctionHost:
+    """Runs one function: handler and model loaded once, then one task at a time."""
+
+    def __init__(self, init: Init) -> None:
+        t0 = time.perf_counter()
+        spec = loads(init.spec_text)
+        self.workflow = spec.name
+        self.fn: FunctionSpec = spec.function(init.function)
+        self.handler = self.fn.load_handler()
+        self.scale = init.scale
+        self.device = init.device
+        self.transport = TransportConfig(**init.transport)  # type: ignore[arg-type]
+        self.model: Any = None
+        if self.fn.model:
+            from .. import models
+
+            self.model = models.load(self.fn.model, scale=init.scale, device=init.device, threads=init.threads)
+        self.load_s = time.perf_counter() - t0
+
+    def run(self, task: Task) -> Reply:
+        try:
+            return self._run(task)
+        except Exception as exc:  # a handler's failure is its invocation's, never the worker's
+            return Failed(task.invocation, type(exc).__name__, f"function {self.fn.name!r}: {exc}",
+                          traceback.format_exc()[-8000:])
+
+    def _run(self, task: Task) -> Done:
+        t = open_transport(self.transport, task.invocation, self.fn.name, task.token)
+        try:
+            return self._call(t, task)
+        finally:
+            t.close()
+
+    def _call(self, t: Transport, task: Task) -> Done:
+        host_refs = {task.inputs[n] for n in task.host_inputs}
+        host_get = [0.0]
+
+        def getter(ref: Any) -> np.ndarray:
+            if ref not in host_refs:
+                return t.get(ref)
+            t0 = time.perf_counter()
+            try:
+                return t.get(ref)
+            finally:
+                host_get[0] += time.perf_counter() - t0
+
+        ctx = Context(workflow=self.workflow, function=self.fn.name, invocation=task.invocation, getter=getter,
+                      params=self.fn.params, model=self.model, device=self.device, scale=self.scale)
+        t0 = time.perf_counter()
+        out = self.handler(ctx, dict(task.inputs))
+        handler_s = time.perf_counter() - t0
+        values = self._check(out)
+        scalars = {k: float(v) for k, v in values.items() if v.ndim == 0 and v.dtype.kind in "biuf"}
+        refs: dict[str, str] = {}
+        put_s = host_put_s = 0.0
+        for name, readers in task.consumers.items():
+            t1 = time.perf_counter()
+            refs[name] = t.put(values[name], readers)
+            dt = time.perf_counter() - t1
+            if readers == [GATEWAY]:
+                host_put_s += dt
+            else:
+                put_s += dt
+        return Done(task.invocation, refs, scalars, host_get[0], ctx.get_s - host_get[0], handler_s - ctx.get_s,
+                    put_s, host_put_s)
+
+    def _check(self, out: Any) -> dict[str, np.ndarray]:
+        where = f"function {self.fn.name!r} (handler {self.fn.handler})"
+        if not isinstance(out, dict):
+            raise SpecError(f"{where} returned {type(out).__name__}; a handler returns a dict of output -> array")
+        missing = sorted(set(self.fn.outputs) - set(out))
+        extra = sorted(set(out) - set(self.fn.outputs))
+        if missing or extra:
+            raise SpecError(f"{where} returned outputs {sorted(out)}; the spec declares {sorted(self.fn.outputs)}"
+                            + (f" (missing {missing})" if missing else "") + (f" (undeclared {extra})" if extra else ""))
+        values = {}
+        for name, v in out.items():
+            arr = np.asarray(v)
+            if arr.dtype == object:
+                raise SpecError(f"{where}: output {name!r} is not a numeric array or scalar ({type(v).__name__})")
+            self.fn.outputs[name].check(arr, f"{where}: output {name!r}")
+            values[name] = arr
+        return values
+
+
+# ---- worker handles: what the invoker holds ---------------------------------------------------------
+class InProcessWorker:
+    """A function host in the caller's process (tests, debugging; no isolation from crashes)."""
+
+    def __init__(self, init: Init) -> None:
+        self.name = f"{init.function}@inproc"
+        try:
+            self._host = FunctionHost(init)
+        except Exception as exc:
+            raise FunctionFailed(f"function {init.function!r} could not start: {exc}") from exc
+        self.pid = os.getpid()
+
+    def run(self, task: Task) -> Reply:
+        return self._host.run(task)
+
+    def alive(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        pass
+
+
+class ProcessWorker:
+    """A warm worker process (``python -m gfaas.runtime.worker``) serving one function."""
+
+    def __init__(self, init: Init, *, env: dict[str, str] | None = None, start_timeout: float = 300.0,
+                 prefix: list[str] | None = None) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = ours
+        child_env = {**os.environ, **(env or {})}
+        child_env.setdefault("OMP_NUM_THREADS", str(init.threads))
+        cmd = [*(prefix or []), sys.executable, "-m", "gfaas.runtime.worker", str(theirs.fileno())]
+        self.proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), env=child_env, stdin=subprocess.DEVNULL)
+        theirs.close()
+        self.pid = self.proc.pid
+        self.name = f"{init.function}@{self.pid}"
+        self._sock.settimeout(start_timeout)
+        try:
+            self._sock.send(_enc.encode(init))
+            first = self._recv()
+        except (WorkerDied, TimeoutError, OSError) as exc:
+            self.stop()
+            raise FunctionFailed(f"worker for function {init.function!r} did not start: {exc}") from None
+        if isinstance(first, Failed):
+            self.stop()
+            raise FunctionFailed(f"function {init.function!r} could not start: {first.message}")
+        assert isinstance(first, Ready)
+        self.load_s = first.load_s
+        self._sock.settimeout(None)
+
+    def _recv(self) -> Any:
+        try:
+            data = self._sock.recv(MAX_MSG)
+        except ConnectionResetError:
+            data = b""
+        if not data:
+            code = self.proc.wait(5) if self.proc.poll() is None else self.proc.returncode
+            raise WorkerDied(f"worker {self.name} exited (status {code}) while it held a task")
+        return _dec.decode(data)
+
+    def run(self, task: Task) -> Reply:
+        try:
+            self._sock.send(_enc.encode(task))
+        except OSError:
+            raise WorkerDied(f"worker {self.name} is gone (status {self.proc.poll()})") from None
+        reply = self._recv()
+        assert isinstance(reply, Done | Failed)
+        return reply
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.proc.poll() is None:
+            try:
+                self._sock.send(_enc.encode(Stop()))
+                self.proc.wait(timeout)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self._sock.close()
+
+
+def _serve(fd: int) -> int:
+    sock = socket.socket(fileno=fd)
+    init = _dec.decode(sock.recv(MAX_MSG))
+    assert isinstance(init, Init)
+    try:
+        host = FunctionHost(init)
+    except Exception as exc:
+        sock.send(_enc.encode(Failed("", type(exc).__name__, str(exc), traceback.format_exc()[-8000:])))
+        return 1
+    sock.send(_enc.encode(Ready(os.getpid(), host.load_s)))
+    while True:
+        data = sock.recv(MAX_MSG)
+        if not data:
+            return 0  # the runtime went away
+        msg = _dec.decode(data)
+        if isinstance(msg, Stop):
+            return 0
+        assert isinstance(msg, Task)
+        sock.send(_enc.encode(host.run(msg)))
+
+
+if __name__ == "__main__":
+    sys.exit(_serve(int(sys.argv[1])))

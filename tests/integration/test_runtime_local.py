@@ -1,0 +1,263 @@
+"""The local runtime end to end: worker processes, the node daemon and the invoker, for each pattern,
+both transports, failures that stay inside their invocation, bad requests and resource cleanup."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gfaas.errors import NotFound, Overloaded, SpecError
+from gfaas.runtime.local import LocalRuntime, RuntimeConfig
+
+H = "rt_handlers"
+
+SEQ = f"""
+name: seq
+inputs: {{x: {{dtype: float64, shape: [-1]}}}}
+outputs: {{out: b.y}}
+functions:
+  - {{name: a, kind: cpu, handler: "{H}:double", inputs: {{x: input.x}}, outputs: {{y: null, n_pos: {{shape: []}}}}}}
+  - {{name: b, kind: gpu, handler: "{H}:negate", inputs: {{x: a.y}}, outputs: {{y: null}}, slo_ms: 100}}
+"""
+FANS = f"""
+name: fans
+inputs: {{x: null}}
+outputs: {{out: join.y}}
+functions:
+  - {{name: split, kind: cpu, handler: "{H}:split", inputs: {{x: input.x}}, outputs: {{lo: null, hi: null}}}}
+  - {{name: left, kind: gpu, handler: "{H}:scale", params: {{factor: 10}}, inputs: {{x: split.lo}}, outputs: {{y: null}}}}
+  - {{name: right, kind: gpu, handler: "{H}:negate", inputs: {{x: split.hi}}, outputs: {{y: null}}}}
+  - {{name: join, kind: cpu, handler: "{H}:concat", inputs: {{a: left.y, b: right.y}}, outputs: {{y: null}}}}
+"""
+COND = f"""
+name: cond
+inputs: {{x: null}}
+outputs: {{pos: gated.y, always: a.y}}
+functions:
+  - {{name: a, kind: cpu, handler: "{H}:double", inputs: {{x: input.x}}, outputs: {{y: null, n_pos: {{shape: []}}}}}}
+  - name: gated
+    kind: gpu
+    handler: "{H}:negate"
+    inputs: {{x: {{from: a.y, when: "a.n_pos >= 2"}}}}
+    outputs: {{y: null}}
+"""
+FAIL = f"""
+name: failing
+inputs: {{x: null}}
+outputs: {{out: f.y}}
+functions:
+  - {{name: f, kind: cpu, handler: "{H}:fail_if_negative", inputs: {{x: input.x}}, outputs: {{y: null}}}}
+"""
+CRASH = f"""
+name: crashing
+inputs: {{x: null}}
+outputs: {{out: f.y}}
+functions:
+  - {{name: f, kind: cpu, handler: "{H}:crash_if_negative", inputs: {{x: input.x}}, outputs: {{y: null}}}}
+"""
+WRONG = f"""
+name: wrong
+inputs: {{x: null}}
+outputs: {{out: f.y}}
+functions:
+  - {{name: f, kind: cpu, handler: "{H}:wrong_output", inputs: {{x: input.x}}, outputs: {{y: null}}}}
+"""
+
+
+def wait_for(pred: Any, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
+    mp = pytest.MonkeyPatch()
+    support = os.path.join(os.path.dirname(__file__), "..", "support")
+    mp.syspath_prepend(support)
+    mp.setenv("PYTHONPATH", os.path.abspath(support))
+    r = LocalRuntime(RuntimeConfig(node_capacity_bytes=256 << 20))
+    try:
+        for text in (SEQ, FANS, COND, FAIL, CRASH, WRONG):
+            r.deploy(text)
+        yield r
+    finally:
+        r.close()
+        mp.undo()
+
+
+def objects(rt: LocalRuntime) -> int:
+    with rt._admin_lock:
+        st = rt._admin.stats()
+    return int(st["objects"]) + int(st["writing"])
+
+
+def test_sequence_passes_data_through_the_data_plane(rt: LocalRuntime) -> None:
+    """a doubles, b negates: the caller gets -2x; scalars, records and the breakdown are filled in."""
+    x = np.arange(-3, 5, dtype=np.float64)
+    res = rt.invoke("seq", {"x": x}, timeout=30)
+    assert res.ok, res.error
+    np.testing.assert_array_equal(res.outputs["out"], -2 * x)
+    assert res.scalars == {"a.n_pos": 4.0}
+    assert [r.function for r in res.functions] == ["a", "b"] and not any(r.skipped for r in res.functions)
+    b = res.breakdown
+    assert b.total_s > 0 and b.host_pass_s > 0 and b.fn_pass_s > 0 and b.compute_s >= 0 and b.queue_s >= 0
+    assert b.total_s >= b.compute_s
+    wait_for(lambda: objects(rt) == 0, what="the invocation's objects to be freed")
+
+
+def test_fan_out_and_fan_in(rt: LocalRuntime) -> None:
+    x = np.arange(10, dtype=np.float32)
+    res = rt.invoke("fans", {"x": x}, timeout=30)
+    assert res.ok, res.error
+    np.testing.assert_array_equal(res.outputs["out"], np.concatenate([x[:5] * 10, -x[5:]]))
+
+
+@pytest.mark.parametrize("x, runs", [([1.0, 2.0, -1.0], True), ([1.0, -2.0, -1.0], False)])
+def test_condition_runs_or_skips_the_branch(rt: LocalRuntime, x: list[float], runs: bool) -> None:
+    """gated runs only when a.n_pos >= 2; a skipped branch's output is absent, the other is there."""
+    arr = np.array(x)
+    res = rt.invoke("cond", {"x": arr}, timeout=30)
+    assert res.ok, res.error
+    np.testing.assert_array_equal(res.outputs["always"], 2 * arr)
+    assert ("pos" in res.outputs) is runs
+    assert {r.function: r.skipped for r in res.functions} == {"a": False, "gated": not runs}
+    if runs:
+        np.testing.assert_array_equal(res.outputs["pos"], -2 * arr)
+    wait_for(lambda: objects(rt) == 0, what="a skipped branch's data to be freed")
+
+
+def test_handler_error_fails_only_its_invocation(rt: LocalRuntime) -> None:
+    """A raising handler fails that invocation with its message; the same warm worker serves the next."""
+    bad = rt.invoke("failing", {"x": np.array([1.0, -1.0])}, timeout=30)
+    assert bad.status == "failed" and "function 'f'" in bad.error and "negative input at 1" in bad.error
+    good = rt.invoke("failing", {"x": np.array([1.0])}, timeout=30)
+    assert good.ok and good.functions[0].worker == rt._pools["failing/f"].slots[0].name
+    np.testing.assert_array_equal(good.outputs["out"], [2.0])
+
+
+def test_crashed_worker_is_replaced(rt: LocalRuntime) -> None:
+    """A worker that dies mid-task fails that invocation (exit status named) and is replaced by a new one."""
+    before = rt._pools["crashing/f"].slots[0].pid
+    bad = rt.invoke("crashing", {"x": np.array([-1.0])}, timeout=30)
+    assert bad.status == "failed" and "exited (status 3)" in bad.error
+    good = rt.invoke("crashing", {"x": np.array([1.0])}, timeout=30)
+    assert good.ok, good.error
+    assert rt._pools["crashing/f"].slots[0].pid != before
+    wait_for(lambda: objects(rt) == 0, what="the crashed invocation's data to be freed")
+
+
+def test_wrong_outputs_fail_with_both_lists(rt: LocalRuntime) -> None:
+    res = rt.invoke("wrong", {"x": np.array([1.0])}, timeout=30)
+    assert res.status == "failed"
+    assert "returned outputs ['z']; the spec declares ['y'] (missing ['y']) (undeclared ['z'])" in res.error
+
+
+def test_bad_requests_are_refused_and_lose_nothing(rt: LocalRuntime) -> None:
+    with pytest.raises(NotFound, match="no workflow 'nope' is deployed; deployed: \\['cond', 'crashing'"):
+        rt.submit("nope", {"x": np.zeros(1)})
+    with pytest.raises(SpecError, match=r"missing \['x'\]"):
+        rt.submit("seq", {})
+    with pytest.raises(SpecError, match=r"unknown \['y'\]"):
+        rt.submit("seq", {"x": np.zeros(2), "y": np.zeros(1)})
+    with pytest.raises(SpecError, match="dtype int64 where float64 is declared"):
+        rt.submit("seq", {"x": np.zeros(2, np.int64)})
+    with pytest.raises(SpecError, match="not both or neither"):
+        rt.submit("seq", {"x": np.zeros(2)}, seed=1)
+    with pytest.raises(SpecError, match="no input generator"):
+        rt.submit("seq", seed=1)
+    with pytest.raises(NotFound, match="no invocation '0{32}'"):
+        rt.result("0" * 32)
+    with pytest.raises(SpecError, match="already deployed"):
+        rt.deploy(SEQ)
+    res = rt.invoke("seq", {"x": np.ones(3)}, timeout=30)
+    assert res.ok
+
+
+def test_many_concurrent_invocations_none_lost_or_duplicated(rt: LocalRuntime) -> None:
+    """120 invocations from 8 threads: every one completes once, with its own correct output."""
+    results: dict[str, float] = {}
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def client(k: int) -> None:
+        for j in range(15):
+            v = float(k * 100 + j)
+            try:
+                res = rt.invoke("fans", {"x": np.full(4, v)}, timeout=60)
+            except Exception as exc:  # noqa: BLE001
+                errors.append(repr(exc))
+                continue
+            if not res.ok or not np.array_equal(res.outputs["out"], [v * 10, v * 10, -v, -v]):
+                errors.append(f"{v}: {res.status} {res.error} {res.outputs}")
+            with lock:
+                assert res.invocation_id not in results
+                results[res.invocation_id] = v
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[:3]
+    assert len(results) == 120 and len(set(results.values())) == 120
+    wait_for(lambda: objects(rt) == 0, what="all objects to be freed")
+
+
+def test_redis_baseline_gives_the_same_outputs(rt: LocalRuntime, rt_handlers: str) -> None:
+    """The host-centric transport runs the same workflows to the same results."""
+    with LocalRuntime(RuntimeConfig(transport="redis", executor="inproc")) as base:
+        base.deploy(FANS)
+        base.deploy(COND)
+        x = np.arange(8, dtype=np.float64)
+        for name in ("fans", "cond"):
+            a = base.invoke(name, {"x": x}, timeout=30)
+            b = rt.invoke(name, {"x": x}, timeout=30)
+            assert a.ok and b.ok
+            assert sorted(a.outputs) == sorted(b.outputs)
+            for k in a.outputs:
+                np.testing.assert_array_equal(a.outputs[k], b.outputs[k])
+
+
+def test_full_queue_refuses_with_overloaded_and_queue_positions(rt_handlers: str) -> None:
+    """With max_queue=2 and a slow function, a third waiting request is refused; positions are exact."""
+    slow = f"""
+name: slow
+inputs: {{x: null}}
+outputs: {{out: s.y}}
+functions:
+  - {{name: s, kind: cpu, handler: "{H}:slow", params: {{seconds: 0.3}}, inputs: {{x: input.x}}, outputs: {{y: null}}}}
+"""
+    with LocalRuntime(RuntimeConfig(executor="inproc", max_queue=2)) as r:
+        r.deploy(slow)
+        first = r.submit("slow", {"x": np.zeros(1)})
+        wait_for(lambda: r.status(first) == "running", what="the first request to start")
+        waiting = [r.submit("slow", {"x": np.full(1, k)}) for k in (1, 2)]
+        assert r.queue_depths() == {"slow/s": 2}
+        assert [r.queue_positions(i) for i in waiting] == [{"s": 0}, {"s": 1}]
+        with pytest.raises(Overloaded, match="queue of slow/s holds 2 requests"):
+            r.submit("slow", {"x": np.zeros(1)})
+        for i in [first, *waiting]:
+            assert r.result(i, timeout=30).ok
+        assert r.queue_positions(first) == {}
+
+
+def test_idle_worker_is_stopped_and_restarted_on_demand(rt_handlers: str) -> None:
+    """keep_alive: an idle worker process goes away; the next request starts a new one and succeeds."""
+    with LocalRuntime(RuntimeConfig(keep_alive_s=0.3)) as r:
+        r.deploy(FAIL)
+        pool = r._pools["failing/f"]
+        first = pool.slots[0]
+        assert first is not None and first.alive()
+        wait_for(lambda: pool.slots[0] is None, what="the idle worker to be stopped")
+        assert not first.alive()
+        res = r.invoke("failing", {"x": np.ones(2)}, timeout=60)
+        assert res.ok and res.functions[0].worker != first.name

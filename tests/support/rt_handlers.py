@@ -1,0 +1,64 @@
+"""Numpy-only handlers for runtime tests (imported by worker processes through PYTHONPATH)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+
+def double(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    x = ctx.get(inputs["x"])
+    return {"y": x * 2, "n_pos": int((x > 0).sum())}
+
+
+def negate(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    return {"y": -ctx.get(inputs["x"])}
+
+
+def add(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    return {"y": ctx.get(inputs["a"]) + ctx.get(inputs["b"])}
+
+
+def split(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    x = ctx.get(inputs["x"])
+    h = len(x) // 2
+    return {"lo": np.ascontiguousarray(x[:h]), "hi": np.ascontiguousarray(x[h:])}
+
+
+def concat(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    return {"y": np.concatenate([ctx.get(inputs["a"]), ctx.get(inputs["b"])])}
+
+
+def scale(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    return {"y": ctx.get(inputs["x"]) * float(ctx.params.get("factor", 1.0))}
+
+
+def fail_if_negative(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    x = ctx.get(inputs["x"])
+    if (x < 0).any():
+        raise ValueError(f"negative input at {int(np.argmax(x < 0))}")
+    return {"y": x + 1}
+
+
+def crash_if_negative(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    x = ctx.get(inputs["x"])
+    if (x < 0).any():
+        os._exit(3)  # a segfault or OOM kill looks the same to the runtime
+    return {"y": x + 1}
+
+
+def wrong_output(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    return {"z": ctx.get(inputs["x"])}
+
+
+def pid(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    return {"y": ctx.get(inputs["x"]) + 0, "pid": os.getpid()}
+
+
+def slow(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    import time
+
+    time.sleep(float(ctx.params.get("seconds", 0.2)))
+    return {"y": ctx.get(inputs["x"]) + 0}
