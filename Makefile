@@ -3,7 +3,6 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-RAYSTAMP := $(VENV)/.stamp-ray
 
 .PHONY: demo test bench check setup clean
 
@@ -13,10 +12,6 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -m pip install -q -e '.[dev]'
 	@rm -f $(VENV)/.stamp-[0-9]*; touch $@
 
-$(RAYSTAMP): $(STAMP)
-	@$(BIN)/python -m pip install -q -e '.[dev,ray]'
-	@touch $@
-
 setup: $(STAMP)
 
 demo: $(STAMP)
@@ -25,7 +20,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
-bench: $(RAYSTAMP)
+bench: $(STAMP)
 	$(BIN)/gfaas bench dataplane
 
 check: $(STAMP)

@@ -40,8 +40,9 @@ class RuntimeConfig:
 
     Attributes:
         transport: ``gfaas`` (the data plane) or ``redis`` (the host-centric baseline).
-        executor: ``process`` (a warm worker process per function slot) or ``inproc`` (handlers run in
-            this process: for tests and debugging, no crash isolation).
+        executor: ``process`` (a warm worker process per function slot), ``ray`` (a Ray actor per slot,
+            see :mod:`gfaas.runtime.ray_executor`) or ``inproc`` (handlers run in this process: for tests
+            and debugging, no crash isolation).
         scale: model zoo scale for every function's model, ``small`` or ``full``.
         workers_per_function: warm workers (and dispatch slots) per function.
         max_queue: requests waiting per function before submits are refused with ``Overloaded``.
@@ -51,10 +52,12 @@ class RuntimeConfig:
         node_capacity_bytes: shared-memory pool of the node daemon this runtime starts.
         socket_path: use an already running node daemon instead of starting one (with ``state_dir``).
         redis_url: the baseline's Redis; a throwaway server is started when empty.
+        ray_address: the Ray cluster to join (``executor="ray"``); a local one is started when empty.
+        ray_cpus_per_worker: the CPU request of each function actor (fractions let many share a core).
     """
 
     transport: Literal["gfaas", "redis"] = "gfaas"
-    executor: Literal["process", "inproc"] = "process"
+    executor: Literal["process", "ray", "inproc"] = "process"
     scale: Literal["small", "full"] = "small"
     workers_per_function: int = 1
     max_queue: int = 1024
@@ -65,12 +68,16 @@ class RuntimeConfig:
     socket_path: str = ""
     state_dir: str = ""
     redis_url: str = ""
+    ray_address: str = ""
+    ray_cpus_per_worker: float = 0.25
 
     def __post_init__(self) -> None:
         if self.transport not in ("gfaas", "redis"):
             raise ConfigError(f"transport {self.transport!r} is not 'gfaas' or 'redis'")
-        if self.executor not in ("process", "inproc"):
-            raise ConfigError(f"executor {self.executor!r} is not 'process' or 'inproc' (Ray: gfaas.runtime.ray)")
+        if self.executor not in ("process", "ray", "inproc"):
+            raise ConfigError(f"executor {self.executor!r} is not 'process', 'ray' or 'inproc'")
+        if self.ray_cpus_per_worker <= 0:
+            raise ConfigError(f"ray_cpus_per_worker must be > 0, got {self.ray_cpus_per_worker}")
         if self.scale not in ("small", "full"):
             raise ConfigError(f"scale {self.scale!r} is not 'small' or 'full'")
         for name in ("workers_per_function", "max_queue", "threads_per_worker"):
@@ -143,7 +150,8 @@ class _Pool:
             self.closed = True
             self.cv.notify_all()
         for t in self.threads:
-            t.join(30)
+            if t.ident is not None:  # a failed deploy closes pools whose threads never started
+                t.join(30)
         for w in self.slots:
             if w is not None:
                 w.stop()
@@ -209,6 +217,11 @@ class LocalRuntime:
     # -- setup
     def _start_backends(self) -> None:
         cfg = self.config
+        if cfg.executor == "ray":
+            from .ray_executor import ensure_ray, shutdown_ray
+
+            if ensure_ray(cfg.ray_address):
+                self._closers.append(shutdown_ray)
         if cfg.transport == "redis":
             if not self._redis_url:
                 from ..dataplane.redis_server import RedisServer
@@ -242,6 +255,10 @@ class LocalRuntime:
     def start_worker(self, init: Init) -> Any:
         if self.config.executor == "inproc":
             return InProcessWorker(init)
+        if self.config.executor == "ray":
+            from .ray_executor import RayWorker
+
+            return RayWorker(init, num_cpus=self.config.ray_cpus_per_worker)
         return ProcessWorker(init)
 
     # -- RuntimeAPI

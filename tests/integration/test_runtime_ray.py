@@ -1,0 +1,54 @@
+"""The Ray executor: the same workflows, functions as Ray actors on a local Ray cluster, data through gfaas."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from test_runtime_local import CRASH, FANS, SEQ  # pytest puts this directory on sys.path
+
+from gfaas.runtime.local import LocalRuntime, RuntimeConfig
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gfaas[ray]')")
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
+    import os
+
+    mp = pytest.MonkeyPatch()
+    support = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "support"))
+    mp.syspath_prepend(support)
+    mp.setenv("PYTHONPATH", support)
+    mp.setenv("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    r = LocalRuntime(RuntimeConfig(executor="ray", node_capacity_bytes=128 << 20))
+    try:
+        for text in (SEQ, FANS, CRASH):
+            r.deploy(text)
+        yield r
+    finally:
+        r.close()
+        mp.undo()
+    assert not ray.is_initialized(), "the runtime started Ray, so it must shut it down"
+
+
+def test_workflows_run_on_ray_actors_with_data_through_gfaas(rt: LocalRuntime) -> None:
+    x = np.arange(-2, 6, dtype=np.float64)
+    res = rt.invoke("seq", {"x": x}, timeout=60)
+    assert res.ok, res.error
+    np.testing.assert_array_equal(res.outputs["out"], -2 * x)
+    assert all("@ray:" in r.worker for r in res.functions)
+    res = rt.invoke("fans", {"x": np.arange(6, dtype=np.float32)}, timeout=60)
+    assert res.ok, res.error
+    np.testing.assert_array_equal(res.outputs["out"], [0, 10, 20, -3, -4, -5])
+    with rt._admin_lock:
+        assert rt._admin.stats()["invocations"] >= 0  # the runtime's own daemon served these gets
+
+
+def test_dead_actor_fails_its_invocation_and_is_replaced(rt: LocalRuntime) -> None:
+    bad = rt.invoke("crashing", {"x": np.array([-1.0])}, timeout=60)
+    assert bad.status == "failed" and "died while it held a task" in (bad.error or "")
+    good = rt.invoke("crashing", {"x": np.array([2.0])}, timeout=60)
+    assert good.ok, good.error
+    np.testing.assert_array_equal(good.outputs["out"], [3.0])
