@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import shutil
 import tempfile
 import threading
 import time
@@ -50,7 +51,11 @@ class RuntimeConfig:
         prewarm: start every function's workers at deploy rather than on the first request.
         threads_per_worker: intra-op threads of each worker's model.
         node_capacity_bytes: shared-memory pool of the node daemon this runtime starts.
-        socket_path: use an already running node daemon instead of starting one (with ``state_dir``).
+        nodes: running node daemons to use instead of starting one; the first is where the gateway
+            stores requests and reads results. Several nodes make a multi-node runtime (their daemons
+            share a global directory, so gets pull across nodes).
+        placement: ``"workflow/function"`` (or ``"function"``) -> node name; unplaced functions go to the
+            first node.
         redis_url: the baseline's Redis; a throwaway server is started when empty.
         ray_address: the Ray cluster to join (``executor="ray"``); a local one is started when empty.
         ray_cpus_per_worker: the CPU request of each function actor (fractions let many share a core).
@@ -65,8 +70,8 @@ class RuntimeConfig:
     prewarm: bool = True
     threads_per_worker: int = 1
     node_capacity_bytes: int = 2 * GiB
-    socket_path: str = ""
-    state_dir: str = ""
+    nodes: tuple[NodeEndpoint, ...] = ()
+    placement: Mapping[str, str] = field(default_factory=dict)
     redis_url: str = ""
     ray_address: str = ""
     ray_cpus_per_worker: float = 0.25
@@ -85,6 +90,25 @@ class RuntimeConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.keep_alive_s <= 0:
             raise ConfigError(f"keep_alive_s must be > 0, got {self.keep_alive_s}")
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"node names must be unique, got {names}")
+        for fn, node in self.placement.items():
+            if node not in names:
+                raise ConfigError(f"placement of {fn!r} names node {node!r}, which is not among nodes {names}")
+
+
+@dataclass(frozen=True)
+class NodeEndpoint:
+    """A running node daemon the runtime uses (``gfaas node start`` or a cluster node).
+
+    ``netns``: the network namespace of that host; its function workers are started inside it.
+    """
+
+    name: str
+    socket_path: str
+    state_dir: str = ""
+    netns: str = ""
 
 
 # ---- one invocation ---------------------------------------------------------------------------------
@@ -113,7 +137,8 @@ class _Pool:
     def __init__(self, rt: LocalRuntime, spec: WorkflowSpec, function: str) -> None:
         self.rt = rt
         self.key = f"{spec.name}/{function}"
-        self.init = Init(spec.name, function, spec.text, rt.config.scale, rt.transport_settings(),
+        self.node = rt.node_of(spec.name, function)
+        self.init = Init(spec.name, function, spec.text, rt.config.scale, rt.transport_settings(self.node),
                          rt.config.threads_per_worker, "cpu")
         self.queue: deque[tuple[_Invocation, str]] = deque()
         self.cv = threading.Condition()
@@ -126,7 +151,7 @@ class _Pool:
     def start(self, prewarm: bool) -> None:
         if prewarm:
             for k in range(len(self.slots)):
-                self.slots[k] = self.rt.start_worker(self.init)
+                self.slots[k] = self.rt.start_worker(self.init, self.node)
         for t in self.threads:
             t.start()
 
@@ -177,7 +202,7 @@ class _Pool:
             worker = self.slots[k]
             if worker is None or not worker.alive():
                 try:
-                    worker = self.slots[k] = self.rt.start_worker(self.init)
+                    worker = self.slots[k] = self.rt.start_worker(self.init, self.node)
                 except FunctionFailed as exc:
                     self.rt.failed(inv, fn, str(exc))
                     continue
@@ -205,8 +230,10 @@ class LocalRuntime:
         self._invs: dict[str, _Invocation] = {}
         self._finished: deque[str] = deque()
         self._closers: list[Callable[[], None]] = []
+        self._nodes: dict[str, NodeEndpoint] = {}
+        self._admins: dict[str, Any] = {}  # node -> Admin; the first is the gateway's node
         self._admin: Any = None
-        self._admin_lock = threading.Lock()  # one Admin connection, used by many threads
+        self._admin_lock = threading.Lock()  # Admin connections are shared by many threads
         self._redis_url = self.config.redis_url
         try:
             self._start_backends()
@@ -232,34 +259,44 @@ class LocalRuntime:
             return
         from ..dataplane.client import Admin
 
-        socket_path, state_dir = cfg.socket_path, cfg.state_dir
-        if not socket_path:
+        nodes = list(cfg.nodes)
+        if not nodes:
             from ..config import NodeConfig
             from ..dataplane.local import LocalNode
 
             run_dir = tempfile.mkdtemp(prefix="gfaas-rt-", dir="/tmp")
+            self._closers.append(lambda: shutil.rmtree(run_dir, ignore_errors=True))
             node_cfg = NodeConfig(node_id="rt0", socket_path=os.path.join(run_dir, "node.sock"),
                                   state_dir=os.path.join(run_dir, "state"), capacity_bytes=cfg.node_capacity_bytes)
             node = LocalNode(node_cfg).__enter__()
             self._closers.append(lambda: node.__exit__(None, None, None))
-            socket_path, state_dir = node_cfg.socket_path, node_cfg.state_dir
-        self._socket_path = socket_path
-        self._admin = Admin(socket_path, state_dir=state_dir or None)
-        self._closers.append(self._admin.close)
+            nodes = [NodeEndpoint("rt0", node_cfg.socket_path, node_cfg.state_dir)]
+        for n in nodes:
+            admin = Admin(n.socket_path, state_dir=n.state_dir or None)
+            self._closers.append(admin.close)
+            self._nodes[n.name], self._admins[n.name] = n, admin
+        self._admin = self._admins[nodes[0].name]
 
-    def transport_settings(self) -> dict[str, str]:
+    def node_of(self, workflow: str, function: str) -> str:
+        """The node a function runs on (``placement``, else the first node)."""
+        p = self.config.placement
+        return p.get(f"{workflow}/{function}") or p.get(function) or next(iter(self._nodes), "")
+
+    def transport_settings(self, node: str = "") -> dict[str, str]:
         if self.config.transport == "redis":
             return {"kind": "redis", "redis_url": self._redis_url}
-        return {"kind": "gfaas", "socket_path": self._socket_path}
+        endpoint = self._nodes[node] if node else next(iter(self._nodes.values()))
+        return {"kind": "gfaas", "socket_path": endpoint.socket_path}
 
-    def start_worker(self, init: Init) -> Any:
+    def start_worker(self, init: Init, node: str = "") -> Any:
         if self.config.executor == "inproc":
             return InProcessWorker(init)
         if self.config.executor == "ray":
             from .ray_executor import RayWorker
 
             return RayWorker(init, num_cpus=self.config.ray_cpus_per_worker)
-        return ProcessWorker(init)
+        netns = self._nodes[node].netns if node in self._nodes else ""
+        return ProcessWorker(init, prefix=["ip", "netns", "exec", netns] if netns else None)
 
     # -- RuntimeAPI
     def deploy(self, spec_text: str) -> str:
@@ -304,9 +341,12 @@ class LocalRuntime:
         inv_id = secrets.token_hex(16)  # the data plane's invocation ID too: 128 random bits
         tokens: dict[str, str] = {}
         if self._admin is not None:
+            functions = [f.name for f in spec.functions] + [GATEWAY]
             with self._admin_lock:
-                h = self._admin.open_invocation(spec.name, [f.name for f in spec.functions] + [GATEWAY], inv_id)
-            tokens = h.tokens
+                tokens = self._admin.open_invocation(spec.name, functions, inv_id).tokens
+                for admin in self._admins.values():  # every node honours the same tokens
+                    if admin is not self._admin:
+                        admin.open_invocation(spec.name, functions, inv_id, tokens)
         inv = _Invocation(inv_id, spec, DagState(spec), time.perf_counter(), tokens)
         with self._lock:
             self._invs[inv_id] = inv
@@ -561,7 +601,8 @@ class LocalRuntime:
         try:
             if self._admin is not None:
                 with self._admin_lock:
-                    self._admin.end_invocation(inv.id)
+                    for admin in self._admins.values():
+                        admin.end_invocation(inv.id)
             elif self.config.transport == "redis":
                 keys = [r.removeprefix("redis:").split("|")[0] for r in inv.refs.values()]
                 if keys:
