@@ -16,13 +16,23 @@ from .errors import (
     DataLost,
     DataPlaneError,
     DependencyMissing,
+    FunctionFailed,
     GfaasError,
     InvalidDataRef,
+    NotFound,
     ObjectStateError,
+    Overloaded,
     ProtocolError,
     RemoteError,
+    SpecError,
+    WorkflowError,
 )
 from .policy import Plan, Router, RoutingOptions
+from .runtime import Breakdown, Context, InvocationResult
+from .runtime.local import LocalRuntime, NodeEndpoint, RuntimeConfig
+from .runtime.spec import WorkflowSpec
+from .runtime.spec import load as load_workflow
+from .runtime.spec import loads as loads_workflow
 from .topology import Topology, preset
 
 __version__ = "0.1.0"
@@ -31,11 +41,13 @@ __all__ = [
     "AccessDenied",
     "Admin",
     "AuthenticationError",
+    "Breakdown",
     "Buffer",
     "CapacityError",
     "Client",
     "Clock",
     "ConfigError",
+    "Context",
     "Credentials",
     "DaemonUnavailable",
     "DataDeleted",
@@ -43,20 +55,32 @@ __all__ = [
     "DataPlaneError",
     "DataRef",
     "DependencyMissing",
+    "FunctionFailed",
     "GfaasError",
     "InvalidDataRef",
     "InvocationHandle",
+    "InvocationResult",
+    "LocalRuntime",
     "ManualClock",
     "NodeConfig",
+    "NodeEndpoint",
+    "NotFound",
     "ObjectStateError",
+    "Overloaded",
     "Plan",
     "ProtocolError",
     "RemoteError",
     "Router",
     "RoutingOptions",
+    "RuntimeConfig",
+    "SpecError",
     "Topology",
     "WallClock",
+    "WorkflowError",
+    "WorkflowSpec",
     "__version__",
     "connect",
+    "load_workflow",
+    "loads_workflow",
     "preset",
 ]

@@ -8,11 +8,13 @@ PUBLIC = [
     "AccessDenied",
     "Admin",
     "AuthenticationError",
+    "Breakdown",
     "Buffer",
     "CapacityError",
     "Client",
     "Clock",
     "ConfigError",
+    "Context",
     "Credentials",
     "DaemonUnavailable",
     "DataDeleted",
@@ -20,21 +22,33 @@ PUBLIC = [
     "DataPlaneError",
     "DataRef",
     "DependencyMissing",
+    "FunctionFailed",
     "GfaasError",
     "InvalidDataRef",
     "InvocationHandle",
+    "InvocationResult",
+    "LocalRuntime",
     "ManualClock",
     "NodeConfig",
+    "NodeEndpoint",
+    "NotFound",
     "ObjectStateError",
+    "Overloaded",
     "Plan",
     "ProtocolError",
     "RemoteError",
     "Router",
     "RoutingOptions",
+    "RuntimeConfig",
+    "SpecError",
     "Topology",
     "WallClock",
+    "WorkflowError",
+    "WorkflowSpec",
     "__version__",
     "connect",
+    "load_workflow",
+    "loads_workflow",
     "preset",
 ]
 
@@ -72,3 +86,11 @@ def test_version_is_a_string() -> None:
     from importlib.metadata import version
 
     assert gfaas.__version__ == version("gfaas")
+
+
+def test_workflow_errors_form_their_branch() -> None:
+    """Runtime errors derive from WorkflowError; a bad spec is also a ConfigError (a ValueError)."""
+    for name in ["SpecError", "FunctionFailed", "NotFound", "Overloaded"]:
+        assert issubclass(getattr(gfaas, name), gfaas.WorkflowError), name
+        assert issubclass(getattr(gfaas, name), gfaas.GfaasError), name
+    assert issubclass(gfaas.SpecError, gfaas.ConfigError)
