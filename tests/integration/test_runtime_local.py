@@ -261,3 +261,21 @@ def test_idle_worker_is_stopped_and_restarted_on_demand(rt_handlers: str) -> Non
         assert not first.alive()
         res = r.invoke("failing", {"x": np.ones(2)}, timeout=60)
         assert res.ok and res.functions[0].worker != first.name
+
+
+def test_one_set_of_workers_serves_both_transports(rt: LocalRuntime) -> None:
+    """transport= per invocation: the same warm workers answer through Redis, with the same outputs,
+    and the baseline's keys are deleted when the invocation ends."""
+    import redis
+
+    x = np.arange(12, dtype=np.float64) - 4
+    pids = {k: p.slots[0].pid for k, p in rt._pools.items() if k.startswith("fans/")}
+    a = rt.invoke("fans", {"x": x}, timeout=30, transport="redis")
+    b = rt.invoke("fans", {"x": x}, timeout=30)
+    assert a.ok and b.ok, (a.error, b.error)
+    np.testing.assert_array_equal(a.outputs["out"], b.outputs["out"])
+    assert {k: p.slots[0].pid for k, p in rt._pools.items() if k.startswith("fans/")} == pids
+    r = redis.Redis.from_url(rt._redis_url)
+    wait_for(lambda: r.dbsize() == 0, what="the baseline's keys to be deleted")
+    with pytest.raises(Exception, match="transport 'carrier-pigeon' is not"):
+        rt.submit("fans", {"x": x}, transport="carrier-pigeon")

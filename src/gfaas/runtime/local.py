@@ -40,7 +40,9 @@ class RuntimeConfig:
     """How the local runtime runs functions.
 
     Attributes:
-        transport: ``gfaas`` (the data plane) or ``redis`` (the host-centric baseline).
+        transport: ``gfaas`` (the data plane) or ``redis`` (the host-centric baseline): the default for
+            invocations that name none (``submit(..., transport=...)`` picks per invocation, so one set of
+            warm workers can serve both).
         executor: ``process`` (a warm worker process per function slot), ``ray`` (a Ray actor per slot,
             see :mod:`gfaas.runtime.ray_executor`) or ``inproc`` (handlers run in this process: for tests
             and debugging, no crash isolation).
@@ -119,6 +121,7 @@ class _Invocation:
     dag: DagState
     submitted: float
     tokens: dict[str, str]
+    kind: str = "gfaas"  # its transport
     refs: dict[tuple[str, str], str] = field(default_factory=dict)  # (source, output) -> reference
     records: dict[str, FunctionRecord] = field(default_factory=dict)
     enqueued: dict[str, float] = field(default_factory=dict)
@@ -250,13 +253,7 @@ class LocalRuntime:
             if ensure_ray(cfg.ray_address):
                 self._closers.append(shutdown_ray)
         if cfg.transport == "redis":
-            if not self._redis_url:
-                from ..dataplane.redis_server import RedisServer
-
-                srv = RedisServer().__enter__()
-                self._closers.append(lambda: srv.__exit__(None, None, None))
-                self._redis_url = srv.url
-            return
+            self._ensure_redis()
         from ..dataplane.client import Admin
 
         nodes = list(cfg.nodes)
@@ -277,13 +274,24 @@ class LocalRuntime:
             self._nodes[n.name], self._admins[n.name] = n, admin
         self._admin = self._admins[nodes[0].name]
 
+    def _ensure_redis(self) -> None:
+        """Start the baseline's throwaway Redis the first time an invocation needs it."""
+        with self._lock:
+            if self._redis_url:
+                return
+            from ..dataplane.redis_server import RedisServer
+
+            srv = RedisServer().__enter__()
+            self._closers.append(lambda: srv.__exit__(None, None, None))
+            self._redis_url = srv.url
+
     def node_of(self, workflow: str, function: str) -> str:
         """The node a function runs on (``placement``, else the first node)."""
         p = self.config.placement
         return p.get(f"{workflow}/{function}") or p.get(function) or next(iter(self._nodes), "")
 
-    def transport_settings(self, node: str = "") -> dict[str, str]:
-        if self.config.transport == "redis":
+    def transport_settings(self, node: str = "", kind: str = "") -> dict[str, str]:
+        if (kind or self.config.transport) == "redis":
             return {"kind": "redis", "redis_url": self._redis_url}
         endpoint = self._nodes[node] if node else next(iter(self._nodes.values()))
         return {"kind": "gfaas", "socket_path": endpoint.socket_path}
@@ -335,19 +343,25 @@ class LocalRuntime:
     def describe(self, workflow: str) -> dict[str, Any]:
         return self._spec(workflow).describe()
 
-    def submit(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None) -> str:
+    def submit(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
+               transport: str | None = None) -> str:
         spec = self._spec(workflow)
+        kind = transport or self.config.transport
+        if kind not in ("gfaas", "redis"):
+            raise ConfigError(f"transport {kind!r} is not 'gfaas' or 'redis'")
         arrays = self._inputs(spec, inputs, seed)
+        if kind == "redis":
+            self._ensure_redis()
         inv_id = secrets.token_hex(16)  # the data plane's invocation ID too: 128 random bits
         tokens: dict[str, str] = {}
-        if self._admin is not None:
+        if kind == "gfaas":
             functions = [f.name for f in spec.functions] + [GATEWAY]
             with self._admin_lock:
                 tokens = self._admin.open_invocation(spec.name, functions, inv_id).tokens
                 for admin in self._admins.values():  # every node honours the same tokens
                     if admin is not self._admin:
                         admin.open_invocation(spec.name, functions, inv_id, tokens)
-        inv = _Invocation(inv_id, spec, DagState(spec), time.perf_counter(), tokens)
+        inv = _Invocation(inv_id, spec, DagState(spec), time.perf_counter(), tokens, kind)
         with self._lock:
             self._invs[inv_id] = inv
         try:
@@ -382,9 +396,9 @@ class LocalRuntime:
         return inv.result
 
     def invoke(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
-               timeout: float | None = None) -> InvocationResult:
+               timeout: float | None = None, transport: str | None = None) -> InvocationResult:
         """Submit and wait: the synchronous call."""
-        return self.result(self.submit(workflow, inputs, seed), timeout)
+        return self.result(self.submit(workflow, inputs, seed, transport), timeout)
 
     def queue_depths(self) -> dict[str, int]:
         with self._lock:
@@ -457,7 +471,7 @@ class LocalRuntime:
         return out
 
     def _gateway_transport(self, inv: _Invocation) -> Transport:
-        cfg = TransportConfig(**self.transport_settings())  # type: ignore[arg-type]
+        cfg = TransportConfig(**self.transport_settings("", inv.kind))  # type: ignore[arg-type]
         return open_transport(cfg, inv.id, GATEWAY, inv.tokens.get(GATEWAY, ""))
 
     def _note(self, inv: _Invocation, skipped: list[str]) -> bool:
@@ -495,7 +509,8 @@ class LocalRuntime:
                 readers.append(GATEWAY)
             if readers:
                 consumers[out] = readers
-        task = Task(inv.id, inv.tokens.get(fn, ""), inputs, [i.name for i in f.inputs if i.from_workflow], consumers)
+        task = Task(inv.id, inv.tokens.get(fn, ""), inputs, [i.name for i in f.inputs if i.from_workflow], consumers,
+                    self.transport_settings(pool.node, inv.kind))
         try:
             reply = worker.run(task)
         except WorkerDied as exc:
@@ -599,11 +614,11 @@ class LocalRuntime:
             return
         inv.ended = True
         try:
-            if self._admin is not None:
+            if inv.kind == "gfaas":
                 with self._admin_lock:
                     for admin in self._admins.values():
                         admin.end_invocation(inv.id)
-            elif self.config.transport == "redis":
+            else:
                 keys = [r.removeprefix("redis:").split("|")[0] for r in inv.refs.values()]
                 if keys:
                     RedisTransport(TransportConfig("redis", redis_url=self._redis_url), inv.id, GATEWAY)._r.delete(*keys)

@@ -62,6 +62,7 @@ class Task(_Ctl):
     inputs: dict[str, str]  # input name -> reference
     host_inputs: list[str]  # the input names that came from the request (host -> function passing)
     consumers: dict[str, list[str]]  # output -> data-plane readers; outputs not listed are not stored
+    transport: dict[str, str] = {}  # this invocation's transport; empty: the worker's default
 
 
 class Done(_Ctl):
@@ -122,7 +123,8 @@ class FunctionHost:
                           traceback.format_exc()[-8000:])
 
     def _run(self, task: Task) -> Done:
-        t = open_transport(self.transport, task.invocation, self.fn.name, task.token)
+        cfg = TransportConfig(**task.transport) if task.transport else self.transport  # type: ignore[arg-type]
+        t = open_transport(cfg, task.invocation, self.fn.name, task.token)
         try:
             return self._call(t, task)
         finally:
