@@ -129,6 +129,10 @@ def cmd_bench(a: argparse.Namespace) -> int:
         from .bench.dataplane import main as bench_main
 
         return bench_main(a)
+    if a.what == "pipeline":
+        from .bench.pipeline import run_pipeline
+
+        return run_pipeline(a)
     if a.what == "sim":
         from .cli_sim import bench_sim
 
@@ -157,18 +161,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_cluster)
 
-    d = sub.add_parser("demo", help="the main job: a producer -> consumer pipeline, gfaas vs Redis")
-    d.add_argument("--json", action="store_true")
-    d.add_argument("--sizes", default="64KiB,1MiB,16MiB,64MiB", help="tensor sizes to pass")
-    d.add_argument("--repeat", type=int, default=20, help="tensors per size")
+    d = sub.add_parser("demo", help="the main job: the six reference workflows through the gateway, gfaas vs Redis")
+    d.add_argument("--json", action="store_true", help="print the results as one JSON document")
+    d.add_argument("--scale", choices=["small", "full"], default="full",
+                   help="model sizes: full = the real architectures (default), small = shrunk, for a quick look")
+    d.add_argument("--requests", type=int, default=8, help="bursty requests per workflow and transport (default 8)")
+    d.add_argument("--workflows", help="comma-separated subset (default: all six)")
+    d.add_argument("--out", default="out/demo", help="directory for report.md, report.png, results.json")
     d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser("bench", help="benchmarks against real peers, in one run")
-    b.add_argument("what", choices=["dataplane", "sim", "accel", "dedup", "scale"])
+    b.add_argument("what", choices=["dataplane", "pipeline", "sim", "accel", "dedup", "scale"])
     b.add_argument("--json", action="store_true")
     b.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (smoke test)")
     b.add_argument("--systems", help="comma-separated subset of systems to run")
     b.add_argument("--out", help="also write the JSON result to this file")
+    b.add_argument("--sizes", default="64KiB,1MiB,16MiB,64MiB", help="pipeline: tensor sizes to pass")
+    b.add_argument("--repeat", type=int, default=20, help="pipeline: tensors per size")
     b.set_defaults(func=cmd_bench)
 
     from .cli_sim import add_parsers

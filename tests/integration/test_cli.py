@@ -81,9 +81,9 @@ def test_local_cluster_moves_data_between_nodes(run_dir: str) -> None:
     assert p2.returncode == 1 and "no local cluster recorded" in p2.stderr
 
 
-def test_demo_json(run_dir: str) -> None:
-    """gfaas demo --json runs both transports, checks their outputs agree, and leaves nothing behind."""
-    out = as_json(gfaas_cli(run_dir, "demo", "--json", "--sizes", "64KiB,1MiB", "--repeat", "3"))
+def test_bench_pipeline_json(run_dir: str) -> None:
+    """gfaas bench pipeline --json runs both transports, checks their outputs agree, and leaves nothing behind."""
+    out = as_json(gfaas_cli(run_dir, "bench", "pipeline", "--json", "--sizes", "64KiB,1MiB", "--repeat", "3"))
     assert out["workflow"] == "preprocess -> classify" and out["repeat"] == 3
     assert [r["size_bytes"] for r in out["rows"]] == [64 * 1024, 1024 * 1024]
     for r in out["rows"]:
