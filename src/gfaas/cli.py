@@ -180,9 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=int, default=20, help="pipeline: tensors per size")
     b.set_defaults(func=cmd_bench)
 
+    from .cli_runtime import add_parsers as add_runtime
     from .cli_sim import add_parsers
 
     add_parsers(sub)
+    add_runtime(sub)
     return p
 
 
