@@ -205,7 +205,7 @@ class InProcessWorker:
 
 
 class ProcessWorker:
-    """A warm worker process (``python -m gfaas.runtime.worker``) serving one function."""
+    """A warm worker process (``python -m gfaas.runtime.worker_main``) serving one function."""
 
     def __init__(self, init: Init, *, env: dict[str, str] | None = None, start_timeout: float = 300.0,
                  prefix: list[str] | None = None) -> None:
@@ -213,7 +213,7 @@ class ProcessWorker:
         self._sock = ours
         child_env = {**os.environ, **(env or {})}
         child_env.setdefault("OMP_NUM_THREADS", str(init.threads))
-        cmd = [*(prefix or []), sys.executable, "-m", "gfaas.runtime.worker", str(theirs.fileno())]
+        cmd = [*(prefix or []), sys.executable, "-m", "gfaas.runtime.worker_main", str(theirs.fileno())]
         self.proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), env=child_env, stdin=subprocess.DEVNULL)
         theirs.close()
         self.pid = self.proc.pid
@@ -265,7 +265,8 @@ class ProcessWorker:
         self._sock.close()
 
 
-def _serve(fd: int) -> int:
+def serve_fd(fd: int) -> int:
+    """Serve the runtime on the socket ``fd``: Init, then tasks until Stop or the socket closes."""
     sock = socket.socket(fileno=fd)
     init = _dec.decode(sock.recv(MAX_MSG))
     assert isinstance(init, Init)
@@ -284,7 +285,3 @@ def _serve(fd: int) -> int:
             return 0
         assert isinstance(msg, Task)
         sock.send(_enc.encode(host.run(msg)))
-
-
-if __name__ == "__main__":
-    sys.exit(_serve(int(sys.argv[1])))
