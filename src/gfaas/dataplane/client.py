@@ -31,6 +31,7 @@ _POPULATE_MIN = 1 << 20
 
 
 _SLAB_PREFAULT = 256 << 10
+_SLAB_PREFAULT_FIRST = 16 << 10  # first stride after a lease; doubles up to _SLAB_PREFAULT
 
 
 def _populate(mm: mmap.mmap, offset: int, nbytes: int, advice: int, minimum: int = _POPULATE_MIN) -> None:
@@ -153,6 +154,7 @@ class Client:
         self._arena_seg = -1
         self._next = 0
         self._faulted_to = 0
+        self._ahead = _SLAB_PREFAULT_FIRST
         self._ids: list[bytes] = []
         # Segments whose views died (see _pinned_view), told to the daemon with the next request.
         self._released: list[int] = []
@@ -221,14 +223,18 @@ class Client:
             self._arena = memoryview(self._map(r.segment, True))
             self._arena_seg, self._next, off = r.segment, r.offset, r.offset
             self._faulted_to = r.offset
+            self._ahead = _SLAB_PREFAULT_FIRST
             self._ids.extend(r.ids)
         if off + n > self._faulted_to:
-            # Fault the slab in ahead of the bump pointer, 256 KiB per system call, instead of one
-            # page fault per fresh 4 KiB page inside every put.
+            # Fault the slab in ahead of the bump pointer, one system call for many pages instead of
+            # a page fault per fresh 4 KiB page inside every put. The stride starts small and doubles
+            # up to _SLAB_PREFAULT, so a connection that stores one object (a function serving one
+            # task) does not pay for faulting in 256 KiB it never uses.
             mm = self._maps[(self._arena_seg, True)]
-            end = min(len(self._arena), max(off + n, self._faulted_to + _SLAB_PREFAULT))
+            end = min(len(self._arena), max(off + n, self._faulted_to + self._ahead))
             _populate(mm, self._faulted_to, end - self._faulted_to, _MADV_POPULATE_WRITE, minimum=0)
             self._faulted_to = end
+            self._ahead = min(2 * self._ahead, _SLAB_PREFAULT)
         if not self._ids:
             r2 = self._call(P.MoreIds(64))
             assert isinstance(r2, P.Ids)
