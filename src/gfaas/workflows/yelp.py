@@ -1,0 +1,76 @@
+"""Review analysis (sequence): BERT spam filter -> BERT sentiment.
+
+The first function tokenizes the review sentence by sentence, scores each sentence as spam and passes
+the token rows of the sentences it keeps to the second, which scores their sentiment.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from ..runtime.context import Context
+from ._util import run_model
+from .imaging import softmax
+from .scenes import check_scale
+from .text import bert_batch, check_vocab, encode, model_seq_len
+
+SPEC = "yelp"
+
+OPENERS = ("The", "Our", "My", "This")
+SUBJECTS = ("pasta", "service", "waiter", "pizza", "dessert", "coffee", "staff", "patio", "burger", "soup")
+VERDICTS = ("was amazing", "was cold", "took forever", "was perfect", "felt overpriced", "was friendly",
+            "was bland", "made our night", "was too salty", "exceeded expectations")
+ENDINGS = (".", "!", ".", "...")
+SPAM = ("Click here for FREE coupons at www.deals4u.example!", "Buy cheap followers now, limited offer!")
+SENTENCES = {"small": 4, "full": 16}
+
+
+def sentences(text: str) -> list[str]:
+    """Split after ``.``, ``!`` or ``?`` runs followed by white space; empty pieces are dropped."""
+    return [s for s in (p.strip() for p in re.split(r"(?<=[.!?])\s+", text)) if s]
+
+
+def filter_spam(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Tokenize each sentence, score it with BERT (probability of class 1 = spam) and keep the
+    sentences below ``params.spam_threshold`` (default 0.5)."""
+    text = ctx.get(inputs["review"]).tobytes().decode("ascii", errors="replace")
+    rows = [encode(s) for s in sentences(text)]
+    ids, mask = bert_batch(rows, model_seq_len(ctx.model))
+    check_vocab(ctx.model, ids)
+    if rows:
+        spam = softmax(run_model(ctx.model, input_ids=ids, attention_mask=mask)["logits"])[:, 1]
+    else:
+        spam = np.zeros(0, dtype=np.float32)
+    keep = spam < float(ctx.params.get("spam_threshold", 0.5))
+    return {"input_ids": ids[keep], "attention_mask": mask[keep], "spam_prob": spam.astype(np.float32),
+            "num_kept": np.int64(np.count_nonzero(keep))}
+
+
+def score_sentiment(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
+    """BERT sentiment of the kept sentences; ``positive`` is the mean probability of class 1 (0.5, no
+    opinion, when every sentence was filtered out)."""
+    ids = ctx.get(inputs["input_ids"])
+    mask = ctx.get(inputs["attention_mask"])
+    if len(ids) == 0:
+        return {"logits": np.zeros((0, 2), dtype=np.float32), "positive": np.float32(0.5)}
+    logits = np.asarray(run_model(ctx.model, input_ids=ids, attention_mask=mask)["logits"], dtype=np.float32)
+    return {"logits": logits, "positive": np.float32(softmax(logits)[:, 1].mean())}
+
+
+def review_text(seed: int, n: int) -> str:
+    """``n`` sentences built from the fixed word lists, with one spam sentence somewhere for n >= 4."""
+    rng = np.random.default_rng([seed, 7])
+    out = [f"{OPENERS[rng.integers(len(OPENERS))]} {SUBJECTS[rng.integers(len(SUBJECTS))]} "
+           f"{VERDICTS[rng.integers(len(VERDICTS))]}{ENDINGS[rng.integers(len(ENDINGS))]}" for _ in range(n)]
+    if n >= 4:
+        out[int(rng.integers(n))] = SPAM[int(rng.integers(len(SPAM)))]
+    return " ".join(out)
+
+
+def make_inputs(seed: int = 0, scale: str = "small") -> dict[str, np.ndarray]:
+    """A review as ASCII bytes: uint8 ``[n]``, 4 sentences at small scale, 16 at full."""
+    text = review_text(seed, SENTENCES[check_scale(scale)])
+    return {"review": np.frombuffer(text.encode("ascii"), dtype=np.uint8).copy()}
