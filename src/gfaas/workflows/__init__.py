@@ -123,7 +123,7 @@ def run_local(name: str, seed: int = 0, scale: str = "small", *, inputs: Mapping
     Returns a dict with ``outputs`` (workflow output -> array; absent when its function was skipped),
     ``scalars`` (``"fn.output"`` -> float, for every scalar output of a function that ran), ``ran`` and
     ``skipped`` (function names, in execution order) and ``edges``: one entry per data edge that
-    carried data, ``{"from": "fn.output" or "input.NAME", "to": "fn.input", "nbytes": int}``.
+    carried data, ``{"from": "fn.output" or "input.NAME", "to": "fn.input", "nbytes", "dtype", "shape"}``.
     """
     doc = yaml.safe_load(spec_text(name))
     arrays = dict(inputs) if inputs is not None else make_inputs(name, seed, scale)
@@ -169,7 +169,8 @@ def run_local(name: str, seed: int = 0, scale: str = "small", *, inputs: Mapping
             values[f"{fn}.{oname}"] = arr
             if arr.ndim == 0 and arr.dtype.kind in "biuf":
                 scalars[f"{fn}.{oname}"] = float(arr)
-        edges.extend({"from": s, "to": f"{fn}.{i}", "nbytes": int(values[s].nbytes)} for i, s in feeds.items())
+        edges.extend({"from": s, "to": f"{fn}.{i}", "nbytes": int(values[s].nbytes), "dtype": str(values[s].dtype),
+                      "shape": list(values[s].shape)} for i, s in feeds.items())
         ran.append(fn)
     outputs = {k: values[src] for k, src in doc["outputs"].items() if _source(src)[0] not in skipped}
     return {"workflow": name, "outputs": outputs, "scalars": scalars, "ran": ran, "skipped": skipped, "edges": edges}

@@ -5,7 +5,9 @@ OCR works on dark pixels (grey level below :data:`DARK`): rows with dark pixels 
 columns with dark pixels inside a line form glyphs (every glyph of the font has contiguous inked
 columns and all glyphs are separated by at least one blank column), each glyph is sampled at the
 centres of its font cells and matched against the font, and the gap to the next glyph, less the
-blank columns the two glyphs carry, gives the number of spaces between them.
+blank columns the two glyphs carry, gives the number of spaces between them. The rendering scale is
+inferred from a line's height, so every line must hold at least one letter or digit (the glyphs that
+span all seven rows); punctuation-only lines are not supported.
 """
 
 from __future__ import annotations
