@@ -207,6 +207,14 @@ def test_median3x3_matches_direct_loop() -> None:
     np.testing.assert_array_equal(imaging.median3x3(batch)[1], imaging.median3x3(img[::-1]))
 
 
+@given(st.integers(0, 2**31))
+@settings(max_examples=30, deadline=None)
+def test_median3x3_with_ties_matches_np_median(seed: int) -> None:
+    """The selection network agrees with np.median on every window, also with many tied values."""
+    img = np.random.default_rng(seed).integers(0, 4, size=(5, 6, 2)).astype(np.uint8)
+    np.testing.assert_array_equal(imaging.median3x3(img), _filter_loop(img, np.median))
+
+
 def test_median3x3_removes_salt_and_pepper() -> None:
     """Isolated black/white pixels on a flat image vanish."""
     img = np.full((10, 10, 3), 100, dtype=np.uint8)

@@ -123,11 +123,21 @@ def _neighbours(img: np.ndarray) -> list[np.ndarray]:
     return [p[..., dy:dy + h, dx:dx + w, :] for dy in range(3) for dx in range(3)]
 
 
+# Compare-exchange pairs of a 19-step selection network whose slot 4 ends up holding the median of
+# nine values (Paeth's median-of-9 network, Graphics Gems; checked against np.median in the tests).
+_MEDIAN9 = ((1, 2), (4, 5), (7, 8), (0, 1), (3, 4), (6, 7), (1, 2), (4, 5), (7, 8), (0, 3), (5, 8), (4, 7),
+            (3, 6), (1, 4), (2, 5), (4, 7), (4, 2), (6, 4), (4, 2))
+
+
 def median3x3(img: np.ndarray) -> np.ndarray:
-    """Per-channel 3x3 median filter of ``[..., H, W, C]`` with replicated edges; keeps the dtype."""
-    a = np.asarray(img)
-    stack = np.stack(_neighbours(a), axis=0)
-    return np.partition(stack, 4, axis=0)[4]
+    """Per-channel 3x3 median filter of ``[..., H, W, C]`` with replicated edges; keeps the dtype.
+
+    Elementwise min/max over the nine shifted images (a selection network), a few times faster than
+    sorting the neighbourhoods."""
+    p = _neighbours(np.asarray(img))
+    for i, j in _MEDIAN9:
+        p[i], p[j] = np.minimum(p[i], p[j]), np.maximum(p[i], p[j])
+    return np.ascontiguousarray(p[4])
 
 
 def gaussian3x3(img: np.ndarray) -> np.ndarray:
