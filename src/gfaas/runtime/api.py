@@ -1,0 +1,74 @@
+"""The protocol between the HTTP gateway (and other front ends) and a workflow runtime.
+
+:class:`RuntimeAPI` is what :func:`gfaas.runtime.gateway.create_app` calls; :class:`~gfaas.runtime.local.LocalRuntime`
+implements it, and so can any fake used in tests. It is a structural :class:`typing.Protocol`: nothing
+has to inherit from it.
+
+Errors are part of the protocol (the gateway maps them to HTTP status codes):
+
+* :class:`~gfaas.errors.SpecError` - a bad spec, or inputs that do not fit the workflow (400);
+* :class:`~gfaas.errors.NotFound` - no such workflow or invocation (404);
+* :class:`~gfaas.errors.Overloaded` - a queue is full, the request was refused and may be retried (429);
+* :class:`TimeoutError` - :meth:`RuntimeAPI.result` waited ``timeout`` seconds without an outcome (504/202).
+
+A function that fails does not make :meth:`RuntimeAPI.result` raise: it returns an
+:class:`~gfaas.runtime.result.InvocationResult` with ``status == "failed"`` and ``error`` set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .result import InvocationResult
+
+__all__ = ["RuntimeAPI"]
+
+
+@runtime_checkable
+class RuntimeAPI(Protocol):
+    """What a workflow runtime offers to the gateway. Every method may be called from several threads."""
+
+    def deploy(self, spec_text: str) -> str:
+        """Deploy a workflow from its YAML or JSON spec text and return its name; ``SpecError`` if bad."""
+        ...
+
+    def workflows(self) -> list[str]:
+        """The names of the deployed workflows."""
+        ...
+
+    def describe(self, workflow: str) -> dict[str, Any]:
+        """A JSON-able description of a deployed workflow's spec; ``NotFound`` if not deployed."""
+        ...
+
+    def submit(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
+               transport: str | None = None) -> str:
+        """Start an invocation and return its ID.
+
+        Give either ``inputs`` (one array per declared input) or ``seed`` (the workflow's own
+        deterministic input generator). ``transport`` picks how data passes between functions for
+        this invocation (``"gfaas"`` or ``"redis"`` for the local runtime); ``None`` is the runtime's
+        default, and the gateway passes it only when the client named one.
+
+        Raises ``NotFound`` (workflow), ``SpecError`` (missing, extra or ill-typed inputs; both or
+        neither of inputs and seed), ``ConfigError`` (an unknown transport) or ``Overloaded`` (queue full).
+        """
+        ...
+
+    def status(self, invocation_id: str) -> str:
+        """``"queued"``, ``"running"``, ``"done"`` or ``"failed"``; ``NotFound`` for unknown IDs."""
+        ...
+
+    def result(self, invocation_id: str, timeout: float | None = None) -> InvocationResult:
+        """Wait for the invocation to finish (done or failed) and return its result.
+
+        Raises ``TimeoutError`` if it has not finished after ``timeout`` seconds (``None`` waits
+        forever, ``0`` does not wait) and ``NotFound`` for unknown IDs.
+        """
+        ...
+
+    def queue_depths(self) -> dict[str, int]:
+        """Requests waiting per function, keyed ``"workflow/function"``."""
+        ...
