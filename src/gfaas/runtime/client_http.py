@@ -1,0 +1,198 @@
+"""A small Python client of the HTTP gateway (needs ``httpx``).
+
+::
+
+    from gfaas.runtime.client_http import GatewayClient
+
+    with GatewayClient("http://127.0.0.1:8080") as gw:
+        name = gw.deploy(open("spec.yaml").read())
+        res = gw.invoke(name, {"x": np.arange(4, dtype=np.float32)})   # sync: an InvocationResult
+        inv = gw.invoke(name, seed=3, mode="async")                     # async: the invocation ID
+        res = gw.result(inv, timeout=60)
+
+HTTP errors become the runtime's own exceptions: 400/415/422 :class:`~gfaas.errors.SpecError`, 404
+:class:`~gfaas.errors.NotFound`, 429 :class:`~gfaas.errors.Overloaded`, 504 :class:`InvocationTimeout`
+(a :class:`TimeoutError` that carries the invocation ID); anything else :class:`GatewayHTTPError`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, Literal, overload
+
+import numpy as np
+
+from ..errors import DependencyMissing, GfaasError, NotFound, Overloaded, SpecError
+from .result import InvocationResult
+from .wire import decode_array, encode_array, result_from_document
+
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - httpx comes with the dev extra
+    raise DependencyMissing("gfaas.runtime.client_http needs httpx; pip install httpx") from exc
+
+__all__ = ["GatewayClient", "GatewayHTTPError", "InvocationTimeout", "decode_array", "encode_array"]
+
+_POLL_S = 30.0  # the longest single ?wait= of result() (the gateway caps waits at its max_timeout_s)
+
+
+class GatewayHTTPError(GfaasError):
+    """The gateway answered with an error status that has no closer exception."""
+
+    def __init__(self, status_code: int, body: Any, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.body = body
+
+
+class InvocationTimeout(TimeoutError):
+    """A sync invocation did not finish in time (HTTP 504); it goes on: fetch it with ``result(invocation_id)``."""
+
+    def __init__(self, invocation_id: str, message: str) -> None:
+        super().__init__(message)
+        self.invocation_id = invocation_id
+
+
+def _check(r: httpx.Response) -> Any:
+    """The JSON body of a successful answer; the matching exception otherwise."""
+    try:
+        body: Any = r.json()
+    except ValueError:
+        body = {"message": r.text}
+    if r.status_code < 400:
+        return body
+    message = body.get("message", r.text) if isinstance(body, dict) else r.text
+    text = f"gateway: HTTP {r.status_code}: {message}"
+    if r.status_code in (400, 415, 422):
+        raise SpecError(text)
+    if r.status_code == 404:
+        raise NotFound(text)
+    if r.status_code == 429:
+        raise Overloaded(text + f" (retry after {r.headers.get('retry-after', '?')} s)")
+    if r.status_code == 504 and isinstance(body, dict) and "invocation_id" in body:
+        raise InvocationTimeout(str(body["invocation_id"]), text)
+    raise GatewayHTTPError(r.status_code, body, text)
+
+
+class GatewayClient:
+    """Deploy, invoke and fetch results over the gateway's HTTP API.
+
+    Args:
+        url: the gateway's base URL (e.g. ``GatewayServer.url``).
+        timeout: seconds for each HTTP request beyond any wait the request itself asks the gateway for.
+        client: an ``httpx.Client`` to use instead (e.g. FastAPI's ``TestClient``); its own timeouts apply
+            (make them longer than the waits you ask for) and :meth:`close` leaves it open.
+    """
+
+    def __init__(self, url: str = "", *, timeout: float = 30.0, client: httpx.Client | None = None) -> None:
+        if client is None and not url:
+            raise ValueError("GatewayClient needs the gateway's url (or an httpx client)")
+        self._own = client is None
+        self._http = client if client is not None else httpx.Client(base_url=url, timeout=timeout)
+        self._timeout = timeout
+
+    def close(self) -> None:
+        if self._own:
+            self._http.close()
+
+    def __enter__(self) -> GatewayClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _timeout_for(self, wait: float) -> dict[str, Any]:
+        """The HTTP timeout of a request that asks the gateway to wait ``wait`` s (an injected client's own
+        timeouts apply as they are)."""
+        return {"timeout": self._timeout + wait} if self._own else {}
+
+    # -- workflows
+    def healthy(self) -> bool:
+        try:
+            return self._http.get("/healthz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def deploy(self, spec_text: str, content_type: str = "application/yaml") -> str:
+        """Deploy a spec (YAML or JSON text); returns the workflow's name."""
+        r = self._http.post("/v1/workflows", content=spec_text.encode("utf-8"),
+                            headers={"content-type": content_type})
+        return str(_check(r)["workflow"])
+
+    def workflows(self) -> list[str]:
+        return [str(n) for n in _check(self._http.get("/v1/workflows"))["workflows"]]
+
+    def describe(self, workflow: str) -> dict[str, Any]:
+        doc: dict[str, Any] = _check(self._http.get(f"/v1/workflows/{workflow}"))
+        return doc
+
+    # -- invocations
+    @staticmethod
+    def _body(inputs: Mapping[str, Any] | None, seed: int | None, transport: str | None) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if inputs is not None:
+            body["inputs"] = {k: encode_array(np.asarray(v)) for k, v in inputs.items()}
+        if seed is not None:
+            body["seed"] = int(seed)
+        if transport is not None:
+            body["transport"] = transport
+        return body
+
+    @overload
+    def invoke(self, workflow: str, inputs: Mapping[str, Any] | None = ..., *, seed: int | None = ...,
+               timeout: float | None = ..., transport: str | None = ...,
+               mode: Literal["sync"] = ...) -> InvocationResult: ...
+
+    @overload
+    def invoke(self, workflow: str, inputs: Mapping[str, Any] | None = ..., *, seed: int | None = ...,
+               timeout: float | None = ..., transport: str | None = ...,
+               mode: Literal["async"]) -> str: ...
+
+    def invoke(self, workflow: str, inputs: Mapping[str, Any] | None = None, *, seed: int | None = None,
+               timeout: float | None = None, transport: str | None = None,
+               mode: Literal["sync", "async"] = "sync") -> InvocationResult | str:
+        """Invoke ``workflow`` with ``inputs`` (name -> array) or ``seed``.
+
+        ``mode="sync"`` waits (the gateway's default, or ``timeout`` seconds) and returns the result
+        (``status`` may be ``"failed"``); on timeout it raises :class:`InvocationTimeout`.
+        ``mode="async"`` returns the invocation ID at once.
+        """
+        params: dict[str, Any] = {"mode": mode}
+        if timeout is not None and mode == "sync":
+            params["timeout"] = timeout
+        wait = (timeout if timeout is not None else 600.0) if mode == "sync" else 0.0
+        r = self._http.post(f"/v1/workflows/{workflow}/invocations", params=params,
+                            json=self._body(inputs, seed, transport), **self._timeout_for(wait))
+        doc = _check(r)
+        if mode == "async":
+            return str(doc["invocation_id"])
+        return result_from_document(doc)
+
+    def submit(self, workflow: str, inputs: Mapping[str, Any] | None = None, *, seed: int | None = None,
+               transport: str | None = None) -> str:
+        """``invoke(..., mode="async")``: the invocation ID."""
+        return self.invoke(workflow, inputs, seed=seed, transport=transport, mode="async")
+
+    def status(self, invocation_id: str) -> str:
+        return str(_check(self._http.get(f"/v1/invocations/{invocation_id}"))["status"])
+
+    def result(self, invocation_id: str, timeout: float | None = None) -> InvocationResult:
+        """Wait for the invocation's result (``None``: as long as it takes); ``TimeoutError`` after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
+            r = self._http.get(f"/v1/invocations/{invocation_id}/result", params={"wait": left},
+                               **self._timeout_for(left))
+            doc = _check(r)
+            if r.status_code == 200:
+                return result_from_document(doc)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise InvocationTimeout(invocation_id, f"invocation {invocation_id} still {doc.get('status')} "
+                                                       f"after {timeout} s")
+
+    def metrics(self) -> str:
+        r = self._http.get("/metrics")
+        if r.status_code >= 400:
+            _check(r)
+        return r.text
