@@ -61,6 +61,7 @@ class FakeRuntime:
         self.bug = ""
         self.depths: dict[str, int] = {}
         self.submits = 0
+        self.asked: list[str] = []  # invocation IDs passed to status() and result()
 
     def _maybe_bug(self, method: str) -> None:
         if self.bug == method:
@@ -146,6 +147,7 @@ class FakeRuntime:
 
     def _inv(self, invocation_id: str) -> _Inv:
         with self.lock:
+            self.asked.append(invocation_id)
             inv = self.invs.get(invocation_id)
         if inv is None:
             raise NotFound(f"no invocation {invocation_id!r} is known here")
@@ -408,14 +410,19 @@ def test_unknown_workflow_is_404(client: TestClient, path: str) -> None:
     assert r.status_code == 404 and r.json()["error"] == "not_found"
 
 
-@pytest.mark.parametrize("inv", ["inv-999999", "inv-000000x", "x" * 129, "..", "a b", "%00", "ünïcode",
-                                 "inv-000000%2F..", "'; DROP TABLE"])
-def test_unknown_and_forged_invocation_ids_are_404(client: TestClient, inv: str) -> None:
+@pytest.mark.parametrize("inv, well_formed", [
+    ("inv-999999", True), ("inv-000000x", True), ("a.b:c", True), ("..", False), ("x" * 129, False), ("a b", False), ("%00", False),
+    ("ünïcode", False), ("inv-000000%2F..", False), ("'; DROP TABLE", False), ("a%0Ab", False)])
+def test_unknown_and_forged_invocation_ids_are_404(client: TestClient, rt: FakeRuntime, inv: str,
+                                                   well_formed: bool) -> None:
     invoke(client, "double", {"seed": 1})  # inv-000000 exists
+    rt.asked.clear()
     for path in (f"/v1/invocations/{inv}", f"/v1/invocations/{inv}/result", f"/v1/invocations/{inv}/result?wait=1"):
         r = client.get(path)
         assert r.status_code == 404, (path, r.text)
         assert r.json()["error"] == "not_found"
+    # IDs that cannot be one never reach the runtime; well-formed unknown ones are the runtime's NotFound
+    assert bool(rt.asked) == well_formed, rt.asked
 
 
 def test_unknown_route_and_method_have_json_errors(client: TestClient) -> None:
@@ -522,6 +529,17 @@ def test_oversize_bodies_are_413(rt: FakeRuntime) -> None:
         assert rt.submits == 0 and "x" not in rt.specs
         small = {"inputs": {"x": arr_doc(np.zeros(10, np.float32))}}
         assert c.post("/v1/workflows/double/invocations", json=small).status_code == 200
+
+
+def test_declared_oversize_bodies_are_refused_before_the_app_sees_them(rt: FakeRuntime) -> None:
+    with TestClient(create_app(rt, max_body_bytes=100)) as c:
+        # the deploy endpoint would answer 415 for this content type; 413 shows it never ran
+        r = c.post("/v1/workflows", content=b"x" * 101, headers={"content-type": "application/x-www-form-urlencoded"})
+        assert r.status_code == 413
+        r = c.post("/v1/workflows", content=b"x" * 100, headers={"content-type": "application/x-www-form-urlencoded"})
+        assert r.status_code == 415
+        r = c.post("/v1/workflows", content=b"x", headers={"content-type": "application/yaml", "content-length": "x1"})
+        assert r.status_code == 400 and "Content-Length" in r.json()["message"]
 
 
 def test_overloaded_is_429_with_retry_after(rt: FakeRuntime) -> None:
