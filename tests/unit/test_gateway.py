@@ -4,12 +4,14 @@ metrics (parsed and counted exactly) and a real server with concurrent clients."
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import logging
 import math
 import re
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, get_args
@@ -62,6 +64,7 @@ class FakeRuntime:
         self.depths: dict[str, int] = {}
         self.submits = 0
         self.asked: list[str] = []  # invocation IDs passed to status() and result()
+        self.waiting = threading.Event()  # set when result() is about to wait
 
     def _maybe_bug(self, method: str) -> None:
         if self.bug == method:
@@ -161,6 +164,8 @@ class FakeRuntime:
     def result(self, invocation_id: str, timeout: float | None = None) -> InvocationResult:
         self._maybe_bug("result")
         inv = self._inv(invocation_id)
+        if timeout != 0:
+            self.waiting.set()
         if not inv.done.wait(timeout):
             raise TimeoutError(f"invocation {invocation_id} still running")
         assert inv.result is not None
@@ -879,6 +884,25 @@ def test_serve_survives_a_runtime_bug_and_stops_cleanly(rt: FakeRuntime) -> None
     with pytest.raises(httpx.ConnectError):
         httpx.get(gw.url + "/healthz")
     del big
+
+
+def test_stop_does_not_hang_on_a_request_still_waiting(rt: FakeRuntime) -> None:
+    gw = serve(rt, access_log=False, graceful_s=1)
+
+    def request() -> None:
+        with contextlib.suppress(httpx.HTTPError):  # the server goes away under it
+            httpx.post(gw.url + "/v1/workflows/held/invocations", params={"timeout": 600}, json={"seed": 1},
+                       timeout=60)
+
+    waiting = threading.Thread(target=request)
+    waiting.start()
+    assert rt.waiting.wait(10)  # the request is waiting inside the runtime
+    t0 = time.monotonic()
+    gw.stop(timeout=10)
+    assert time.monotonic() - t0 < 5 and not gw.running
+    rt.release()
+    waiting.join(30)
+    assert not waiting.is_alive()
 
 
 def test_serve_enforces_the_body_limit_on_a_real_socket(rt: FakeRuntime) -> None:

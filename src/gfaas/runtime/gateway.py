@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import json
 import logging
 import math
@@ -70,6 +71,9 @@ log = logging.getLogger("gfaas.gateway")
 MiB = 1 << 20
 T = TypeVar("T")
 
+# anyio >= 4.1 calls it abandon_on_cancel, earlier versions cancellable
+_ABANDON = "abandon_on_cancel" if "abandon_on_cancel" in inspect.signature(anyio.to_thread.run_sync).parameters \
+    else "cancellable"
 # An invocation ID as the gateway accepts it in a URL: anything else is answered 404 without asking the runtime.
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _SPEC_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain",
@@ -316,7 +320,8 @@ class _Gateway:
             limiter = self._limiters.get(loop)
             if limiter is None:
                 limiter = self._limiters[loop] = anyio.CapacityLimiter(self._max_waiters)
-        return await anyio.to_thread.run_sync(fn, limiter=limiter)
+        # abandoned on cancel (server shutdown): the thread finishes its bounded wait on its own
+        return await anyio.to_thread.run_sync(fn, limiter=limiter, **{_ABANDON: True})
 
 
 # -- the ASGI guard: body size limit and the last line of defence against unexpected exceptions
@@ -700,7 +705,8 @@ class GatewayServer:
 
     @property
     def running(self) -> bool:
-        return self._thread.is_alive() and self._server.started and not self._server.should_exit
+        """Whether the server thread is still alive (after :meth:`stop` returns it should not be)."""
+        return self._thread.is_alive()
 
     def __enter__(self) -> GatewayServer:
         return self
