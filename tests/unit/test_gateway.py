@@ -835,6 +835,17 @@ def test_serve_binds_loopback_on_a_free_port(server: Any) -> None:
     assert httpx.get(server.url + "/healthz").json() == {"status": "ok"}
 
 
+def test_serve_answers_small_requests_without_nagle_delays(server: Any) -> None:
+    """Without TCP_NODELAY on the server's connections every answer waits ~40 ms for a delayed ACK."""
+    with httpx.Client(base_url=server.url) as http:
+        http.get("/healthz")
+        t0 = time.perf_counter()
+        for _ in range(20):
+            assert http.get("/healthz").status_code == 200
+            assert invoke(http, "double", {"seed": 1}).status_code == 200
+        assert time.perf_counter() - t0 < 0.8  # 40 requests: ~1.6 s with the delays, ~0.1 s without
+
+
 def test_serve_with_concurrent_clients_loses_and_duplicates_nothing(server: Any, rt: FakeRuntime) -> None:
     n, threads = 200, 16
 

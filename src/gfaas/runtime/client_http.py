@@ -17,6 +17,7 @@ HTTP errors become the runtime's own exceptions: 400/415/422 :class:`~gfaas.erro
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Mapping
 from typing import Any, Literal, overload
@@ -89,7 +90,10 @@ class GatewayClient:
         if client is None and not url:
             raise ValueError("GatewayClient needs the gateway's url (or an httpx client)")
         self._own = client is None
-        self._http = client if client is not None else httpx.Client(base_url=url, timeout=timeout)
+        if client is None:  # TCP_NODELAY: a request's headers and body go out without waiting for an ACK
+            nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+            client = httpx.Client(base_url=url, timeout=timeout, transport=httpx.HTTPTransport(socket_options=nodelay))
+        self._http = client
         self._timeout = timeout
 
     def close(self) -> None:

@@ -718,7 +718,9 @@ class GatewayServer:
 def _bind(host: str, port: int) -> socket.socket:
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on TCP-proto sockets, and without it
+    # Nagle's algorithm and delayed ACKs add 40 ms to every response
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
