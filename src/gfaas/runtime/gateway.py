@@ -466,7 +466,8 @@ def create_app(runtime: RuntimeAPI, *, max_body_bytes: int = 256 * MiB, default_
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"field": _field_name(e.get("loc", ())), "message": str(e.get("msg", ""))} for e in exc.errors()]
+        errors = [{"field": _field_name(e.get("loc", ())), "message": str(e.get("msg", "")).removeprefix("Value error, ")}
+                  for e in exc.errors()]
         for e, raw in zip(errors, exc.errors(), strict=True):
             if raw.get("type") == "json_invalid":
                 e["field"] = "body"
@@ -478,7 +479,8 @@ def create_app(runtime: RuntimeAPI, *, max_body_bytes: int = 256 * MiB, default_
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large",
+                415: "unsupported_media_type"}.get(exc.status_code, "http_error")
         message = str(exc.detail) if exc.status_code != 404 else \
             f"no such endpoint: {request.method} {request.url.path} (see /docs or docs/gateway.md)"
         return _error(exc.status_code, code, message, exc.headers)

@@ -94,7 +94,7 @@ def decode_array(doc: Any, field: str = "array") -> np.ndarray:
     dtype = np.dtype(dtype_name).newbyteorder("<")
     count = math.prod(dims)
     if count * dtype.itemsize != len(raw):
-        raise WireError(f"{field}: shape {dims} of {dtype_name} needs {count * dtype.itemsize} bytes but data_b64 "
+        raise WireError(f"{field}: shape {list(dims)} of {dtype_name} needs {count * dtype.itemsize} bytes but data_b64 "
                         f"decodes to {len(raw)}; send the array's raw C-order little-endian bytes "
                         "(numpy: base64.b64encode(a.tobytes()))")
     if dtype_name == "bool" and raw and max(raw) > 1:
