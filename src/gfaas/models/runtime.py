@@ -1,0 +1,156 @@
+"""Running zoo models: :func:`load` and :class:`Model`, a checked wrapper over an onnxruntime session."""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from ..errors import ConfigError, DependencyMissing
+from . import cache, zoo
+
+log = logging.getLogger("gfaas.models")
+
+_ORT_DTYPES = {"tensor(float)": np.dtype(np.float32), "tensor(int64)": np.dtype(np.int64)}
+_DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
+
+
+def _providers(device: str) -> list[str | tuple[str, dict[str, str]]]:
+    m = _DEVICE.match(device) if isinstance(device, str) else None
+    if m is None or (m.group(1) == "cpu" and m.group(2) is not None):
+        raise ConfigError(f"device {device!r} is not understood: use 'cpu' or 'cuda:N' (e.g. 'cuda:0')")
+    if m.group(1) == "cpu":
+        return ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise DependencyMissing(
+            f"device {device!r} needs onnxruntime's CUDAExecutionProvider, which this onnxruntime "
+            f"({ort.__version__}, providers {ort.get_available_providers()}) lacks; install the gpu extra and the "
+            "GPU build of onnxruntime: pip install 'gfaas[gpu]' onnxruntime-gpu")
+    return [("CUDAExecutionProvider", {"device_id": m.group(2) or "0"}), "CPUExecutionProvider"]
+
+
+class Model:
+    """A zoo model in an onnxruntime session: ``model(**feeds) -> {output name: array}``.
+
+    Feeds are checked before they reach onnxruntime (names, dtypes, ranks, fixed dims, consistent
+    symbolic dims, token ids inside the vocabulary) so a mistake gets a :class:`ConfigError` that names
+    the input and the fix instead of an onnxruntime status string.
+    """
+
+    def __init__(self, name: str, scale: str, seed: int, model_path: Path, session: ort.InferenceSession,
+                 device: str) -> None:
+        self.name = name
+        self.scale = scale
+        self.seed = seed
+        self.path = model_path
+        self.session = session
+        self.device = device
+        self.info = zoo.info(name, scale)
+        self._inputs = {i.name: (tuple(i.shape), _ORT_DTYPES[i.type]) for i in session.get_inputs()}
+        self.output_names = tuple(o.name for o in session.get_outputs())
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r}, scale={self.scale!r}, seed={self.seed}, device={self.device!r})"
+
+    def _check(self, feeds: dict[str, object]) -> dict[str, np.ndarray]:
+        want = list(self._inputs)
+        unknown = sorted(set(feeds) - set(want))
+        missing = [k for k in want if k not in feeds]
+        if unknown or missing:
+            raise ConfigError(f"model {self.name!r} takes inputs {want}; "
+                              + (f"unknown {unknown}" if unknown else "")
+                              + ("; " if unknown and missing else "")
+                              + (f"missing {missing}" if missing else ""))
+        out: dict[str, np.ndarray] = {}
+        sizes: dict[str, tuple[int, str]] = {}
+        for k, (shape, dtype) in self._inputs.items():
+            v = np.asarray(feeds[k])
+            if v.dtype != dtype:
+                raise ConfigError(f"model {self.name!r} input {k!r} has dtype {v.dtype}, expected {dtype}: "
+                                  f"pass x.astype(np.{dtype})")
+            if v.ndim != len(shape):
+                raise ConfigError(f"model {self.name!r} input {k!r} has shape {list(v.shape)} (rank {v.ndim}), "
+                                  f"expected rank {len(shape)}: {list(shape)}")
+            for axis, (dim, got) in enumerate(zip(shape, v.shape, strict=True)):
+                if got == 0:
+                    raise ConfigError(f"model {self.name!r} input {k!r} is empty along axis {axis} "
+                                      f"(shape {list(v.shape)}); feed at least one row")
+                if isinstance(dim, int):
+                    if got != dim:
+                        raise ConfigError(f"model {self.name!r} input {k!r} has shape {list(v.shape)}, "
+                                          f"expected {list(shape)} (axis {axis} must be {dim})")
+                elif isinstance(dim, str):
+                    seen = sizes.setdefault(dim, (got, k))
+                    if seen[0] != got:
+                        raise ConfigError(f"model {self.name!r}: dim {dim!r} is {seen[0]} in {seen[1]!r} but {got} "
+                                          f"in {k!r}; inputs sharing a dim must agree")
+            out[k] = v
+        self._check_tokens(out, sizes)
+        return out
+
+    def _check_tokens(self, feeds: dict[str, np.ndarray], sizes: dict[str, tuple[int, str]]) -> None:
+        info = self.info
+        if info.max_seq_len is not None and "L" in sizes and sizes["L"][0] > info.max_seq_len:
+            raise ConfigError(f"model {self.name!r}: sequence length {sizes['L'][0]} exceeds the "
+                              f"{info.max_seq_len} position embeddings; truncate to {info.max_seq_len}")
+        ids = feeds.get("input_ids")
+        if ids is not None and info.vocab_size is not None:
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < 0 or hi >= info.vocab_size:
+                bad = lo if lo < 0 else hi
+                raise ConfigError(f"model {self.name!r}: token id {bad} is outside the vocabulary "
+                                  f"[0, {info.vocab_size}); map unknown tokens to an id below {info.vocab_size}")
+        mask = feeds.get("attention_mask")
+        if mask is not None and not np.isin(mask, (0, 1)).all():
+            raise ConfigError(f"model {self.name!r}: attention_mask must hold only 0 (padding) and 1 (token)")
+
+    def __call__(self, **feeds: np.ndarray) -> dict[str, np.ndarray]:
+        checked = self._check(dict(feeds))
+        values = self.session.run(None, checked)
+        return {k: np.asarray(v) for k, v in zip(self.output_names, values, strict=True)}
+
+    def example_inputs(self, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
+        """Deterministic inputs of the default shapes with ``batch`` rows: standard-normal images and
+        features, uniform token ids, an all-ones attention mask."""
+        if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
+            raise ConfigError(f"batch {batch!r} must be a positive integer, e.g. batch=1")
+        rng = np.random.default_rng(zoo.check_seed(seed))
+        sig = zoo.signature(self.name, self.scale)
+        out: dict[str, np.ndarray] = {}
+        for k, s in sig.inputs.items():
+            shape, dtype = sig.concrete(s, int(batch))
+            dims = tuple(int(d) for d in shape)
+            if k == "input_ids":
+                out[k] = rng.integers(0, self.info.vocab_size or 2, size=dims, dtype=np.int64)
+            elif k == "attention_mask":
+                out[k] = np.ones(dims, np.int64)
+            else:
+                out[k] = rng.standard_normal(dims, dtype=np.float32)
+        return out
+
+
+def load(name: str, scale: str = "small", seed: int = 0, device: str = "cpu",
+         cache_dir: str | os.PathLike[str] | None = None, threads: int | None = None) -> Model:
+    """The model ``name`` at ``scale`` (built and cached on first use) in an onnxruntime session on
+    ``device`` ('cpu' or 'cuda:N'); ``threads`` caps onnxruntime's intra-op threads (default: its own
+    choice, one per core)."""
+    name, scale, seed = zoo.check_name(name), zoo.check_scale(scale), zoo.check_seed(seed)
+    providers = _providers(device)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)
+                                or threads < 1):
+        raise ConfigError(f"threads {threads!r} must be a positive integer or None (onnxruntime's default)")
+    p = cache.path(name, scale, seed, cache_dir)
+    opts = ort.SessionOptions()
+    # onnxruntime writes its own warnings to stderr; a library must stay quiet unless it fails.
+    opts.log_severity_level = 3
+    if threads is not None:
+        opts.intra_op_num_threads = int(threads)
+        opts.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(p), sess_options=opts, providers=providers)
+    log.debug("loaded %s on %s", p.name, device)
+    return Model(name, scale, seed, p, session, device)
