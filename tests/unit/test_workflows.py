@@ -301,10 +301,27 @@ def test_detect_objects_thresholds_nms_and_saliency() -> None:
     scores[:, 3] = [0.8, 0.7, 0.95, 0.9, 0.05]
     scores[0, 0] = 0.2  # person lower than motorcycle: class 3 wins
     p = detection.DetectParams(score_threshold=0.1)
-    d = detection.detect_objects(boxes, scores, frame, (50, 50), (0, 2, 3, 5, 7), p)
+    d = detection.detect_objects(boxes, scores, frame, (50, 50), ((0,), (2, 3, 5, 7)), p)
     np.testing.assert_allclose(d, [[40, 20, 120, 60, 0.8, 3]])
-    d_person = detection.detect_objects(boxes, scores, frame, (50, 50), (0,), p)
+    d_person = detection.detect_objects(boxes, scores, frame, (50, 50), ((0,),), p)
     np.testing.assert_allclose(d_person, [[40, 20, 120, 60, 0.2, 0]])
+
+
+def test_detect_objects_caps_each_group() -> None:
+    """At most max_detections per class group survive, best first, so a group with higher scores all
+    round cannot crowd out another: three disjoint cars and two disjoint people, cap 2."""
+    frame = np.full((40, 200, 3), 0.4, dtype=np.float32)
+    frame[:, :] = [0.9, 0.1, 0.1]  # all coloured
+    boxes = np.array([[20 + 40 * i, 20, 20, 20] for i in range(5)], dtype=np.float32)
+    scores = np.zeros((5, 80), dtype=np.float32)
+    scores[[0, 1, 2], 2] = [0.9, 0.95, 0.8]   # cars
+    scores[[3, 4], 0] = [0.3, 0.4]            # people, all below every car
+    p = detection.DetectParams(score_threshold=0.1, max_detections=2)
+    d = detection.detect_objects(boxes, scores, frame, (40, 200), ((0,), (2, 3, 5, 7)), p)
+    assert d[:, 4].tolist() == pytest.approx([0.95, 0.9, 0.4, 0.3])
+    assert d[:, 5].tolist() == [2, 2, 0, 0]
+    one = detection.detect_objects(boxes, scores, frame, (40, 200), ((0, 2, 3, 5, 7),), p)
+    assert one[:, 5].tolist() == [2, 2]
 
 
 def test_detect_params_from_spec_params() -> None:
@@ -587,21 +604,26 @@ def test_driving_overlay_matches_classes() -> None:
 
 
 def test_yelp_filters_spam_rows() -> None:
-    """Sentences at or over the spam threshold are dropped before sentiment; a threshold of 0 drops all
-    and the sentiment stage reports no opinion (0.5)."""
+    """A sentence is dropped iff BERT's spam probability reaches the threshold and it carries an
+    advertising marker; with a threshold of 0 that is exactly the planted advertising sentence, with
+    a threshold above every probability nothing is dropped."""
     from gfaas.workflows import yelp
 
     model = StubModel("bert_base")
     review = workflows.make_inputs("yelp")["review"]
+    parts = sentences(review.tobytes().decode())
+    ads = [yelp.has_ad_marker(x) for x in parts]
+    assert len(parts) == 4 and sum(ads) == 1 and sum(x in yelp.SPAM for x in parts) == 1
     outs = {}
-    for thr in (0.5, 0.0):
+    for thr in (0.0, 1.01):
         ctx, refs = in_process_context({"review": review}, params={"spam_threshold": thr}, model=model)
         outs[thr] = yelp.filter_spam(ctx, refs)
-    kept = outs[0.5]
-    assert kept["num_kept"] == (kept["spam_prob"] < 0.5).sum() == len(kept["input_ids"])
-    assert outs[0.0]["num_kept"] == 0 and outs[0.0]["input_ids"].shape == (0, 32)
-    ctx, refs = in_process_context({"input_ids": outs[0.0]["input_ids"],
-                                    "attention_mask": outs[0.0]["attention_mask"]}, model=model)
+    assert outs[0.0]["num_kept"] == 3 and outs[0.0]["input_ids"].shape == (3, 32)
+    kept_text = [text.decode(row) for row in outs[0.0]["input_ids"]]
+    assert kept_text == [x for x, ad in zip(parts, ads, strict=True) if not ad]
+    assert outs[1.01]["num_kept"] == 4 and outs[0.0]["spam_prob"].shape == (4,)
+    empty = np.zeros((0, 32), dtype=np.int64)
+    ctx, refs = in_process_context({"input_ids": empty, "attention_mask": empty}, model=model)
     assert yelp.score_sentiment(ctx, refs)["positive"] == np.float32(0.5)
 
 
@@ -720,3 +742,21 @@ def test_run_local_checks_declared_types() -> None:
 
     with pytest.raises(SpecError, match=r"function 'a' output 'y': dtype int64, declared float64"):
         workflows.run_local("chain", inputs={"x": np.ones(3, dtype=np.int64)}, models={"m": object()})
+
+
+@pytest.mark.skipif(not HAVE_ZOO, reason="gfaas.models (the model zoo) is not in this checkout yet")
+def test_zoo_branches_follow_the_inputs() -> None:
+    """With the zoo's small models: a busy road runs both recognisers, an empty road skips both; a
+    caption runs BERT, a blank image skips it; the ensemble's probabilities sum to 1."""
+    r = workflows.run_local("traffic", 0)
+    assert r["skipped"] == [] and r["scalars"]["detect.num_persons"] > 0 and r["scalars"]["detect.num_vehicles"] > 0
+    assert len(r["outputs"]["persons"]) == r["scalars"]["detect.num_persons"]
+    empty = {"video": scenes.road_frames(5, 8, scenes.SMALL_HW, vehicles=0, persons=0)}
+    assert workflows.run_local("traffic", inputs=empty)["skipped"] == ["recog_person", "recog_vehicle"]
+    r = workflows.run_local("social", 0)
+    assert r["ran"] == ["ocr", "bert"] and r["outputs"]["sentiment"].sum() == pytest.approx(1.0)
+    blank = {"image": np.full((96, 128, 3), 230, dtype=np.uint8)}
+    assert workflows.run_local("social", inputs=blank)["skipped"] == ["bert"]
+    assert workflows.run_local("image", 0)["outputs"]["probs"].sum() == pytest.approx(1.0, abs=1e-5)
+    r = workflows.run_local("yelp", 0)
+    assert r["scalars"]["bert_filter.num_kept"] == 3 and r["outputs"]["sentiment"].shape == (3, 2)

@@ -67,9 +67,7 @@ _MODELS: dict[tuple[str, str], Any] = {}
 def _zoo(model: str, scale: str) -> Any:
     key = (model, scale)
     if key not in _MODELS:
-        from .. import models  # type: ignore[attr-defined]
-
-        _MODELS[key] = models.load(model, scale=scale)
+        _MODELS[key] = importlib.import_module("gfaas.models").load(model, scale=scale)
     return _MODELS[key]
 
 

@@ -20,12 +20,15 @@ def scaled(ctx: Context, key: str, default: Any = None) -> Any:
 
 
 def run_model(model: Any, **feeds: np.ndarray) -> dict[str, np.ndarray]:
-    """Call ``model(**feeds)``; when its inputs declare a fixed batch size (``model.info.inputs``), feed
+    """Call ``model(**feeds)``; when its inputs declare a fixed batch size (``model.info.dynamic_inputs``,
+    else ``model.info.inputs``), feed
     the rows in chunks of that size (the last chunk padded by repeating its last row) and stitch the
     outputs back together."""
     n = len(next(iter(feeds.values())))
     first = next(iter(feeds))
-    b = model.info.inputs[first][0][0]
+    # the zoo's ``info.inputs`` holds example shapes (batch 1); ``dynamic_inputs`` says what is fixed
+    declared = getattr(model.info, "dynamic_inputs", None) or model.info.inputs
+    b = declared[first][0][0]
     if not isinstance(b, int) or b <= 0 or b == n:
         return {k: np.asarray(v) for k, v in model(**feeds).items()}
     parts: dict[str, list[np.ndarray]] = {}

@@ -103,13 +103,13 @@ def saturated_fraction(table: np.ndarray, boxes: np.ndarray) -> np.ndarray:
 class DetectParams:
     """Thresholds of :func:`detect_objects` (all overridable through a function's ``params:``)."""
 
-    score_threshold: float = 0.0   # minimum class score among the classes of interest
+    score_threshold: float = 0.25  # minimum class score (the zoo's YOLO gives probabilities in [0, 1])
     iou_threshold: float = 0.45    # NMS overlap above which the lower-scored box is dropped
     min_side: float = 4.0          # boxes narrower or shorter than this many frame pixels are dropped
     max_side_frac: float = 0.5     # ... and so are boxes wider/taller than this fraction of the frame
     saturation: float = 0.25       # a pixel is "coloured" when max - min channel exceeds this
     min_coloured: float = 0.3      # a box needs at least this fraction of coloured pixels
-    max_detections: int = 4        # per frame, highest scores first
+    max_detections: int = 3        # per frame and class group, highest scores first
 
     @classmethod
     def from_params(cls, params: object) -> DetectParams:
@@ -121,19 +121,21 @@ class DetectParams:
 
 
 def detect_objects(boxes: np.ndarray, scores: np.ndarray, frame: np.ndarray, input_hw: tuple[int, int],
-                   classes: Sequence[int], p: DetectParams = DetectParams()) -> np.ndarray:
+                   groups: Sequence[Sequence[int]], p: DetectParams = DetectParams()) -> np.ndarray:
     """One frame's detections from a detector's raw outputs.
 
     ``boxes`` ``[K, 4]`` are centre/size in detector-input pixels (the input was ``input_hw``, resized
-    from ``frame`` ``[H, W, 3]`` in [0, 1]); ``scores`` ``[K, C]``. Only ``classes`` are considered.
+    from ``frame`` ``[H, W, 3]`` in [0, 1]); ``scores`` ``[K, C]``. Only the classes listed in
+    ``groups`` are considered (e.g. ``((0,), (2, 3, 5, 7))``: people, and vehicles of four kinds).
     Steps: each box takes its best class of interest; boxes are mapped to frame pixels and clipped;
-    too small, too large, low-scoring or uncoloured boxes are dropped; class-wise greedy NMS; the
-    ``max_detections`` highest-scoring survivors are kept. Returns ``[D, 6]`` float32 rows
-    ``(x1, y1, x2, y2, score, class)`` sorted by descending score (ties: lower candidate index).
+    too small, too large, low-scoring or uncoloured boxes are dropped; class-wise greedy NMS; in each
+    group the ``max_detections`` highest-scoring survivors are kept (one class with higher scores all
+    round cannot crowd out another group). Returns ``[D, 6]`` float32 rows ``(x1, y1, x2, y2, score,
+    class)`` sorted by descending score (ties: lower candidate index).
     """
     fh, fw = frame.shape[:2]
     ih, iw = input_hw
-    cls_idx = np.asarray(classes, dtype=np.int64)
+    cls_idx = np.asarray([c for g in groups for c in g], dtype=np.int64)
     s = np.asarray(scores, dtype=np.float32)[:, cls_idx]
     best = np.argmax(s, axis=1)
     score = s[np.arange(len(s)), best]
@@ -148,10 +150,13 @@ def detect_objects(boxes: np.ndarray, scores: np.ndarray, frame: np.ndarray, inp
         frac = saturated_fraction(saturation_integral(frame, p.saturation), xyxy[cand])
         cand = cand[frac >= p.min_coloured]
     kept: list[int] = []
-    for c in np.unique(label[cand]):
-        members = cand[label[cand] == c]
-        kept.extend(int(i) for i in members[nms(xyxy[members], score[members], p.iou_threshold)])
-    kept_arr = np.asarray(sorted(kept, key=lambda i: (-float(score[i]), i))[:p.max_detections], dtype=np.int64)
+    for group in groups:
+        survivors: list[int] = []
+        for c in group:
+            members = cand[label[cand] == c]
+            survivors.extend(int(i) for i in members[nms(xyxy[members], score[members], p.iou_threshold)])
+        kept.extend(sorted(survivors, key=lambda i: (-float(score[i]), i))[:p.max_detections])
+    kept_arr = np.asarray(sorted(kept, key=lambda i: (-float(score[i]), i)), dtype=np.int64)
     out = np.zeros((len(kept_arr), 6), dtype=np.float32)
     if len(kept_arr):
         out[:, :4] = xyxy[kept_arr]
@@ -160,7 +165,7 @@ def detect_objects(boxes: np.ndarray, scores: np.ndarray, frame: np.ndarray, inp
     return out
 
 
-def detect_in_frames(model: Any, frames: np.ndarray, batch: np.ndarray | None, classes: Sequence[int],
+def detect_in_frames(model: Any, frames: np.ndarray, batch: np.ndarray | None, groups: Sequence[Sequence[int]],
                      p: DetectParams) -> np.ndarray:
     """Run a YOLO ``model`` over ``frames`` (float ``[T, H, W, 3]`` in [0, 1]) and post-process each
     frame with :func:`detect_objects`. ``batch`` is the already prepared detector input; it is rebuilt
@@ -174,7 +179,7 @@ def detect_in_frames(model: Any, frames: np.ndarray, batch: np.ndarray | None, c
     out = run_model(model, image=batch)
     rows = []
     for t in range(len(frames)):
-        d = detect_objects(out["boxes"][t], out["scores"][t], frames[t], hw, classes, p)
+        d = detect_objects(out["boxes"][t], out["scores"][t], frames[t], hw, groups, p)
         rows.append(np.concatenate([np.full((len(d), 1), t, dtype=np.float32), d], axis=1))
     return np.concatenate(rows, axis=0)
 

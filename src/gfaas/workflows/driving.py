@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.context import Context
-from ._util import run_model, scaled
+from ._util import run_model
 from .imaging import colourise, gaussian3x3, median3x3, model_image_hw, resize, to_model_input
 from .scenes import FULL_HW, SMALL_HW, check_scale, road_frames
 
@@ -34,10 +34,10 @@ def denoise(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def segment(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
-    """FCN over the frames resized to the model's input: per-class logits ``[T, 21, h, w]``."""
+    """FCN over the frames resized to the model's input size (``info.inputs``; 224x224 at full scale):
+    per-class logits ``[T, 21, h, w]``."""
     frames = ctx.get(inputs["frames"])
-    size = scaled(ctx, "size")
-    hw = model_image_hw(ctx.model, fallback=None if size is None else (int(size[0]), int(size[1])))
+    hw = model_image_hw(ctx.model)
     if len(frames) == 0:
         return {"logits": np.zeros((0, 21, *hw), dtype=np.float32)}
     logits = run_model(ctx.model, image=to_model_input(frames, *hw))["logits"]

@@ -16,15 +16,19 @@ from typing import Any
 import numpy as np
 
 # Input sides per scale: the zoo's full-scale sizes; small matches the zoo's small scale.
-SIDES = {"small": {"yolo": 64, "fcn": 64, "default": 64}, "full": {"yolo": 416, "fcn": 520, "default": 224}}
+SIDES = {"small": {"yolo": 64, "default": 64}, "full": {"yolo": 416, "default": 224}}
 SEQ_LEN = {"small": 32, "full": 128}
 OUTPUTS = {"resnet50": 1000, "efficientnet_b0": 1000, "vit_b16": 1000}
 
 
 @dataclass(frozen=True)
 class StubInfo:
+    """Like the zoo's ``ModelInfo``: ``inputs`` holds example shapes (batch 1), ``dynamic_inputs`` the
+    graph's shapes with symbolic (str) dimensions."""
+
     name: str
     inputs: dict[str, tuple[tuple[int, ...], str]]
+    dynamic_inputs: dict[str, tuple[tuple[int | str, ...], str]]
     vocab_size: int | None = None
     outputs: tuple[str, ...] = field(default=())
 
@@ -37,13 +41,15 @@ class StubModel:
         rng = np.random.default_rng(zlib.crc32(name.encode()))
         if name == "bert_base":
             n = SEQ_LEN[scale]
-            self.info = StubInfo(name, {"input_ids": ((-1, n), "int64"), "attention_mask": ((-1, n), "int64")},
+            self.info = StubInfo(name, {"input_ids": ((1, n), "int64"), "attention_mask": ((1, n), "int64")},
+                                 {"input_ids": (("N", "L"), "int64"), "attention_mask": (("N", "L"), "int64")},
                                  30522, ("hidden", "pooled", "logits"))
             self._emb = rng.normal(size=(30522, 8)).astype(np.float32)
             self._w = rng.normal(size=(8, 2)).astype(np.float32)
             return
         side = SIDES[scale].get(name, SIDES[scale]["default"])
-        self.info = StubInfo(name, {"image": ((-1, 3, side, side), "float32")}, None,
+        self.info = StubInfo(name, {"image": ((1, 3, side, side), "float32")},
+                             {"image": (("N", 3, side, side), "float32")}, None,
                              ("boxes", "scores") if name == "yolo" else ("logits",))
         self._w = rng.normal(size=(3, 21 if name == "fcn" else OUTPUTS.get(name, 1000))).astype(np.float32)
         self.side = side

@@ -41,7 +41,7 @@ def detect(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
     frames = ctx.get(inputs["frames"])
     batch = ctx.get(inputs["batch"])
     p = DetectParams.from_params(ctx.params)
-    dets = detect_in_frames(ctx.model, frames, batch, (PERSON, *VEHICLES), p)
+    dets = detect_in_frames(ctx.model, frames, batch, ((PERSON,), VEHICLES), p)
     size = int(scaled(ctx, "crop_size"))
     is_person = dets[:, 6] == PERSON
     return {

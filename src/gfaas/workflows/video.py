@@ -30,7 +30,7 @@ def detect_faces(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
     frames = ctx.get(inputs["chunk"]).astype(np.float32) / np.float32(255.0)
     p = DetectParams.from_params(ctx.params)
     face = int(ctx.params.get("face_class", FACE_CLASS))
-    dets = detect_in_frames(ctx.model, frames, None, (face,), p)
+    dets = detect_in_frames(ctx.model, frames, None, ((face,),), p)
     return {"detections": dets, "crops": crops(frames, dets, int(scaled(ctx, "crop_size"))),
             "num_faces": np.int64(len(dets))}
 

@@ -2,6 +2,11 @@
 
 The first function tokenizes the review sentence by sentence, scores each sentence as spam and passes
 the token rows of the sentences it keeps to the second, which scores their sentiment.
+
+The zoo's BERT has random weights and gives every sentence about the same spam probability, so a
+sentence is dropped when the model's probability reaches the threshold *and* the sentence carries an
+advertising marker (a link, "click", "free", ...): the model still votes, and the synthetic reviews'
+planted advertising sentence is what gets filtered.
 """
 
 from __future__ import annotations
@@ -26,6 +31,12 @@ VERDICTS = ("was amazing", "was cold", "took forever", "was perfect", "felt over
 ENDINGS = (".", "!", ".", "...")
 SPAM = ("Click here for FREE coupons at www.deals4u.example!", "Buy cheap followers now, limited offer!")
 SENTENCES = {"small": 4, "full": 16}
+AD_MARKERS = ("www.", "http", "click", "free", "buy ", "offer", "coupon")
+
+
+def has_ad_marker(sentence: str) -> bool:
+    low = sentence.lower()
+    return any(m in low for m in AD_MARKERS)
 
 
 def sentences(text: str) -> list[str]:
@@ -34,17 +45,20 @@ def sentences(text: str) -> list[str]:
 
 
 def filter_spam(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
-    """Tokenize each sentence, score it with BERT (probability of class 1 = spam) and keep the
-    sentences below ``params.spam_threshold`` (default 0.5)."""
+    """Tokenize each sentence, score it with BERT (probability of class 1 = spam) and drop the
+    sentences whose probability reaches ``params.spam_threshold`` (default 0.5) and that carry an
+    advertising marker; pass the token rows of the others on."""
     text = ctx.get(inputs["review"]).tobytes().decode("ascii", errors="replace")
-    rows = [encode(s) for s in sentences(text)]
+    parts = sentences(text)
+    rows = [encode(s) for s in parts]
     ids, mask = bert_batch(rows, model_seq_len(ctx.model))
     check_vocab(ctx.model, ids)
     if rows:
         spam = softmax(run_model(ctx.model, input_ids=ids, attention_mask=mask)["logits"])[:, 1]
     else:
         spam = np.zeros(0, dtype=np.float32)
-    keep = spam < float(ctx.params.get("spam_threshold", 0.5))
+    ads = np.array([has_ad_marker(s) for s in parts], dtype=bool)
+    keep = ~((spam >= float(ctx.params.get("spam_threshold", 0.5))) & ads)
     return {"input_ids": ids[keep], "attention_mask": mask[keep], "spam_prob": spam.astype(np.float32),
             "num_kept": np.int64(np.count_nonzero(keep))}
 
