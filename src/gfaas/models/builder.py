@@ -80,14 +80,14 @@ class GraphBuilder:
             self.initializers.append(numpy_helper.from_array(arr, name))
         return name
 
-    def const(self, base: str, value: np.ndarray | Sequence[int] | Sequence[float]) -> str:
+    def const(self, base: str, value: np.ndarray | Sequence[int] | Sequence[float], share: bool = False) -> str:
         """A non-trainable constant (shapes, grids, anchors, running statistics); always materialised,
-        so keep it small."""
+        so keep it small. ``share``: reuse an equal constant made earlier with ``share`` (scalars and
+        shapes recur in every layer; one initializer each is enough)."""
         arr = np.asarray(value)
         if arr.dtype == np.float64:
             arr = arr.astype(np.float32)
-        # Small constants (scalars, shapes) recur in every layer; one initializer each is enough.
-        key = (arr.dtype.str, arr.tobytes(), arr.shape) if arr.size <= 16 else None
+        key = (arr.dtype.str, arr.tobytes(), arr.shape) if share else None
         if key is not None and key in self._consts:
             return self._consts[key]
         name = self.fresh(base)
@@ -97,10 +97,10 @@ class GraphBuilder:
         return name
 
     def ints(self, base: str, *values: int) -> str:
-        return self.const(base, np.asarray(values, dtype=np.int64))
+        return self.const(base, np.asarray(values, dtype=np.int64), share=True)
 
     def scalar(self, base: str, value: float) -> str:
-        return self.const(base, np.asarray(value, dtype=np.float32))
+        return self.const(base, np.asarray(value, dtype=np.float32), share=True)
 
     def op(self, op_type: str, inputs: Sequence[str], name: str | None = None, n_out: int = 1,
            **attrs: object) -> str:
