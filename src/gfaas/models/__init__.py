@@ -4,9 +4,9 @@ No weights are downloaded: :func:`build` draws them from ``numpy.random.default_
 usual init (He for convs, scaled normal for linear layers, BatchNorm 1/0/0/1), so a model's outputs
 are finite but meaningless; use the zoo to measure compute and data movement, never accuracy.
 
-``scale="full"`` is the published architecture (parameter counts within a few parts per million of
-the references, see docs/models.md); ``scale="small"`` is the same family shrunk so that each model
-builds and runs in well under a second on a laptop core.
+``scale="full"`` is the published architecture (parameter counts equal to the references; BERT adds
+its 1,538-parameter classification head; sources in docs/models.md); ``scale="small"`` is the same
+family shrunk so that each model builds and runs a forward pass in well under a second on one core.
 """
 
 from .cache import path, resolve_cache_dir
