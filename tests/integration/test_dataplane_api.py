@@ -57,6 +57,7 @@ ARRAYS: list[tuple[str, Any]] = [
     ("complex128", lambda: np.array([[1 + 2j], [3 - 4j]])),
     ("big-endian", lambda: np.arange(5, dtype=">f4")),
     ("scalar-0d", lambda: np.array(3.5)),
+    ("numpy-scalar", lambda: np.float32(2.5)),
     ("empty-1d", lambda: np.zeros(0, np.float32)),
     ("empty-3d", lambda: np.zeros((3, 0, 2), np.int64)),
     ("non-contiguous", lambda: np.arange(100, dtype=np.int32).reshape(10, 10)[::2, 1::3]),

@@ -130,3 +130,18 @@ def test_protocol_version_mismatch_is_refused(node) -> None:  # type: ignore[no-
     reply = P.decode_reply(s.recv(65536))
     assert isinstance(reply, P.Error) and reply.code == "AuthenticationError"
     s.close()
+
+
+def test_reading_the_last_object_of_a_closed_slab_on_a_mapped_connection(node) -> None:  # type: ignore[no-untyped-def]
+    """The get that frees a slab's last object is answered with that slab retired in the same
+    reply; the reader already holds its mapping and must still read the object through it."""
+    prod = node.connect("f")
+    a = prod.put(np.arange(10.0), consumers=["g"])
+    b = prod.put(np.array(9), consumers=["g"])
+    prod.close()  # the producer's slab closes: it retires when its last object is read
+    cons = node.connect("g")
+    assert np.array_equal(cons.get(a, copy=True), np.arange(10.0))  # maps the slab
+    last = cons.get(b)  # frees the slab's last object: the reply says the segment retired
+    assert last.shape == () and int(last) == 9
+    assert node.stats()["objects"] == 0
+    cons.put(b"z")  # the connection goes on working after the retirement

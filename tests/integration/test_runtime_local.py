@@ -68,6 +68,13 @@ outputs: {{out: f.y}}
 functions:
   - {{name: f, kind: cpu, handler: "{H}:wrong_output", inputs: {{x: input.x}}, outputs: {{y: null}}}}
 """
+TWO = f"""
+name: two-outputs
+inputs: {{x: null}}
+outputs: {{doubled: f.y, count: f.n_pos}}
+functions:
+  - {{name: f, kind: cpu, handler: "{H}:double", inputs: {{x: input.x}}, outputs: {{y: null, n_pos: {{shape: []}}}}}}
+"""
 
 
 def wait_for(pred: Any, timeout: float = 10.0, what: str = "condition") -> None:
@@ -86,7 +93,7 @@ def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
     mp.setenv("PYTHONPATH", os.path.abspath(support))
     r = LocalRuntime(RuntimeConfig(node_capacity_bytes=256 << 20))
     try:
-        for text in (SEQ, FANS, COND, FAIL, CRASH, WRONG):
+        for text in (SEQ, FANS, COND, FAIL, CRASH, WRONG, TWO):
             r.deploy(text)
         yield r
     finally:
@@ -119,6 +126,18 @@ def test_fan_out_and_fan_in(rt: LocalRuntime) -> None:
     res = rt.invoke("fans", {"x": x}, timeout=30)
     assert res.ok, res.error
     np.testing.assert_array_equal(res.outputs["out"], np.concatenate([x[:5] * 10, -x[5:]]))
+
+
+@pytest.mark.parametrize("transport", ["gfaas", "redis"])
+def test_two_outputs_of_one_function_are_both_returned(rt: LocalRuntime, rt_handlers: str,
+                                                       transport: str) -> None:
+    """Both outputs sit in the producer's slab; collecting the second frees it (a regression)."""
+    x = np.array([1.0, -2.0, 3.0])
+    for _ in range(2):
+        res = rt.invoke("two-outputs", {"x": x}, timeout=30, transport=transport)
+        assert res.ok, res.error
+        np.testing.assert_array_equal(res.outputs["doubled"], 2 * x)
+        assert res.outputs["count"].shape == () and int(res.outputs["count"]) == 2
 
 
 @pytest.mark.parametrize("x, runs", [([1.0, 2.0, -1.0], True), ([1.0, -2.0, -1.0], False)])

@@ -82,6 +82,8 @@ def _as_array(obj: Any) -> tuple[np.ndarray, str]:
     """Turn a supported object into a C-contiguous host array and its wire dtype."""
     if isinstance(obj, np.ndarray):
         arr = obj
+    elif isinstance(obj, np.generic):
+        arr = np.asarray(obj)  # a numpy scalar is stored as a 0-d array
     elif isinstance(obj, bytes | bytearray | memoryview):
         mv = memoryview(obj)
         if not mv.c_contiguous:
@@ -150,6 +152,7 @@ class Client:
         self.functions = tuple(w.functions)
         self.small_object_max = w.small_object_max
         self._maps: dict[tuple[int, bool], mmap.mmap] = {}
+        self._retiring: dict[tuple[int, bool], mmap.mmap] = {}
         self._arena: memoryview | None = None
         self._arena_seg = -1
         self._next = 0
@@ -178,12 +181,8 @@ class Client:
 
     def _call(self, msg: P._Msg) -> P.Reply:
         self._flush_released()
+        self._retiring.clear()
         reply, fds = self._ch.call(msg)
-        for seg in getattr(reply, "retired", ()):
-            self._maps.pop((seg, False), None)
-            self._maps.pop((seg, True), None)
-            if seg == self._arena_seg:
-                self._arena, self._arena_seg = None, -1
         if fds:
             seg = getattr(reply, "segment", None)
             if seg is None or len(fds) != 1:
@@ -191,13 +190,24 @@ class Client:
                     os.close(fd)
                 raise ProtocolError("the daemon sent file descriptors with a reply that names no segment")
             self._maps[(seg, not isinstance(reply, P.Located))] = attach(fds[0], not isinstance(reply, P.Located))
+        for seg in getattr(reply, "retired", ()):
+            # The reply may name a segment retired while it was being answered (a get that read the
+            # last live object of a slab): the mapping stays valid, so keep it for this one call.
+            for key in ((seg, False), (seg, True)):
+                mm = self._maps.pop(key, None)
+                if mm is not None:
+                    self._retiring[key] = mm
+            if seg == self._arena_seg:
+                self._arena, self._arena_seg = None, -1
         return reply
 
     def _map(self, seg: int, writable: bool) -> mmap.mmap:
-        try:
-            return self._maps[(seg, writable)]
-        except KeyError:
-            raise ProtocolError(f"segment {seg} was never sent by the daemon; reconnect") from None
+        mm = self._maps.get((seg, writable))
+        if mm is None:
+            mm = self._retiring.get((seg, writable))
+        if mm is None:
+            raise ProtocolError(f"segment {seg} was never sent by the daemon; reconnect")
+        return mm
 
     # ---- API -----------------------------------------------------------------------------------
     def put(self, obj: Any, consumers: list[str] | None = None) -> DataRef:
@@ -328,6 +338,7 @@ class Client:
         """Close the connection; views already returned stay valid."""
         self._ch.close()
         self._maps.clear()
+        self._retiring.clear()
         self._arena = None
 
     def __enter__(self) -> Client:

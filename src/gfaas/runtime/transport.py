@@ -53,7 +53,7 @@ class GfaasTransport:
         return np.asarray(self._c.get(ref))
 
     def put(self, value: np.ndarray, consumers: Sequence[str] | None) -> str:
-        return str(self._c.put(np.ascontiguousarray(value), consumers=list(consumers) if consumers else None))
+        return str(self._c.put(np.asarray(value), consumers=list(consumers) if consumers else None))
 
     def close(self) -> None:
         self._c.close()
@@ -82,20 +82,26 @@ class RedisTransport:
         return np.frombuffer(data, dtype=dtype).reshape(shape)
 
     def put(self, value: np.ndarray, consumers: Sequence[str] | None) -> str:
-        arr = np.ascontiguousarray(value)
+        arr = np.asarray(value, order="C")
         self._n += 1
         key = f"{self._prefix}{self._n}"
         self._r.set(key, arr.tobytes())
-        return f"redis:{key}|{arr.dtype.str}|{','.join(map(str, arr.shape))}"
+        return redis_ref(key, arr)
 
     def close(self) -> None:
         pass
 
 
+def redis_ref(key: str, arr: np.ndarray) -> str:
+    """The reference a function passes on for an array stored under ``key``."""
+    return f"redis:{key}|{arr.dtype.str}|{','.join(map(str, arr.shape))}"
+
+
 def parse_redis_ref(ref: str) -> tuple[str, str, tuple[int, ...]]:
     try:
         body = ref.removeprefix("redis:")
-        key, dtype, shape = body.split("|")
+        key, _, rest = body.partition("|")
+        dtype, shape = rest.rsplit("|", 1)  # a dtype string may itself start with '|' ('|u1')
         dims = tuple(int(x) for x in shape.split(",") if x != "")
         np.dtype(dtype)
     except (ValueError, TypeError):
