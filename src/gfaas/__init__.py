@@ -37,6 +37,29 @@ from .topology import Topology, preset
 
 __version__ = "0.1.0"
 
+# The HTTP gateway pulls in FastAPI, pydantic and httpx (~0.3 s): loaded on first use, not on import.
+_LAZY = {
+    "GatewayClient": ("gfaas.runtime.client_http", "GatewayClient"),
+    "GatewayHTTPError": ("gfaas.runtime.client_http", "GatewayHTTPError"),
+    "InvocationTimeout": ("gfaas.runtime.client_http", "InvocationTimeout"),
+    "GatewayServer": ("gfaas.runtime.gateway", "GatewayServer"),
+    "create_gateway_app": ("gfaas.runtime.gateway", "create_app"),
+    "serve_gateway": ("gfaas.runtime.gateway", "serve"),
+}
+
+
+def __getattr__(name: str) -> object:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'gfaas' has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "AccessDenied",
     "Admin",
@@ -56,10 +79,14 @@ __all__ = [
     "DataRef",
     "DependencyMissing",
     "FunctionFailed",
+    "GatewayClient",
+    "GatewayHTTPError",
+    "GatewayServer",
     "GfaasError",
     "InvalidDataRef",
     "InvocationHandle",
     "InvocationResult",
+    "InvocationTimeout",
     "LocalRuntime",
     "ManualClock",
     "NodeConfig",
@@ -80,7 +107,9 @@ __all__ = [
     "WorkflowSpec",
     "__version__",
     "connect",
+    "create_gateway_app",
     "load_workflow",
     "loads_workflow",
     "preset",
+    "serve_gateway",
 ]

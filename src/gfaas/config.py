@@ -57,8 +57,9 @@ class NodeConfig:
         chunk_bytes: chunk size of cross-node pulls (pipelined).
         remote_timeout_s: how long a cross-node lookup or pull may take before it fails.
         slab_object_bytes: objects up to this size (and a quarter slab) are packed into slabs.
-        warm_pool_bytes: the most bytes of freed large-object segments kept mapped for reuse by
-            the same invocation (their pages stay allocated and mapped; 0 turns reuse off).
+        warm_pool_bytes: the most bytes of freed large-object segments kept for reuse by later
+            objects of invocations of the same workflow (their pages stay allocated; 0 turns
+            reuse off, and with it the chance of a producer seeing its workflow's earlier bytes).
         tombstones_per_invocation: how many freed IDs per invocation are remembered to answer
             ``DataDeleted`` instead of ``AccessDenied``.
     """

@@ -234,7 +234,9 @@ def test_no_consumers_means_until_delete_or_end(node) -> None:  # type: ignore[n
     g.get(b)
     assert node.admin.end_invocation(node.inv) == 1
     st = node.stats()
-    assert (st["objects"], st["writing"], st["segments"], st["bytes_reserved"]) == (0, 0, 0, 0)
+    # Only the warm segment kept for the workflow's next invocation remains.
+    assert (st["objects"], st["writing"], st["segments"], st["bytes_reserved"]) == \
+        (0, 0, st["segments_pooled"], st["bytes_pooled"])
 
 
 def test_delete_by_non_producer_is_denied(node) -> None:  # type: ignore[no-untyped-def]
@@ -443,7 +445,7 @@ def test_released_views_do_not_leak(node) -> None:  # type: ignore[no-untyped-de
     g.put(b"x")  # any request carries the releases
     node.admin.end_invocation(node.inv)
     st = node.stats()
-    assert (st["objects"], st["segments"], st["bytes_reserved"]) == (0, 0, 0)
+    assert (st["objects"], st["segments"], st["bytes_reserved"]) == (0, st["segments_pooled"], st["bytes_pooled"])
 
 
 def test_node_stats_shape(node) -> None:  # type: ignore[no-untyped-def]

@@ -82,16 +82,24 @@ def test_disconnect_releases_pins(node) -> None:  # type: ignore[no-untyped-def]
     assert node.stats()["bytes_pooled"] >= BIG
 
 
-def test_end_invocation_returns_warm_segments(node) -> None:  # type: ignore[no-untyped-def]
-    """Ending the invocation frees pooled and parked segments: the pool is back to zero."""
+def test_warm_segments_serve_the_workflows_next_invocation(node) -> None:  # type: ignore[no-untyped-def]
+    """Ending the invocation keeps its free segments warm; the workflow's next invocation reuses
+    them (no new segment), while a parked one stays untouched until its view is gone."""
     prod, cons = node.connect("f"), node.connect("g")
     kept = _cycle(prod, cons, 9, keep=True)
     for i in range(3):
         _cycle(prod, cons, i)
+    prod.put(b"x")  # carries the producer's releases
     node.admin.end_invocation(node.inv)
     st = node.stats()
-    assert (st["segments"], st["bytes_reserved"], st["bytes_pooled"]) == (0, 0, 0)
-    assert int(kept[0]) == 9  # still readable: retired memory lives on until the view goes
+    assert st["objects"] == 0 and st["segments_pooled"] >= 1 and st["bytes_pooled"] >= BIG
+    warm = st["segments"]
+    inv = node.open()
+    p2, c2 = node.connect("f", inv), node.connect("g", inv)
+    for i in range(5):
+        _cycle(p2, c2, 50 + i)
+    assert node.stats()["segments"] <= warm + 1
+    assert int(kept[0]) == 9 and int(kept[-1]) == 9  # the parked segment was never handed out
 
 
 def test_get_into_a_caller_buffer(node) -> None:  # type: ignore[no-untyped-def]
@@ -145,3 +153,55 @@ def test_reading_the_last_object_of_a_closed_slab_on_a_mapped_connection(node) -
     assert last.shape == () and int(last) == 9
     assert node.stats()["objects"] == 0
     cons.put(b"z")  # the connection goes on working after the retirement
+
+
+def test_put_of_a_slice_of_an_input_is_zero_copy(node) -> None:  # type: ignore[no-untyped-def]
+    """A function that forwards chunks of an object it read (video's split) stores them by
+    reference: no new segment, the consumer reads the right bytes, and the chunks outlive the
+    parent being freed."""
+    prod, mid, cons = node.connect("f"), node.connect("g"), node.connect("h")
+    clip = np.arange(4 * BIG // 8, dtype=np.float64).reshape(4, -1)
+    ref = prod.put(clip, consumers=["g"])
+    view = mid.get(ref)  # its only consumer has read it: the parent object is freed now
+    before = node.stats()
+    parts = [mid.put(c, consumers=["h"]) for c in np.array_split(view, 2)]
+    after = node.stats()
+    assert after["segments"] == before["segments"] and after["bytes_reserved"] == before["bytes_reserved"]
+    assert after["objects"] == 2 and after["bytes_live"] == clip.nbytes
+    del view
+    gc.collect()
+    mid.delete(mid.put(b"x"))  # carries the release: the chunks alone keep the segment
+    for i, p in enumerate(parts):
+        got = cons.get(p, copy=True)
+        assert got.shape == (2, clip.shape[1]) and np.array_equal(got, clip[2 * i : 2 * i + 2])
+    assert node.stats()["objects"] == 0
+
+
+def test_slices_of_other_memory_and_released_views_are_copied(node) -> None:  # type: ignore[no-untyped-def]
+    """Arrays that are not inside a held view are stored by copy, even if they once were."""
+    prod, mid, cons = node.connect("f"), node.connect("g"), node.connect("h")
+    ref = prod.put(np.full(BIG, 5, np.uint8), consumers=["g"])
+    copy = np.array(mid.get(ref))  # a private copy; the view died at once
+    gc.collect()
+    before = node.stats()["segments"]
+    r2 = mid.put(copy[: BIG // 2], consumers=["h"])
+    assert node.stats()["segments"] == before + 1
+    assert np.array_equal(cons.get(r2, copy=True), np.full(BIG // 2, 5, np.uint8))
+
+
+def test_derive_outside_a_held_object_is_refused(node) -> None:  # type: ignore[no-untyped-def]
+    """A forged Derive (a segment never read, or bytes past the object) is AccessDenied."""
+    from gfaas import AccessDenied
+    from gfaas.dataplane import protocol as P
+
+    prod, mid = node.connect("f"), node.connect("g")
+    ref = prod.put(np.zeros(BIG, np.uint8), consumers=["g", "h"])
+    view = mid.get(ref)
+    seg = next(iter(mid._read))
+    with pytest.raises(AccessDenied, match="outside the object"):
+        mid._call(P.Derive(seg, BIG - 8, 16, "|u1", [16], None))
+    with pytest.raises(AccessDenied, match="holds no view"):
+        prod._call(P.Derive(seg, 0, 16, "|u1", [16], None))  # the producer never got it
+    with pytest.raises(AccessDenied, match="holds no view"):
+        mid._call(P.Derive(seg + 1000, 0, 16, "|u1", [16], None))
+    assert int(view[0]) == 0

@@ -25,6 +25,7 @@ REQUESTS = [
     P.Seal(OID, 0, 0, "raw", [0], None),
     P.Allocate(1 << 20, "<f8", [128, 1024], None),
     P.SealAllocated(OID),
+    P.Derive(3, 64, 16, "<f4", [4], ["g"]),
     P.Get(OID),
     P.Delete(OID),
     P.Release([1, 2, 2]),
@@ -39,6 +40,7 @@ REPLIES = [
     P.Leased(1, 0, 1 << 20, [OID], [3]),
     P.Ids([OID, OID]),
     P.Allocated(OID, 2, 0),
+    P.Derived(OID),
     P.Located(OID, 2, 64, 40, "<f4", [10], "n0", []),
     P.Ok([1, 2]),
     P.Error("AccessDenied", "no"),
@@ -64,10 +66,10 @@ def test_request_and_reply_types_are_pinned() -> None:
     import typing
 
     assert sorted(t.__name__ for t in typing.get_args(P.Request)) == [
-        "AdminHello", "Allocate", "Delete", "EndInvocation", "Get", "Hello", "Lease", "MoreIds", "OpenInvocation",
+        "AdminHello", "Allocate", "Delete", "Derive", "EndInvocation", "Get", "Hello", "Lease", "MoreIds", "OpenInvocation",
         "Release", "Seal", "SealAllocated", "Stats"]
     assert sorted(t.__name__ for t in typing.get_args(P.Reply)) == [
-        "AdminWelcome", "Allocated", "Ended", "Error", "Ids", "InvocationOpened", "Leased", "Located", "Ok",
+        "AdminWelcome", "Allocated", "Derived", "Ended", "Error", "Ids", "InvocationOpened", "Leased", "Located", "Ok",
         "StatsReply", "Welcome"]
     assert {type(m).__name__ for m in REQUESTS} == {t.__name__ for t in typing.get_args(P.Request)}
     assert {type(m).__name__ for m in REPLIES} == {t.__name__ for t in typing.get_args(P.Reply)}

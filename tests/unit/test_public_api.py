@@ -23,10 +23,14 @@ PUBLIC = [
     "DataRef",
     "DependencyMissing",
     "FunctionFailed",
+    "GatewayClient",
+    "GatewayHTTPError",
+    "GatewayServer",
     "GfaasError",
     "InvalidDataRef",
     "InvocationHandle",
     "InvocationResult",
+    "InvocationTimeout",
     "LocalRuntime",
     "ManualClock",
     "NodeConfig",
@@ -47,9 +51,11 @@ PUBLIC = [
     "WorkflowSpec",
     "__version__",
     "connect",
+    "create_gateway_app",
     "load_workflow",
     "loads_workflow",
     "preset",
+    "serve_gateway",
 ]
 
 
@@ -94,3 +100,20 @@ def test_workflow_errors_form_their_branch() -> None:
         assert issubclass(getattr(gfaas, name), gfaas.WorkflowError), name
         assert issubclass(getattr(gfaas, name), gfaas.GfaasError), name
     assert issubclass(gfaas.SpecError, gfaas.ConfigError)
+
+
+def test_gateway_names_load_lazily() -> None:
+    """`import gfaas` does not import FastAPI; the gateway names resolve on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gfaas; assert 'fastapi' not in sys.modules; "
+            "from gfaas import serve_gateway, GatewayClient; assert 'fastapi' in sys.modules; "
+            "assert issubclass(gfaas.InvocationTimeout, (gfaas.GfaasError, TimeoutError))")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    try:
+        gfaas.NoSuchName  # noqa: B018
+    except AttributeError as exc:
+        assert "NoSuchName" in str(exc)
+    else:
+        raise AssertionError("unknown attributes must raise AttributeError")

@@ -112,7 +112,7 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.invs)
     @rule(i=st.integers(0, 99))
     def end_invocation(self, i: int) -> None:
-        inv = self._pick(sorted(self.invs), i)
+        inv = self._pick(list(self.invs), i)  # insertion order: IDs are random
         expect = sum(1 for o in self.objs.values() if o.inv == inv)
         assert self.store.end_invocation(inv) == expect
         for oid in [k for k, o in self.objs.items() if o.inv == inv]:
@@ -130,7 +130,7 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.invs and len(self.sessions) < 8)
     @rule(i=st.integers(0, 99), fn=st.sampled_from(FNS))
     def connect(self, i: int, fn: str) -> None:
-        inv = self._pick(sorted(self.invs), i)
+        inv = self._pick(list(self.invs), i)  # insertion order: IDs are random
         s = self.store.connect(self.invs[inv][fn])
         assert (s.invocation, s.function) == (inv, fn)
         self.sessions.append(s)
@@ -180,7 +180,8 @@ class StoreMachine(RuleBasedStateMachine):
         return sum(g.size for g in self.store.segments.values() if g.pooled or (not g.live and not g.open))
 
     def _warm_fit(self, inv: str, n: int) -> bool:
-        return any(n <= g.size <= 2 * n + 4096 for g in self.store._pool.get(inv, []))
+        """A warm segment of the workflow fits (every invocation here is of workflow 'wf')."""
+        return any(n <= g.size <= 2 * n + 4096 for g in self.store._pool.get("wf", []))
 
     @precondition(lambda self: self.sessions)
     @rule(i=st.integers(0, 99), n=st.one_of(st.integers(0, 2 * SMALL), st.integers(SLAB, CAP + 1)),
@@ -202,7 +203,7 @@ class StoreMachine(RuleBasedStateMachine):
         rec, seg = self.store.allocate(s, n, "raw", [n], cons)
         if in_slab:
             assert seg is s.arena and rec.offset == off
-        elif warm:  # a warm segment of this invocation that fits without wasting over half
+        elif warm:  # a warm segment of this workflow that fits without wasting over half
             assert need <= seg.size <= 2 * need + 4096 and rec.offset == 0
             # Reuse is allowed only because every object it held is gone (and nothing pins it).
             assert not any(o.segment == seg.id for o in self.objs.values()) and seg.pins == 0
@@ -305,7 +306,7 @@ class StoreMachine(RuleBasedStateMachine):
             assert seg.live == counts.get(sid, 0)
             # A closed empty segment is retired, unless it is a warm one kept for reuse.
             assert seg.open or seg.live > 0 or seg.pooled, f"closed empty segment {sid} was not retired"
-            assert seg.pooled == (seg in st_._pool.get(seg.invocation, []))
+            assert seg.pooled == (seg in st_._pool.get(seg.workflow, []))
         assert st_.pooled_bytes == sum(g.size for g in st_.segments.values() if g.pooled)
         assert st_.pooled_bytes <= st_.config.warm_pool_bytes
 

@@ -485,7 +485,7 @@ def test_make_inputs_full_scale_shapes(name: str) -> None:
         if FULL_SHAPES[name][k] is not None:
             assert v.shape == FULL_SHAPES[name][k]
     if name == "yelp":
-        assert len(sentences(full["review"].tobytes().decode())) == 16
+        assert len(sentences(full["review"].tobytes().decode())) == 8
     with pytest.raises(ValueError, match="scale 'huge'"):
         workflows.make_inputs(name, 0, "huge")
 

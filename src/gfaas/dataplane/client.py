@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..config import default_run_dir, default_socket_path
-from ..errors import AuthenticationError, ConfigError, ObjectStateError, ProtocolError
+from ..errors import AccessDenied, AuthenticationError, ConfigError, ObjectStateError, ProtocolError
 from . import protocol as P
 from .backends.host import attach
 from .channel import Channel
@@ -153,6 +153,9 @@ class Client:
         self.small_object_max = w.small_object_max
         self._maps: dict[tuple[int, bool], mmap.mmap] = {}
         self._retiring: dict[tuple[int, bool], mmap.mmap] = {}
+        # Objects of their own segment this connection got as zero-copy views:
+        # segment -> (address of the object's first byte in this process, its offset, its size).
+        self._read: dict[int, tuple[int, int, int]] = {}
         self._arena: memoryview | None = None
         self._arena_seg = -1
         self._next = 0
@@ -193,6 +196,7 @@ class Client:
         for seg in getattr(reply, "retired", ()):
             # The reply may name a segment retired while it was being answered (a get that read the
             # last live object of a slab): the mapping stays valid, so keep it for this one call.
+            self._read.pop(seg, None)
             for key in ((seg, False), (seg, True)):
                 mm = self._maps.pop(key, None)
                 if mm is not None:
@@ -222,6 +226,9 @@ class Client:
         check_consumers(cons, self.functions)
         n = arr.nbytes
         if n > self.small_object_max:
+            ref = self._derive(arr, dt, cons)
+            if ref is not None:
+                return ref
             buf = self._allocate(n, dt, list(arr.shape), cons)
             np.copyto(buf.array, arr.view(buf.array.dtype).reshape(buf.array.shape), casting="no")
             return buf.seal()
@@ -255,6 +262,25 @@ class Client:
         self._flush_released()
         self._ch.send(P.Seal(oid, off, n, dt, [n] if dt == RAW else list(arr.shape), cons))
         return DataRef(oid, self.node_id)
+
+    def _derive(self, arr: np.ndarray, dt: str, cons: list[str] | None) -> DataRef | None:
+        """A put of a slice of an object this connection read (e.g. one chunk of an input clip)
+        is published by reference to the bytes already in shared memory: no copy. ``None`` when
+        ``arr`` lies elsewhere, or the daemon says the bytes are no longer held."""
+        if not self._read or not arr.flags.c_contiguous:
+            return None
+        addr, n = arr.__array_interface__["data"][0], arr.nbytes
+        for seg, (start, offset, size) in self._read.items():
+            if start <= addr and addr + n <= start + size:
+                try:
+                    r = self._call(P.Derive(seg, offset + addr - start, n, dt,
+                                            [n] if dt == RAW else list(arr.shape), cons))
+                except AccessDenied:
+                    self._read.pop(seg, None)  # its views are gone: copy instead
+                    return None
+                assert isinstance(r, P.Derived)
+                return DataRef(r.id, self.node_id)
+        return None
 
     def allocate(self, shape: int | tuple[int, ...] | list[int], dtype: Any = np.uint8,
                  consumers: list[str] | None = None) -> Buffer:
@@ -323,6 +349,8 @@ class Client:
             return out_obj
         if r.pin:
             raw = self._pinned_view(mm, r.segment, r.offset, r.nbytes)
+            if r.nbytes:
+                self._read[r.segment] = (raw.__array_interface__["data"][0], r.offset, r.nbytes)
         else:
             raw = np.frombuffer(memoryview(mm)[r.offset : r.offset + r.nbytes], np.uint8)
         if r.dtype == RAW:
@@ -339,6 +367,7 @@ class Client:
         self._ch.close()
         self._maps.clear()
         self._retiring.clear()
+        self._read.clear()
         self._arena = None
 
     def __enter__(self) -> Client:

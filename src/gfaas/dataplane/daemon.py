@@ -92,6 +92,7 @@ class Daemon:
             P.Seal: self._seal_small,
             P.Allocate: self._allocate,
             P.SealAllocated: self._seal_allocated,
+            P.Derive: self._derive,
             P.Get: self._get,
             P.Delete: self._delete,
             P.Release: self._release,
@@ -479,6 +480,12 @@ class Daemon:
         self._published(rec)
         return P.Ok(), []
 
+    def _derive(self, conn: Conn, m: P.Derive) -> tuple[P.Reply, list[int]]:
+        rec = self.store.derive(self._need_session(conn), m.segment, m.offset, m.nbytes, m.dtype, m.shape,
+                                m.consumers)
+        self._published(rec)
+        return P.Derived(rec.id), []
+
     def _published(self, rec: ObjectRecord) -> None:
         if self.remote is not None:
             self.remote.publish(rec)
@@ -492,7 +499,7 @@ class Daemon:
                 " pass a buffer of the object's size"
             )
         fds = self._export(conn, seg, False)
-        pin = conn.session is not None and self.store.pin(conn.session, seg)
+        pin = conn.session is not None and self.store.pin(conn.session, seg, read=True)
         return (P.Located(rec.id, seg.id, rec.offset, rec.nbytes, rec.dtype, list(rec.shape),
                           self.config.node_id, pin=pin), fds)
 

@@ -85,6 +85,18 @@ class SealAllocated(_Msg):
     id: bytes
 
 
+class Derive(_Msg):
+    """Publish part of an object this connection read (a slice of an input) as a new object of its
+    own, without copying: ``offset`` is relative to the start of ``segment``."""
+
+    segment: int
+    offset: int
+    nbytes: int
+    dtype: str
+    shape: list[int]
+    consumers: list[str] | None
+
+
 class Get(_Msg):
     id: bytes
     expect_nbytes: int = -1  # >= 0: refuse (and do not count the read) unless the size matches
@@ -112,6 +124,7 @@ Request = (
     | Seal
     | Allocate
     | SealAllocated
+    | Derive
     | Get
     | Delete
     | Release
@@ -155,6 +168,7 @@ class StatsReply(_Msg):
     connections: int
     lost: int
     bytes_pooled: int = 0
+    segments_pooled: int = 0
 
 
 class Leased(_Msg):
@@ -176,6 +190,11 @@ class Allocated(_Msg):
     offset: int
     retired: list[int] = []
     pin: bool = False  # the segment may be reused: send Release when the last view is gone
+
+
+class Derived(_Msg):
+    id: bytes
+    retired: list[int] = []
 
 
 class Located(_Msg):
@@ -208,6 +227,7 @@ Reply = (
     | Leased
     | Ids
     | Allocated
+    | Derived
     | Located
     | Ok
     | Error

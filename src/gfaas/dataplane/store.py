@@ -61,6 +61,8 @@ class Segment:
     pins: int = 0  # replies naming this segment whose views are still alive in some client
     pooled: bool = False
     recyclable: bool = True
+    workflow: str = ""  # whose invocations may reuse it once it is free (the warm pool's scope)
+    extent: int = 0  # bytes of the one object placed at offset 0 of a segment of its own
 
 
 @dataclass(slots=True)
@@ -93,6 +95,7 @@ class Session:
     issued: set[bytes] = field(default_factory=set)
     pins: dict[int, int] = field(default_factory=dict)
     writing: set[bytes] = field(default_factory=set)  # objects it allocated and has not sealed
+    read: set[int] = field(default_factory=set)  # segments of its own whose object it got (may derive)
 
 
 class Store:
@@ -121,7 +124,7 @@ class Store:
         self._lost: dict[bytes, str] = {k: v for k, v in (lost or {}).items() if v in self.registry}
         self._next_seg = 0
         self._next_session = 0
-        self._pool: dict[str, list[Segment]] = {}
+        self._pool: dict[str, list[Segment]] = {}  # workflow -> free warm segments
         self.pooled_bytes = 0
 
     # ---- invocations and sessions ----------------------------------------------------------
@@ -143,6 +146,8 @@ class Store:
         for oid in list(ids):
             rec = self.objects.get(oid)
             if rec is not None:
+                if rec.state == WRITING and (seg := self.segments.get(rec.segment)) is not None:
+                    seg.recyclable = False  # never sealed: give the memory back, as on a disconnect
                 self._free(rec, None)
         self._tombs.pop(invocation_id, None)
         self._lost = {k: v for k, v in self._lost.items() if v != invocation_id}
@@ -151,9 +156,9 @@ class Store:
                 self._close_arena(s)
                 s.issued.clear()
         for seg in [g for g in self.segments.values() if g.invocation == invocation_id]:
-            if seg.pooled or (not seg.live and not seg.open):
-                self._retire(seg)  # pooled or parked: the invocation will not reuse them
-        self._pool.pop(invocation_id, None)
+            if not seg.pooled and not seg.live and not seg.open:
+                self._retire(seg)  # parked (a client still holds a view): not worth keeping
+        # Pooled segments stay warm for the workflow's next invocations (see _maybe_retire).
         log.info("end invocation %s: freed %d objects", invocation_id, len(ids))
         return len(ids)
 
@@ -205,7 +210,8 @@ class Store:
         handle = self.backend.alloc(nbytes)
         size = self.backend.size_of(handle)
         self._next_seg += 1
-        seg = Segment(self._next_seg, invocation, owner, size, handle, open=owner is not None)
+        workflow = self.registry.get(invocation).workflow if invocation in self.registry else ""
+        seg = Segment(self._next_seg, invocation, owner, size, handle, open=owner is not None, workflow=workflow)
         self.segments[seg.id] = seg
         self.reserved += size
         return seg
@@ -220,20 +226,23 @@ class Store:
         """Retire a segment nobody stores into any more, or keep a large-object segment warm.
 
         A segment of its own (one large object) whose object is gone is kept for the next large
-        object of the same invocation: its pages are already allocated and mapped by the processes
-        that used it, which is what makes the next put and copy run at memory speed. It may be
+        object of an invocation of the same workflow: its pages are already allocated (faulting
+        in fresh shared memory costs several times the copy itself), so the next put runs at
+        memory speed. The scope is the workflow, never wider: a producer that reuses a segment
+        can see bytes an earlier invocation of its own workflow left there, the trade-off a
+        caching GPU allocator makes too (``warm_pool_bytes=0`` turns reuse off). A segment is
         reused only once every view a client took of it is gone (``pins`` back to 0); until then
         it is *parked*. Pooled and parked segments are retired first when the pool runs short.
         """
         if seg.live or seg.open or seg.pooled or seg.id not in self.segments:
             return
-        if seg.owner is None and seg.recyclable and seg.invocation in self.registry:
+        if seg.owner is None and seg.recyclable and seg.workflow:
             if seg.pins:
                 return  # parked
             if self.pooled_bytes + seg.size <= self.config.warm_pool_bytes:
                 seg.pooled = True
                 self.pooled_bytes += seg.size
-                self._pool.setdefault(seg.invocation, []).append(seg)
+                self._pool.setdefault(seg.workflow, []).append(seg)
                 return
         self._retire(seg)
 
@@ -241,7 +250,7 @@ class Store:
         if seg.pooled:
             seg.pooled = False
             self.pooled_bytes -= seg.size
-            self._pool[seg.invocation].remove(seg)
+            self._pool[seg.workflow].remove(seg)
         del self.segments[seg.id]
         self.reserved -= seg.size
         self.backend.free(seg.handle)
@@ -259,23 +268,30 @@ class Store:
             self._retire(seg)
 
     def _take_warm(self, invocation: str, nbytes: int) -> Segment | None:
-        """A pooled segment of this invocation that fits ``nbytes`` without wasting over half."""
+        """A pooled segment of this invocation's workflow that fits ``nbytes`` without wasting over half."""
+        if invocation not in self.registry:
+            return None
+        workflow = self.registry.get(invocation).workflow
         best = None
-        for seg in self._pool.get(invocation, ()):
+        for seg in self._pool.get(workflow, ()):
             if nbytes <= seg.size <= 2 * nbytes + 4096 and (best is None or seg.size < best.size):
                 best = seg
         if best is not None:
-            self._pool[invocation].remove(best)
+            self._pool[workflow].remove(best)
             best.pooled = False
+            best.invocation = invocation
             self.pooled_bytes -= best.size
         return best
 
-    def pin(self, s: Session, seg: Segment) -> bool:
-        """Record that the session took a view of a reusable segment; it must release it."""
+    def pin(self, s: Session, seg: Segment, read: bool = False) -> bool:
+        """Record that the session took a view of a reusable segment; it must release it.
+        ``read``: the view is of a sealed object it got (what :meth:`derive` may slice)."""
         if seg.owner is not None:
             return False  # slab space is never handed out twice: nothing to pin
         seg.pins += 1
         s.pins[seg.id] = s.pins.get(seg.id, 0) + 1
+        if read:
+            s.read.add(seg.id)
         return True
 
     def release_all(self, s: Session) -> None:
@@ -382,7 +398,7 @@ class Store:
         else:
             seg = self._take_warm(s.invocation, nbytes) or self._new_segment(
                 s.invocation, None, max(nbytes, 1), "allocation")
-            off = 0
+            seg.extent, off = nbytes, 0
         oid = self._new_journalled_id(s.invocation)
         rec = self._record(oid, s.invocation, s.function, cons, seg, off, nbytes, dtype, shp, WRITING, s.id)
         s.writing.add(oid)
@@ -403,6 +419,27 @@ class Store:
         rec.state, rec.writer = SEALED, None
         return rec
 
+    def derive(
+        self, s: Session, segment: int, offset: int, nbytes: int, dtype: str, shape: list[int],
+        consumers: list[str] | None,
+    ) -> ObjectRecord:
+        """Publish bytes of an object the session read as a new sealed object, without a copy.
+
+        Allowed only inside the object of a segment of its own that this session got and still
+        holds a view of (a pin): those bytes are sealed and, while pinned, never handed out again.
+        The new object keeps the segment alive on its own; its parent may be freed meanwhile.
+        """
+        self.check_live(s)
+        seg = self.segments.get(segment)
+        if seg is None or segment not in s.read or not s.pins.get(segment) or seg.owner is not None:
+            raise AccessDenied("derive refused: this connection holds no view of an object in that segment")
+        if offset < 0 or nbytes < 0 or offset + nbytes > seg.extent:
+            raise AccessDenied(f"derive refused: bytes {offset}..{offset + nbytes} are outside the object read")
+        shp = check_meta(nbytes, dtype, shape)
+        cons = check_consumers(consumers, s.functions)
+        oid = self._new_journalled_id(s.invocation)
+        return self._record(oid, s.invocation, s.function, cons, seg, offset, nbytes, dtype, shp, SEALED, None)
+
     def place(
         self, invocation: str, producer: str, consumers: frozenset[str] | None, pending: set[str] | None,
         oid: bytes, nbytes: int, dtype: str, shape: tuple[int, ...],
@@ -411,6 +448,7 @@ class Store:
         if oid in self.objects:
             raise ObjectStateError(f"object {oid.hex()} is already on node {self.config.node_id}")
         seg = self._new_segment(invocation, None, max(nbytes, 1), "pull")
+        seg.extent = nbytes
         rec = self._record(oid, invocation, producer, consumers, seg, 0, nbytes, dtype, shape, WRITING, None)
         rec.pending = pending
         return rec, seg
@@ -498,4 +536,5 @@ class Store:
             "connections": len(self.sessions),
             "lost": len(self._lost),
             "bytes_pooled": self.pooled_bytes,
+            "segments_pooled": sum(len(v) for v in self._pool.values()),
         }

@@ -1,4 +1,4 @@
-"""A small Python client of the HTTP gateway (needs ``httpx``).
+"""A small Python client of the HTTP gateway (on ``httpx``).
 
 ::
 
@@ -30,8 +30,8 @@ from .wire import decode_array, encode_array, result_from_document
 
 try:
     import httpx
-except ImportError as exc:  # pragma: no cover - httpx comes with the dev extra
-    raise DependencyMissing("gfaas.runtime.client_http needs httpx; pip install httpx") from exc
+except ImportError as exc:  # pragma: no cover - httpx is a core dependency
+    raise DependencyMissing("gfaas.runtime.client_http needs httpx; reinstall gfaas (pip install -e .)") from exc
 
 __all__ = ["GatewayClient", "GatewayHTTPError", "InvocationTimeout", "decode_array", "encode_array"]
 
@@ -47,7 +47,7 @@ class GatewayHTTPError(GfaasError):
         self.body = body
 
 
-class InvocationTimeout(TimeoutError):
+class InvocationTimeout(GfaasError, TimeoutError):
     """A sync invocation did not finish in time (HTTP 504); it goes on: fetch it with ``result(invocation_id)``."""
 
     def __init__(self, invocation_id: str, message: str) -> None:
