@@ -312,6 +312,25 @@ def test_sync_invocation_with_seed_and_transport(client: TestClient, rt: FakeRun
     assert rt.invs["inv-000000"].transport == "redis"
 
 
+def test_outputs_digest_instead_of_data(client: TestClient) -> None:
+    """?outputs=digest answers dtype, shape and the SHA-256 of the bytes data_b64 would carry, on the
+    sync answer and on the result endpoint alike; anything but full/digest is a 422."""
+    import base64
+    import hashlib
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    full = invoke(client, "double", {"inputs": {"x": arr_doc(x)}}).json()["outputs"]["y"]
+    want = {"dtype": "float32", "shape": [2, 3],
+            "sha256": hashlib.sha256(base64.b64decode(full["data_b64"])).hexdigest()}
+    r = invoke(client, "double", {"inputs": {"x": arr_doc(x)}}, outputs="digest")
+    assert r.status_code == 200 and r.json()["outputs"] == {"y": want}
+    inv = r.json()["invocation_id"]
+    r = client.get(f"/v1/invocations/{inv}/result", params={"outputs": "digest"})
+    assert r.json()["outputs"] == {"y": want} and r.json()["breakdown"]["total_s"] == 3.0
+    r = client.get(f"/v1/invocations/{inv}/result", params={"outputs": "some"})
+    assert r.status_code == 422 and "outputs" in r.text
+
+
 def test_failed_invocation_is_200_with_status_failed(client: TestClient) -> None:
     r = invoke(client, "failing", {"seed": 1})
     assert r.status_code == 200

@@ -452,10 +452,10 @@ def test_sentence_split() -> None:
 
 # ---- inputs -----------------------------------------------------------------------------------------
 SMALL_SHAPES = {"driving": {"frames": (4, 96, 128, 3)}, "image": {"image": (96, 128, 3)},
-                "social": {"image": (96, 128, 3)}, "traffic": {"video": (8, 96, 128, 3)},
+                "social": {"image": (96, 128, 3)}, "traffic": {"video": (4, 96, 128, 3)},
                 "video": {"clip": (8, 96, 128, 3)}, "yelp": {"review": None}}
 FULL_SHAPES = {"driving": {"frames": (4, 1080, 1920, 3)}, "image": {"image": (1080, 1920, 3)},
-               "social": {"image": (1080, 1920, 3)}, "traffic": {"video": (8, 1080, 1920, 3)},
+               "social": {"image": (1080, 1920, 3)}, "traffic": {"video": (4, 1080, 1920, 3)},
                "video": {"clip": (8, 720, 1280, 3)}, "yelp": {"review": None}}
 
 
@@ -485,7 +485,7 @@ def test_make_inputs_full_scale_shapes(name: str) -> None:
         if FULL_SHAPES[name][k] is not None:
             assert v.shape == FULL_SHAPES[name][k]
     if name == "yelp":
-        assert len(sentences(full["review"].tobytes().decode())) == 8
+        assert len(sentences(full["review"].tobytes().decode())) == 5
     with pytest.raises(ValueError, match="scale 'huge'"):
         workflows.make_inputs(name, 0, "huge")
 

@@ -192,7 +192,10 @@ class Client:
                 for fd in fds:
                     os.close(fd)
                 raise ProtocolError("the daemon sent file descriptors with a reply that names no segment")
-            self._maps[(seg, not isinstance(reply, P.Located))] = attach(fds[0], not isinstance(reply, P.Located))
+            writable = not isinstance(reply, P.Located)
+            # A segment of its own for one object about to be written whole: map all of it now.
+            whole = isinstance(reply, P.Allocated) and seg != self._arena_seg
+            self._maps[(seg, writable)] = attach(fds[0], writable, populate=whole)
         for seg in getattr(reply, "retired", ()):
             # The reply may name a segment retired while it was being answered (a get that read the
             # last live object of a slab): the mapping stays valid, so keep it for this one call.

@@ -97,6 +97,14 @@ class ArrayDoc(BaseModel):
     data_b64: StrictStr
 
 
+class ArrayDigest(BaseModel):
+    """An output summarised (``?outputs=digest``): SHA-256 of the bytes ``data_b64`` would carry."""
+
+    dtype: DType
+    shape: list[int]
+    sha256: str
+
+
 class InvocationRequest(BaseModel):
     """Exactly one of ``inputs`` (an array per declared input) or ``seed`` (the workflow's own generator)."""
 
@@ -166,7 +174,7 @@ class ResultDocument(BaseModel):
     workflow: str
     status: Literal["done", "failed"]
     error: str | None
-    outputs: dict[str, ArrayDoc]
+    outputs: dict[str, ArrayDoc | ArrayDigest]
     scalars: dict[str, Any]
     breakdown: BreakdownDoc
     functions: list[FunctionDoc]
@@ -399,8 +407,13 @@ class _Guard:
 # -- the application
 
 
-def _json_bytes(res: InvocationResult) -> bytes:
-    return json.dumps(result_document(res), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+def _json_bytes(res: InvocationResult, outputs: str = "full") -> bytes:
+    return json.dumps(result_document(res, outputs), ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode()
+
+
+OutputsMode = Annotated[Literal["full", "digest"], Query(
+    description="full: outputs as base64 arrays; digest: dtype, shape and SHA-256 only")]
 
 
 def _field_name(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -549,7 +562,8 @@ def create_app(runtime: RuntimeAPI, *, max_body_bytes: int = 256 * MiB, default_
                                                                   "the result_url it gives"}})
     async def invoke(request: Request, name: str, body: InvocationRequest,
                      mode: Literal["sync", "async"] = "sync",
-                     timeout: float | None = Query(None, ge=0, le=max_timeout_s)) -> Response:
+                     timeout: float | None = Query(None, ge=0, le=max_timeout_s),
+                     outputs: OutputsMode = "full") -> Response:
         """Invoke a workflow. ``sync`` (default) answers with the result document (200, also when the
         invocation failed: see ``status``/``error``) or 504 after ``timeout`` seconds; ``async`` answers
         202 at once with the URLs to poll."""
@@ -589,7 +603,7 @@ def create_app(runtime: RuntimeAPI, *, max_body_bytes: int = 256 * MiB, default_
             return _error(504, "timeout", f"invocation {inv} of {name!r} did not finish within {wait_s:g} s; it "
                           f"goes on: poll GET {urls['result_url']}?wait=SECONDS", invocation_id=inv, status=status,
                           status_url=urls["status_url"], result_url=urls["result_url"])
-        return await _result_response(res)
+        return await _result_response(res, outputs)
 
     async def _status_or(inv: str, default: str) -> str:
         try:
@@ -597,9 +611,10 @@ def create_app(runtime: RuntimeAPI, *, max_body_bytes: int = 256 * MiB, default_
         except Exception:  # the status is a courtesy in an answer that is already an error
             return default
 
-    async def _result_response(res: InvocationResult) -> Response:
+    async def _result_response(res: InvocationResult, outputs: str = "full") -> Response:
         gw.tracker.finished(res)
-        body = await run_in_threadpool(_json_bytes, res)  # base64 and JSON of big outputs: off the event loop
+        # base64 and JSON of big outputs: off the event loop
+        body = await run_in_threadpool(_json_bytes, res, outputs)
         return Response(body, media_type="application/json")
 
     @app.get("/v1/invocations/{invocation_id}", response_model=InvocationStatus, tags=["invocations"],
@@ -613,7 +628,8 @@ def create_app(runtime: RuntimeAPI, *, max_body_bytes: int = 256 * MiB, default_
              responses={202: {"model": InvocationAccepted, "description": "not finished yet (after waiting)"},
                         **_responses(404, 422)})
     async def invocation_result(request: Request, invocation_id: str,
-                                wait: float = Query(0.0, ge=0, le=max_timeout_s)) -> Response:
+                                wait: float = Query(0.0, ge=0, le=max_timeout_s),
+                                outputs: OutputsMode = "full") -> Response:
         """The result document once the invocation finished (waiting up to ``wait`` seconds for it);
         202 with its status while it has not."""
         _check_id(invocation_id)
@@ -627,7 +643,7 @@ def create_app(runtime: RuntimeAPI, *, max_body_bytes: int = 256 * MiB, default_
                     continue
                 return JSONResponse({"invocation_id": invocation_id, "status": status,
                                      **_urls(request, invocation_id)}, status_code=202)
-            return await _result_response(res)
+            return await _result_response(res, outputs)
         raise GfaasError(f"runtime says invocation {invocation_id} is finished but has no result for it")
 
     @app.get("/metrics", tags=["gateway"], response_class=Response,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -47,22 +48,25 @@ class WireError(ProtocolError, ValueError):
     """An array or result document is malformed; the message names the field and the fix."""
 
 
-def encode_array(value: Any) -> dict[str, Any]:
-    """``{"dtype", "shape", "data_b64"}`` for an array (or anything :func:`numpy.asarray` takes).
-
-    Raises :class:`WireError` for dtypes outside :data:`DTYPES` (objects, strings, records, datetimes).
-    """
+def _wire_form(value: Any) -> np.ndarray:
+    """``value`` as a little-endian array of a wire dtype, or :class:`WireError`."""
     arr = np.asarray(value)
-    name = arr.dtype.name
-    if name not in DTYPES:
+    if arr.dtype.name not in DTYPES:
         raise WireError(f"cannot encode an array of dtype {arr.dtype}; the wire carries only {', '.join(DTYPES)}"
                         " (convert it first, e.g. with .astype('float32'))")
     if arr.ndim > MAX_NDIM:
         raise WireError(f"cannot encode an array of {arr.ndim} dimensions; at most {MAX_NDIM}")
     le = arr.dtype.newbyteorder("<")
-    if arr.dtype != le:
-        arr = arr.astype(le)
-    return {"dtype": name, "shape": [int(n) for n in arr.shape],
+    return arr.astype(le) if arr.dtype != le else arr
+
+
+def encode_array(value: Any) -> dict[str, Any]:
+    """``{"dtype", "shape", "data_b64"}`` for an array (or anything :func:`numpy.asarray` takes).
+
+    Raises :class:`WireError` for dtypes outside :data:`DTYPES` (objects, strings, records, datetimes).
+    """
+    arr = _wire_form(value)
+    return {"dtype": arr.dtype.name, "shape": [int(n) for n in arr.shape],
             "data_b64": base64.b64encode(arr.tobytes(order="C")).decode("ascii")}
 
 
@@ -151,14 +155,27 @@ def _float(value: Any) -> Any:
     return _NONFINITE.get(value, value) if isinstance(value, str) else value
 
 
-def result_document(res: InvocationResult) -> dict[str, Any]:
-    """The JSON document of a result (outputs encoded with :func:`encode_array`)."""
+def digest_array(value: Any) -> dict[str, Any]:
+    """``{"dtype", "shape", "sha256"}``: what :func:`encode_array` would carry, hashed instead of sent
+    (the SHA-256 of the same little-endian C-order bytes)."""
+    arr = _wire_form(value)
+    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)  # no copy when already C-contiguous
+    return {"dtype": arr.dtype.name, "shape": [int(n) for n in arr.shape],
+            "sha256": hashlib.sha256(flat.data).hexdigest()}
+
+
+def result_document(res: InvocationResult, outputs: str = "full") -> dict[str, Any]:
+    """The JSON document of a result: outputs encoded with :func:`encode_array` (``full``) or
+    summarised by :func:`digest_array` (``digest``: for load generators that only check them)."""
+    if outputs not in ("full", "digest"):
+        raise ValueError(f"outputs={outputs!r}; use 'full' or 'digest'")
+    enc = encode_array if outputs == "full" else digest_array
     return {
         "invocation_id": res.invocation_id,
         "workflow": res.workflow,
         "status": res.status,
         "error": res.error,
-        "outputs": {name: encode_array(arr) for name, arr in res.outputs.items()},
+        "outputs": {name: enc(arr) for name, arr in res.outputs.items()},
         "scalars": {str(k): jsonable(v) for k, v in res.scalars.items()},
         "breakdown": {k: jsonable(float(v)) for k, v in res.breakdown.as_dict().items()},
         "functions": [{"function": r.function, "worker": r.worker, "queued_s": jsonable(float(r.queued_s)),

@@ -212,7 +212,8 @@ class ProcessWorker:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
         child_env = {**os.environ, **(env or {})}
-        child_env.setdefault("OMP_NUM_THREADS", str(init.threads))
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            child_env.setdefault(var, str(init.threads))  # numpy's BLAS would otherwise spin a thread per core
         cmd = [*(prefix or []), sys.executable, "-m", "gfaas.runtime.worker_main", str(theirs.fileno())]
         self.proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), env=child_env, stdin=subprocess.DEVNULL)
         theirs.close()

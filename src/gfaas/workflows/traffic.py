@@ -18,7 +18,7 @@ from .imaging import model_image_hw, resize, softmax, to_model_input
 from .scenes import FULL_HW, SMALL_HW, check_scale, road_frames
 
 SPEC = "traffic"
-FRAMES = 8
+FRAMES = 4
 
 
 def decode(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def classify_crops(ctx: Context, batch: np.ndarray) -> dict[str, Any]:
 
 
 def make_inputs(seed: int = 0, scale: str = "small") -> dict[str, np.ndarray]:
-    """A road clip with 2-4 vehicles and 1-3 pedestrians moving: uint8 ``[8, H, W, 3]``, 1080p at full
+    """A road clip with 2-4 vehicles and 1-3 pedestrians moving: uint8 ``[4, H, W, 3]``, 1080p at full
     scale, 96x128 at small."""
     hw = FULL_HW if check_scale(scale) == "full" else SMALL_HW
     rng = np.random.default_rng([seed, 1])

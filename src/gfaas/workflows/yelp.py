@@ -30,7 +30,7 @@ VERDICTS = ("was amazing", "was cold", "took forever", "was perfect", "felt over
             "was bland", "made our night", "was too salty", "exceeded expectations")
 ENDINGS = (".", "!", ".", "...")
 SPAM = ("Click here for FREE coupons at www.deals4u.example!", "Buy cheap followers now, limited offer!")
-SENTENCES = {"small": 4, "full": 8}
+SENTENCES = {"small": 4, "full": 5}
 AD_MARKERS = ("www.", "http", "click", "free", "buy ", "offer", "coupon")
 
 
@@ -85,7 +85,7 @@ def review_text(seed: int, n: int) -> str:
 
 
 def make_inputs(seed: int = 0, scale: str = "small") -> dict[str, np.ndarray]:
-    """A review as ASCII bytes: uint8 ``[n]``, 4 sentences at small scale, 8 at full (a typical
-    review; 16 cost 8 s of BERT per request on 2 cores)."""
+    """A review as ASCII bytes: uint8 ``[n]``, 4 sentences at small scale, 5 at full (a short
+    review: each sentence costs two BERT-base passes, ~0.25 s each on one core)."""
     text = review_text(seed, SENTENCES[check_scale(scale)])
     return {"review": np.frombuffer(text.encode("ascii"), dtype=np.uint8).copy()}
