@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from test_runtime_local import CRASH, FANS, SEQ  # pytest puts this directory on sys.path
 
+from gfaas import workflows as W
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gfaas[ray]')")
@@ -22,10 +23,14 @@ def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
     mp.syspath_prepend(support)
     mp.setenv("PYTHONPATH", support)
     mp.setenv("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    r = LocalRuntime(RuntimeConfig(executor="ray", node_capacity_bytes=128 << 20))
+    # 20 function actors on a 2-CPU Ray node: each asks for a sliver of a CPU.
+    r = LocalRuntime(RuntimeConfig(executor="ray", scale="small", ray_cpus_per_worker=0.05,
+                                   node_capacity_bytes=256 << 20))
     try:
         for text in (SEQ, FANS, CRASH):
             r.deploy(text)
+        for name in W.names():
+            r.deploy(W.spec_text(name))
         yield r
     finally:
         r.close()
@@ -52,3 +57,17 @@ def test_dead_actor_fails_its_invocation_and_is_replaced(rt: LocalRuntime) -> No
     good = rt.invoke("crashing", {"x": np.array([2.0])}, timeout=60)
     assert good.ok, good.error
     np.testing.assert_array_equal(good.outputs["out"], [3.0])
+
+
+@pytest.mark.parametrize("name", W.names())
+def test_reference_workflows_on_ray_match_the_reference_executor(rt: LocalRuntime, name: str) -> None:
+    """The demo's six workflows (small scale) on Ray actors give run_local's outputs."""
+    from test_runtime_workflows import same
+
+    want = W.run_local(name, seed=5, scale="small")
+    res = rt.invoke(name, W.make_inputs(name, seed=5, scale="small"), timeout=120)
+    assert res.ok, res.error
+    assert set(res.outputs) == set(want["outputs"])
+    for key, value in want["outputs"].items():
+        assert same(res.outputs[key], value), f"{name}.{key} differs on Ray"
+    assert all("@ray:" in r.worker for r in res.functions if not r.skipped)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import FunctionFailed, require_extra
+from ..errors import ConfigError, FunctionFailed, require_extra
 from .worker import Done, Failed, FunctionHost, Init, Reply, Task, WorkerDied, _dec, _enc
 
 _ACTOR: Any = None
@@ -75,13 +75,20 @@ class RayWorker:
         ray = _ray()
         self._ray = ray
         self._dead = False
+        total = float(ray.cluster_resources().get("CPU", 0.0))
+        if num_cpus > total:
+            raise ConfigError(f"function {init.function!r} asks Ray for {num_cpus} CPUs but the whole cluster has "
+                              f"{total:g}; lower ray_cpus_per_worker or add Ray nodes")
         self.actor = _actor_class().options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0,
                                             max_task_retries=0).remote(_enc.encode(init))
         try:
             self.pid, self.load_s = ray.get(self.actor.ready.remote(), timeout=start_timeout)
         except Exception as exc:  # noqa: BLE001 - Ray wraps the actor's own error
             self.stop()
-            raise FunctionFailed(f"Ray actor for function {init.function!r} could not start: {exc}") from None
+            free = ray.available_resources().get("CPU", 0.0)
+            raise FunctionFailed(f"Ray actor for function {init.function!r} could not start within {start_timeout:g} s "
+                                 f"({type(exc).__name__}: {exc}); Ray has {free:g} CPUs free and each function actor "
+                                 f"asks for {num_cpus:g}: lower ray_cpus_per_worker or add Ray nodes") from None
         self.name = f"{init.function}@ray:{self.pid}"
 
     def run(self, task: Task) -> Reply:
