@@ -165,10 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="print the results as one JSON document")
     d.add_argument("--scale", choices=["small", "full"], default="full",
                    help="model sizes: full = the real architectures (default), small = shrunk, for a quick look")
-    d.add_argument("--requests", type=int, default=4, help="bursty requests per workflow and transport (default 4)")
-    d.add_argument("--load", type=float, default=0.45,
+    d.add_argument("--requests", type=int, default=3, help="bursty requests per workflow and transport (default 3)")
+    d.add_argument("--load", type=float, default=0.3,
                    help="mean offered load as a fraction of this machine's CPU capacity, estimated from the "
-                        "warm-up's compute times (default 0.45; bursts run at twice the mean)")
+                        "warm-up's compute times (default 0.3; bursts run at twice the mean)")
     d.add_argument("--workflows", help="comma-separated subset (default: all six)")
     d.add_argument("--out", default="out/demo", help="directory for report.md, report.png, results.json")
     d.set_defaults(func=cmd_demo)
