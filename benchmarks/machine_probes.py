@@ -8,6 +8,10 @@ Prints one JSON document:
   in the benchmark's ping-pong) and without;
 * ``fresh_shm_write_gbps`` vs ``warm_memcpy_gbps``: writing 64 MiB into a new memfd segment
   against memcpy between touched buffers;
+* ``warm_segment_put_ms``: writing 11 MiB through a new mapping of a segment whose pages already
+  exist (a warm segment reused by another connection), faulted in with ``madvise(POPULATE_WRITE)``
+  or mapped with ``MAP_POPULATE``, against the same write into a fresh segment (what the client's
+  ``attach(populate=True)`` and the warm pool are for);
 * ``copy_out_gbps``: copying a 256 MiB shared-memory object into ``np.empty`` versus into anonymous
   memory asked for in huge pages and faulted in with one call (what ``get(copy=True)`` does);
 * with ``--try-shmem-thp`` (root only): the copy out of shared memory with
@@ -78,6 +82,34 @@ def fresh_vs_warm(n: int = 64 << 20) -> dict[str, float]:
             "warm_memcpy_gbps": round(n / _best(lambda: np.copyto(dst, src)) / 1e9, 2)}
 
 
+def warm_segment_put(n: int = 11 << 20) -> dict[str, float]:
+    src = np.ones(n, np.uint8)
+    warm = os.memfd_create("probe")
+    os.ftruncate(warm, n)
+    keep = mmap.mmap(warm, n)
+    keep.madvise(MADV_POPULATE_WRITE)  # the pages exist, as in a pooled segment
+
+    def remap(flags: int, advise: bool, fd: int = warm) -> None:
+        m = mmap.mmap(fd, n, flags)
+        if advise:
+            m.madvise(MADV_POPULATE_WRITE)
+        np.copyto(np.frombuffer(m, np.uint8), src)
+        m.close()
+
+    def fresh() -> None:
+        fd = os.memfd_create("probe")
+        os.ftruncate(fd, n)
+        remap(mmap.MAP_SHARED | mmap.MAP_POPULATE, False, fd)
+        os.close(fd)
+
+    out = {"warm_madvise_then_copy": round(_best(lambda: remap(mmap.MAP_SHARED, True)) * 1e3, 2),
+           "warm_map_populate_then_copy": round(_best(lambda: remap(mmap.MAP_SHARED | mmap.MAP_POPULATE, False)) * 1e3, 2),
+           "fresh_map_populate_then_copy": round(_best(fresh) * 1e3, 2)}
+    keep.close()
+    os.close(warm)
+    return out
+
+
 def copy_out(n: int = 256 << 20, huge_shmem: bool = False) -> dict[str, float]:
     fd = os.memfd_create("probe")
     os.ftruncate(fd, n)
@@ -116,6 +148,7 @@ def main() -> None:
         "seqpacket_rtt_us": {"with_think_time": round(seqpacket_rtt(2e-4), 1),
                              "back_to_back": round(seqpacket_rtt(0.0), 1)},
         **fresh_vs_warm(),
+        "warm_segment_put_ms": warm_segment_put(),
         "copy_out_gbps": copy_out(),
     }
     if a.try_shmem_thp:

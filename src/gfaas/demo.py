@@ -55,7 +55,7 @@ def schedule(names: list[str], requests: int, mean_rate: float, seed: int) -> li
     order = np.random.default_rng(seed).permutation(np.repeat(np.arange(len(names)), requests))
     seen = dict.fromkeys(range(len(names)), 0)
     out = []
-    for at, k in zip(t[:total], order, strict=True):
+    for at, k in zip(t, order, strict=True):
         out.append((float(at), names[int(k)], seen[int(k)] % INPUT_VARIANTS))
         seen[int(k)] += 1
     return out

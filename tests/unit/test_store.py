@@ -588,7 +588,7 @@ def test_derive_publishes_a_slice_of_a_held_object_without_a_segment() -> None:
         st.derive(s["c1"], seg.id, 0, 10, "raw", [10], None)  # not got yet
     got = st.get(s["c1"], rec.id)
     assert got.id not in st.objects  # its only consumer read it: freed, the segment is parked...
-    st.pin(s["c1"], seg, read=True)  # ... as the daemon pins it for the view it hands out
+    st.pin(s["c1"], seg, read=(0, 200 * KiB))  # ... as the daemon pins it for the view it hands out
     assert seg.id in st.segments
     with pytest.raises(AccessDenied, match="outside the object"):
         st.derive(s["c1"], seg.id, 100 * KiB, 100 * KiB + 1, "raw", [100 * KiB + 1], None)
@@ -605,6 +605,24 @@ def test_derive_publishes_a_slice_of_a_held_object_without_a_segment() -> None:
     slab_obj = env.put(s["p"], 10, ["c1"])
     slab = st.segments[st.objects[slab_obj].segment]
     st.get(s["c1"], slab_obj)
-    assert not st.pin(s["c1"], slab, read=True)  # slabs are never pinned, so never derived from
+    assert not st.pin(s["c1"], slab, read=(0, 10))  # slabs are never pinned, so never derived from
     with pytest.raises(AccessDenied, match="holds no view"):
         st.derive(s["c1"], slab.id, 0, 10, "raw", [10], None)
+
+
+def test_derive_is_bounded_by_the_object_read_not_the_segment() -> None:
+    """A function that got one chunk of a segment cannot derive its sibling chunk's bytes, which
+    were published for another consumer."""
+    env = Env(capacity_bytes=1024 * KiB)
+    st, s = env.store, env.s
+    rec, seg = st.allocate(s["p"], 200 * KiB, "raw", [200 * KiB], ["c1"])
+    st.seal(s["p"], rec.id)
+    st.get(s["c1"], rec.id)
+    st.pin(s["c1"], seg, read=(0, 200 * KiB))
+    halves = [st.derive(s["c1"], seg.id, off, 100 * KiB, "raw", [100 * KiB], [fn])
+              for off, fn in ((0, "c2"), (100 * KiB, "x"))]
+    st.get(s["c2"], halves[0].id)
+    st.pin(s["c2"], seg, read=(halves[0].offset, halves[0].nbytes))
+    assert st.derive(s["c2"], seg.id, 10 * KiB, KiB, "raw", [KiB], None).offset == 10 * KiB
+    with pytest.raises(AccessDenied, match="outside the object read"):
+        st.derive(s["c2"], seg.id, 100 * KiB, KiB, "raw", [KiB], None)  # x's half, never read by c2

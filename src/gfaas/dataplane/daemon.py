@@ -499,7 +499,7 @@ class Daemon:
                 " pass a buffer of the object's size"
             )
         fds = self._export(conn, seg, False)
-        pin = conn.session is not None and self.store.pin(conn.session, seg, read=True)
+        pin = conn.session is not None and self.store.pin(conn.session, seg, read=(rec.offset, rec.nbytes))
         return (P.Located(rec.id, seg.id, rec.offset, rec.nbytes, rec.dtype, list(rec.shape),
                           self.config.node_id, pin=pin), fds)
 

@@ -62,7 +62,6 @@ class Segment:
     pooled: bool = False
     recyclable: bool = True
     workflow: str = ""  # whose invocations may reuse it once it is free (the warm pool's scope)
-    extent: int = 0  # bytes of the one object placed at offset 0 of a segment of its own
 
 
 @dataclass(slots=True)
@@ -95,7 +94,8 @@ class Session:
     issued: set[bytes] = field(default_factory=set)
     pins: dict[int, int] = field(default_factory=dict)
     writing: set[bytes] = field(default_factory=set)  # objects it allocated and has not sealed
-    read: set[int] = field(default_factory=set)  # segments of its own whose object it got (may derive)
+    # Byte ranges (offset, nbytes) of objects it got as pinned views, per segment: what it may derive.
+    read: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 class Store:
@@ -283,15 +283,15 @@ class Store:
             self.pooled_bytes -= best.size
         return best
 
-    def pin(self, s: Session, seg: Segment, read: bool = False) -> bool:
+    def pin(self, s: Session, seg: Segment, read: tuple[int, int] | None = None) -> bool:
         """Record that the session took a view of a reusable segment; it must release it.
-        ``read``: the view is of a sealed object it got (what :meth:`derive` may slice)."""
+        ``read``: the (offset, nbytes) of the sealed object it got (what :meth:`derive` may slice)."""
         if seg.owner is not None:
             return False  # slab space is never handed out twice: nothing to pin
         seg.pins += 1
         s.pins[seg.id] = s.pins.get(seg.id, 0) + 1
-        if read:
-            s.read.add(seg.id)
+        if read is not None:
+            s.read.setdefault(seg.id, []).append(read)
         return True
 
     def release_all(self, s: Session) -> None:
@@ -306,6 +306,7 @@ class Store:
                 continue
             if held == 1:
                 del s.pins[sid]
+                s.read.pop(sid, None)  # no view left: nothing of it may be derived any more
             else:
                 s.pins[sid] = held - 1
             seg = self.segments.get(sid)
@@ -398,7 +399,7 @@ class Store:
         else:
             seg = self._take_warm(s.invocation, nbytes) or self._new_segment(
                 s.invocation, None, max(nbytes, 1), "allocation")
-            seg.extent, off = nbytes, 0
+            off = 0
         oid = self._new_journalled_id(s.invocation)
         rec = self._record(oid, s.invocation, s.function, cons, seg, off, nbytes, dtype, shp, WRITING, s.id)
         s.writing.add(oid)
@@ -425,15 +426,16 @@ class Store:
     ) -> ObjectRecord:
         """Publish bytes of an object the session read as a new sealed object, without a copy.
 
-        Allowed only inside the object of a segment of its own that this session got and still
-        holds a view of (a pin): those bytes are sealed and, while pinned, never handed out again.
-        The new object keeps the segment alive on its own; its parent may be freed meanwhile.
+        Allowed only inside an object this session got from a segment of its own and still holds a
+        view of (a pin): those bytes are sealed and, while pinned, never handed out again. The new
+        object keeps the segment alive on its own; its parent may be freed meanwhile.
         """
         self.check_live(s)
         seg = self.segments.get(segment)
-        if seg is None or segment not in s.read or not s.pins.get(segment) or seg.owner is not None:
+        ranges = s.read.get(segment)
+        if seg is None or not ranges:
             raise AccessDenied("derive refused: this connection holds no view of an object in that segment")
-        if offset < 0 or nbytes < 0 or offset + nbytes > seg.extent:
+        if nbytes < 0 or not any(a <= offset and offset + nbytes <= a + n for a, n in ranges):
             raise AccessDenied(f"derive refused: bytes {offset}..{offset + nbytes} are outside the object read")
         shp = check_meta(nbytes, dtype, shape)
         cons = check_consumers(consumers, s.functions)
@@ -448,7 +450,6 @@ class Store:
         if oid in self.objects:
             raise ObjectStateError(f"object {oid.hex()} is already on node {self.config.node_id}")
         seg = self._new_segment(invocation, None, max(nbytes, 1), "pull")
-        seg.extent = nbytes
         rec = self._record(oid, invocation, producer, consumers, seg, 0, nbytes, dtype, shape, WRITING, None)
         rec.pending = pending
         return rec, seg

@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import ConfigError, FunctionFailed, NotFound, Overloaded, SpecError
 from .dag import DagState
 from .result import Breakdown, FunctionRecord, InvocationResult, Status
-from .spec import INPUT, WorkflowSpec, loads
+from .spec import INPUT, WorkflowSpec, loads, name_diff
 from .transport import RedisTransport, Transport, TransportConfig, open_transport
 from .worker import GATEWAY, Done, Failed, Init, InProcessWorker, ProcessWorker, Task, WorkerDied
 
@@ -462,11 +462,10 @@ class LocalRuntime:
             if self._input_generator is None:
                 raise SpecError(f"workflow {spec.name!r} has no input generator here; pass inputs")
             inputs = self._input_generator(spec.name, int(seed or 0), self.config.scale)
-        missing = sorted(set(spec.inputs) - set(inputs))
-        extra = sorted(set(inputs) - set(spec.inputs))
-        if missing or extra:
-            raise SpecError(f"workflow {spec.name!r} takes inputs {sorted(spec.inputs)}; got {sorted(inputs)}"
-                            + (f" (missing {missing})" if missing else "") + (f" (unknown {extra})" if extra else ""))
+        diff = name_diff(spec.inputs, inputs, "unknown")
+        if diff:
+            raise SpecError(f"workflow {spec.name!r} takes inputs {sorted(spec.inputs)}; "
+                            f"got {sorted(inputs)}{diff}")
         out = {}
         for name, value in inputs.items():
             arr = np.asarray(value)

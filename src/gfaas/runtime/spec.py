@@ -70,6 +70,12 @@ class TypeDecl:
         return None
 
 
+def name_diff(declared: Any, got: Any, extra_word: str) -> str:
+    """``" (missing [...]) (<extra_word> [...])"`` for names one side lacks; ``""`` when they match."""
+    missing, extra = sorted(set(declared) - set(got)), sorted(set(got) - set(declared))
+    return (f" (missing {missing})" if missing else "") + (f" ({extra_word} {extra})" if extra else "")
+
+
 def _shape_fits(shape: tuple[int, ...], decl: tuple[int, ...]) -> bool:
     return len(shape) == len(decl) and all(d == -1 or d == s for s, d in zip(shape, decl, strict=True))
 

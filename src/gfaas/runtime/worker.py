@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import FunctionFailed, GfaasError, SpecError
 from .context import Context
-from .spec import FunctionSpec, loads
+from .spec import FunctionSpec, loads, name_diff
 from .transport import Transport, TransportConfig, open_transport
 
 log = logging.getLogger("gfaas.runtime")
@@ -167,11 +167,9 @@ class FunctionHost:
         where = f"function {self.fn.name!r} (handler {self.fn.handler})"
         if not isinstance(out, dict):
             raise SpecError(f"{where} returned {type(out).__name__}; a handler returns a dict of output -> array")
-        missing = sorted(set(self.fn.outputs) - set(out))
-        extra = sorted(set(out) - set(self.fn.outputs))
-        if missing or extra:
-            raise SpecError(f"{where} returned outputs {sorted(out)}; the spec declares {sorted(self.fn.outputs)}"
-                            + (f" (missing {missing})" if missing else "") + (f" (undeclared {extra})" if extra else ""))
+        diff = name_diff(self.fn.outputs, out, "undeclared")
+        if diff:
+            raise SpecError(f"{where} returned outputs {sorted(out)}; the spec declares {sorted(self.fn.outputs)}{diff}")
         values = {}
         for name, v in out.items():
             arr = np.asarray(v)

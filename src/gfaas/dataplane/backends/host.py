@@ -90,8 +90,8 @@ def attach(fd: int, writable: bool, populate: bool = False) -> mmap.mmap:
     """Map a segment received from the daemon (client side); closes ``fd`` afterwards.
 
     ``populate`` maps every page at once (MAP_POPULATE): for a segment whose pages already exist
-    (a warm one being reused) that is about twice as fast as faulting them in one by one or with
-    ``madvise``, measured on 11 MiB: 1.5 ms against 2.7 ms for populate-then-copy."""
+    (a warm one being reused), mapping and writing 11 MiB took 1.5 ms against 3.1 ms with
+    ``madvise(POPULATE_WRITE)`` (``benchmarks/machine_probes.py``, ``warm_segment_put_ms``)."""
     try:
         size = os.fstat(fd).st_size
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
