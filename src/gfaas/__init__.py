@@ -5,7 +5,17 @@ The public surface is what this module exports (pinned by ``tests/unit/test_publ
 
 from .clock import Clock, ManualClock, WallClock
 from .config import NodeConfig
-from .dataplane import Admin, Buffer, Client, Credentials, DataRef, InvocationHandle, connect
+from .dataplane import (
+    Admin,
+    Buffer,
+    Client,
+    Credentials,
+    DataRef,
+    DeviceBuffer,
+    DeviceView,
+    InvocationHandle,
+    connect,
+)
 from .errors import (
     AccessDenied,
     AuthenticationError,
@@ -78,6 +88,8 @@ __all__ = [
     "DataPlaneError",
     "DataRef",
     "DependencyMissing",
+    "DeviceBuffer",
+    "DeviceView",
     "FunctionFailed",
     "GatewayClient",
     "GatewayHTTPError",

@@ -62,6 +62,13 @@ class NodeConfig:
             reuse off, and with it the chance of a producer seeing its workflow's earlier bytes).
         tombstones_per_invocation: how many freed IDs per invocation are remembered to answer
             ``DataDeleted`` instead of ``AccessDenied``.
+        devices: GPU memory pools the daemon owns: ``""`` none; ``"cuda"`` every CUDA GPU;
+            ``"cuda:0,1"`` those GPUs; ``"null:0,1"`` modelled GPUs that hold no bytes (tests and
+            the simulator).
+        device_capacity_bytes: cap of each GPU pool (0: half the GPU's free memory at start for
+            ``cuda``, 16 GiB for ``null``).
+        device_pool_floor_bytes: bytes of empty arenas each GPU pool keeps rather than return to
+            the driver (300 MB, the papers' floor; the elastic-storage policy moves the target).
     """
 
     node_id: str = "node0"
@@ -80,6 +87,9 @@ class NodeConfig:
     tombstones_per_invocation: int = 65536
     warm_pool_bytes: int = 512 * MiB
     slab_object_bytes: int = 128 * KiB
+    devices: str = ""
+    device_capacity_bytes: int = 0
+    device_pool_floor_bytes: int = 300 * 1000 * 1000
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -110,10 +120,34 @@ class NodeConfig:
         _positive("tombstones_per_invocation", self.tombstones_per_invocation)
         _positive("warm_pool_bytes", self.warm_pool_bytes, 0)
         _positive("slab_object_bytes", self.slab_object_bytes, 0)
+        _positive("device_capacity_bytes", self.device_capacity_bytes, 0)
+        _positive("device_pool_floor_bytes", self.device_pool_floor_bytes, 0)
+        self.device_spec()  # validates
         if not isinstance(self.transfer_port, int) or not (0 <= self.transfer_port <= 65535):
             raise ConfigError(f"transfer_port={self.transfer_port!r} is not a TCP port (0-65535)")
         if not isinstance(self.remote_timeout_s, int | float) or not self.remote_timeout_s > 0:
             raise ConfigError(f"remote_timeout_s={self.remote_timeout_s!r} must be a number > 0")
+
+    def device_spec(self) -> tuple[str, tuple[int, ...] | None]:
+        """``(kind, GPU ordinals)`` of :attr:`devices`: kind ``""``, ``"cuda"`` or ``"null"``;
+        ordinals ``None`` means every GPU the runtime sees."""
+        spec = self.devices.strip() if isinstance(self.devices, str) else None
+        if spec is None:
+            raise ConfigError(f"devices={self.devices!r} must be a string such as 'cuda', 'cuda:0,1' or 'null:0'")
+        if not spec:
+            return "", ()
+        kind, _, ids = spec.partition(":")
+        if kind not in ("cuda", "null"):
+            raise ConfigError(f"devices={spec!r}: unknown kind {kind!r}; use 'cuda', 'cuda:0,1' or 'null:0'")
+        if not ids:
+            return kind, (None if kind == "cuda" else (0,))
+        try:
+            ordinals = tuple(int(x) for x in ids.split(","))
+        except ValueError:
+            raise ConfigError(f"devices={spec!r}: GPU ordinals must be integers, e.g. 'cuda:0,1'") from None
+        if any(i < 0 for i in ordinals) or len(set(ordinals)) != len(ordinals):
+            raise ConfigError(f"devices={spec!r}: GPU ordinals must be distinct and >= 0")
+        return kind, ordinals
 
     @property
     def small_object_max(self) -> int:

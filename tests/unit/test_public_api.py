@@ -22,6 +22,8 @@ PUBLIC = [
     "DataPlaneError",
     "DataRef",
     "DependencyMissing",
+    "DeviceBuffer",
+    "DeviceView",
     "FunctionFailed",
     "GatewayClient",
     "GatewayHTTPError",

@@ -17,6 +17,7 @@ from ..errors import AccessDenied, AuthenticationError, ConfigError, ObjectState
 from . import protocol as P
 from .backends.host import attach
 from .channel import Channel
+from .device_client import CudaMapper, DeviceMapper, DeviceView, cuda_interface, device_of
 from .ids import DataRef
 from .meta import RAW, align, check_consumers, itemsize
 
@@ -139,10 +140,39 @@ class Buffer:
         return DataRef(self._id, self._client.node_id)
 
 
+class DeviceBuffer:
+    """Space in a GPU's pool for an object the producer writes in place (``.view`` exposes
+    ``__cuda_array_interface__``/DLPack, ``.array()`` a CuPy array); :meth:`seal` records a CUDA IPC
+    event after the writes queued on the current stream and publishes the object."""
+
+    def __init__(self, client: Client, oid: bytes, view: DeviceView) -> None:
+        self._client, self._id, self.view = client, oid, view
+        self._sealed = False
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealed
+
+    def array(self) -> Any:
+        return self.view.array()
+
+    def seal(self) -> DataRef:
+        if self._sealed:
+            raise ObjectStateError(f"object {self._id.hex()} is already sealed; objects are sealed once")
+        event = self._client._device_mapper().record(self.view.device)
+        self._client._call(P.SealAllocated(self._id, event))
+        self._sealed = True
+        self.view.readonly = True
+        return DataRef(self._id, self._client.node_id)
+
+
 class Client:
     """A function's connection to its node daemon; see :func:`connect`."""
 
-    def __init__(self, socket_path: str, token: str, timeout: float | None = 60.0) -> None:
+    def __init__(self, socket_path: str, token: str, timeout: float | None = 60.0,
+                 device_mapper: DeviceMapper | None = None) -> None:
+        self._mapper = device_mapper
+        self._arenas: dict[int, tuple[int, int]] = {}  # arena -> (GPU, base address here)
         self._ch = Channel(socket_path, timeout)
         w = self._ch.handshake(P.Hello(token))
         assert isinstance(w, P.Welcome)
@@ -196,6 +226,10 @@ class Client:
             # A segment of its own for one object about to be written whole: map all of it now.
             whole = isinstance(reply, P.Allocated) and seg != self._arena_seg
             self._maps[(seg, writable)] = attach(fds[0], writable, populate=whole)
+        for arena in getattr(reply, "gone", ()):
+            opened = self._arenas.pop(arena, None)
+            if opened is not None:
+                self._device_mapper().close(*opened)
         for seg in getattr(reply, "retired", ()):
             # The reply may name a segment retired while it was being answered (a get that read the
             # last live object of a slab): the mapping stays valid, so keep it for this one call.
@@ -207,6 +241,25 @@ class Client:
             if seg == self._arena_seg:
                 self._arena, self._arena_seg = None, -1
         return reply
+
+    def _device_mapper(self) -> DeviceMapper:
+        if self._mapper is None:
+            self._mapper = CudaMapper()
+        return self._mapper
+
+    def _device_view(self, ref: P.DeviceRef, offset_in_seg: int, nbytes: int, dtype: str, shape: list[int],
+                     readonly: bool, pin: int | None) -> DeviceView:
+        """A view of bytes of a device segment: the arena is opened once per process and kept."""
+        mapper = self._device_mapper()
+        opened = self._arenas.get(ref.arena)
+        if opened is None:
+            opened = self._arenas[ref.arena] = (ref.device, mapper.open(ref.device, ref.handle))
+        np_dt = np.dtype(np.uint8 if dtype == RAW else dtype)
+        view = DeviceView(mapper, ref.device, opened[1] + ref.offset + offset_in_seg, nbytes, np_dt,
+                          tuple(shape), readonly)
+        if pin is not None:
+            weakref.finalize(view, self._released.append, pin)
+        return view
 
     def _map(self, seg: int, writable: bool) -> mmap.mmap:
         mm = self._maps.get((seg, writable))
@@ -224,9 +277,14 @@ class Client:
         once each has read it. ``None`` opens it to the whole invocation until deleted or the
         invocation ends.
         """
-        arr, dt = _as_array(obj)
         cons = list(consumers) if consumers is not None else None
         check_consumers(cons, self.functions)
+        gpu = device_of(obj)
+        if gpu is not None:
+            ref = self._put_device(obj, gpu, cons)
+            if ref is not None:
+                return ref
+        arr, dt = _as_array(obj)
         n = arr.nbytes
         if n > self.small_object_max:
             ref = self._derive(arr, dt, cons)
@@ -266,6 +324,22 @@ class Client:
         self._ch.send(P.Seal(oid, off, n, dt, [n] if dt == RAW else list(arr.shape), cons))
         return DataRef(oid, self.node_id)
 
+    def _put_device(self, obj: Any, gpu: int, cons: list[str] | None) -> DataRef | None:
+        """A device tensor goes into its GPU's pool with one device-to-device copy (functions never
+        own the store's memory); ``None`` if the node has no pool for that GPU (staged via host)."""
+        ptr, shape, dt = cuda_interface(obj)
+        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        try:
+            buf = self._allocate_device(n, dt.str, list(shape), cons, gpu)
+        except ConfigError as exc:
+            if "has no memory pool" not in str(exc):
+                raise
+            log.debug("no pool for GPU %d on this node: staging through host memory", gpu)
+            return None
+        if n:
+            self._device_mapper().copy(gpu, buf.view.ptr, ptr, n)
+        return buf.seal()
+
     def _derive(self, arr: np.ndarray, dt: str, cons: list[str] | None) -> DataRef | None:
         """A put of a slice of an object this connection read (e.g. one chunk of an input clip)
         is published by reference to the bytes already in shared memory: no copy. ``None`` when
@@ -286,8 +360,11 @@ class Client:
         return None
 
     def allocate(self, shape: int | tuple[int, ...] | list[int], dtype: Any = np.uint8,
-                 consumers: list[str] | None = None) -> Buffer:
-        """Reserve space to write an object in place (zero-copy put); call ``.seal()`` when done."""
+                 consumers: list[str] | None = None, device: int | None = None) -> Any:
+        """Reserve space to write an object in place (zero-copy put); call ``.seal()`` when done.
+
+        Returns a :class:`Buffer` (host memory) or, with ``device=k``, a :class:`DeviceBuffer` in
+        GPU ``k``'s pool of the node."""
         shp = (shape,) if isinstance(shape, int) else tuple(shape)
         dt = np.dtype(dtype)
         if dt.hasobject or dt.fields is not None:
@@ -295,7 +372,21 @@ class Client:
         n = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
         cons = list(consumers) if consumers is not None else None
         check_consumers(cons, self.functions)
+        if device is not None:
+            if not isinstance(device, int) or device < 0:
+                raise ConfigError(f"device={device!r}: give a GPU ordinal (0, 1, ...) or None for host memory")
+            return self._allocate_device(n, dt.str, list(shp), cons, device)
         return self._allocate(n, dt.str, list(shp), cons)
+
+    def _allocate_device(self, n: int, dt: str, shape: list[int], cons: list[str] | None,
+                         device: int) -> DeviceBuffer:
+        r = self._call(P.Allocate(n, dt, [n] if dt == RAW else shape, cons, device))
+        assert isinstance(r, P.Allocated)
+        if r.device is None:
+            raise ProtocolError("the daemon placed a device allocation in host memory")
+        view = self._device_view(r.device, r.offset, n, dt, [n] if dt == RAW else shape, False,
+                                 r.segment if r.pin else None)
+        return DeviceBuffer(self, r.id, view)
 
     def _allocate(self, n: int, dt: str, shape: list[int], cons: list[str] | None) -> Buffer:
         r = self._call(P.Allocate(n, dt, [n] if dt == RAW else shape, cons))
@@ -312,8 +403,14 @@ class Client:
             arr = np.frombuffer(mm, dtype=np_dt, count=n // np_dt.itemsize, offset=r.offset).reshape(shape)
         return Buffer(self, r.id, arr, dt == RAW)
 
-    def get(self, ref: DataRef | str, copy: bool = False, out: Any = None) -> Any:
+    def get(self, ref: DataRef | str, copy: bool = False, out: Any = None, device: int | str | None = None) -> Any:
         """Read an object.
+
+        ``device`` says where the reader wants it: ``None`` where it lives, ``"host"`` in host
+        memory, ``k`` on GPU ``k`` (a copy is delivered there if it lives elsewhere: host<->GPU
+        through the node's pinned ring, GPU<->GPU over the peer link). An object on a GPU comes
+        back as a read-only :class:`DeviceView` (``__cuda_array_interface__``, DLPack), after this
+        process's current stream was made to wait for the producer's writes.
 
         By default a read-only zero-copy view (a numpy array, or a memoryview for bytes). With
         ``copy=True`` a private writable copy (numpy array, or bytes). With ``out=`` a writable,
@@ -332,8 +429,24 @@ class Client:
                 raise ConfigError(f"out= must be a writable C-contiguous buffer ({exc})") from None
             if dst.readonly:
                 raise ConfigError("out= is read-only; pass a writable buffer")
-        r = self._call(P.Get(ref.id, dst.nbytes if dst is not None else -1))
+        if device is None:
+            where = P.HOST if (copy or dst is not None) else P.ANY_DEVICE  # copies land in host memory
+        elif device == "host":
+            where = P.HOST
+        elif isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+            if copy or dst is not None:
+                raise ConfigError("copy= and out= read into host memory; drop them to get onto a GPU")
+            where = device
+        else:
+            raise ConfigError(f"device={device!r}: use None (where it lives), 'host' or a GPU ordinal")
+        r = self._call(P.Get(ref.id, dst.nbytes if dst is not None else -1, where))
         assert isinstance(r, P.Located)
+        if r.device is not None:
+            view = self._device_view(r.device, r.offset, r.nbytes, r.dtype, r.shape, True,
+                                     r.segment if r.pin else None)
+            if r.event:  # the producer's writes: this process's stream waits, the host does not
+                self._device_mapper().wait(r.device.device, r.event)
+            return view
         mm = self._map(r.segment, False)
         if copy or dst is not None:
             _populate(mm, r.offset, r.nbytes, _MADV_POPULATE_READ)
@@ -381,7 +494,8 @@ class Client:
 
 
 def connect(credentials: Credentials | None = None, *, socket_path: str | None = None,
-            token: str | None = None, timeout: float | None = 60.0) -> Client:
+            token: str | None = None, timeout: float | None = 60.0,
+            device_mapper: DeviceMapper | None = None) -> Client:
     """Connect a function process to its node daemon.
 
     Credentials come from the argument, or ``socket_path``/``token``, or the environment variables
@@ -394,7 +508,7 @@ def connect(credentials: Credentials | None = None, *, socket_path: str | None =
         raise AuthenticationError(
             "no function credentials: pass gfaas.connect(credentials) or set GFAAS_TOKEN (and GFAAS_SOCKET)"
         )
-    return Client(socket_path or default_socket_path(), token, timeout)
+    return Client(socket_path or default_socket_path(), token, timeout, device_mapper)
 
 
 @dataclass(frozen=True)

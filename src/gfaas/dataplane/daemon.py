@@ -34,7 +34,7 @@ from ..config import NodeConfig
 from ..errors import AuthenticationError, ConfigError, DataPlaneError, GfaasError, ProtocolError, code_of
 from . import protocol as P
 from .auth import Registry
-from .backends import make_backend
+from .backends import make_backend, make_device_backends
 from .journal import Journal
 from .store import WRITING, ObjectRecord, Segment, Session, Store
 
@@ -52,6 +52,8 @@ class Conn:
     sent_rw: set[int] = field(default_factory=set)
     sent_ro: set[int] = field(default_factory=set)
     retired: list[int] = field(default_factory=list)
+    arenas: set[int] = field(default_factory=set)  # device arenas whose IPC handle it was sent
+    gone: list[int] = field(default_factory=list)  # of those, freed since its last device reply
     pending_error: GfaasError | None = None
     busy: bool = False  # a deferred or parked reply is outstanding: read nothing more from it yet
 
@@ -80,6 +82,8 @@ class Daemon:
             journal=self.journal,
             lost=self._lost,
             on_retire=self._on_retire,
+            devices=make_device_backends(*config.device_spec(), config.device_capacity_bytes,
+                                         config.device_pool_floor_bytes),
         )
         self._handlers: dict[type, Callable[[Conn, Any], tuple[P.Reply, list[int]] | None]] = {
             P.Hello: self._hello,
@@ -210,6 +214,8 @@ class Daemon:
                 pass
         self.journal.close()
         self._ep.close()
+        for dev in self.store.devices.values():
+            dev.close()
 
     # ---- connections ---------------------------------------------------------------------------
     def _accept(self) -> None:
@@ -243,6 +249,13 @@ class Daemon:
             conn.sent_rw.discard(seg_id)
             conn.sent_ro.discard(seg_id)
             conn.retired.append(seg_id)
+        gone = [a for dev in self.store.devices.values() for a in dev.collect_gone()]
+        if gone:
+            for conn in self._conns.values():
+                for a in gone:
+                    if a in conn.arenas:
+                        conn.arenas.discard(a)
+                        conn.gone.append(a)
         if self.remote is not None:
             self.remote.on_retire(seg_id)
 
@@ -303,6 +316,9 @@ class Daemon:
         if conn.retired and hasattr(reply, "retired"):
             reply = msgspec.structs.replace(reply, retired=conn.retired)
             conn.retired = []
+        if conn.gone and hasattr(reply, "gone"):
+            reply = msgspec.structs.replace(reply, gone=conn.gone)
+            conn.gone = []
         data = P.encode(reply)
         try:
             if fds:
@@ -448,6 +464,8 @@ class Daemon:
         sent = conn.sent_rw if writable else conn.sent_ro
         if seg.id in sent:
             return []
+        if seg.device >= 0:
+            return []  # device segments travel as a DeviceRef in the reply (see _device_ref)
         fd = self.store.backend.export(seg.handle, writable)
         if fd is None:
             return []
@@ -455,6 +473,16 @@ class Daemon:
         self._seg_holders.setdefault(seg.id, set()).add(conn)
         # A duplicate: the segment may be retired (and its descriptors closed) before the reply goes.
         return [os.dup(fd)]
+
+    def _device_ref(self, conn: Conn, seg: Segment) -> P.DeviceRef | None:
+        if seg.device < 0:
+            return None
+        ref: P.DeviceRef = self.store.devices[seg.device].export(seg.handle, False)
+        if (seg.id not in conn.sent_ro):
+            conn.sent_ro.add(seg.id)
+            self._seg_holders.setdefault(seg.id, set()).add(conn)
+        conn.arenas.add(ref.arena)
+        return ref
 
     def _lease(self, conn: Conn, m: P.Lease) -> tuple[P.Reply, list[int]]:
         s = self._need_session(conn)
@@ -471,12 +499,14 @@ class Daemon:
         return None
 
     def _allocate(self, conn: Conn, m: P.Allocate) -> tuple[P.Reply, list[int]]:
-        rec, seg = self.store.allocate(self._need_session(conn), m.nbytes, m.dtype, m.shape, m.consumers)
+        rec, seg = self.store.allocate(self._need_session(conn), m.nbytes, m.dtype, m.shape, m.consumers,
+                                       m.device)
         fds = self._export(conn, seg, True)
-        return P.Allocated(rec.id, seg.id, rec.offset, pin=self.store.pin(self._need_session(conn), seg)), fds
+        return P.Allocated(rec.id, seg.id, rec.offset, pin=self.store.pin(self._need_session(conn), seg),
+                           device=self._device_ref(conn, seg)), fds
 
     def _seal_allocated(self, conn: Conn, m: P.SealAllocated) -> tuple[P.Reply, list[int]]:
-        rec = self.store.seal(self._need_session(conn), m.id)
+        rec = self.store.seal(self._need_session(conn), m.id, m.event)
         self._published(rec)
         return P.Ok(), []
 
@@ -491,17 +521,20 @@ class Daemon:
             self.remote.publish(rec)
 
     def _located(self, conn: Conn, rec: ObjectRecord, seg: Segment,
-                 expect_nbytes: int = -1) -> tuple[P.Reply, list[int]]:
+                 expect_nbytes: int = -1, copy: Segment | None = None) -> tuple[P.Reply, list[int]]:
+        """The reply to a get: the object's own segment, or ``copy``, a delivery holding its bytes
+        at offset 0 on the tier the reader asked for."""
         if expect_nbytes >= 0 and expect_nbytes != rec.nbytes:
             # Raised before the read is counted, so the object stays available to this consumer.
             raise ConfigError(
                 f"get into a buffer of {expect_nbytes} bytes, but object {rec.id.hex()} has {rec.nbytes};"
                 " pass a buffer of the object's size"
             )
-        fds = self._export(conn, seg, False)
-        pin = conn.session is not None and self.store.pin(conn.session, seg, read=(rec.offset, rec.nbytes))
-        return (P.Located(rec.id, seg.id, rec.offset, rec.nbytes, rec.dtype, list(rec.shape),
-                          self.config.node_id, pin=pin), fds)
+        where, offset, event = (seg, rec.offset, rec.event) if copy is None else (copy, 0, b"")
+        fds = self._export(conn, where, False)
+        pin = conn.session is not None and self.store.pin(conn.session, where, read=(offset, rec.nbytes))
+        return (P.Located(rec.id, where.id, offset, rec.nbytes, rec.dtype, list(rec.shape),
+                          self.config.node_id, pin=pin, device=self._device_ref(conn, where), event=event), fds)
 
     def _get(self, conn: Conn, m: P.Get, drained: bool = False) -> tuple[P.Reply, list[int]] | None:
         s = self._need_session(conn)
@@ -515,7 +548,38 @@ class Daemon:
             if self._absent(m.id) and self.remote is not None and self.remote.may_fetch(m.id):
                 self.defer(conn, lambda: self.remote.fetch(self, conn, s, m.id))
                 return None
+        if m.device != P.ANY_DEVICE:
+            rec = self.store.lookup(s.invocation, s.function, m.id)
+            seg = self.store.segments[rec.segment]
+            if seg.device != m.device:
+                return self._deliver(conn, s, m, rec, seg)
         return self.store.get(s, m.id, lambda rec, seg: self._located(conn, rec, seg, m.expect_nbytes))
+
+    def _deliver(self, conn: Conn, s: Session, m: P.Get, rec: ObjectRecord,
+                 seg: Segment) -> tuple[P.Reply, list[int]] | None:
+        """A get onto another tier: copy the object into a delivery segment there on a worker
+        thread (host<->GPU through the pinned ring, GPU<->GPU over the peer link), then answer."""
+        if m.expect_nbytes >= 0 and m.expect_nbytes != rec.nbytes:
+            self._located(conn, rec, seg, m.expect_nbytes)  # raises the size mismatch
+        copy = self.store.delivery(s, rec.nbytes, m.device)
+        self.store.hold(seg)  # the source's memory stays while the copy runs, whatever happens to it
+
+        def work() -> tuple[P.Reply, list[int]]:
+            try:
+                if rec.nbytes:
+                    self.store.copy_between(seg, rec.offset, copy, 0, rec.nbytes, rec.event)
+                with self.lock:
+                    return self.store.get(s, m.id, lambda r, g: self._located(conn, r, g, -1, copy))
+            except BaseException:
+                with self.lock:
+                    self.store.drop_delivery(copy)
+                raise
+            finally:
+                with self.lock:
+                    self.store.unhold(seg)
+
+        self.defer(conn, work)
+        return None
 
     def _get_drained(self, conn: Conn, m: P.Get) -> tuple[P.Reply, list[int]] | None:
         return self._get(conn, m, drained=True)

@@ -21,6 +21,23 @@ class _Msg(msgspec.Struct, tag=True, array_like=True):
     pass
 
 
+#: ``device`` values: an object in host memory, and (for :class:`Get`) "wherever it lives".
+HOST = -1
+ANY_DEVICE = -2
+
+
+class DeviceRef(msgspec.Struct, array_like=True):
+    """Where a device segment lives, for a process on the same node to map it: the arena's CUDA IPC
+    handle (opened once per process and cached by ``arena``, a serial never reused) and the
+    segment's offset inside it."""
+
+    device: int
+    arena: int
+    handle: bytes
+    offset: int
+    size: int
+
+
 # ---- requests -------------------------------------------------------------------------------
 class Hello(_Msg):
     """Bind this connection to the credentials of one (invocation, function)."""
@@ -79,10 +96,12 @@ class Allocate(_Msg):
     dtype: str
     shape: list[int]
     consumers: list[str] | None
+    device: int = HOST  # >= 0: in the memory pool of that GPU
 
 
 class SealAllocated(_Msg):
     id: bytes
+    event: bytes = b""  # CUDA IPC event recorded after the producer's writes (device objects)
 
 
 class Derive(_Msg):
@@ -100,6 +119,7 @@ class Derive(_Msg):
 class Get(_Msg):
     id: bytes
     expect_nbytes: int = -1  # >= 0: refuse (and do not count the read) unless the size matches
+    device: int = ANY_DEVICE  # HOST or a GPU: deliver a copy there if the object lives elsewhere
 
 
 class Delete(_Msg):
@@ -169,6 +189,8 @@ class StatsReply(_Msg):
     lost: int
     bytes_pooled: int = 0
     segments_pooled: int = 0
+    device_bytes_held: int = 0
+    device_bytes_used: int = 0
 
 
 class Leased(_Msg):
@@ -190,6 +212,8 @@ class Allocated(_Msg):
     offset: int
     retired: list[int] = []
     pin: bool = False  # the segment may be reused: send Release when the last view is gone
+    device: DeviceRef | None = None  # a device segment: map it through CUDA IPC
+    gone: list[int] = []  # arenas returned to the device since: close their cached handles
 
 
 class Derived(_Msg):
@@ -207,6 +231,9 @@ class Located(_Msg):
     node: str
     retired: list[int] = []
     pin: bool = False  # the segment may be reused: send Release when the last view is gone
+    device: DeviceRef | None = None
+    event: bytes = b""  # wait on this CUDA IPC event before reading (the producer's writes)
+    gone: list[int] = []
 
 
 class Ok(_Msg):

@@ -29,6 +29,7 @@ from ..errors import (
     AccessDenied,
     AuthenticationError,
     CapacityError,
+    ConfigError,
     DataDeleted,
     DataLost,
     InvalidDataRef,
@@ -36,7 +37,7 @@ from ..errors import (
     ProtocolError,
 )
 from .auth import Invocation, Registry, may_read
-from .backends import Backend
+from .backends import Backend, DeviceBackend
 from .ids import ID_BYTES, new_id
 from .journal import Journal
 from .meta import align, check_consumers, check_meta
@@ -62,6 +63,8 @@ class Segment:
     pooled: bool = False
     recyclable: bool = True
     workflow: str = ""  # whose invocations may reuse it once it is free (the warm pool's scope)
+    device: int = -1  # -1: host memory; >= 0: the pool of that GPU
+    holds: int = 0  # copies reading it right now (a delivery): not retired until they finish
 
 
 @dataclass(slots=True)
@@ -79,6 +82,7 @@ class ObjectRecord:
     state: str
     created: float
     writer: int | None = None  # session writing it (state WRITING)
+    event: bytes = b""  # CUDA IPC event the producer recorded after writing it (device objects)
 
 
 @dataclass(slots=True)
@@ -108,9 +112,11 @@ class Store:
         journal: Journal | None = None,
         lost: dict[bytes, str] | None = None,
         on_retire: Callable[[int], None] | None = None,
+        devices: dict[int, DeviceBackend] | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
+        self.devices: dict[int, DeviceBackend] = dict(devices or {})
         self.clock = clock or WallClock()
         self.registry = registry or Registry()
         self.journal = journal
@@ -205,15 +211,33 @@ class Store:
                 " invocations) or raise capacity_bytes"
             )
 
-    def _new_segment(self, invocation: str, owner: int | None, nbytes: int, what: str) -> Segment:
-        self._reserve(nbytes, what)
-        handle = self.backend.alloc(nbytes)
-        size = self.backend.size_of(handle)
+    def backend_of(self, seg: Segment) -> Backend:
+        return self.backend if seg.device < 0 else self.devices[seg.device]
+
+    def check_device(self, device: int) -> None:
+        if device >= 0 and device not in self.devices:
+            have = sorted(self.devices) or "none"
+            raise ConfigError(
+                f"GPU {device} has no memory pool on node {self.config.node_id} (its GPUs: {have});"
+                " start the node with devices='cuda' or pick one of its GPUs"
+            )
+
+    def _new_segment(self, invocation: str, owner: int | None, nbytes: int, what: str, device: int = -1) -> Segment:
+        if device >= 0:
+            # A GPU pool enforces its own cap; its memory is reused by the pool, not the warm list.
+            self.check_device(device)
+            handle = self.devices[device].alloc(nbytes)
+            size = self.devices[device].size_of(handle)
+        else:
+            self._reserve(nbytes, what)
+            handle = self.backend.alloc(nbytes)
+            size = self.backend.size_of(handle)
+            self.reserved += size
         self._next_seg += 1
         workflow = self.registry.get(invocation).workflow if invocation in self.registry else ""
-        seg = Segment(self._next_seg, invocation, owner, size, handle, open=owner is not None, workflow=workflow)
+        seg = Segment(self._next_seg, invocation, owner, size, handle, open=owner is not None, workflow=workflow,
+                      device=device, recyclable=device < 0)
         self.segments[seg.id] = seg
-        self.reserved += size
         return seg
 
     def _close_arena(self, s: Session) -> None:
@@ -234,8 +258,10 @@ class Store:
         reused only once every view a client took of it is gone (``pins`` back to 0); until then
         it is *parked*. Pooled and parked segments are retired first when the pool runs short.
         """
-        if seg.live or seg.open or seg.pooled or seg.id not in self.segments:
+        if seg.live or seg.open or seg.pooled or seg.holds or seg.id not in self.segments:
             return
+        if seg.device >= 0 and seg.pins:
+            return  # a GPU pool reuses the block at once: wait until no process has a view of it
         if seg.owner is None and seg.recyclable and seg.workflow:
             if seg.pins:
                 return  # parked
@@ -252,8 +278,9 @@ class Store:
             self.pooled_bytes -= seg.size
             self._pool[seg.workflow].remove(seg)
         del self.segments[seg.id]
-        self.reserved -= seg.size
-        self.backend.free(seg.handle)
+        if seg.device < 0:
+            self.reserved -= seg.size
+        self.backend_of(seg).free(seg.handle)
         if self.on_retire is not None:
             self.on_retire(seg.id)
 
@@ -261,7 +288,8 @@ class Store:
         """Retire pooled, then parked, segments (oldest first) until ``need`` more bytes fit."""
         cap = self.config.capacity_bytes
         idle = [g for g in self.segments.values() if g.pooled]
-        idle += [g for g in self.segments.values() if not g.pooled and not g.live and not g.open]
+        idle += [g for g in self.segments.values()
+                 if not g.pooled and not g.live and not g.open and g.device < 0]
         for seg in idle:
             if self.reserved + need <= cap:
                 return
@@ -386,15 +414,19 @@ class Store:
         return self._record(oid, s.invocation, s.function, cons, seg, offset, nbytes, dtype, shp, SEALED, None)
 
     def allocate(
-        self, s: Session, nbytes: int, dtype: str, shape: list[int], consumers: list[str] | None
+        self, s: Session, nbytes: int, dtype: str, shape: list[int], consumers: list[str] | None,
+        device: int = -1,
     ) -> tuple[ObjectRecord, Segment]:
-        """Reserve space for an object written in place; it stays ``writing`` until sealed."""
+        """Reserve space for an object written in place; it stays ``writing`` until sealed.
+        ``device >= 0`` places it in that GPU's pool (a segment of its own)."""
         self.check_live(s)
         shp = check_meta(nbytes, dtype, shape)
         cons = check_consumers(consumers, s.functions)
         seg = s.arena
         off = align(s.arena_next)
-        if nbytes <= self.config.small_object_max and seg is not None and off + nbytes <= seg.size:
+        if device >= 0:
+            seg, off = self._new_segment(s.invocation, None, max(nbytes, 1), "allocation", device), 0
+        elif nbytes <= self.config.small_object_max and seg is not None and off + nbytes <= seg.size:
             s.arena_next = off + nbytes
         else:
             seg = self._take_warm(s.invocation, nbytes) or self._new_segment(
@@ -405,7 +437,7 @@ class Store:
         s.writing.add(oid)
         return rec, seg
 
-    def seal(self, s: Session | None, oid: bytes) -> ObjectRecord:
+    def seal(self, s: Session | None, oid: bytes, event: bytes = b"") -> ObjectRecord:
         """Make an allocated object immutable and visible (``s=None``: internal, e.g. a pull)."""
         rec = self.objects.get(oid)
         if rec is not None and s is not None and rec.state != WRITING and (rec.invocation, rec.producer) == (
@@ -418,6 +450,10 @@ class Store:
         if rec.writer is not None and (w := self.sessions.get(rec.writer)) is not None:
             w.writing.discard(oid)
         rec.state, rec.writer = SEALED, None
+        if event:
+            if self.segments[rec.segment].device < 0:
+                raise ProtocolError("a seal with a CUDA event is for device objects; this one is in host memory")
+            rec.event = event
         return rec
 
     def derive(
@@ -485,6 +521,48 @@ class Store:
         self.consumed(rec, s.function)
         return out
 
+    def delivery(self, s: Session, nbytes: int, device: int) -> Segment:
+        """A segment on another tier for a copy of an object this session is about to get (a GPU
+        function reading a host object, or the reverse). It holds no object: it lives while the
+        session's view of it does (:meth:`pin`), then goes back."""
+        self.check_live(s)
+        self.check_device(device)
+        seg = self._new_segment(s.invocation, None, max(nbytes, 1), "delivery", device)
+        seg.open = False
+        seg.recyclable = False
+        return seg
+
+    def hold(self, seg: Segment) -> None:
+        """Keep a segment's memory while a copy reads it outside the lock (see :meth:`unhold`)."""
+        seg.holds += 1
+
+    def unhold(self, seg: Segment) -> None:
+        seg.holds -= 1
+        self._maybe_retire(seg)
+
+    def drop_delivery(self, seg: Segment) -> None:
+        """Give back a delivery segment that was never handed out (the get failed)."""
+        if seg.id in self.segments and not seg.pins and not seg.live:
+            self._retire(seg)
+
+    def copy_between(self, src: Segment, src_offset: int, dst: Segment, dst_offset: int, nbytes: int,
+                     event: bytes = b"") -> None:
+        """Copy bytes between segments of different tiers (host <-> GPU, GPU <-> GPU). Runs
+        without the store lock: both segments are held (object pinned, delivery unpublished)."""
+        sb, db = self.backend_of(src), self.backend_of(dst)
+        if event and src.device >= 0:
+            self.devices[src.device].wait_event(event)
+        if src.device >= 0 and dst.device >= 0:
+            db.transfer(src.handle, src_offset, dst.handle, dst_offset, nbytes)
+        elif dst.device >= 0:
+            view = sb.host_view(src.handle)
+            db.copy_in(dst.handle, dst_offset, view[src_offset : src_offset + nbytes] if view is not None
+                       else memoryview(bytearray(nbytes)))
+        else:
+            view = db.host_view(dst.handle)
+            sb.copy_out(src.handle, src_offset, nbytes, view[dst_offset : dst_offset + nbytes] if view is not None
+                        else memoryview(bytearray(nbytes)))
+
     def consumed(self, rec: ObjectRecord, function: str) -> None:
         """Note that ``function`` read ``rec``; free it when every declared consumer has."""
         if rec.pending is not None and function in rec.pending:
@@ -538,4 +616,6 @@ class Store:
             "lost": len(self._lost),
             "bytes_pooled": self.pooled_bytes,
             "segments_pooled": sum(len(v) for v in self._pool.values()),
+            "device_bytes_held": sum(b.pool.held for b in self.devices.values()),
+            "device_bytes_used": sum(b.pool.used for b in self.devices.values()),
         }

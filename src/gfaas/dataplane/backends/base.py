@@ -49,7 +49,7 @@ class Backend(ABC):
         self._check_range(dst, dst_offset, nbytes)
         self._transfer(src, src_offset, dst, dst_offset, nbytes)
 
-    def export(self, handle: Any, writable: bool) -> int | None:
+    def export(self, handle: Any, writable: bool) -> Any:
         """An OS handle for another process to map the segment, or ``None`` if not shareable."""
         return None
 

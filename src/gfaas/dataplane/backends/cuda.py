@@ -1,0 +1,211 @@
+"""The CUDA backend: a GPU's store memory, owned by the node daemon.
+
+* Memory: a :class:`~gfaas.dataplane.pool.SegmentPool` over ``cudaMalloc`` arenas (64 MiB by
+  default); an object's segment is a block of an arena, so a put costs no driver call once the
+  pool is warm.
+* Sharing: each arena's ``cudaIpcGetMemHandle`` is taken once and sent with the first reply naming
+  one of its segments; a function process opens it once and keeps it (``device_client``), so a
+  same-GPU get is an offset into memory it already mapped.
+* Host<->GPU copies: one :class:`~gfaas.dataplane.staging.CopyEngine` per GPU: 2 MiB chunks through
+  a pinned ring (``cudaHostAlloc``) shared by every transfer, two or more streams, batches of 5
+  shared by SLO rates. The ring is never mapped into a function's process.
+* GPU<->GPU: ``cudaMemcpyPeerAsync`` (peer access enabled where the hardware allows), waiting on
+  that copy's stream only.
+
+Built on CuPy's runtime bindings (``cupy.cuda.runtime``): one dependency gives the IPC, event,
+stream and pinned-memory calls and, on the function side, arrays with DLPack and
+``__cuda_array_interface__`` (docs/design.md says why not cuda-python).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from ...errors import ConfigError, DependencyMissing
+from ..pool import MiB
+from ..staging import D2H, H2D, CopyEngine, StagingPlanner
+from .device import DEFAULT_TARGET_BYTES, DeviceBackend
+
+log = logging.getLogger("gfaas.dataplane.cuda")
+
+
+def runtime() -> Any:
+    """``cupy.cuda.runtime``, or :class:`DependencyMissing` naming the extra."""
+    try:
+        from cupy.cuda import runtime as rt
+    except ImportError as exc:
+        raise DependencyMissing(
+            "the cuda backend needs CuPy: install the extra with pip install 'gfaas[gpu]'"
+        ) from exc
+    return rt
+
+
+def gpu_status() -> tuple[int, str]:
+    """``(number of CUDA GPUs, reason if none)``; never raises."""
+    if os.environ.get("GFAAS_FORCE_NO_GPU"):
+        return 0, "GFAAS_FORCE_NO_GPU is set"
+    try:
+        rt = runtime()
+        n = int(rt.getDeviceCount())
+    except DependencyMissing as exc:
+        return 0, str(exc)
+    except Exception as exc:  # CUDARuntimeError: no driver, no device
+        return 0, f"no usable CUDA GPU: {exc}"
+    return n, "" if n else "the CUDA runtime sees no GPU"
+
+
+class _DeviceThread(threading.local):
+    device: int = -1
+
+
+_current = _DeviceThread()
+
+
+def _on(rt: Any, device: int) -> None:
+    """Make ``device`` current in this thread (the runtime's current device is per thread)."""
+    if _current.device != device:
+        rt.setDevice(device)
+        _current.device = device
+
+
+class CudaStagingOps:
+    """Staging mechanics on one GPU: the pinned ring, its streams and one event per ring slot."""
+
+    def __init__(self, device: int, ring_bytes: int, chunk_bytes: int, streams: int) -> None:
+        self.rt = rt = runtime()
+        self.device = device
+        _on(rt, device)
+        self.ring_ptr = int(rt.hostAlloc(ring_bytes, 0))
+        self.ring = memoryview((ctypes.c_uint8 * ring_bytes).from_address(self.ring_ptr)).cast("B")
+        self._ring_np = np.frombuffer(self.ring, np.uint8)
+        self.streams = [int(rt.streamCreateWithFlags(rt.streamNonBlocking)) for _ in range(streams)]
+        self.events = {slot: int(rt.eventCreateWithFlags(rt.eventDisableTiming))
+                       for slot in range(0, ring_bytes, chunk_bytes)}
+
+    def stage_in(self, slot: int, src: memoryview) -> None:
+        n = src.nbytes
+        np.copyto(self._ring_np[slot : slot + n], np.frombuffer(src, np.uint8))  # releases the GIL
+
+    def stage_out(self, slot: int, dst: memoryview) -> None:
+        n = dst.nbytes
+        np.copyto(np.frombuffer(dst, np.uint8), self._ring_np[slot : slot + n])
+
+    def launch(self, kind: str, slot: int, device_addr: int, nbytes: int, stream: int) -> Any:
+        rt = self.rt
+        _on(rt, self.device)
+        s = self.streams[stream]
+        if kind == H2D:
+            rt.memcpyAsync(device_addr, self.ring_ptr + slot, nbytes, rt.memcpyHostToDevice, s)
+        else:
+            rt.memcpyAsync(self.ring_ptr + slot, device_addr, nbytes, rt.memcpyDeviceToHost, s)
+        ev = self.events[slot]
+        rt.eventRecord(ev, s)
+        return ev
+
+    def done(self, token: Any) -> bool:
+        return int(self.rt.eventQuery(token)) == 0
+
+    def wait(self, token: Any) -> None:
+        self.rt.eventSynchronize(token)
+
+    def close(self) -> None:
+        rt = self.rt
+        _on(rt, self.device)
+        for s in self.streams:
+            rt.streamSynchronize(s)
+            rt.streamDestroy(s)
+        for ev in self.events.values():
+            rt.eventDestroy(ev)
+        self._ring_np = np.empty(0, np.uint8)
+        self.ring.release()
+        rt.freeHost(self.ring_ptr)
+
+
+class CudaBackend(DeviceBackend):
+    """Store memory on GPU ``device``; see the module docstring.
+
+    ``cap_bytes`` defaults to ``cap_fraction`` of the GPU's free memory when the daemon starts.
+    """
+
+    name = "cuda"
+
+    def __init__(self, device: int = 0, *, cap_bytes: int = 0, cap_fraction: float = 0.5,
+                 arena_bytes: int = 64 * MiB, target_bytes: int = DEFAULT_TARGET_BYTES,
+                 ring_bytes: int = 32 * MiB, chunk_bytes: int = 2 * MiB, batch_chunks: int = 5,
+                 streams: int = 2, stagers: int = 4, link_gbps: float = 50.0) -> None:
+        self.rt = rt = runtime()
+        n = int(rt.getDeviceCount())
+        if not 0 <= device < n:
+            raise ConfigError(f"GPU {device} does not exist: this machine has {n} (ordinals 0..{n - 1})")
+        _on(rt, device)
+        if cap_bytes <= 0:
+            if not 0 < cap_fraction <= 1:
+                raise ConfigError(f"cap_fraction={cap_fraction} must be in (0, 1]")
+            free, _total = rt.memGetInfo()
+            cap_bytes = int(free * cap_fraction) // (2 * MiB) * (2 * MiB)
+        super().__init__(device, cap_bytes=cap_bytes, arena_bytes=arena_bytes, target_bytes=target_bytes)
+        for peer in range(n):
+            if peer != device and rt.deviceCanAccessPeer(device, peer):
+                try:
+                    rt.deviceEnablePeerAccess(peer)
+                except Exception:  # already enabled
+                    pass
+        self.ops = CudaStagingOps(device, ring_bytes, chunk_bytes, streams)
+        planner = StagingPlanner(ring_bytes, chunk_bytes=chunk_bytes, batch_chunks=batch_chunks, streams=streams,
+                                 capacity_gbps=link_gbps)
+        self.engine = CopyEngine(planner, self.ops, time.monotonic, stagers=stagers, name=f"gfaas-cuda{device}")
+        self._xfer_stream = int(rt.streamCreateWithFlags(rt.streamNonBlocking))
+        self._xfer_lock = threading.Lock()
+        self._events: dict[bytes, int] = {}  # producers' IPC events, opened once
+
+    def wait_event(self, event: bytes) -> None:
+        rt = self.rt
+        with self._xfer_lock:
+            _on(rt, self.device)
+            ev = self._events.get(event)
+            if ev is None:
+                ev = self._events[event] = int(rt.ipcOpenEventHandle(event))
+        rt.eventSynchronize(ev)  # this event only: the producer's writes, not the whole device
+
+    def _raw_alloc(self, nbytes: int) -> int:
+        _on(self.rt, self.device)
+        return int(self.rt.malloc(nbytes))
+
+    def _raw_free(self, base: int) -> None:
+        _on(self.rt, self.device)
+        self.rt.free(base)
+
+    def _ipc_handle(self, base: int) -> bytes:
+        _on(self.rt, self.device)
+        return bytes(self.rt.ipcGetMemHandle(base))
+
+    def _copy_in(self, handle: Any, offset: int, src: memoryview) -> None:
+        self.engine.copy(H2D, handle.address + offset, src)
+
+    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview) -> None:
+        self.engine.copy(D2H, handle.address + offset, dst.cast("B")[:nbytes])
+
+    def _transfer(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
+        rt = self.rt
+        with self._xfer_lock:
+            _on(rt, self.device)
+            d, s = dst.address + dst_offset, src.address + src_offset
+            if src.device == dst.device:
+                rt.memcpyAsync(d, s, nbytes, rt.memcpyDeviceToDevice, self._xfer_stream)
+            else:
+                rt.memcpyPeerAsync(d, dst.device, s, src.device, nbytes, self._xfer_stream)
+            rt.streamSynchronize(self._xfer_stream)  # this copy's stream only, not the device
+
+    def close(self) -> None:
+        self.engine.close()
+        self.ops.close()
+        _on(self.rt, self.device)
+        self.rt.streamDestroy(self._xfer_stream)
+        super().close()

@@ -1,0 +1,158 @@
+"""What every device backend shares: a :class:`~gfaas.dataplane.pool.SegmentPool` per device,
+segments as blocks of its arenas, and exports as :class:`~gfaas.dataplane.protocol.DeviceRef`.
+
+:class:`DeviceBackend` leaves four things to its subclass: the raw allocation of an arena, its
+IPC handle, the host<->device copies and device<->device copies. :class:`NullDeviceBackend` does
+them with fake addresses and modelled durations (CPU tests, simulator); ``cuda.CudaBackend`` with
+CUDA.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ConfigError
+from ..pool import Block, MiB, SegmentPool
+from ..protocol import DeviceRef
+from ..staging import D2H, H2D, StagingModel, StagingPlanner, model_timeline
+from .base import Backend
+from .null import Transfer
+
+DEFAULT_TARGET_BYTES = 300 * 1000 * 1000  # the papers' pool floor (seed 001 §4.4.1)
+
+
+@dataclass(slots=True)
+class DeviceSegment:
+    device: int
+    block: Block
+    size: int
+
+    @property
+    def address(self) -> int:
+        return self.block.address
+
+
+class DeviceBackend(Backend):
+    """A device's store memory: blocks of a pool of raw arenas; see the module docstring."""
+
+    name = "device"
+
+    def __init__(self, device: int, *, cap_bytes: int, arena_bytes: int = 64 * MiB,
+                 target_bytes: int = DEFAULT_TARGET_BYTES) -> None:
+        if device < 0:
+            raise ConfigError(f"device={device}: GPU ordinals are >= 0")
+        self.device = device
+        self.gone: list[int] = []  # arenas freed since the daemon last collected them
+        self.pool = SegmentPool(self._raw_alloc, self._raw_free, cap_bytes=cap_bytes, arena_bytes=arena_bytes,
+                                serial_base=device << 32,
+                                target_bytes=min(target_bytes, cap_bytes), name=f"{self.name}:{device}",
+                                on_arena_freed=self.gone.append)
+        self._handles: dict[int, bytes] = {}
+
+    # ---- Backend hooks -----------------------------------------------------------------------
+    def _alloc(self, nbytes: int) -> Any:
+        block = self.pool.alloc(nbytes)
+        return DeviceSegment(self.device, block, block.size)
+
+    def _free(self, handle: Any) -> None:
+        self.pool.free(handle.block)
+
+    def export(self, handle: Any, writable: bool) -> DeviceRef:
+        b = handle.block
+        h = self._handles.get(b.arena)
+        if h is None:
+            h = self._handles[b.arena] = self._ipc_handle(b.base)
+        return DeviceRef(self.device, b.arena, h, b.offset, handle.size)
+
+    def collect_gone(self) -> list[int]:
+        """Arenas freed since the last call (their cached IPC handles must be closed by holders)."""
+        out, self.gone[:] = list(self.gone), []
+        for a in out:
+            self._handles.pop(a, None)
+        return out
+
+    def wait_event(self, event: bytes) -> None:
+        """Block this thread (only) until a producer's IPC event has completed."""
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # ---- subclass mechanics ----------------------------------------------------------------
+    @abstractmethod
+    def _raw_alloc(self, nbytes: int) -> int: ...
+
+    @abstractmethod
+    def _raw_free(self, base: int) -> None: ...
+
+    @abstractmethod
+    def _ipc_handle(self, base: int) -> bytes: ...
+
+
+class NullDeviceBackend(DeviceBackend):
+    """A device that holds no bytes: fake addresses, fake IPC handles, modelled copy durations.
+
+    Copies go through the same :class:`~gfaas.dataplane.staging.StagingPlanner` the CUDA backend
+    uses, timed by :func:`~gfaas.dataplane.staging.model_timeline`; ``log`` records each with its
+    modelled duration (the null backend's :class:`~gfaas.dataplane.backends.null.Transfer`)."""
+
+    name = "null-gpu"
+
+    def __init__(self, device: int = 0, *, cap_bytes: int = 16 * 1024 * MiB, model: StagingModel | None = None,
+                 peer_gbps: float = 25.0, ring_bytes: int = 20 * MiB, **kw: Any) -> None:
+        self._next_base = (device + 1) << 44
+        super().__init__(device, cap_bytes=cap_bytes, **kw)
+        self.model = model or StagingModel()
+        self.peer_gbps = peer_gbps
+        self.ring_bytes = ring_bytes
+        self.log: list[Transfer] = []
+        self.raw: dict[int, int] = {}
+        self.events_waited: list[bytes] = []
+
+    @classmethod
+    def from_topology(cls, topology: Any, device: int = 0, **kw: Any) -> NullDeviceBackend:
+        """A null GPU whose host link is ``gpu<device>``'s PCIe link in ``topology`` (a
+        :class:`~gfaas.topology.Topology`) and whose peer rate is its fastest NVLink."""
+        name = f"gpu{device}"
+        mine = [lk for lk in topology.links if name in (lk.a, lk.b)]
+        pcie = [lk.gbps for lk in mine if lk.kind == "pcie"]
+        if not pcie:
+            raise ConfigError(f"topology {topology.name!r} has no PCIe link to {name}; pick a GPU it has")
+        nvl = [lk.gbps for lk in mine if lk.kind == "nvlink"]
+        return cls(device, model=StagingModel(link_gbps=min(pcie)), peer_gbps=max(nvl, default=topology.pcie_p2p_gbps),
+                   **kw)
+
+    def _raw_alloc(self, nbytes: int) -> int:
+        base = self._next_base
+        self._next_base += nbytes + (1 << 32)  # gaps: an overrun would not alias the next arena
+        self.raw[base] = nbytes
+        return base
+
+    def _raw_free(self, base: int) -> None:
+        del self.raw[base]
+
+    def _ipc_handle(self, base: int) -> bytes:
+        return hashlib.blake2b(f"{self.device}:{base}".encode(), digest_size=64).digest()
+
+    def wait_event(self, event: bytes) -> None:
+        self.events_waited.append(event)
+
+    def staged_seconds(self, kind: str, nbytes: int) -> float:
+        """Modelled time of one host<->device copy of ``nbytes`` through the ring, alone on the link."""
+        planner = StagingPlanner(self.ring_bytes, capacity_gbps=self.model.link_gbps)
+        planner.add(0, nbytes)
+        _, finish = model_timeline(planner, kind, self.model)
+        return finish[0]
+
+    def _copy_in(self, handle: Any, offset: int, src: memoryview) -> None:
+        self.log.append(Transfer("copy_in", handle.block.arena, src.nbytes, self.staged_seconds(H2D, src.nbytes)))
+
+    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview) -> None:
+        self.log.append(Transfer("copy_out", handle.block.arena, nbytes, self.staged_seconds(D2H, nbytes)))
+
+    def _transfer(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
+        # Another GPU's segment arrives over the peer link; one on this GPU is a device-memory copy.
+        gbps = self.peer_gbps if src.device != dst.device else 1000.0
+        self.log.append(Transfer("transfer", dst.block.arena, nbytes, self.model.launch_s + nbytes / (gbps * 1e9)))
