@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench check setup clean
+.PHONY: demo test bench check setup clean test-gpu bench-gpu
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,6 +22,17 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/gfaas bench dataplane
+
+# GPU tier (needs a CUDA GPU; installs the gpu extra, i.e. CuPy): the CUDA backend's tests, then
+# the GPU rows of the data-plane benchmark and the h100-x1 calibration drawn from them.
+test-gpu: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,gpu]'
+	$(BIN)/python -m pytest -q -rs tests/gpu tests/integration/test_device_objects.py
+
+bench-gpu: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,gpu]'
+	$(BIN)/gfaas bench dataplane --gpu --systems none --out benchmarks/results/dataplane-gpu.json
+	$(BIN)/python benchmarks/calibrate_h100.py benchmarks/results/dataplane-gpu.json
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests

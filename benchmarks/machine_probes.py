@@ -140,6 +140,33 @@ def copy_out(n: int = 256 << 20, huge_shmem: bool = False) -> dict[str, float]:
     return out
 
 
+def pool_alloc_free_us(reps: int = 20000) -> dict[str, dict[str, float]]:
+    """The device pool's own cost (pure Python; the same code runs on a GPU): one block alloc + free
+    from a warm pool with 50 live blocks, over fake arenas (no driver call is on this path)."""
+    from gfaas.dataplane.pool import MiB, SegmentPool
+
+    nxt = [1 << 40]
+
+    def raw(n: int) -> int:
+        nxt[0] += n + (1 << 30)
+        return nxt[0]
+
+    p = SegmentPool(raw, lambda b: None, cap_bytes=4096 * MiB, target_bytes=1024 * MiB)
+    p.prewarm()
+    keep = [p.alloc(MiB) for _ in range(50)]
+    out = {}
+    for n in (MiB, 64 * MiB):
+        xs = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            p.free(p.alloc(n))
+            xs.append(time.perf_counter() - t)
+        xs.sort()
+        out[f"{n // MiB}MiB"] = {"p50": round(xs[len(xs) // 2] * 1e6, 2), "p99": round(xs[int(len(xs) * 0.99)] * 1e6, 2)}
+    del keep
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--try-shmem-thp", action="store_true")
@@ -150,6 +177,7 @@ def main() -> None:
         **fresh_vs_warm(),
         "warm_segment_put_ms": warm_segment_put(),
         "copy_out_gbps": copy_out(),
+        "pool_alloc_free_us": pool_alloc_free_us(),
     }
     if a.try_shmem_thp:
         with open(THP_SHMEM) as f:

@@ -177,7 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("what", choices=["dataplane", "pipeline", "sim", "accel", "dedup", "scale"])
     b.add_argument("--json", action="store_true")
     b.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (smoke test)")
-    b.add_argument("--systems", help="comma-separated subset of systems to run")
+    b.add_argument("--systems", help="comma-separated subset of systems to run ('none': no CPU rows)")
+    b.add_argument("--gpu", action="store_true",
+                   help="dataplane: add the CUDA rows (needs a GPU and gfaas[gpu]; see docs/benchmarks.md)")
     b.add_argument("--out", help="also write the JSON result to this file")
     b.add_argument("--sizes", default="64KiB,1MiB,16MiB,64MiB", help="pipeline: tensor sizes to pass")
     b.add_argument("--repeat", type=int, default=20, help="pipeline: tensors per size")

@@ -536,6 +536,8 @@ class _Progress:
 def parse_systems(text: str | None) -> list[str]:
     if not text:
         return list(SYSTEMS)
+    if text.strip() == "none":
+        return []  # e.g. --gpu --systems none: the GPU rows alone
     names = [s.strip() for s in text.split(",") if s.strip()]
     bad = [s for s in names if s not in SYSTEMS]
     if bad:
@@ -775,7 +777,17 @@ def main(args: argparse.Namespace) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    doc = run(systems, bool(getattr(args, "quick", False)), show_progress=not as_json, log=log)
+    quick = bool(getattr(args, "quick", False))
+    if getattr(args, "gpu", False):
+        from ..dataplane.backends.cuda import gpu_status
+
+        if not gpu_status()[0]:  # say so before minutes of CPU rows
+            raise SystemExit(f"gfaas bench dataplane --gpu: {gpu_status()[1]}")
+    doc = run(systems, quick, show_progress=not as_json, log=log)
+    if getattr(args, "gpu", False):
+        from .gpu import run_gpu
+
+        doc["gpu"] = run_gpu(quick, log)
     text = json.dumps(doc, indent=2) + "\n"
     out = getattr(args, "out", None)
     if out:
@@ -787,4 +799,8 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     else:
         render(doc)
+        if "gpu" in doc:
+            from .gpu import render_gpu
+
+            render_gpu(doc["gpu"])
     return 1 if doc["errors"] else 0

@@ -90,11 +90,13 @@ def four_a10() -> Topology:
                     "4x A10 24 GB, no NVLink, one PCIe 4.0 link each (rates assumed), 1x 100 Gb/s NIC")
 
 
-def h100_x1() -> Topology:
-    """The GPU machine this project can borrow: one H100 (about 78 GiB usable)."""
-    devices, links = _pcie_tree(1, 1, PCIE5_GBPS, PCIE5_GBPS, "H100-80GB", 80 * 10**9, 0)
-    return Topology("h100-x1", tuple(devices), tuple(links), PCIE5_GBPS, PAGEABLE_GBPS,
-                    "1x H100 80 GB on PCIe 5.0 (host rate assumed until measured on the lent machine)")
+def h100_x1(pinned_gbps: float = PCIE5_GBPS, pageable_gbps: float = PAGEABLE_GBPS,
+            description: str = "") -> Topology:
+    """The GPU machine this project can borrow: one H100 (about 78 GiB usable). The rates are
+    assumptions until :func:`gfaas.topology.calibrate.calibrate_h100` fits them to a measured run."""
+    devices, links = _pcie_tree(1, 1, pinned_gbps, pinned_gbps, "H100-80GB", 80 * 10**9, 0)
+    return Topology("h100-x1", tuple(devices), tuple(links), pinned_gbps, pageable_gbps,
+                    description or "1x H100 80 GB on PCIe 5.0 (host rate assumed until measured on the lent machine)")
 
 
 def cpu_only() -> Topology:

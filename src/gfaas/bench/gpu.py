@@ -1,0 +1,223 @@
+"""``gfaas bench dataplane --gpu``: the CUDA backend against plain CUDA calls, in one run.
+
+Rows (each a p50 over ``repeat`` runs after a warm-up, GB/s = bytes / p50 / 1e9):
+
+``h2d`` / ``d2h``, 1 MiB ... 1 GiB
+    ``gfaas-ring``: :class:`~gfaas.dataplane.backends.cuda.CudaBackend` copies from/into ordinary
+    (pageable) host memory through its pinned ring, 2 MiB chunks, 2 streams, batches of 5;
+    ``cuda-pageable``: one ``cudaMemcpy`` from/into the same pageable array;
+    ``cuda-pinned``: one ``cudaMemcpy`` from/into ``cudaHostAlloc`` memory (the ceiling).
+``same-gpu-get``, 64 MiB
+    ``gfaas-ipc``: a consumer process ``get``\\ s an object another process put on the same GPU,
+    through a node daemon (``devices='cuda:0'``), arena handle already open (warm);
+    ``host-round-trip``: the host-centric way, D2H into pageable memory then H2D into a new buffer.
+``alloc``, 1 MiB and 64 MiB
+    ``gfaas-pool``: block alloc + free from the warm pool; ``cuda-malloc``: ``cudaMalloc`` + ``cudaFree``.
+``pinned-bytes``
+    bytes pinned by the ring (fixed) vs per-function pinning (every concurrent transfer pins its
+    own buffer: 8 functions x 64 MiB), and the measured time to pin 100 MB with ``cudaHostAlloc``.
+
+Needs a CUDA GPU and ``gfaas[gpu]``; exits with a message naming what is missing otherwise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..dataplane.pool import MiB
+
+SIZES = [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB]
+QUICK_SIZES = [1 * MiB, 64 * MiB]
+
+
+def _p50(fn: Callable[[], None], repeat: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    xs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        xs.append(time.perf_counter() - t0)
+    return statistics.median(xs)
+
+
+def _row(kind: str, system: str, size: int, secs: float) -> dict[str, Any]:
+    return {"kind": kind, "system": system, "size_bytes": size, "p50_us": round(secs * 1e6, 2),
+            "gbps": round(size / secs / 1e9, 3) if secs > 0 else None}
+
+
+def _transfers(rt: Any, be: Any, sizes: list[int], repeat: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    rows = []
+    top = max(sizes)
+    host = np.ones(top, np.uint8)  # pageable, touched
+    pinned_ptr = int(rt.hostAlloc(top, 0))
+    pinned = np.frombuffer(memoryview((ctypes.c_uint8 * top).from_address(pinned_ptr)).cast("B"), np.uint8)
+    pinned[:] = 1
+    seg = be.alloc(top)
+    try:
+        for n in sizes:
+            log(f"  h2d/d2h {n // MiB} MiB")
+            hv = memoryview(host[:n].data)
+            rep = max(3, repeat if n <= 64 * MiB else repeat // 4)
+            for kind in ("h2d", "d2h"):
+                if kind == "h2d":
+                    ring = _p50(lambda: be.copy_in(seg, 0, hv), rep)  # noqa: B023
+                    page = _p50(lambda: rt.memcpy(seg.address, host.ctypes.data, n, rt.memcpyHostToDevice), rep)  # noqa: B023
+                    pin = _p50(lambda: rt.memcpy(seg.address, pinned_ptr, n, rt.memcpyHostToDevice), rep)  # noqa: B023
+                else:
+                    ring = _p50(lambda: be.copy_out(seg, 0, n, hv), rep)  # noqa: B023
+                    page = _p50(lambda: rt.memcpy(host.ctypes.data, seg.address, n, rt.memcpyDeviceToHost), rep)  # noqa: B023
+                    pin = _p50(lambda: rt.memcpy(pinned_ptr, seg.address, n, rt.memcpyDeviceToHost), rep)  # noqa: B023
+                rows += [_row(kind, "gfaas-ring", n, ring), _row(kind, "cuda-pageable", n, page),
+                         _row(kind, "cuda-pinned", n, pin)]
+    finally:
+        be.free(seg)
+        rt.freeHost(pinned_ptr)
+    return rows
+
+
+def _alloc_rows(rt: Any, be: Any, repeat: int) -> list[dict[str, Any]]:
+    rows = []
+    for n in (1 * MiB, 64 * MiB):
+        def pool() -> None:
+            be.free(be.alloc(n))  # noqa: B023
+
+        def malloc() -> None:
+            rt.free(rt.malloc(n))  # noqa: B023
+
+        rows += [_row("alloc", "gfaas-pool", n, _p50(pool, repeat * 5)),
+                 _row("alloc", "cuda-malloc", n, _p50(malloc, repeat))]
+    return rows
+
+
+def _pinned_rows(rt: Any, be: Any) -> list[dict[str, Any]]:
+    t0 = time.perf_counter()
+    p = rt.hostAlloc(100 * 1000 * 1000, 0)
+    secs = time.perf_counter() - t0
+    rt.freeHost(p)
+    return [{"kind": "pinned-bytes", "system": "gfaas-ring", "bytes": be.ops.ring.nbytes},
+            {"kind": "pinned-bytes", "system": "per-function", "bytes": 8 * 64 * MiB,
+             "note": "8 concurrent functions each pinning a 64 MiB buffer"},
+            {"kind": "pin-100MB", "system": "cudaHostAlloc", "p50_us": round(secs * 1e6, 1)}]
+
+
+def _consumer(sock: str, token: str, refs: list[str], q: Any) -> None:
+    import gfaas
+
+    c = gfaas.connect(socket_path=sock, token=token)
+    times = []
+    for r in refs:
+        t0 = time.perf_counter()
+        v = c.get(r)
+        times.append(time.perf_counter() - t0)
+        del v
+    q.put(times)
+
+
+def _ipc_rows(repeat: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    import cupy as cp
+
+    import gfaas
+    from gfaas.dataplane.local import LocalNode
+
+    n = 64 * MiB
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gfb-", dir="/tmp") as d:
+        cfg = gfaas.NodeConfig(node_id="gpubench", socket_path=os.path.join(d, "s"), state_dir=os.path.join(d, "st"),
+                               devices="cuda:0", capacity_bytes=256 * MiB, slab_bytes=8 * MiB)
+        with LocalNode(cfg), gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir) as admin:
+            inv = admin.open_invocation("bench", ["p", "c"])
+            prod = gfaas.connect(inv.credentials("p"))
+            src = cp.ones(n, cp.uint8)
+            refs = [str(prod.put(src, consumers=["c"])) for _ in range(repeat + 1)]
+            cp.cuda.get_current_stream().synchronize()
+            log("  same-GPU get through a daemon (IPC)")
+            ctx = mp.get_context("spawn")
+            q = ctx.Queue()
+            proc = ctx.Process(target=_consumer, args=(cfg.socket_path, inv.tokens["c"], refs, q))
+            proc.start()
+            times = q.get(timeout=300)
+            proc.join(60)
+            first, warm = times[0], times[1:]
+            rows.append(_row("same-gpu-get", "gfaas-ipc", n, statistics.median(warm)))
+            rows[-1]["first_get_us"] = round(first * 1e6, 1)
+
+            def round_trip() -> None:
+                h = cp.asnumpy(src)
+                cp.asarray(h)
+                cp.cuda.get_current_stream().synchronize()
+
+            rows.append(_row("same-gpu-get", "host-round-trip", n, _p50(round_trip, max(3, repeat // 2))))
+            prod.close()
+    return rows
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's targets, each with the measured ratio and whether it was met."""
+    def get(kind: str, system: str, size: int) -> dict[str, Any] | None:
+        return next((r for r in rows if r["kind"] == kind and r["system"] == system
+                     and r.get("size_bytes") == size), None)
+
+    out = []
+    for kind in ("h2d", "d2h"):
+        for n in sorted({r["size_bytes"] for r in rows if r["kind"] == kind and r["size_bytes"] >= 64 * MiB}):
+            ring, pin, page = get(kind, "gfaas-ring", n), get(kind, "cuda-pinned", n), get(kind, "cuda-pageable", n)
+            if ring and pin and page:
+                out.append({"target": f"{kind} {n // MiB} MiB ring >= 90% of pinned",
+                            "value": round(ring["gbps"] / pin["gbps"], 3), "met": ring["gbps"] >= 0.9 * pin["gbps"]})
+                out.append({"target": f"{kind} {n // MiB} MiB ring >= 2x pageable",
+                            "value": round(ring["gbps"] / page["gbps"], 3), "met": ring["gbps"] >= 2 * page["gbps"]})
+    ipc, rt_ = get("same-gpu-get", "gfaas-ipc", 64 * MiB), get("same-gpu-get", "host-round-trip", 64 * MiB)
+    if ipc and rt_:
+        out.append({"target": "same-GPU 64 MiB get >= 100x faster than host round trip",
+                    "value": round(rt_["p50_us"] / ipc["p50_us"], 1), "met": rt_["p50_us"] >= 100 * ipc["p50_us"]})
+        out.append({"target": "same-GPU get p50 <= 50 us", "value": ipc["p50_us"], "met": ipc["p50_us"] <= 50})
+    for n in (1 * MiB, 64 * MiB):
+        pool, mal = get("alloc", "gfaas-pool", n), get("alloc", "cuda-malloc", n)
+        if pool and mal:
+            out.append({"target": f"pool alloc {n // MiB} MiB >= 100x faster than cudaMalloc+cudaFree",
+                        "value": round(mal["p50_us"] / pool["p50_us"], 1), "met": mal["p50_us"] >= 100 * pool["p50_us"]})
+    return out
+
+
+def run_gpu(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    from ..dataplane.backends.cuda import CudaBackend, gpu_status, runtime
+
+    count, why = gpu_status()
+    if not count:
+        raise SystemExit(f"gfaas bench dataplane --gpu: {why}")
+    rt = runtime()
+    props = rt.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    repeat = 5 if quick else 20
+    be = CudaBackend(0, cap_bytes=4 * 1024 * MiB, target_bytes=2 * 1024 * MiB)
+    try:
+        log(f"GPU 0: {name}")
+        rows = _transfers(rt, be, QUICK_SIZES if quick else SIZES, repeat, log)
+        rows += _alloc_rows(rt, be, repeat)
+        rows += _pinned_rows(rt, be)
+    finally:
+        be.close()
+    rows += _ipc_rows(repeat, log)
+    return {"device": name, "gpus": count, "rows": rows, "targets": targets(rows)}
+
+
+def render_gpu(doc: dict[str, Any]) -> None:
+    print(f"\nGPU rows on {doc['device']}")
+    for r in doc["rows"]:
+        size = f"{r['size_bytes'] // MiB} MiB" if "size_bytes" in r else ""
+        val = f"{r['gbps']} GB/s" if r.get("gbps") else f"{r.get('p50_us', r.get('bytes'))}"
+        print(f"  {r['kind']:<14} {r['system']:<16} {size:>9}  {val}")
+    for t in doc["targets"]:
+        print(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}")
+    sys.stdout.flush()
