@@ -535,6 +535,8 @@ def test_stats_exact(env: Env) -> None:
         "capacity_bytes": CAP, "segments": 2, "invocations": 1, "connections": 4, "lost": 0,
         "bytes_pooled": 0,
         "segments_pooled": 0,
+        "device_bytes_held": 0,
+        "device_bytes_used": 0,
     }
 
 
