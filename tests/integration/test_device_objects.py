@@ -163,3 +163,16 @@ def test_gpu_to_gpu_delivery_uses_the_peer_copy(node: Any) -> None:
     assert (v.device, v.shape, v.readonly) == (1, (256, 256), True)
     # The daemon waited for the producer's event before its copy; the reader has nothing to wait on.
     assert gm.kinds() == ["open"] and gm.calls[0][1] == 1
+
+
+@pytest.mark.node_config(devices="")
+def test_a_node_without_gpu_pools_stages_device_tensors_through_host(node: Any) -> None:
+    f = node.connect("f", device_mapper=(fm := FakeMapper()))
+    assert f.devices == frozenset()
+    with pytest.raises(ConfigError, match="cannot stage a FakeTensor on DLPack device 2 to host memory"):
+        f.put(FakeTensor(0, (4,), "<f4"))
+    assert fm.calls == []  # it never asked the daemon for a device allocation
+
+
+def test_the_welcome_names_the_nodes_gpus(node: Any) -> None:
+    assert node.connect("f", device_mapper=FakeMapper()).devices == frozenset({0, 1})

@@ -100,6 +100,17 @@ def test_counted_parameters_are_the_built_initializers(name: str) -> None:
 
 
 # ---- every small model: builds, checks, runs --------------------------------------------------------
+def _random_feeds(info: models.ModelInfo, seed: int, low: int) -> dict[str, np.ndarray]:
+    """Random inputs of the model's input shapes: token ids in [low, vocab), floats N(0, 1), a full
+    attention mask."""
+    rng = np.random.default_rng(seed)
+    feeds = {k: (rng.integers(low, info.vocab_size or 2, size=s) if d == "int64" else
+                 rng.standard_normal(s).astype(np.float32)) for k, (s, d) in info.inputs.items()}
+    if "attention_mask" in feeds:
+        feeds["attention_mask"] = np.ones_like(feeds["attention_mask"])
+    return feeds
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_small_model_builds_and_runs_in_under_a_second(name: str) -> None:
     """build + onnxruntime session + one forward pass of a small model take < 1 s; the graph passes
@@ -107,13 +118,7 @@ def test_small_model_builds_and_runs_in_under_a_second(name: str) -> None:
     t = time.perf_counter()
     model = models.build(name, "small", seed=3)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    info = models.info(name, "small")
-    rng = np.random.default_rng(0)
-    feeds = {k: (rng.integers(0, info.vocab_size or 2, size=s) if d == "int64" else
-                 rng.standard_normal(s).astype(np.float32)) for k, (s, d) in info.inputs.items()}
-    if "attention_mask" in feeds:
-        feeds["attention_mask"] = np.ones_like(feeds["attention_mask"])
-    sess.run(None, feeds)
+    sess.run(None, _random_feeds(models.info(name, "small"), seed=0, low=0))
     elapsed = time.perf_counter() - t
     onnx.checker.check_model(model, full_check=True)
     assert elapsed < 1.0, f"{name} small took {elapsed:.2f}s"
@@ -206,12 +211,7 @@ def test_same_seed_same_model_different_seed_different_outputs(name: str) -> Non
     a = models.build(name, "small", seed=7).SerializeToString()
     assert models.build(name, "small", seed=7).SerializeToString() == a
     b = models.build(name, "small", seed=8).SerializeToString()
-    info = models.info(name, "small")
-    rng = np.random.default_rng(1)
-    feeds = {k: (rng.integers(1, info.vocab_size or 2, size=s) if d == "int64" else
-                 rng.standard_normal(s).astype(np.float32)) for k, (s, d) in info.inputs.items()}
-    if "attention_mask" in feeds:
-        feeds["attention_mask"] = np.ones_like(feeds["attention_mask"])
+    feeds = _random_feeds(models.info(name, "small"), seed=1, low=1)
     outs = [ort.InferenceSession(x, providers=["CPUExecutionProvider"]).run(None, feeds) for x in (a, a, b)]
     for x, y, z in zip(*outs, strict=True):
         np.testing.assert_array_equal(x, y)

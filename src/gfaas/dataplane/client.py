@@ -181,6 +181,7 @@ class Client:
         self.function = w.function
         self.functions = tuple(w.functions)
         self.small_object_max = w.small_object_max
+        self.devices = frozenset(w.devices)  # GPUs with a pool on this node
         self._maps: dict[tuple[int, bool], mmap.mmap] = {}
         self._retiring: dict[tuple[int, bool], mmap.mmap] = {}
         # Objects of their own segment this connection got as zero-copy views:
@@ -280,11 +281,9 @@ class Client:
         cons = list(consumers) if consumers is not None else None
         check_consumers(cons, self.functions)
         gpu = device_of(obj)
-        if gpu is not None:
-            ref = self._put_device(obj, gpu, cons)
-            if ref is not None:
-                return ref
-        arr, dt = _as_array(obj)
+        if gpu is not None and gpu in self.devices:
+            return self._put_device(obj, gpu, cons)
+        arr, dt = _as_array(obj)  # host data, or a GPU this node has no pool for: through host memory
         n = arr.nbytes
         if n > self.small_object_max:
             ref = self._derive(arr, dt, cons)
@@ -324,18 +323,12 @@ class Client:
         self._ch.send(P.Seal(oid, off, n, dt, [n] if dt == RAW else list(arr.shape), cons))
         return DataRef(oid, self.node_id)
 
-    def _put_device(self, obj: Any, gpu: int, cons: list[str] | None) -> DataRef | None:
+    def _put_device(self, obj: Any, gpu: int, cons: list[str] | None) -> DataRef:
         """A device tensor goes into its GPU's pool with one device-to-device copy (functions never
-        own the store's memory); ``None`` if the node has no pool for that GPU (staged via host)."""
+        own the store's memory)."""
         ptr, shape, dt = cuda_interface(obj)
         n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-        try:
-            buf = self._allocate_device(n, dt.str, list(shape), cons, gpu)
-        except ConfigError as exc:
-            if "has no memory pool" not in str(exc):
-                raise
-            log.debug("no pool for GPU %d on this node: staging through host memory", gpu)
-            return None
+        buf = self._allocate_device(n, dt.str, list(shape), cons, gpu)
         if n:
             self._device_mapper().copy(gpu, buf.view.ptr, ptr, n)
         return buf.seal()

@@ -431,7 +431,7 @@ class Daemon:
         conn.session = s
         c = self.config
         return P.Welcome(c.node_id, s.invocation, s.function, list(s.functions), c.slab_bytes,
-                         c.small_object_max, c.capacity_bytes), []
+                         c.small_object_max, c.capacity_bytes, sorted(self.store.devices)), []
 
     def _admin_hello(self, conn: Conn, m: P.AdminHello) -> tuple[P.Reply, list[int]]:
         self._check_version(m.version)
@@ -520,16 +520,20 @@ class Daemon:
         if self.remote is not None:
             self.remote.publish(rec)
 
-    def _located(self, conn: Conn, rec: ObjectRecord, seg: Segment,
-                 expect_nbytes: int = -1, copy: Segment | None = None) -> tuple[P.Reply, list[int]]:
-        """The reply to a get: the object's own segment, or ``copy``, a delivery holding its bytes
-        at offset 0 on the tier the reader asked for."""
+    @staticmethod
+    def _check_size(rec: ObjectRecord, expect_nbytes: int) -> None:
         if expect_nbytes >= 0 and expect_nbytes != rec.nbytes:
             # Raised before the read is counted, so the object stays available to this consumer.
             raise ConfigError(
                 f"get into a buffer of {expect_nbytes} bytes, but object {rec.id.hex()} has {rec.nbytes};"
                 " pass a buffer of the object's size"
             )
+
+    def _located(self, conn: Conn, rec: ObjectRecord, seg: Segment,
+                 expect_nbytes: int = -1, copy: Segment | None = None) -> tuple[P.Reply, list[int]]:
+        """The reply to a get: the object's own segment, or ``copy``, a delivery holding its bytes
+        at offset 0 on the tier the reader asked for."""
+        self._check_size(rec, expect_nbytes)
         where, offset, event = (seg, rec.offset, rec.event) if copy is None else (copy, 0, b"")
         fds = self._export(conn, where, False)
         pin = conn.session is not None and self.store.pin(conn.session, where, read=(offset, rec.nbytes))
@@ -559,15 +563,14 @@ class Daemon:
                  seg: Segment) -> tuple[P.Reply, list[int]] | None:
         """A get onto another tier: copy the object into a delivery segment there on a worker
         thread (host<->GPU through the pinned ring, GPU<->GPU over the peer link), then answer."""
-        if m.expect_nbytes >= 0 and m.expect_nbytes != rec.nbytes:
-            self._located(conn, rec, seg, m.expect_nbytes)  # raises the size mismatch
+        self._check_size(rec, m.expect_nbytes)
         copy = self.store.delivery(s, rec.nbytes, m.device)
         self.store.hold(seg)  # the source's memory stays while the copy runs, whatever happens to it
 
         def work() -> tuple[P.Reply, list[int]]:
             try:
                 if rec.nbytes:
-                    self.store.copy_between(seg, rec.offset, copy, 0, rec.nbytes, rec.event)
+                    self._copy_between(seg, rec.offset, copy, rec.nbytes, rec.event)
                 with self.lock:
                     return self.store.get(s, m.id, lambda r, g: self._located(conn, r, g, -1, copy))
             except BaseException:
@@ -580,6 +583,24 @@ class Daemon:
 
         self.defer(conn, work)
         return None
+
+    def _copy_between(self, src: Segment, src_offset: int, dst: Segment, nbytes: int, event: bytes) -> None:
+        """Copy an object's bytes into a delivery on another tier (host <-> GPU through the GPU's
+        ring, GPU <-> GPU peer). Runs on a worker thread without the lock: the source is held and
+        the delivery is not published yet."""
+        sb, db = self.store.backend_of(src), self.store.backend_of(dst)
+        if event and src.device >= 0:
+            self.store.devices[src.device].wait_event(event)  # the producer's writes, nothing more
+        if src.device >= 0 and dst.device >= 0:
+            db.transfer(src.handle, src_offset, dst.handle, 0, nbytes)
+        elif dst.device >= 0:
+            view = sb.host_view(src.handle)  # None on the null host backend: nothing to read
+            db.copy_in(dst.handle, 0, memoryview(bytearray(nbytes)) if view is None
+                       else view[src_offset : src_offset + nbytes])
+        else:
+            view = db.host_view(dst.handle)
+            sb.copy_out(src.handle, src_offset, nbytes, memoryview(bytearray(nbytes)) if view is None
+                        else view[:nbytes])
 
     def _get_drained(self, conn: Conn, m: P.Get) -> tuple[P.Reply, list[int]] | None:
         return self._get(conn, m, drained=True)

@@ -160,6 +160,7 @@ class Welcome(_Msg):
     slab_bytes: int
     small_object_max: int
     capacity_bytes: int
+    devices: list[int] = []  # GPUs with a memory pool on this node
 
 
 class AdminWelcome(_Msg):

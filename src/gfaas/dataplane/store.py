@@ -545,24 +545,6 @@ class Store:
         if seg.id in self.segments and not seg.pins and not seg.live:
             self._retire(seg)
 
-    def copy_between(self, src: Segment, src_offset: int, dst: Segment, dst_offset: int, nbytes: int,
-                     event: bytes = b"") -> None:
-        """Copy bytes between segments of different tiers (host <-> GPU, GPU <-> GPU). Runs
-        without the store lock: both segments are held (object pinned, delivery unpublished)."""
-        sb, db = self.backend_of(src), self.backend_of(dst)
-        if event and src.device >= 0:
-            self.devices[src.device].wait_event(event)
-        if src.device >= 0 and dst.device >= 0:
-            db.transfer(src.handle, src_offset, dst.handle, dst_offset, nbytes)
-        elif dst.device >= 0:
-            view = sb.host_view(src.handle)
-            db.copy_in(dst.handle, dst_offset, view[src_offset : src_offset + nbytes] if view is not None
-                       else memoryview(bytearray(nbytes)))
-        else:
-            view = db.host_view(dst.handle)
-            sb.copy_out(src.handle, src_offset, nbytes, view[dst_offset : dst_offset + nbytes] if view is not None
-                        else memoryview(bytearray(nbytes)))
-
     def consumed(self, rec: ObjectRecord, function: str) -> None:
         """Note that ``function`` read ``rec``; free it when every declared consumer has."""
         if rec.pending is not None and function in rec.pending:
