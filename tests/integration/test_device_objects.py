@@ -169,7 +169,7 @@ def test_gpu_to_gpu_delivery_uses_the_peer_copy(node: Any) -> None:
 def test_a_node_without_gpu_pools_stages_device_tensors_through_host(node: Any) -> None:
     f = node.connect("f", device_mapper=(fm := FakeMapper()))
     assert f.devices == frozenset()
-    with pytest.raises(ConfigError, match="cannot stage a FakeTensor on DLPack device 2 to host memory"):
+    with pytest.raises(ConfigError, match="cannot put a FakeTensor"):  # the host path refuses it
         f.put(FakeTensor(0, (4,), "<f4"))
     assert fm.calls == []  # it never asked the daemon for a device allocation
 
