@@ -117,12 +117,17 @@ class SegmentPool:
         self.target = min(nbytes, self.cap)
         self.trim()
 
-    def prewarm(self) -> int:
-        """Grow by whole arenas until ``target`` bytes are held; returns the bytes added."""
+    def prewarm(self, object_bytes: int = 0) -> int:
+        """Grow by whole arenas until ``target`` bytes are held; returns the bytes added.
+
+        ``object_bytes`` is the largest object expected (the policy's R_size): arenas grown here are
+        at least that big, so the object it forecasts fits one of them instead of missing.
+        """
+        size = max(self.arena_bytes, -(-object_bytes // ARENA_GRANULE) * ARENA_GRANULE)
         added = 0
-        while self.held + self.arena_bytes <= self.target:
-            self._grow(self.arena_bytes)
-            added += self.arena_bytes
+        while self.held + size <= self.target:
+            self._grow(size)
+            added += size
         return added
 
     def trim(self) -> int:

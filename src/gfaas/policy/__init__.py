@@ -1,4 +1,4 @@
-"""Transfer policy: path routing, SLO-aware bandwidth shares and workflow placement.
+"""Data-plane policy: path routing, SLO-aware bandwidth shares, workflow placement, elastic storage.
 
 Everything here is pure decision logic (no clock, no I/O, no threads, randomness only through an
 explicit seed); the simulator and the real runtime call the same objects.
@@ -6,11 +6,47 @@ explicit seed); the simulator and the real runtime call the same objects.
 
 from .bandwidth import ChunkBatcher, Demand, PinnedRing, deadline_for, rate_least, slo_for, slo_rates
 from .placement import group_nodes, pair_gbps, place_workflow, placement_cost
+from .pooling import Grant, PoolModel, pool_model
 from .routing import MiB, Path, Plan, Router, RoutingOptions
+from .storage import (
+    STORAGE_POLICIES,
+    DemandTracker,
+    Peer,
+    Reservation,
+    Resident,
+    SlidingQuantile,
+    StorageOptions,
+    eviction_order,
+    migration_target,
+    plan_eviction,
+    plan_restore,
+    pool_target,
+    positions_by_consumer,
+    storage_policy,
+    unneeded,
+)
 
 __all__ = [
+    "STORAGE_POLICIES",
     "ChunkBatcher",
     "Demand",
+    "DemandTracker",
+    "Grant",
+    "Peer",
+    "PoolModel",
+    "Reservation",
+    "Resident",
+    "SlidingQuantile",
+    "StorageOptions",
+    "eviction_order",
+    "migration_target",
+    "plan_eviction",
+    "plan_restore",
+    "pool_model",
+    "pool_target",
+    "positions_by_consumer",
+    "storage_policy",
+    "unneeded",
     "MiB",
     "Path",
     "PinnedRing",
