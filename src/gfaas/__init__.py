@@ -37,7 +37,7 @@ from .errors import (
     SpecError,
     WorkflowError,
 )
-from .policy import Plan, Router, RoutingOptions
+from .policy import DemandTracker, Plan, Router, RoutingOptions, StorageOptions, storage_policy
 from .runtime import Breakdown, Context, InvocationResult
 from .runtime.local import LocalRuntime, NodeEndpoint, RuntimeConfig
 from .runtime.spec import WorkflowSpec
@@ -87,6 +87,7 @@ __all__ = [
     "DataLost",
     "DataPlaneError",
     "DataRef",
+    "DemandTracker",
     "DependencyMissing",
     "DeviceBuffer",
     "DeviceView",
@@ -113,6 +114,7 @@ __all__ = [
     "RoutingOptions",
     "RuntimeConfig",
     "SpecError",
+    "StorageOptions",
     "Topology",
     "WallClock",
     "WorkflowError",
@@ -124,4 +126,5 @@ __all__ = [
     "loads_workflow",
     "preset",
     "serve_gateway",
+    "storage_policy",
 ]

@@ -21,6 +21,7 @@ PUBLIC = [
     "DataLost",
     "DataPlaneError",
     "DataRef",
+    "DemandTracker",
     "DependencyMissing",
     "DeviceBuffer",
     "DeviceView",
@@ -47,6 +48,7 @@ PUBLIC = [
     "RoutingOptions",
     "RuntimeConfig",
     "SpecError",
+    "StorageOptions",
     "Topology",
     "WallClock",
     "WorkflowError",
@@ -58,6 +60,7 @@ PUBLIC = [
     "loads_workflow",
     "preset",
     "serve_gateway",
+    "storage_policy",
 ]
 
 
