@@ -38,6 +38,9 @@ def _node_config(a: argparse.Namespace) -> NodeConfig:
         transfer_port=a.transfer_port,
         advertise_host=a.advertise_host,
         redis_url=a.redis_url,
+        storage_policy=a.storage_policy,
+        spill_dir=a.spill_dir or "",
+        spill_capacity_bytes=None if a.spill_capacity is None else _size(a.spill_capacity),
     )
 
 
@@ -52,6 +55,10 @@ def _add_node_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transfer-port", type=int, default=0)
     p.add_argument("--advertise-host", help="address other nodes use to reach this one")
     p.add_argument("--redis-url", help="global directory, e.g. redis://127.0.0.1:6379/0")
+    p.add_argument("--storage-policy", default="gfaas",
+                   help="elastic-storage policy of every tier: gfaas (default), lru, no-pool, ...")
+    p.add_argument("--spill-dir", help="disk tier under host memory (default <state-dir>/spill)")
+    p.add_argument("--spill-capacity", help="most bytes on disk, e.g. 20GiB (default: no limit; 0: no disk tier)")
 
 
 def _print(data: Any, as_json: bool, render: Any = None) -> None:

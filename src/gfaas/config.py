@@ -9,8 +9,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .policy.storage import StorageOptions
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -69,6 +73,13 @@ class NodeConfig:
             ``cuda``, 16 GiB for ``null``).
         device_pool_floor_bytes: bytes of empty arenas each GPU pool keeps rather than return to
             the driver (300 MB, the papers' floor; the elastic-storage policy moves the target).
+        storage_policy: the elastic-storage policy of every tier, a name of
+            :data:`gfaas.policy.storage.STORAGE_POLICIES` (``gfaas``: queue-aware eviction, restore,
+            peer migration, demand-sized pools; ``lru``, ``no-pool``, ... are the papers' baselines).
+        spill_dir: directory of the disk tier under host memory (default ``<state_dir>/spill``);
+            its files are removed as their objects are freed and when the daemon starts or stops.
+        spill_capacity_bytes: the most bytes the disk tier holds (``None``: as much as the disk
+            has; ``0``: no disk tier, so a full pool raises ``CapacityError`` as before).
     """
 
     node_id: str = "node0"
@@ -90,6 +101,9 @@ class NodeConfig:
     devices: str = ""
     device_capacity_bytes: int = 0
     device_pool_floor_bytes: int = 300 * 1000 * 1000
+    storage_policy: str = "gfaas"
+    spill_dir: str = ""
+    spill_capacity_bytes: int | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -123,10 +137,27 @@ class NodeConfig:
         _positive("device_capacity_bytes", self.device_capacity_bytes, 0)
         _positive("device_pool_floor_bytes", self.device_pool_floor_bytes, 0)
         self.device_spec()  # validates
+        if not isinstance(self.spill_dir, str):
+            raise ConfigError(f"spill_dir={self.spill_dir!r} must be a path (a string)")
+        if not self.spill_dir:
+            object.__setattr__(self, "spill_dir", os.path.join(self.state_dir, "spill"))
+        if self.spill_capacity_bytes is not None:
+            _positive("spill_capacity_bytes", self.spill_capacity_bytes, 0)
+        self.storage_options()  # validates
         if not isinstance(self.transfer_port, int) or not (0 <= self.transfer_port <= 65535):
             raise ConfigError(f"transfer_port={self.transfer_port!r} is not a TCP port (0-65535)")
         if not isinstance(self.remote_timeout_s, int | float) or not self.remote_timeout_s > 0:
             raise ConfigError(f"remote_timeout_s={self.remote_timeout_s!r} must be a number > 0")
+
+    def storage_options(self) -> StorageOptions:
+        """The :class:`~gfaas.policy.storage.StorageOptions` named by :attr:`storage_policy`."""
+        from .policy.storage import STORAGE_POLICIES, storage_policy
+
+        if not isinstance(self.storage_policy, str) or self.storage_policy not in STORAGE_POLICIES:
+            raise ConfigError(
+                f"storage_policy={self.storage_policy!r} is unknown; choose one of {', '.join(STORAGE_POLICIES)}"
+            )
+        return storage_policy(self.storage_policy)
 
     def device_spec(self) -> tuple[str, tuple[int, ...] | None]:
         """``(kind, GPU ordinals)`` of :attr:`devices`: kind ``""``, ``"cuda"`` or ``"null"``;

@@ -262,6 +262,8 @@ functions:
         waiting = [r.submit("slow", {"x": np.full(1, k)}) for k in (1, 2)]
         assert r.queue_depths() == {"slow/s": 2}
         assert [r.queue_positions(i) for i in waiting] == [{"s": 0}, {"s": 1}]
+        assert r.send_queue_hints(waiting[1]) == 1  # tells the node daemon, for queue-aware eviction
+        assert r.send_queue_hints() >= 2
         with pytest.raises(Overloaded, match="queue of slow/s holds 2 requests"):
             r.submit("slow", {"x": np.zeros(1)})
         for i in [first, *waiting]:

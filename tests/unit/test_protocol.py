@@ -29,6 +29,8 @@ REQUESTS = [
     P.Get(OID),
     P.Delete(OID),
     P.Release([1, 2, 2]),
+    P.QueueHint("0" * 32, {"f": 0, "g": 3}),
+    P.QueueHint("0" * 32, {}, ["f"]),
 ]
 
 REPLIES = [
@@ -67,7 +69,7 @@ def test_request_and_reply_types_are_pinned() -> None:
 
     assert sorted(t.__name__ for t in typing.get_args(P.Request)) == [
         "AdminHello", "Allocate", "Delete", "Derive", "EndInvocation", "Get", "Hello", "Lease", "MoreIds", "OpenInvocation",
-        "Release", "Seal", "SealAllocated", "Stats"]
+        "QueueHint", "Release", "Seal", "SealAllocated", "Stats"]
     assert sorted(t.__name__ for t in typing.get_args(P.Reply)) == [
         "AdminWelcome", "Allocated", "Derived", "Ended", "Error", "Ids", "InvocationOpened", "Leased", "Located", "Ok",
         "StatsReply", "Welcome"]
@@ -92,6 +94,9 @@ def test_replies_are_not_requests(msg: P._Msg) -> None:
     "obj",
     [
         ["Get", 123],  # wrong field type
+        ["QueueHint", "0" * 32, {"f": "1"}],  # a position that is not an int
+        ["QueueHint", "0" * 32, [["f", 1]]],  # positions not a map
+        ["QueueHint", "0" * 32, {"f": 1}, "f"],  # done not a list
         ["Get", "0" * 16],  # str instead of bytes
         ["Get"],  # missing field
         ["Nope", OID],  # unknown tag

@@ -558,6 +558,16 @@ class Admin:
         assert isinstance(r, P.Ended)
         return r.freed
 
+    def queue_hint(self, invocation_id: str | InvocationHandle, positions: dict[str, int],
+                   done: list[str] | tuple[str, ...] = ()) -> None:
+        """Tell the node where the invocation's functions wait: ``positions[f]`` requests are ahead
+        of ``f`` in its queue (0: next, or running now; missing: not queued), ``done`` will not run
+        again. Queue-aware eviction moves the objects whose readers are furthest back first.
+        ``LocalRuntime.queue_positions(invocation)`` gives ``positions``."""
+        inv = invocation_id.id if isinstance(invocation_id, InvocationHandle) else invocation_id
+        r, _ = self._ch.call(P.QueueHint(inv, dict(positions), list(done)))
+        assert isinstance(r, P.Ok)
+
     def stats(self) -> dict[str, Any]:
         r, _ = self._ch.call(P.Stats())
         assert isinstance(r, P.StatsReply)

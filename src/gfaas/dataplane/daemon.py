@@ -36,6 +36,7 @@ from . import protocol as P
 from .auth import Registry
 from .backends import make_backend, make_device_backends
 from .journal import Journal
+from .spill import SpillDir
 from .store import WRITING, ObjectRecord, Segment, Session, Store
 
 log = logging.getLogger("gfaas.dataplane")
@@ -84,6 +85,8 @@ class Daemon:
             on_retire=self._on_retire,
             devices=make_device_backends(*config.device_spec(), config.device_capacity_bytes,
                                          config.device_pool_floor_bytes),
+            spill=SpillDir(config.spill_dir, config.spill_capacity_bytes) if config.spill_capacity_bytes != 0
+            else None,
         )
         self._handlers: dict[type, Callable[[Conn, Any], tuple[P.Reply, list[int]] | None]] = {
             P.Hello: self._hello,
@@ -91,6 +94,7 @@ class Daemon:
             P.OpenInvocation: self._open,
             P.EndInvocation: self._end,
             P.Stats: self._stats,
+            P.QueueHint: self._queue_hint,
             P.Lease: self._lease,
             P.MoreIds: self._more_ids,
             P.Seal: self._seal_small,
@@ -164,6 +168,8 @@ class Daemon:
         os.chmod(path, 0o600)
         ls.listen(256)
         ls.setblocking(False)
+        if self.store.spill is not None:
+            self.store.spill.clear()  # files of a daemon that died: no other daemon serves this node
         self._listener = ls
         self._ep.register(ls.fileno(), select.EPOLLIN)
         self._ep.register(self._wake_r, select.EPOLLIN)
@@ -188,7 +194,7 @@ class Daemon:
         try:
             while not self._stopping:
                 listen_fd = self._listener.fileno() if self._listener is not None else -1
-                for fd, _ev in self._ep.poll():
+                for fd, _ev in self._ep.poll(self._idle_timeout()):
                     conn = self._conns.get(fd)
                     if conn is not None:
                         self._serve(conn)
@@ -198,6 +204,14 @@ class Daemon:
                         self._flush_done()
         finally:
             self.close()
+
+    def _idle_timeout(self) -> float:
+        """How long the loop may sleep: until the store's next pool-target change (then settle)."""
+        self._settle()
+        with self.lock:
+            due = self.store.next_settle()
+            now = self.store.clock.now()
+        return -1 if due is None else max(0.0, due - now) + 0.001
 
     def close(self) -> None:
         if self.remote is not None:
@@ -213,6 +227,8 @@ class Daemon:
             except FileNotFoundError:
                 pass
         self.journal.close()
+        with self.lock:
+            self.store.close()
         self._ep.close()
         for dev in self.store.devices.values():
             dev.close()
@@ -311,6 +327,18 @@ class Daemon:
             out = (P.Error("DataPlaneError", f"internal error in the node daemon: {exc!r}"), [])
         if out is not None:
             self._send(conn, *out)
+        self._settle()
+
+    def _settle(self) -> None:
+        """The store's deferred tier work (evict after a restore, restore into freed memory, pool
+        targets), run after the reply went out so the request never waits for it."""
+        if self._draining:
+            return  # inside another request's drain: that request's own _run settles afterwards
+        try:
+            with self.lock:
+                self.store.settle()
+        except Exception:  # a failed background eviction must not take the node down
+            log.exception("error while rebalancing the storage tiers")
 
     def _send(self, conn: Conn, reply: P.Reply, fds: list[int]) -> None:
         if conn.retired and hasattr(reply, "retired"):
@@ -460,6 +488,11 @@ class Daemon:
         self._need_admin(conn)
         return P.StatsReply(self.config.node_id, **self.store.stats()), []
 
+    def _queue_hint(self, conn: Conn, m: P.QueueHint) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        self.store.queue_hint(m.invocation_id, m.positions, m.done)
+        return P.Ok(), []
+
     def _export(self, conn: Conn, seg: Segment, writable: bool) -> list[int]:
         sent = conn.sent_rw if writable else conn.sent_ro
         if seg.id in sent:
@@ -554,7 +587,7 @@ class Daemon:
                 return None
         if m.device != P.ANY_DEVICE:
             rec = self.store.lookup(s.invocation, s.function, m.id)
-            seg = self.store.segments[rec.segment]
+            seg = self.store.resident(rec, m.device)
             if seg.device != m.device:
                 return self._deliver(conn, s, m, rec, seg)
         return self.store.get(s, m.id, lambda rec, seg: self._located(conn, rec, seg, m.expect_nbytes))

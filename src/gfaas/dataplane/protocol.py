@@ -68,6 +68,16 @@ class Stats(_Msg):
     pass
 
 
+class QueueHint(_Msg):
+    """Admin: where an invocation's functions wait in their request queues (``positions[f]``
+    requests ahead of ``f``; 0 for one running now), and which will not run again (``done``).
+    Queue-aware eviction reads it; it replaces the invocation's previous hint."""
+
+    invocation_id: str
+    positions: dict[str, int]
+    done: list[str] = []
+
+
 class Lease(_Msg):
     """Ask for a fresh slab to pack small objects into, plus a batch of IDs."""
 
@@ -139,6 +149,7 @@ Request = (
     | OpenInvocation
     | EndInvocation
     | Stats
+    | QueueHint
     | Lease
     | MoreIds
     | Seal
@@ -192,6 +203,16 @@ class StatsReply(_Msg):
     segments_pooled: int = 0
     device_bytes_held: int = 0
     device_bytes_used: int = 0
+    evictions: int = 0  # objects moved down a tier (GPU -> peer or host, host -> disk)
+    restores: int = 0  # objects moved back up
+    released_unread: int = 0  # objects dropped under pressure because none of their readers was left
+    migrations: int = 0  # GPU evictions that went to a peer GPU
+    bytes_spilled: int = 0  # bytes written to disk, in all
+    bytes_restored: int = 0  # bytes read back from disk, in all
+    objects_on_disk: int = 0
+    bytes_on_disk: int = 0
+    pool_target: int = 0  # host tier: the demand target that bounds the warm cache
+    device_pool_target: int = 0  # sum of the GPU pools' targets
 
 
 class Leased(_Msg):

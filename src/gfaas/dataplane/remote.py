@@ -485,7 +485,7 @@ class Remote:
         with d.lock:
             inv, fn = store.registry.authenticate(msg.token)
             rec = store.lookup(inv.id, fn, msg.id)
-            seg = store.segments[rec.segment]
+            seg = store.resident(rec)
             header = Header(rec.id, rec.invocation, rec.producer,
                             sorted(rec.consumers) if rec.consumers is not None else None,
                             rec.nbytes, rec.dtype, list(rec.shape))

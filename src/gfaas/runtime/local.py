@@ -422,6 +422,28 @@ class LocalRuntime:
                 out[f.name] = pos
         return out
 
+    def send_queue_hints(self, invocation_id: str | None = None) -> int:
+        """Tell every node daemon where this invocation's (or, with None, every open gfaas
+        invocation's) functions wait, for queue-aware eviction (``Admin.queue_hint``): queued
+        functions by position, running ones at 0, finished or skipped ones as done. Queues change
+        on every dispatch, so this is not sent per change: call it when memory pressure matters
+        (e.g. after a burst of submissions). Returns the invocations hinted."""
+        invs = [self._inv(invocation_id)] if invocation_id is not None else None
+        with self._lock:
+            invs = [i for i in (invs or list(self._invs.values())) if i.kind == "gfaas" and not i.ended]
+            states = [dict(i.dag.state) for i in invs]
+        hints = []
+        for inv, state in zip(invs, states, strict=True):
+            queued = self.queue_positions(inv.id)  # "ready" and not queued: running now
+            positions = {f: queued.get(f, 0) for f, st in state.items() if st == "ready"}
+            done = [f for f, st in state.items() if st in ("done", "skipped")]
+            hints.append((inv.id, positions, done))
+        with self._admin_lock:
+            for inv_id, positions, done in hints:
+                for admin in self._admins.values():
+                    admin.queue_hint(inv_id, positions, done)
+        return len(hints)
+
     def close(self) -> None:
         for p in list(self._pools.values()):
             p.close()

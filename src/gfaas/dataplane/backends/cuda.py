@@ -151,6 +151,7 @@ class CudaBackend(DeviceBackend):
             free, _total = rt.memGetInfo()
             cap_bytes = int(free * cap_fraction) // (2 * MiB) * (2 * MiB)
         super().__init__(device, cap_bytes=cap_bytes, arena_bytes=arena_bytes, target_bytes=target_bytes)
+        self.host_link_gbps = link_gbps  # peer links stay unknown (0): evictions go to host memory
         for peer in range(n):
             if peer != device and rt.deviceCanAccessPeer(device, peer):
                 try:

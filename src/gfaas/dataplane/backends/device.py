@@ -39,6 +39,10 @@ class DeviceBackend(Backend):
     """A device's store memory: blocks of a pool of raw arenas; see the module docstring."""
 
     name = "device"
+    #: Link speeds the eviction policy compares (``migration_target``): a GPU's host link, and its
+    #: link to a peer GPU (0: none known, so evicted objects go to host memory).
+    host_link_gbps: float = 25.0
+    peer_link_gbps: float = 0.0
 
     def __init__(self, device: int, *, cap_bytes: int, arena_bytes: int = 64 * MiB,
                  target_bytes: int = DEFAULT_TARGET_BYTES) -> None:
@@ -77,6 +81,10 @@ class DeviceBackend(Backend):
     def wait_event(self, event: bytes) -> None:
         """Block this thread (only) until a producer's IPC event has completed."""
 
+    def free_bytes(self) -> int | None:
+        """Free memory of the device for the pool target's cap (``None``: the pool's cap bounds it)."""
+        return None
+
     def close(self) -> None:
         self.pool.close()
 
@@ -110,6 +118,8 @@ class NullDeviceBackend(DeviceBackend):
         self.log: list[Transfer] = []
         self.raw: dict[int, int] = {}
         self.events_waited: list[bytes] = []
+        self.host_link_gbps = self.model.link_gbps
+        self.peer_link_gbps = peer_gbps
 
     @classmethod
     def from_topology(cls, topology: Any, device: int = 0, **kw: Any) -> NullDeviceBackend:
