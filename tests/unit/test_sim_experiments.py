@@ -10,7 +10,8 @@ import pytest
 from gfaas.cli import main
 from gfaas.sim.experiments import REGISTRY, Comparison, run_experiment
 
-EXPECTED = {"passing-latency", "a10", "e2e-p99", "throughput", "ablation", "isolation", "nvlink-vs-mapa"}
+EXPECTED = {"passing-latency", "a10", "e2e-p99", "throughput", "ablation", "isolation", "nvlink-vs-mapa",
+            "storage-cap", "storage-passing", "memory-timeline", "elastic-ablation"}
 
 
 def test_every_paper_figure_has_an_experiment() -> None:
@@ -64,3 +65,39 @@ def test_cli_bench_sim_json(capsys) -> None:  # type: ignore[no-untyped-def]
     assert doc["mean_sojourn_gfaas"] == doc["mean_sojourn_simpy"]
     assert doc["ratio"] == pytest.approx(doc["gfaas_jobs_per_s"] / doc["simpy_jobs_per_s"])
     assert {"dgx-v100", "dgx-a100"} <= set(doc["policy_decision"])
+
+
+def test_quick_storage_cap_rows_and_comparisons() -> None:
+    res = run_experiment("storage-cap", quick=True)
+    assert {(r["storage_pct"], r["system"]) for r in res.rows} == {
+        (p, s) for p in (1.0, 10.0) for s in ("gfaas", "LRU", "RQ", "INFless+")}
+    assert len(res.paper) == 6 and all(c.unit == "%" for c in res.paper)
+    one = {r["system"]: r for r in res.rows if r["storage_pct"] == 1.0}
+    assert one["gfaas"]["restores"] > 0 and one["RQ"]["restores"] == 0  # only gfaas restores
+    assert one["LRU"]["host_reads"] > one["gfaas"]["host_reads"]
+    assert all(r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] for r in res.rows)
+    # INFless+ passes everything through pageable host memory: far slower than any GPU store
+    assert one["INFless+"]["p99_ms"] > 2 * max(one[s]["p99_ms"] for s in ("gfaas", "LRU", "RQ"))
+
+
+def test_quick_storage_passing_and_ablation() -> None:
+    res = run_experiment("storage-passing", quick=True)
+    lat = {r["system"]: r["mean_ms"] for r in res.rows}
+    assert set(lat) == {"INFless+", "gfaas", "LRU", "RQ"} and len(res.paper) == 3
+    assert lat["gfaas"] <= min(lat["LRU"], lat["RQ"]) < lat["INFless+"]
+    abl = run_experiment("elastic-ablation", quick=True)
+    assert [r["system"] for r in abl.rows] == ["no AP, no SM", "+AP", "+AP+SM"] and len(abl.paper) == 2
+    assert abl.rows[1]["mean_ms"] < abl.rows[0]["mean_ms"]  # the pool removes a cudaMalloc per put
+
+
+def test_quick_memory_timeline_orders_the_pools() -> None:
+    res = run_experiment("memory-timeline", quick=True)
+    rows = {r["pool"]: r for r in res.rows}
+    assert set(rows) == {"gfaas", "caching", "gmlake", "reclaim-1h", "reclaim-10min", "reclaim-1min", "unlimited"}
+    # the same trace: a pool that never gives memory back holds at least what a reclaiming one does
+    assert rows["caching"]["avg_reserved_gb"] >= rows["reclaim-1min"]["avg_reserved_gb"]
+    assert rows["gfaas"]["busy_reserved_over_live"] >= 1.0
+    # reclaiming every minute makes later puts go back to the driver more often than caching forever
+    assert rows["reclaim-1min"]["raw_alloc_pct"] >= rows["caching"]["raw_alloc_pct"]
+    assert rows["gmlake"]["ipc_p99_ms"] > 1.0 and rows["gfaas"]["ipc_p99_ms"] == 0.0
+    assert {c.unit for c in res.paper} == {"x"} and len(res.paper) == 4

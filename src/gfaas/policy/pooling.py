@@ -5,7 +5,10 @@ device (``reserved_bytes``), what objects use (``live_bytes``), and how many slo
 each request needed. It moves no bytes and reads no clock; the caller passes ``now``.
 
 - ``elastic``: the daemon's own :class:`~gfaas.dataplane.pool.SegmentPool`, resized on every tick
-  to the target the :class:`~gfaas.policy.storage.DemandTracker` computes, and pre-warmed up to it.
+  to the target the :class:`~gfaas.policy.storage.DemandTracker` computes, and pre-warmed up to it
+  with arenas the size of the largest forecast object (R_size) rather than fixed 64 MiB ones,
+  which would leave a 47.5 MiB frame alone in a 64 MiB arena (1.35x before any policy effect);
+  64 MiB arenas only until a first size has been seen.
 - ``caching``: the same arenas, never returned (PyTorch's caching allocator: a freed block is kept
   for reuse; blocks of separate raw allocations never merge, so a 120 MB request can miss even
   though two free 100 MB blocks are cached).
@@ -27,6 +30,8 @@ from .storage import StorageOptions
 
 #: Keep-forever target for the caching pools (bounded by the cap anyway).
 _FOREVER = 1 << 62
+#: Arena size for pre-warming before any object size has been seen (the daemon's default arena).
+PREWARM_ARENA = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class Grant:
 class PoolModel:
     """Bookkeeping of one device's store memory under one :class:`StorageOptions`."""
 
-    def __init__(self, options: StorageOptions, cap_bytes: int, *, arena_bytes: int = 64 * 2**20) -> None:
+    def __init__(self, options: StorageOptions, cap_bytes: int) -> None:
         if cap_bytes < ARENA_GRANULE:
             raise CapacityError(f"pool cap {cap_bytes} bytes is below one 2 MiB granule; raise it")
         self.options = options
@@ -57,9 +62,9 @@ class PoolModel:
         self.pool: SegmentPool | None = None
         if options.pooling in ("elastic", "caching", "periodic"):
             keep = options.floor_bytes if options.pooling == "elastic" else _FOREVER
-            # Caching allocators size blocks to the request (2 MiB granules), not to big arenas.
-            arena = arena_bytes if options.pooling == "elastic" else ARENA_GRANULE
-            self.pool = SegmentPool(self._raw_alloc, self._raw_free, cap_bytes=cap_bytes, arena_bytes=arena,
+            # Raw allocations sized to the request (2 MiB granules) or, for the elastic pool's
+            # pre-warming, to the forecast object: never a fixed arena that objects only half fill.
+            self.pool = SegmentPool(self._raw_alloc, self._raw_free, cap_bytes=cap_bytes, arena_bytes=ARENA_GRANULE,
                                     target_bytes=min(keep, cap_bytes), name=f"{options.pooling} pool")
         self.live_none = 0
 
@@ -143,7 +148,7 @@ class PoolModel:
                 return 0
             before = self.pool.held
             self.pool.set_target(target)
-            self.pool.prewarm(object_bytes)
+            self.pool.prewarm(object_bytes or PREWARM_ARENA)
             return max(0, before - self.pool.held)
         if self.options.pooling == "periodic" and now - self._last_reclaim >= self.options.reclaim_interval_s:
             self._last_reclaim = now

@@ -12,6 +12,8 @@ Execution model (the same for every system, so differences come from the data pl
 - CPU functions run on the host without contention (cores are not the bottleneck studied).
 - A conditional edge is taken with its probability, drawn per request from a seeded RNG; a function
   none of whose incoming edges is taken is skipped.
+- With a storage policy (``SystemConfig.storage``) GPU stores have a capacity and objects are
+  evicted, migrated and restored by ``gfaas.sim.memory``; without one GPU memory is unlimited.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +31,7 @@ from ..policy import group_nodes, place_workflow
 from ..topology import Topology
 from .dataplane import DataPlane
 from .kernel import Simulator
+from .memory import DEFAULT_GPU_MEMORY, MemoryModel, queue_position
 from .profiles import Profile
 from .systems import CUDA_MALLOC_S, POOL_ALLOC_S, SystemConfig
 from .workflows import Workflow
@@ -53,6 +56,9 @@ class RequestRecord:
     arrival: float
     finish: float = -1.0
     fns: dict[str, FnStats] = field(default_factory=dict)
+    #: per GPU-to-GPU-function edge: the producer's put time plus the time the consumer waited for
+    #: that edge's data (gFn-gFn data passing, 001 Fig. 18c)
+    edges: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @property
     def latency(self) -> float:
@@ -69,18 +75,44 @@ class GPU:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.queues: dict[str, deque[tuple[float, Callable[[], None]]]] = {}
+        self.queues: dict[str, deque[tuple[float, Callable[[], None], Hashable]]] = {}
         self.busy = False
+        self.waiting: dict[Hashable, tuple[float, int]] = {}  # key -> (arrival, submission order)
+        self._seq = 0
 
-    def submit(self, function: str, arrival: float, start: Callable[[], None]) -> None:
-        self.queues.setdefault(function, deque()).append((arrival, start))
+    def submit(self, function: str, arrival: float, start: Callable[[], None], key: Hashable = None) -> None:
+        self._seq += 1
+        if key is not None:
+            self.waiting[key] = (arrival, self._seq)
+        self.queues.setdefault(function, deque()).append((arrival, start, key))
 
     def next(self) -> Callable[[], None] | None:
         best = None
         for q in self.queues.values():
             if q and (best is None or q[0][0] < best[0][0]):
                 best = q
-        return best.popleft()[1] if best is not None else None
+        if best is None:
+            return None
+        _, start, key = best.popleft()
+        if key is not None:
+            del self.waiting[key]
+        return start
+
+    def positions(self) -> Callable[[Hashable, float | None], int | None]:
+        """How many queued executions run before the one named by a key (oldest request first).
+
+        An execution not queued yet whose request arrived at ``arrival`` will be taken after every
+        queued one of an older (or equally old) request, so that is its position; without an
+        arrival it has none (the policy puts it behind everything)."""
+        order = sorted(self.waiting.values())
+
+        def position(key: Hashable, arrival: float | None) -> int | None:
+            mine = self.waiting.get(key)
+            if mine is None and arrival is not None:
+                mine = (arrival, 1 << 62)
+            return queue_position(order, mine)
+
+        return position
 
 
 @dataclass(frozen=True)
@@ -109,6 +141,21 @@ class Cluster:
         self.records: list[RequestRecord] = []
         self._ids = 0
         self.on_finish: Callable[[RequestRecord], None] | None = None
+        self.memory: MemoryModel | None = None
+        if cfg.storage is not None and cfg.store != "host":
+            self.memory = MemoryModel(self.sim, topology, cfg.storage, self.storage_capacity,
+                                      self.plane.move,
+                                      lambda g: self.gpus[g].positions())
+
+    def storage_capacity(self, gpu: str) -> int:
+        """Bytes of ``gpu``'s memory its store may use under this configuration."""
+        mem = self.topo.device(gpu).memory_bytes or DEFAULT_GPU_MEMORY
+        if self.cfg.storage_bytes is not None:
+            return self.cfg.storage_bytes
+        frac = self.cfg.storage_fraction
+        if frac is None:
+            frac = self.cfg.storage.cap_fraction if self.cfg.storage is not None else 1.0
+        return int(frac * mem)
 
     # ---- deployment -----------------------------------------------------------------------------
     def deploy(self, wf: Workflow, replicas: int = 1, gpus: Sequence[str] | None = None,
@@ -178,8 +225,10 @@ class Cluster:
         _Request(self, deps[k % len(deps)], rec).start()
 
     # ---- GPU scheduling -------------------------------------------------------------------------
-    def run_on_gpu(self, gpu: str, function: str, arrival: float, body: Callable[[Callable[[], None]], None]) -> None:
-        """Queue ``body(release)`` on ``gpu``; ``body`` must call ``release()`` when the execution ends."""
+    def run_on_gpu(self, gpu: str, function: str, arrival: float, body: Callable[[Callable[[], None]], None],
+                   key: Hashable = None) -> None:
+        """Queue ``body(release)`` on ``gpu``; ``body`` must call ``release()`` when the execution ends.
+        ``key`` names the queued execution so that the storage policy can find its queue position."""
         g = self.gpus[gpu]
 
         def start() -> None:
@@ -193,7 +242,7 @@ class Cluster:
 
             body(release)
 
-        g.submit(function, arrival, start)
+        g.submit(function, arrival, start, key)
         if not g.busy:
             nxt = g.next()
             if nxt is not None:
@@ -233,6 +282,8 @@ class _Request:
         self.active = active
         self.waiting = {f: sum(1 for e in wf.preds(f) if taken[(e.src, e.dst)]) for f in active}
         self.location: dict[tuple[str, str], str] = {}  # edge -> device holding its object
+        self.objects: dict[tuple[str, str], Hashable] = {}  # edge -> its key in the memory model
+        self.put_s: dict[str, float] = {}  # GPU function -> its put time
         self.left = len(active)
 
     def start(self) -> None:
@@ -246,7 +297,12 @@ class _Request:
     def _run(self, fn: str) -> None:
         spec = self.dep.workflow.function(fn)
         c = self.c
+        mem = c.memory
         if spec.kind == "cpu":
+            if mem is not None:  # a CPU function reads its inputs from where they are, off the model
+                for e in self.dep.workflow.preds(fn):
+                    if (e.src, e.dst) in self.objects:
+                        mem.consume(self.objects[(e.src, e.dst)])
             for e in self.dep.workflow.succs(fn):
                 self.location[(e.src, e.dst)] = self._host(fn)
             c.sim.schedule(c.profile.seconds(spec.model, None, spec.batch), self._finished, fn)
@@ -257,17 +313,29 @@ class _Request:
         ready = c.sim.now
         compute = c.profile.seconds(spec.model, c.topo.device(gpu).model, spec.batch)
         deadline_slack = max(compute * (SLO_FACTOR - 1.0), 1e-3)
+        if mem is not None:
+            mem.requested(gpu, fn)
 
         def body(release: Callable[[], None]) -> None:
             stats.queue_s = c.sim.now - ready
             t0 = c.sim.now
-            gets: list[tuple[str, int]] = []
+            deadline = c.sim.now + deadline_slack
+            starts: list[Callable[[Callable[[], None]], None]] = []
             if spec.input_bytes:
-                gets.append((self._host(fn), spec.input_bytes))
+                starts.append(_mover(c, self._host(fn), gpu, spec.input_bytes, deadline))
             for e in self.dep.workflow.preds(fn):
-                if self.taken[(e.src, e.dst)]:
-                    gets.append((self.location[(e.src, e.dst)], e.nbytes))
-            _all(c, [(src, gpu, n) for src, n in gets], c.sim.now + deadline_slack, lambda: computed(t0, release))
+                edge = (e.src, e.dst)
+                if not self.taken[edge]:
+                    continue
+                if edge in self.objects:
+                    assert mem is not None
+                    start = _fetcher(mem, self.objects[edge], gpu, deadline)
+                else:
+                    start = _mover(c, self.location[edge], gpu, e.nbytes, deadline)
+                if self.dep.workflow.function(e.src).kind == "gpu":
+                    start = self._timed(start, edge, t0)
+                starts.append(start)
+            _all(c, starts, lambda: computed(t0, release))
 
         def computed(t0: float, release: Callable[[], None]) -> None:
             stats.get_s = c.sim.now - t0
@@ -278,30 +346,66 @@ class _Request:
             t1 = c.sim.now
             moves: list[tuple[str, str, int]] = []
             allocs = 0
+            delay = 0.0
+            stored: dict[str, int] = {}
             for e in self.dep.workflow.succs(fn):
                 if not self.taken[(e.src, e.dst)]:
                     continue
                 where = c.store_device(gpu)
-                self.location[(e.src, e.dst)] = where
-                if c.topo.device(where).kind == "gpu":
+                if mem is not None and c.topo.device(where).kind == "gpu":
+                    consumer = self.dep.workflow.function(e.dst)
+                    key = (self.rec.ident, e.src, e.dst)
+                    obj, cost = mem.put(key, e.nbytes, where, fn, (self.rec.ident, fn),
+                                        self.dep.gpu[e.dst] if consumer.kind == "gpu" else None,
+                                        (self.rec.ident, e.dst), gpu, self.rec.arrival)
+                    self.objects[(e.src, e.dst)] = key
+                    delay += cost
+                    stored[where] = stored.get(where, 0) + e.nbytes
+                    if obj.moving:  # sent to host memory in the background: not the put's copy
+                        where = gpu
+                    elif where != gpu:
+                        obj.moving = True  # being written: nobody may move or read it yet
+                elif c.topo.device(where).kind == "gpu":
                     allocs += 1
+                self.location[(e.src, e.dst)] = where
                 if where != gpu:
                     moves.append((gpu, where, e.nbytes))
+            if mem is not None:
+                for home, n in stored.items():
+                    mem.stored(home, fn, n)
             if spec.output_bytes:
                 moves.append((gpu, self._host(fn), spec.output_bytes))
-            delay = allocs * c.alloc_s()
+            delay += allocs * c.alloc_s()
 
             def go() -> None:
-                _all(c, moves, c.sim.now + deadline_slack, lambda: stored(t1, release))
+                starts = [_mover(c, a, b, n, c.sim.now + deadline_slack) for a, b, n in moves]
+                _all(c, starts, lambda: done_put(t1, release))
 
             c.sim.schedule(delay, go)
 
-        def stored(t1: float, release: Callable[[], None]) -> None:
+        def done_put(t1: float, release: Callable[[], None]) -> None:
             stats.put_s = c.sim.now - t1
+            self.put_s[fn] = stats.put_s
+            if mem is not None:
+                for e in self.dep.workflow.succs(fn):
+                    if (e.src, e.dst) in self.objects:
+                        mem.settle(self.objects[(e.src, e.dst)])
             release()
             self._finished(fn)
 
-        c.run_on_gpu(gpu, fn, self.rec.arrival, body)
+        c.run_on_gpu(gpu, fn, self.rec.arrival, body, key=(self.rec.ident, fn))
+
+    def _timed(self, start: Callable[[Callable[[], None]], None], edge: tuple[str, str],
+               t0: float) -> Callable[[Callable[[], None]], None]:
+        """``start`` that also records the edge's passing time (producer's put + this wait)."""
+        def wrapped(done: Callable[[], None]) -> None:
+            def landed() -> None:
+                self.rec.edges[edge] = self.put_s.get(edge[0], 0.0) + self.c.sim.now - t0
+                done()
+
+            start(landed)
+
+        return wrapped
 
     def _finished(self, fn: str) -> None:
         self.left -= 1
@@ -316,17 +420,25 @@ class _Request:
                 self.c.on_finish(self.rec)
 
 
-def _all(c: Cluster, moves: Sequence[tuple[str, str, int]], deadline: float, then: Callable[[], None]) -> None:
-    """Start every move at once; call ``then`` when the last one has landed."""
-    if not moves:
+def _mover(c: Cluster, src: str, dst: str, n: int, deadline: float) -> Callable[[Callable[[], None]], None]:
+    return lambda done: c.plane.move(src, dst, n, done, deadline)
+
+
+def _fetcher(mem: MemoryModel, key: Hashable, gpu: str, deadline: float) -> Callable[[Callable[[], None]], None]:
+    return lambda done: mem.fetch(key, gpu, done, deadline)
+
+
+def _all(c: Cluster, starts: Sequence[Callable[[Callable[[], None]], None]], then: Callable[[], None]) -> None:
+    """Start every transfer at once; call ``then`` when the last one has landed."""
+    if not starts:
         c.sim.schedule(0.0, then)
         return
-    left = [len(moves)]
+    left = [len(starts)]
 
     def one() -> None:
         left[0] -= 1
         if left[0] == 0:
             then()
 
-    for src, dst, n in moves:
-        c.plane.move(src, dst, n, one, deadline)
+    for start in starts:
+        start(one)

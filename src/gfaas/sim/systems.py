@@ -14,6 +14,11 @@ Each :class:`SystemConfig` switches mechanisms of the same simulated data plane 
   70 ms per 100 MB, seed 000 §3.2), ``pageable`` (no pinning: 3 GB/s per link, seed 000 Fig. 5b).
 - ``elastic_pool``: "ES": GPU buffers come from a pool; without it each put pays a ``cudaMalloc``.
 - ``placement``: ``mapa`` (topology-aware packing) or ``random``.
+- ``storage``: the elastic-storage policy (:class:`~gfaas.policy.StorageOptions`) of the GPU stores.
+  ``None`` (the default) leaves GPU memory unlimited, as every experiment before issue 6 assumes;
+  with a policy each GPU store gets a capacity of ``storage_bytes``, else ``storage_fraction`` x the
+  GPU's memory, else the policy's ``cap_fraction`` of it, and puts pay what its pool model says
+  (``elastic_pool`` then no longer applies). See ``gfaas.sim.memory``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..errors import ConfigError
-from ..policy import RoutingOptions
+from ..policy import RoutingOptions, StorageOptions, storage_policy
 
 #: Pinning cost: 70 ms per 100 MB (seed 000 §3.2).
 PIN_S_PER_BYTE = 0.070 / 100e6
@@ -43,6 +48,22 @@ class SystemConfig:
     pinned: Literal["ring", "alloc", "pageable"] = "ring"
     elastic_pool: bool = True
     placement: Literal["mapa", "random"] = "mapa"
+    storage: StorageOptions | None = None
+    storage_fraction: float | None = None
+    storage_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.storage_fraction is not None and not 0.0 < self.storage_fraction <= 1.0:
+            raise ConfigError(f"storage_fraction={self.storage_fraction} must be in (0, 1] (0.1 = 10% of GPU memory)")
+        if self.storage_bytes is not None and self.storage_bytes <= 0:
+            raise ConfigError(f"storage_bytes={self.storage_bytes} must be > 0; leave it None for a fraction")
+
+    def with_storage(self, policy: str | StorageOptions, fraction: float | None = None,
+                     nbytes: int | None = None, name: str | None = None) -> SystemConfig:
+        """This system with GPU stores of limited memory run by ``policy`` (a name or options)."""
+        opts = storage_policy(policy) if isinstance(policy, str) else policy
+        label = name or (f"{self.name}+{policy}" if isinstance(policy, str) else self.name)
+        return replace(self, name=label, storage=opts, storage_fraction=fraction, storage_bytes=nbytes)
 
     def without(self, *switches: str) -> SystemConfig:
         """The ablation with the named switches (``UF``, ``BH``, ``TA``, ``ES``) turned off."""
