@@ -14,18 +14,16 @@ Lifetimes: an object is freed when every declared consumer has read it, when its
 it, or when its invocation ends. Freed IDs are remembered per invocation (tombstones) so that a late
 reader gets ``DataDeleted`` rather than a generic ``AccessDenied``.
 
-Tiers (issue 6): each GPU pool, then host memory, then a spill directory on disk. Every decision
-between them comes from :mod:`gfaas.policy.storage`: victims from ``plan_eviction``, what comes back
-from ``plan_restore``, a GPU victim's destination from ``migration_target``, pool sizes from a
-``DemandTracker`` per tier. The store only keeps the facts those functions need (sizes, accesses,
-queue hints) and carries out their answers; see :meth:`Store.settle` for which work runs when.
+Tiers (issue 6): eviction to a peer GPU, host memory or disk, restore and pool targets live in
+:mod:`gfaas.dataplane.tiers` (:class:`~gfaas.dataplane.tiers.TieredStorage`, which :class:`Store`
+inherits); the core paths above call into it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,20 +37,8 @@ from ..errors import (
     DataDeleted,
     DataLost,
     InvalidDataRef,
-    NotFound,
     ObjectStateError,
     ProtocolError,
-)
-from ..policy.storage import (
-    DemandTracker,
-    Peer,
-    Resident,
-    migration_target,
-    plan_eviction,
-    plan_restore,
-    positions_by_consumer,
-    storage_policy,
-    unneeded,
 )
 from .auth import Invocation, Registry, may_read
 from .backends import Backend, DeviceBackend
@@ -60,12 +46,11 @@ from .ids import ID_BYTES, new_id
 from .journal import Journal
 from .meta import align, check_consumers, check_meta
 from .spill import SpillDir
+from .tiers import RETARGET_S as RETARGET_S  # re-exported: importable from here as before
+from .tiers import Spilled as Spilled
+from .tiers import TieredStorage
 
 log = logging.getLogger("gfaas.dataplane")
-
-#: Pool targets are recomputed at most this often (clock seconds): a target needs no per-request
-#: precision, and each recomputation takes quantiles of every function's histograms.
-RETARGET_S = 0.05
 
 WRITING = "writing"
 SEALED = "sealed"
@@ -89,20 +74,6 @@ class Segment:
     device: int = -1  # -1: host memory; >= 0: the pool of that GPU
     holds: int = 0  # copies reading it right now (a delivery): not retired until they finish
     home: int = -1  # the tier its objects were stored on (-1 host, k GPU k): restores go back there
-
-
-@dataclass(slots=True)
-class Spilled:
-    """A segment evicted to disk: its objects keep their offsets and come back together."""
-
-    id: int  # from the segment counter, so an object's ``segment`` names either kind
-    invocation: str
-    workflow: str
-    size: int
-    length: int  # bytes in the file: up to the end of its last object
-    home: int
-    recyclable: bool
-    objects: set[bytes]
 
 
 @dataclass(slots=True)
@@ -141,7 +112,7 @@ class Session:
     read: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
 
-class Store:
+class Store(TieredStorage):
     def __init__(
         self,
         config: NodeConfig,
@@ -172,28 +143,7 @@ class Store:
         self._next_session = 0
         self._pool: dict[str, list[Segment]] = {}  # workflow -> free warm segments
         self.pooled_bytes = 0
-        # ---- elastic storage (issue 6) ----
-        self.options = config.storage_options()
-        self.spill = spill
-        self.spilled: dict[int, Spilled] = {}
-        self._seg_objs: dict[int, set[bytes]] = {}
-        self._hints: dict[str, dict[str, int]] = {}  # invocation -> function -> requests ahead of it
-        self._done: dict[str, frozenset[str]] = {}  # invocation -> functions that will not run again
-        # The host tier's floor is the warm cache's size; a GPU's is the pool floor of issue 5.
-        self.demand: dict[int, DemandTracker] = {
-            -1: DemandTracker(storage_policy(config.storage_policy, floor_bytes=config.warm_pool_bytes))}
-        for k in self.devices:
-            self.demand[k] = DemandTracker(storage_policy(config.storage_policy,
-                                                          floor_bytes=config.device_pool_floor_bytes))
-        self.host_target = config.warm_pool_bytes
-        self.counters = {"evictions": 0, "restores": 0, "released_unread": 0, "migrations": 0,
-                         "bytes_spilled": 0, "bytes_restored": 0}
-        self._unsettled = False
-        self._next_retarget = -float("inf")
-        self._next_change: float | None = None  # when a reservation expires (DemandTracker.next_change)
-        self._away: set[int] = set()  # segments holding objects evicted from their GPU
-        self.spill_error = ""
-        self._hinted = False  # a hint named finished functions: look for objects nobody will read
+        self._init_tiers(config, spill)
 
     # ---- invocations and sessions ----------------------------------------------------------
     def open_invocation(
@@ -288,16 +238,6 @@ class Store:
                 " (delete, end invocations) or raise capacity_bytes"
             )
 
-    def _why_full(self) -> str:
-        if self.spill_error:
-            why, self.spill_error = self.spill_error, ""
-            return f"eviction to disk failed ({why}), nothing was lost"
-        if self.spill is None:
-            return "there is no disk tier to evict to (spill_capacity_bytes=0)"
-        stuck = sum(r.nbytes for r in self._host_residents() if r.pinned)
-        return (f"{stuck} bytes cannot be evicted: readers hold views of them, they are being written,"
-                " or they are slabs still open for small puts")
-
     def backend_of(self, seg: Segment) -> Backend:
         return self.backend if seg.device < 0 else self.devices[seg.device]
 
@@ -330,34 +270,6 @@ class Store:
                       device=device, recyclable=device < 0, home=device)
         self.segments[seg.id] = seg
         return seg
-
-    def _device_alloc(self, device: int, nbytes: int) -> Any:
-        """A block of GPU ``device``'s pool; when the pool is at its cap, victims of
-        :func:`plan_eviction` move to a peer GPU or to host memory (:func:`migration_target`) one
-        at a time until the block fits (freed bytes need not be contiguous)."""
-        dev = self.devices[device]
-        try:
-            return dev.alloc(nbytes)
-        except CapacityError:
-            if nbytes > dev.pool.cap:
-                raise
-        order = plan_eviction(self._device_residents(device), dev.pool.cap, self.options)
-        for r in order:
-            seg = self.segments.get(r.key)  # type: ignore[call-overload]
-            if seg is None or not self._evict_device(seg):
-                continue
-            try:
-                return dev.alloc(nbytes)
-            except CapacityError:
-                pass
-        try:
-            return dev.alloc(nbytes)
-        except CapacityError as exc:
-            stuck = sum(r.nbytes for r in self._device_residents(device) if r.pinned)
-            raise CapacityError(
-                f"{exc} (after evicting what could move; {stuck} bytes are pinned by views or being written"
-                f"{'; ' + self.spill_error if self.spill_error else ''})"
-            ) from None
 
     def _close_arena(self, s: Session) -> None:
         seg, s.arena = s.arena, None
@@ -518,15 +430,6 @@ class Store:
         if state == SEALED:
             self._stored(rec, seg)
         return rec
-
-    def _demand_key(self, rec: ObjectRecord) -> str:
-        workflow = self.registry.get(rec.invocation).workflow if rec.invocation in self.registry else ""
-        return f"{workflow}/{rec.producer}"
-
-    def _stored(self, rec: ObjectRecord, seg: Segment) -> None:
-        tracker = self.demand.get(seg.home)
-        if tracker is not None:
-            tracker.stored(self._demand_key(rec), rec.nbytes, self.clock.now())
 
     def seal_small(
         self, s: Session, oid: bytes, offset: int, nbytes: int, dtype: str, shape: list[int],
@@ -740,364 +643,10 @@ class Store:
         if rec.state == SEALED and (tracker := self.demand.get(tier)) is not None:
             tracker.released(self._demand_key(rec), self.clock.now())
 
-    # ---- tiers: eviction, restore, pool targets (issue 6) --------------------------------------
-    def queue_hint(self, invocation_id: object, positions: Mapping[str, int], done: Iterable[str] = ()) -> None:
-        """Where the functions of an invocation wait: ``positions[f]`` requests are ahead of ``f``
-        in its queue (0: runs next, or is running now), a function missing from it is not queued
-        (its objects are evicted first), and ``done`` functions will not run again (objects only
-        they were left to read are released rather than spilled). Replaces the previous hint."""
-        if not isinstance(invocation_id, str) or invocation_id not in self.registry:
-            raise NotFound(
-                f"queue hint for invocation {invocation_id!r}: no such open invocation on node"
-                f" {self.config.node_id}; send hints between open_invocation and end_invocation"
-            )
-        functions = self.registry.get(invocation_id).functions
-        for f in [*positions, *done]:
-            if f not in functions:
-                raise ConfigError(
-                    f"queue hint for invocation {invocation_id}: {f!r} is not one of its functions"
-                    f" ({', '.join(functions)})"
-                )
-        for f, p in positions.items():
-            if not isinstance(p, int) or isinstance(p, bool) or p < 0:
-                raise ConfigError(
-                    f"queue hint for invocation {invocation_id}: position {p!r} of {f!r} is invalid;"
-                    " give the number of requests ahead of it, an integer >= 0"
-                )
-        self._hints[invocation_id] = dict(positions)
-        self._done[invocation_id] = frozenset(done)
-        if self._done[invocation_id]:
-            self._hinted = self._unsettled = True
-
-    def resident(self, rec: ObjectRecord, device: int | None = None) -> Segment:
-        """The segment holding ``rec`` in memory, restored first if it was evicted.
-
-        From disk it always comes back (into host memory, overshooting the cap by this segment if
-        need be, see :meth:`_reserve`); an object evicted from GPU ``k`` goes back to ``k`` when the
-        reader wants it wherever it lives (``device`` None) or on ``k``, and ``k`` has room without
-        evicting anything (else it is served from where it is). Only this object's copy runs here.
-        """
-        sp = self.spilled.get(rec.segment)
-        if sp is not None:
-            self._restore_spilled(sp, force=True)
-        seg = self.segments[rec.segment]
-        if seg.home >= 0 and seg.device != seg.home and device in (None, seg.home) and self._movable(seg):
-            self._move_home(seg)
-        return self.segments[rec.segment]
-
-    def settle(self) -> None:
-        """Work the get and free paths leave for later; the daemon runs it after each reply.
-
-        Evicts down to the cap after a get restored past it, brings evicted objects back into
-        freed memory (:func:`plan_restore`, disk to host and host or peer to their GPU), and moves
-        each pool's target to what the :class:`DemandTracker` asks. Doing this after the reply is
-        what keeps a get from ever waiting for somebody else's eviction or restore.
-        """
-        now = self.clock.now()
-        if self._unsettled:
-            self._unsettled = False
-            self._rebalance()
-        if now >= self._next_retarget or (self._next_change is not None and now >= self._next_change):
-            self._retarget(now)
-
-    def next_settle(self) -> float | None:
-        """Clock time at which a pool target changes with no request arriving (a function's
-        reservation expires): an idle daemon calls :meth:`settle` then, so memory goes back."""
-        return self._next_change
-
-    def _rebalance(self) -> None:
-        if self._hinted:
-            self._hinted = False
-            self._release_unneeded()
-        cap = self.config.capacity_bytes
-        if self.reserved > cap:
-            self._evict_warm(0)
-            if self.reserved > cap:
-                self._make_host_room(self.reserved - cap)
-        if self.options.restore:
-            room = cap - self.reserved + self.pooled_bytes  # warm segments are reused or retired first
-            if self.spilled and room > 0:
-                spilled = [self._resident(sp.id, sp.size, [self.objects[o] for o in sp.objects], False)
-                           for sp in self.spilled.values()]
-                for r in plan_restore(spilled, room, self.options):
-                    sp = self.spilled.get(r.key)  # type: ignore[call-overload]
-                    if sp is None:
-                        continue
-                    try:
-                        self._restore_spilled(sp, force=False)
-                    except (CapacityError, DataLost) as exc:
-                        log.warning("proactive restore stopped: %s", exc)
-                        break
-            for k, dev in self.devices.items():
-                away = [g for g in (self.segments[i] for i in self._away) if g.home == k and g.live]
-                if not away:
-                    continue
-                res = [self._resident(g.id, g.size, self._objs(g), not self._movable(g)) for g in away]
-                for r in plan_restore(res, dev.pool.cap - dev.pool.used, self.options):
-                    seg = self.segments.get(r.key)  # type: ignore[call-overload]
-                    if seg is not None and not self._move_home(seg):
-                        break
-
-    def warm_limit(self, freeing: int = 0) -> int:
-        """Bytes of freed large-object segments to keep warm: what the demand target leaves above
-        the bytes in use (``elastic``), all of ``warm_pool_bytes`` (``caching``-like pools), or
-        nothing (``none``). ``freeing``: bytes of a segment being freed, no longer in use."""
-        wpb = self.config.warm_pool_bytes
-        if self.options.pooling == "none":
-            return 0
-        if self.options.pooling != "elastic":
-            return wpb
-        return min(wpb, max(0, self.host_target - (self.reserved - self.pooled_bytes - freeing)))
-
-    def _retarget(self, now: float) -> None:
-        self.host_target = self.demand[-1].target(now, None)
-        limit = self.warm_limit()
-        for seg in [g for warm in self._pool.values() for g in warm]:  # oldest first per workflow
-            if self.pooled_bytes <= limit:
-                break
-            self._retire(seg)
-        for k, dev in self.devices.items():
-            if self.options.pooling == "elastic":
-                dev.pool.set_target(self.demand[k].target(now, dev.free_bytes()))
-                dev.pool.prewarm(self.demand[k].largest_object(now))
-            elif self.options.pooling == "none":
-                dev.pool.set_target(0)
-        self._next_retarget = now + RETARGET_S
-        ends = [t for t in (d.next_change(now) for d in self.demand.values()) if t is not None]
-        self._next_change = max(min(ends), self._next_retarget) if ends else None
-
-    def _objs(self, seg: Segment) -> list[ObjectRecord]:
-        return [self.objects[o] for o in self._seg_objs.get(seg.id, ())]
-
     def _movable(self, seg: Segment) -> bool:
         """Nobody holds a view into it or writes it, no copy reads it, no small put packs into it."""
         return (not seg.open and not seg.pins and not seg.holds and not seg.pooled and seg.live > 0
                 and all(r.state == SEALED for r in self._objs(seg)))
-
-    def _resident(self, key: int, nbytes: int, objs: list[ObjectRecord], pinned: bool) -> Resident:
-        """The policy's view of a segment (or spilled segment) and the objects in it."""
-        position: int | None = None
-        readers = 0
-        for rec in objs:
-            queue = self._hints.get(rec.invocation)
-            if rec.pending is None:
-                readers += 1  # open to the whole invocation: somebody may still read it
-                wanted: Iterable[str] = queue or ()
-            else:
-                readers += len(rec.pending - self._done.get(rec.invocation, frozenset()))
-                wanted = rec.pending
-            p = positions_by_consumer(queue, wanted) if queue else None
-            if p is not None and (position is None or p < position):
-                position = p
-        last = max((r.accessed for r in objs), default=0.0)
-        return Resident(key, nbytes, last, position, readers, pinned)
-
-    def _host_residents(self) -> list[Resident]:
-        return [self._resident(g.id, g.size, self._objs(g), not self._movable(g))
-                for g in self.segments.values() if g.device < 0 and g.live and not g.pooled]
-
-    def _device_residents(self, device: int) -> list[Resident]:
-        return [self._resident(g.id, g.size, self._objs(g), not self._movable(g))
-                for g in self.segments.values() if g.device == device and g.live]
-
-    def _make_host_room(self, need: int) -> None:
-        """Evict :func:`plan_eviction`'s victims until ``need`` bytes are freed: objects nobody
-        will read are released, the rest are written to disk (none without a disk tier)."""
-        residents = self._host_residents()
-        if self.spill is None:
-            residents = [r for r in residents if r.readers_left <= 0]
-        for r in plan_eviction(residents, need, self.options):
-            seg = self.segments.get(r.key)  # type: ignore[call-overload]
-            if seg is None:
-                continue
-            if r.readers_left <= 0 and self.options.release_unread:
-                self._release_unread(seg)
-            elif self.spill is not None:
-                try:
-                    self._spill(seg)
-                except CapacityError as exc:
-                    self.spill_error = str(exc)
-                    log.warning("eviction to disk failed, the object stays in memory: %s", exc)
-                    return
-
-    def _release_unneeded(self) -> None:
-        """Drop at once what :func:`unneeded` names: objects whose readers have all finished."""
-        inmem = [self._resident(g.id, g.size, self._objs(g), not self._movable(g))
-                 for g in self.segments.values() if g.live and not g.pooled]
-        for key in unneeded(inmem, self.options):
-            seg = self.segments.get(key)  # type: ignore[call-overload]
-            if seg is not None:
-                self._release_unread(seg)
-        ondisk = [self._resident(sp.id, sp.size, [self.objects[o] for o in sp.objects], False)
-                  for sp in self.spilled.values()]
-        for key in unneeded(ondisk, self.options):
-            sp = self.spilled.get(key)  # type: ignore[call-overload]
-            if sp is not None:
-                self.counters["released_unread"] += len(sp.objects)
-                self._lose(sp, "none of its remaining consumers will read it")
-
-    def _release_unread(self, seg: Segment) -> None:
-        seg.recyclable = False  # its memory is wanted now, not as a warm segment
-        for rec in self._objs(seg):
-            self.counters["released_unread"] += 1
-            self._free(rec, "none of its remaining consumers will read it")
-
-    def _spill(self, seg: Segment) -> None:
-        """Write a host segment's objects to one file and give its memory back."""
-        assert self.spill is not None
-        objs = self._objs(seg)
-        length = max(r.offset + r.nbytes for r in objs)
-        view = self.backend.host_view(seg.handle)
-        data = memoryview(bytearray(length)) if view is None else view[:length]
-        try:
-            if view is None:
-                self.backend.copy_out(seg.handle, 0, length, data)
-            self._next_seg += 1
-            self.spill.write(self._next_seg, data)
-        finally:
-            data.release()
-            if view is not None:
-                view.release()
-        sp = Spilled(self._next_seg, seg.invocation, seg.workflow, seg.size, length, seg.home, seg.recyclable,
-                     {r.id for r in objs})
-        self.spilled[sp.id] = sp
-        for rec in objs:
-            rec.segment = sp.id
-        self._seg_objs.pop(seg.id, None)
-        seg.live = 0
-        self._retire(seg)
-        self.counters["evictions"] += len(objs)
-        self.counters["bytes_spilled"] += length
-        log.debug("evicted segment %d (%d objects, %d bytes) to disk", seg.id, len(objs), length)
-
-    def _restore_spilled(self, sp: Spilled, force: bool) -> Segment:
-        """Read a spilled segment back into host memory; its objects keep their offsets."""
-        assert self.spill is not None
-        seg = self._take_warm(sp.invocation, sp.size) or self._new_segment(
-            sp.invocation, None, sp.size, "restore", force=force)
-        view = self.backend.host_view(seg.handle)
-        data = memoryview(bytearray(sp.length)) if view is None else view[:sp.length]
-        try:
-            self.spill.read_into(sp.id, data)
-            if view is None:
-                self.backend.copy_in(seg.handle, 0, data)
-        except OSError as exc:
-            self._retire(seg)
-            self._lose(sp, f"lost: its spilled copy in {self.spill.path} could not be read: {exc}")
-            raise DataLost(
-                f"objects of segment {sp.id} were lost: the spilled copy in {self.spill.path} could not be"
-                f" read ({exc}); re-run the functions that produced them"
-            ) from None
-        finally:
-            data.release()
-            if view is not None:
-                view.release()
-        seg.workflow, seg.recyclable, seg.home = sp.workflow, sp.recyclable, sp.home
-        if seg.home >= 0:
-            self._away.add(seg.id)
-        for oid in sp.objects:
-            self.objects[oid].segment = seg.id
-        self._seg_objs[seg.id] = set(sp.objects)
-        seg.live = len(sp.objects)
-        del self.spilled[sp.id]
-        self.spill.remove(sp.id)
-        self.counters["restores"] += len(sp.objects)
-        self.counters["bytes_restored"] += sp.length
-        return seg
-
-    def _lose(self, sp: Spilled, reason: str) -> None:
-        for oid in list(sp.objects):
-            self._free(self.objects[oid], reason)
-
-    def _repoint(self, old: Segment, new: Segment) -> None:
-        """Move ``old``'s objects (copied already) to ``new`` and retire ``old``."""
-        objs = self._objs(old)
-        for rec in objs:
-            rec.segment = new.id
-            rec.event = b""  # the copy that moved it finished: nothing left to wait for
-        self._seg_objs[new.id] = self._seg_objs.pop(old.id, set())
-        new.live, old.live = old.live, 0
-        new.home, new.workflow, new.invocation = old.home, old.workflow, old.invocation
-        if new.home >= 0 and new.device != new.home:
-            self._away.add(new.id)
-        self._retire(old)
-
-    def _copy_segment(self, src: Segment, dst: Segment, nbytes: int) -> None:
-        """Copy the first ``nbytes`` of ``src`` into ``dst`` (host/GPU in any direction), in the
-        caller's thread; a GPU source waits for its producers' events first."""
-        for rec in self._objs(src):
-            if rec.event and src.device >= 0:
-                self.devices[src.device].wait_event(rec.event)
-        if nbytes <= 0:
-            return
-        if src.device >= 0 and dst.device >= 0:
-            self.devices[dst.device].transfer(src.handle, 0, dst.handle, 0, nbytes)
-            return
-        host, dev = (dst, src) if dst.device < 0 else (src, dst)
-        view = self.backend.host_view(host.handle)
-        data = memoryview(bytearray(nbytes)) if view is None else view[:nbytes]
-        try:
-            if dst.device < 0:
-                self.devices[src.device].copy_out(src.handle, 0, nbytes, data)
-                if view is None:
-                    self.backend.copy_in(dst.handle, 0, data)
-            else:
-                if view is None:
-                    self.backend.copy_out(src.handle, 0, nbytes, data)
-                self.devices[dev.device].copy_in(dst.handle, 0, data)
-        finally:
-            data.release()
-            if view is not None:
-                view.release()
-
-    def _evict_device(self, seg: Segment) -> bool:
-        """Move a GPU segment to the peer :func:`migration_target` picks, or to host memory."""
-        k = seg.device
-        length = max(r.offset + r.nbytes for r in self._objs(seg))
-        peers = [Peer(str(j), d.pool.cap - d.pool.used, self.devices[k].peer_link_gbps)
-                 for j, d in self.devices.items() if j != k]
-        dest = migration_target(seg.size, peers, self.devices[k].host_link_gbps, self.options)
-        new: Segment | None = None
-        if dest is not None:
-            try:
-                handle = self.devices[int(dest)].alloc(seg.size)
-            except CapacityError:
-                pass  # fragmented: host memory instead
-            else:
-                new = self._add_segment(seg.invocation, None, handle, self.devices[int(dest)].size_of(handle),
-                                        int(dest))
-                self.counters["migrations"] += seg.live
-        if new is None:
-            try:
-                new = self._new_segment(seg.invocation, None, seg.size, f"eviction from GPU {k}")
-            except CapacityError as exc:
-                self.spill_error = str(exc)
-                return False
-        new.open = False
-        self._copy_segment(seg, new, length)
-        self.counters["evictions"] += seg.live
-        self._repoint(seg, new)
-        return True
-
-    def _move_home(self, seg: Segment) -> bool:
-        """Bring a segment evicted from its GPU back there if the pool has room as it is."""
-        k = seg.home
-        try:
-            handle = self.devices[k].alloc(seg.size)
-        except CapacityError:
-            return False
-        new = self._add_segment(seg.invocation, None, handle, self.devices[k].size_of(handle), k)
-        new.open = False
-        self._copy_segment(seg, new, max(r.offset + r.nbytes for r in self._objs(seg)))
-        self.counters["restores"] += seg.live
-        self._repoint(seg, new)
-        return True
-
-    def close(self) -> None:
-        """Remove the disk tier's files (the daemon is going away; its objects go with it)."""
-        if self.spill is not None:
-            self.spill.close()
-        self.spilled.clear()
 
     # ---- introspection -------------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
