@@ -13,7 +13,7 @@ A real daemon with a 128 MiB host tier over a spill directory. Three measurement
 The target says a get never waits on eviction for longer than the restore copy itself: compare
 ``under-eviction`` p99 with ``restore`` p50 (both printed, with their ratio).
 
-Run: ``.venv/bin/python benchmarks/eviction_blocking.py [--json FILE]`` (about 30 s).
+Run: ``.venv/bin/python benchmarks/eviction_blocking.py [--samples 200] [--policy NAME] [--json FILE]`` (~40 s).
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ def _pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(len(s) * q))]
 
 
-def run(samples: int = 60) -> dict[str, Any]:
+def run(samples: int = 60, policy: str = "gfaas") -> dict[str, Any]:
     d = tempfile.mkdtemp(prefix="gfaas-evict-")
     cfg = gfaas.NodeConfig(node_id="bench", socket_path=os.path.join(d, "node.sock"), state_dir=os.path.join(d, "s"),
-                           capacity_bytes=128 * MiB, slab_bytes=1 * MiB)
+                           capacity_bytes=128 * MiB, slab_bytes=1 * MiB, storage_policy=policy)
     small = np.random.default_rng(0).integers(0, 256, 4 * MiB, dtype=np.uint8)
     big = np.random.default_rng(1).integers(0, 256, 16 * MiB, dtype=np.uint8)
     out: dict[str, list[float]] = {"resident": [], "restore": [], "under-load": [], "under-eviction": []}
@@ -99,7 +99,7 @@ def run(samples: int = 60) -> dict[str, Any]:
     res = {k: {"p50_ms": round(_pct(v, 0.5) * 1e3, 2), "p99_ms": round(_pct(v, 0.99) * 1e3, 2)} for k, v in out.items()}
     ratio = _pct(out["under-eviction"], 0.99) / _pct(out["restore"], 0.5)
     extra = _pct(out["under-eviction"], 0.99) - _pct(out["under-load"], 0.99)
-    return {"samples": samples, "gets": res, "evictions_during_gets": evictions,
+    return {"samples": samples, "policy": policy, "gets": res, "evictions_during_gets": evictions,
             "under_eviction_p99_over_restore_p50": round(ratio, 2),
             "eviction_p99_excess_over_load_ms": round(extra * 1e3, 2)}
 
@@ -107,9 +107,10 @@ def run(samples: int = 60) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--samples", type=int, default=60)
+    ap.add_argument("--policy", default="gfaas", help="the node's storage policy (e.g. queue-no-restore)")
     ap.add_argument("--json", help="also write the result here")
     a = ap.parse_args()
-    r = run(a.samples)
+    r = run(a.samples, a.policy)
     for k, v in r["gets"].items():
         print(f"{k:>15}: get p50 {v['p50_ms']:7.2f} ms  p99 {v['p99_ms']:7.2f} ms")
     print(f"eviction's own share: get p99 under eviction - under load = {r['eviction_p99_excess_over_load_ms']:.2f} ms")

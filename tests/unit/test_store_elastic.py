@@ -476,3 +476,50 @@ def test_a_hint_that_all_readers_finished_drops_their_objects_at_once(env: Env) 
             st.lookup(env.inv.id, "x", o)
     assert set(st.objects) == {a, d} and st.spilled == {} and env.disk_files() == []
     assert st.stats()["released_unread"] == 2 and st.reserved == 2 * OBJ
+
+
+# ---- evictions written off the event loop (the daemon's spill_runner) -----------------------------
+def _async(env: Env) -> list[Any]:
+    jobs: list[Any] = []
+    env.store.spill_runner = jobs.append  # the daemon hands these to a worker thread
+    return jobs
+
+
+def _write(env: Env, job: Any) -> None:
+    assert env.spill is not None
+    env.spill.write_file(job.key, job.data)
+    env.store.finish_spill(job, None)
+
+
+def test_async_spill_lets_the_put_go_on_and_keeps_the_victim_readable(env: Env) -> None:
+    jobs = _async(env)
+    ids = [env.put(consumers=["c1"]) for _ in range(3)]
+    env.store.queue_hint(env.inv.id, {"c1": 0})
+    fourth = env.put(consumers=["c1"])  # over the cap: a victim starts to leave, the put does not wait
+    assert len(jobs) == 1 and env.store.counters["evictions"] == 0
+    victim = next(i for i in ids if env.store.objects[i].segment == jobs[0].seg.id)
+    assert env.store.reserved > CAP and env.store.spilling_bytes == jobs[0].seg.size  # overshoot = in flight
+    _write(env, jobs[0])
+    assert env.on_disk(victim) and env.store.reserved <= CAP and env.store.spilling_bytes == 0
+    assert env.store.counters["evictions"] == 1 and len(env.disk_files()) == 1
+    for i in [*ids, fourth]:
+        assert env.read("c1", i) == env.pattern(i, OBJ)  # the victim comes back from disk
+
+
+def test_async_spill_of_an_object_freed_meanwhile_is_dropped(env: Env) -> None:
+    jobs = _async(env)
+    ids = [env.put(consumers=["c1"]) for _ in range(4)]
+    assert len(jobs) == 1
+    victim = next(i for i in ids if env.store.objects[i].segment == jobs[0].seg.id)
+    assert env.read("c1", victim) == env.pattern(victim, OBJ)  # read while being written: freed after
+    _write(env, jobs[0])
+    assert env.store.counters["evictions"] == 0 and env.disk_files() == [] and not env.store.spilled
+    assert env.spill is not None and env.spill.bytes_on_disk == 0 and env.spill.pending == 0
+
+
+def test_async_spill_that_fails_keeps_the_segment(env: Env) -> None:
+    jobs = _async(env)
+    ids = [env.put(consumers=["c1"]) for _ in range(4)]
+    env.store.finish_spill(jobs[0], CapacityError("disk full"))
+    assert env.store.counters["evictions"] == 0 and not env.store.spilled and env.store.spill_error
+    assert all(env.read("c1", i) == env.pattern(i, OBJ) for i in ids)

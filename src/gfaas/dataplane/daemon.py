@@ -25,6 +25,7 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ from .backends import make_backend, make_device_backends
 from .journal import Journal
 from .spill import SpillDir
 from .store import WRITING, ObjectRecord, Segment, Session, Store
+from .tiers import SpillJob
 
 log = logging.getLogger("gfaas.dataplane")
 
@@ -70,6 +72,10 @@ class Daemon:
         self._conns: dict[int, Conn] = {}
         self._seg_holders: dict[int, set[Conn]] = {}
         self._done: queue.SimpleQueue[tuple[Conn, P.Reply, list[int]]] = queue.SimpleQueue()
+        # Evictions to disk are written by one worker thread; the loop finishes them (see _start_spill).
+        self._spilled: queue.SimpleQueue[tuple[SpillJob, Exception | None]] = queue.SimpleQueue()
+        self._spill_futures: set[Future[None]] = set()
+        self._spill_pool: ThreadPoolExecutor | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._stopping = False
         self._draining = False
@@ -88,6 +94,9 @@ class Daemon:
             spill=SpillDir(config.spill_dir, config.spill_capacity_bytes) if config.spill_capacity_bytes != 0
             else None,
         )
+        if self.store.spill is not None:
+            self._spill_pool = ThreadPoolExecutor(1, thread_name_prefix="gfaas-spill")
+            self.store.spill_runner = self._start_spill
         self._handlers: dict[type, Callable[[Conn, Any], tuple[P.Reply, list[int]] | None]] = {
             P.Hello: self._hello,
             P.AdminHello: self._admin_hello,
@@ -205,8 +214,44 @@ class Daemon:
         finally:
             self.close()
 
+    def _start_spill(self, job: SpillJob) -> None:
+        """Write an evicted segment on the worker thread, so no request waits for the disk; the
+        loop hands the result to ``Store.finish_spill`` (which needs the store, hence the lock)."""
+        spill, pool = self.store.spill, self._spill_pool
+        assert spill is not None and pool is not None
+
+        def work() -> None:
+            err: Exception | None = None
+            try:
+                spill.write_file(job.key, job.data)
+            except Exception as exc:  # reported to the store, which keeps the segment in memory
+                err = exc
+            self._spilled.put((job, err))
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
+
+        fut = pool.submit(work)
+        self._spill_futures.add(fut)
+        fut.add_done_callback(self._spill_futures.discard)
+
+    def _finish_spills(self, wait: bool = False) -> None:
+        """Complete the evictions whose writes are done (``wait``: all in flight, first)."""
+        if wait:
+            for fut in list(self._spill_futures):
+                fut.result()
+        while True:
+            try:
+                job, err = self._spilled.get_nowait()
+            except queue.Empty:
+                return
+            with self.lock:
+                self.store.finish_spill(job, err)
+
     def _idle_timeout(self) -> float:
         """How long the loop may sleep: until the store's next pool-target change (then settle)."""
+        self._finish_spills()
         self._settle()
         with self.lock:
             due = self.store.next_settle()
@@ -227,6 +272,9 @@ class Daemon:
             except FileNotFoundError:
                 pass
         self.journal.close()
+        self._finish_spills(wait=True)
+        if self._spill_pool is not None:
+            self._spill_pool.shutdown(wait=True)
         with self.lock:
             self.store.close()
         self._ep.close()
@@ -390,6 +438,7 @@ class Daemon:
                 pass
         except BlockingIOError:
             pass
+        self._finish_spills()
         while not self._done.empty():
             conn, reply, fds = self._done.get()
             conn.busy = False
@@ -486,6 +535,12 @@ class Daemon:
 
     def _stats(self, conn: Conn, m: P.Stats) -> tuple[P.Reply, list[int]]:
         self._need_admin(conn)
+        for _ in range(8):  # report settled tiers, not writes still in flight
+            self._finish_spills(wait=True)
+            with self.lock:
+                self.store.settle()
+            if not self._spill_futures:
+                break
         return P.StatsReply(self.config.node_id, **self.store.stats()), []
 
     def _queue_hint(self, conn: Conn, m: P.QueueHint) -> tuple[P.Reply, list[int]]:

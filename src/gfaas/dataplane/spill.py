@@ -30,6 +30,7 @@ class SpillDir:
         self.path = path
         self.capacity_bytes = capacity_bytes
         self.bytes_on_disk = 0
+        self.pending = 0  # bytes of writes in flight on a worker thread (counted against the cap)
         self._sizes: dict[int, int] = {}
 
     def _file(self, key: int) -> str:
@@ -38,12 +39,23 @@ class SpillDir:
     def write(self, key: int, data: memoryview) -> None:
         """Store ``data`` as the file of ``key``; raises CapacityError (and leaves no file) if the
         disk tier is full or the write fails, so the caller keeps the bytes where they were."""
-        n = data.nbytes
-        if self.capacity_bytes is not None and self.bytes_on_disk + n > self.capacity_bytes:
+        self.check_room(data.nbytes)
+        self.write_file(key, data)
+        self.commit(key, data.nbytes)
+
+    def check_room(self, n: int) -> None:
+        """Raise CapacityError if ``n`` more bytes (beyond those being written) would not fit."""
+        if self.capacity_bytes is not None and self.bytes_on_disk + self.pending + n > self.capacity_bytes:
             raise CapacityError(
                 f"spill directory {self.path} would exceed spill_capacity_bytes={self.capacity_bytes}"
-                f" ({self.bytes_on_disk} on disk, {n} more asked); raise spill_capacity_bytes"
+                f" ({self.bytes_on_disk} on disk, {self.pending} being written, {n} more asked);"
+                " raise spill_capacity_bytes"
             )
+
+    def write_file(self, key: int, data: memoryview) -> None:
+        """Only the I/O of :meth:`write` (no bookkeeping, so a worker thread may run it while the
+        daemon's loop reads and removes other files); :meth:`commit` records the file after."""
+        n = data.nbytes
         path = self._file(key)
         try:
             os.makedirs(self.path, mode=0o700, exist_ok=True)
@@ -56,16 +68,22 @@ class SpillDir:
             finally:
                 os.close(fd)
         except OSError as exc:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            self.discard(key)
             raise CapacityError(
                 f"cannot write {n} bytes to the spill directory {self.path}: {exc.strerror or exc};"
                 " make it writable, point spill_dir elsewhere, or raise capacity_bytes"
             ) from None
+
+    def commit(self, key: int, n: int) -> None:
         self._sizes[key] = n
         self.bytes_on_disk += n
+
+    def discard(self, key: int) -> None:
+        """Remove a file that was written but never committed (its segment changed meanwhile)."""
+        try:
+            os.unlink(self._file(key))
+        except OSError:
+            pass
 
     def read_into(self, key: int, dst: memoryview) -> None:
         """Fill ``dst`` (at least the file's size) from the file of ``key``; raises OSError."""

@@ -180,7 +180,7 @@ class Store(TieredStorage):
                 self._close_arena(s)
                 s.issued.clear()
         for seg in [g for g in self.segments.values() if g.invocation == invocation_id]:
-            if not seg.pooled and not seg.live and not seg.open:
+            if not seg.pooled and not seg.live and not seg.open and not seg.holds:
                 self._retire(seg)  # parked (a client still holds a view): not worth keeping
         # Pooled segments stay warm for the workflow's next invocations (see _maybe_retire).
         log.info("end invocation %s: freed %d objects", invocation_id, len(ids))
@@ -229,9 +229,10 @@ class Store(TieredStorage):
         if force:
             self._unsettled = self._unsettled or self.reserved + nbytes > cap
             return
-        if self.reserved + nbytes > cap:
-            self._make_host_room(self.reserved + nbytes - cap)
-        if self.reserved + nbytes > cap:
+        # Segments being written to disk by the worker are as good as gone (see _spill_async).
+        if self.reserved - self.spilling_bytes + nbytes > cap:
+            self._make_host_room(self.reserved - self.spilling_bytes + nbytes - cap)
+        if self.reserved - self.spilling_bytes + nbytes > cap:
             raise CapacityError(
                 f"{what} of {nbytes} bytes failed on {self.config.node_id}/{self.backend.name}: pool {cap},"
                 f" in use {self.reserved}, free {cap - self.reserved}; {self._why_full()}; free objects"
@@ -322,7 +323,7 @@ class Store(TieredStorage):
         cap = self.config.capacity_bytes
         idle = [g for g in self.segments.values() if g.pooled]
         idle += [g for g in self.segments.values()
-                 if not g.pooled and not g.live and not g.open and g.device < 0]
+                 if not g.pooled and not g.live and not g.open and not g.holds and g.device < 0]
         for seg in idle:
             if self.reserved + need <= cap:
                 return

@@ -13,7 +13,7 @@ out their answers. :class:`TieredStorage` is a mixin of :class:`gfaas.dataplane.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,18 @@ log = logging.getLogger("gfaas.dataplane")
 #: Pool targets are recomputed at most this often (clock seconds): a target needs no per-request
 #: precision, and each recomputation takes quantiles of every function's histograms.
 RETARGET_S = 0.05
+
+
+@dataclass(slots=True)
+class SpillJob:
+    """A segment being written to disk by a worker thread while it stays readable in memory."""
+
+    seg: Segment
+    key: int  # the spill file's key (and the Spilled id once it completes)
+    data: memoryview  # the bytes to write: a view of the segment, or a copy of it
+    view: memoryview | None  # the segment's own view behind ``data`` (released when done)
+    objects: frozenset[bytes]  # the objects it held when the write started
+    length: int
 
 
 @dataclass(slots=True)
@@ -86,6 +98,7 @@ class TieredStorage:
         def _take_warm(self, invocation: str, nbytes: int) -> Segment | None: ...
         def _free(self, rec: ObjectRecord, reason: str | None) -> None: ...
         def _movable(self, seg: Segment) -> bool: ...
+        def unhold(self, seg: Segment) -> None: ...
 
     def _init_tiers(self, config: NodeConfig, spill: SpillDir | None) -> None:
         """The tiers' own state; Store.__init__ calls it once ``devices`` is set."""
@@ -110,6 +123,11 @@ class TieredStorage:
         self._away: set[int] = set()  # segments holding objects evicted from their GPU
         self.spill_error = ""
         self._hinted = False  # a hint named finished functions: look for objects nobody will read
+        # Set by the daemon: runs a SpillJob's write off the event loop and later hands it to
+        # finish_spill (under the daemon's lock). None: writes happen inline (tests, in-process).
+        self.spill_runner: Callable[[SpillJob], None] | None = None
+        self.spilling: dict[int, SpillJob] = {}  # segment id -> write in flight
+        self.spilling_bytes = 0
 
     def _why_full(self) -> str:
         if self.spill_error:
@@ -227,10 +245,10 @@ class TieredStorage:
             self._hinted = False
             self._release_unneeded()
         cap = self.config.capacity_bytes
-        if self.reserved > cap:
+        if self.reserved - self.spilling_bytes > cap:
             self._evict_warm(0)
-            if self.reserved > cap:
-                self._make_host_room(self.reserved - cap)
+            if self.reserved - self.spilling_bytes > cap:
+                self._make_host_room(self.reserved - self.spilling_bytes - cap)
         if self.options.restore:
             room = cap - self.reserved + self.pooled_bytes  # warm segments are reused or retired first
             if self.spilled and room > 0:
@@ -357,6 +375,9 @@ class TieredStorage:
     def _spill(self, seg: Segment) -> None:
         """Write a host segment's objects to one file and give its memory back."""
         assert self.spill is not None
+        if self.spill_runner is not None:
+            self._spill_async(seg)
+            return
         objs = self._objs(seg)
         length = max(r.offset + r.nbytes for r in objs)
         view = self.backend.host_view(seg.handle)
@@ -381,6 +402,67 @@ class TieredStorage:
         self.counters["evictions"] += len(objs)
         self.counters["bytes_spilled"] += length
         log.debug("evicted segment %d (%d objects, %d bytes) to disk", seg.id, len(objs), length)
+
+    def _spill_async(self, seg: Segment) -> None:
+        """Start writing ``seg`` on the daemon's worker thread. The segment stays in memory and
+        readable (``holds`` keeps it from being retired or chosen again) until :meth:`finish_spill`;
+        its bytes count as leaving, so a put may take the tier over its cap by the writes in flight
+        instead of waiting for the disk: a get queued behind that put then waits for no disk I/O."""
+        assert self.spill is not None and self.spill_runner is not None
+        objs = self._objs(seg)
+        length = max(r.offset + r.nbytes for r in objs)
+        self.spill.check_room(length)
+        view = self.backend.host_view(seg.handle)
+        if view is None:  # a backend without a host mapping: copy out now, write later
+            data = memoryview(bytearray(length))
+            self.backend.copy_out(seg.handle, 0, length, data)
+        else:
+            data = view[:length]
+        self._next_seg += 1
+        job = SpillJob(seg, self._next_seg, data, view, frozenset(r.id for r in objs), length)
+        seg.holds += 1
+        self.spill.pending += length
+        self.spilling[seg.id] = job
+        self.spilling_bytes += seg.size
+        self.spill_runner(job)
+
+    def finish_spill(self, job: SpillJob, error: Exception | None) -> None:
+        """The worker finished ``job``'s write (``error`` if it failed): give the segment's memory
+        back, unless its objects changed or a client took a view of it meanwhile (then the file
+        goes and the segment stays)."""
+        assert self.spill is not None
+        seg = job.seg
+        del self.spilling[seg.id]
+        self.spilling_bytes -= seg.size
+        self.spill.pending -= job.length
+        job.data.release()
+        if job.view is not None:
+            job.view.release()
+        changed = seg.id not in self.segments or seg.pins or frozenset(r.id for r in self._objs(seg)) != job.objects
+        if error is not None or changed:
+            if error is not None:
+                self.spill_error = str(error)
+                log.warning("eviction to disk failed, the object stays in memory: %s", error)
+            else:
+                self.spill.discard(job.key)
+            self._unsettled = True  # still over the cap, perhaps: settle picks other victims
+            if seg.id in self.segments:
+                self.unhold(seg)
+            return
+        self.spill.commit(job.key, job.length)
+        seg.holds -= 1
+        objs = self._objs(seg)
+        sp = Spilled(job.key, seg.invocation, seg.workflow, seg.size, job.length, seg.home, seg.recyclable,
+                     {r.id for r in objs})
+        self.spilled[sp.id] = sp
+        for rec in objs:
+            rec.segment = sp.id
+        self._seg_objs.pop(seg.id, None)
+        seg.live = 0
+        self._retire(seg)
+        self.counters["evictions"] += len(objs)
+        self.counters["bytes_spilled"] += job.length
+        log.debug("evicted segment %d (%d objects, %d bytes) to disk", seg.id, len(objs), job.length)
 
     def _restore_spilled(self, sp: Spilled, force: bool) -> Segment:
         """Read a spilled segment back into host memory; its objects keep their offsets."""
