@@ -87,9 +87,9 @@ def test_quick_storage_passing_and_ablation() -> None:
         lat = {r["system"]: r["mean_ms"] for r in res.rows if r["storage_pct"] == pct}
         assert set(lat) == {"INFless+", "gfaas", "LRU", "RQ"}
         assert max(lat["gfaas"], lat["LRU"], lat["RQ"]) < lat["INFless+"] / 5  # GPU stores vs a host store
-        quiet = [r for r in res.rows if r["storage_pct"] == pct and r["system"] != "INFless+" and not r["evictions"]]
-        if len(quiet) == 3:  # a store that never overflows: the eviction policy cannot matter
-            assert len({r["mean_ms"] for r in quiet}) == 1
+    ten = [r for r in res.rows if r["storage_pct"] == 10.0 and r["system"] != "INFless+"]
+    assert [r["evictions"] for r in ten] == [0, 0, 0]  # the demand-sized pool holds these bursts at 10%
+    assert len({r["mean_ms"] for r in ten}) == 1  # a store that never overflows: the policy cannot matter
     abl = run_experiment("elastic-ablation", quick=True)
     assert [r["system"] for r in abl.rows] == ["no AP, no SM", "+AP", "+AP+SM"] and len(abl.paper) == 2
     assert abl.rows[1]["mean_ms"] < abl.rows[0]["mean_ms"]  # the pool removes a cudaMalloc per put

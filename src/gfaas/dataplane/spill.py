@@ -36,13 +36,6 @@ class SpillDir:
     def _file(self, key: int) -> str:
         return os.path.join(self.path, f"{key}{SUFFIX}")
 
-    def write(self, key: int, data: memoryview) -> None:
-        """Store ``data`` as the file of ``key``; raises CapacityError (and leaves no file) if the
-        disk tier is full or the write fails, so the caller keeps the bytes where they were."""
-        self.check_room(data.nbytes)
-        self.write_file(key, data)
-        self.commit(key, data.nbytes)
-
     def check_room(self, n: int) -> None:
         """Raise CapacityError if ``n`` more bytes (beyond those being written) would not fit."""
         if self.capacity_bytes is not None and self.bytes_on_disk + self.pending + n > self.capacity_bytes:
@@ -53,8 +46,10 @@ class SpillDir:
             )
 
     def write_file(self, key: int, data: memoryview) -> None:
-        """Only the I/O of :meth:`write` (no bookkeeping, so a worker thread may run it while the
-        daemon's loop reads and removes other files); :meth:`commit` records the file after."""
+        """Write ``data`` as the file of ``key``; raises CapacityError and leaves no file if the
+        write fails, so the caller keeps the bytes where they were. Only I/O, no bookkeeping, so a
+        worker thread may run it while the daemon's loop reads and removes other files: the caller
+        asks :meth:`check_room` first and :meth:`commit` records the file after."""
         n = data.nbytes
         path = self._file(key)
         try:

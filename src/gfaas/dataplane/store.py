@@ -229,7 +229,7 @@ class Store(TieredStorage):
         if force:
             self._unsettled = self._unsettled or self.reserved + nbytes > cap
             return
-        # Segments being written to disk by the worker are as good as gone (see _spill_async).
+        # Segments being written to disk by the worker are as good as gone (see TieredStorage._spill).
         if self.reserved - self.spilling_bytes + nbytes > cap:
             self._make_host_room(self.reserved - self.spilling_bytes + nbytes - cap)
         if self.reserved - self.spilling_bytes + nbytes > cap:

@@ -344,7 +344,8 @@ class TieredStorage:
                 self._release_unread(seg)
             elif self.spill is not None:
                 try:
-                    self._spill(seg)
+                    if not self._spill(seg):
+                        return
                 except CapacityError as exc:
                     self.spill_error = str(exc)
                     log.warning("eviction to disk failed, the object stays in memory: %s", exc)
@@ -372,43 +373,17 @@ class TieredStorage:
             self.counters["released_unread"] += 1
             self._free(rec, "none of its remaining consumers will read it")
 
-    def _spill(self, seg: Segment) -> None:
-        """Write a host segment's objects to one file and give its memory back."""
-        assert self.spill is not None
-        if self.spill_runner is not None:
-            self._spill_async(seg)
-            return
-        objs = self._objs(seg)
-        length = max(r.offset + r.nbytes for r in objs)
-        view = self.backend.host_view(seg.handle)
-        data = memoryview(bytearray(length)) if view is None else view[:length]
-        try:
-            if view is None:
-                self.backend.copy_out(seg.handle, 0, length, data)
-            self._next_seg += 1
-            self.spill.write(self._next_seg, data)
-        finally:
-            data.release()
-            if view is not None:
-                view.release()
-        sp = Spilled(self._next_seg, seg.invocation, seg.workflow, seg.size, length, seg.home, seg.recyclable,
-                     {r.id for r in objs})
-        self.spilled[sp.id] = sp
-        for rec in objs:
-            rec.segment = sp.id
-        self._seg_objs.pop(seg.id, None)
-        seg.live = 0
-        self._retire(seg)
-        self.counters["evictions"] += len(objs)
-        self.counters["bytes_spilled"] += length
-        log.debug("evicted segment %d (%d objects, %d bytes) to disk", seg.id, len(objs), length)
+    def _spill(self, seg: Segment) -> bool:
+        """Write a host segment's objects to one file and give its memory back.
 
-    def _spill_async(self, seg: Segment) -> None:
-        """Start writing ``seg`` on the daemon's worker thread. The segment stays in memory and
-        readable (``holds`` keeps it from being retired or chosen again) until :meth:`finish_spill`;
-        its bytes count as leaving, so a put may take the tier over its cap by the writes in flight
-        instead of waiting for the disk: a get queued behind that put then waits for no disk I/O."""
-        assert self.spill is not None and self.spill_runner is not None
+        The segment stays in memory and readable (``holds`` keeps it from being retired or chosen
+        again) until :meth:`finish_spill`, and its bytes count as leaving. With a ``spill_runner``
+        (the daemon) the write happens on a worker thread, so a put may take the tier over its cap
+        by the writes in flight instead of waiting for the disk; without one it happens here.
+        Returns False if the write failed (already reported by :meth:`finish_spill`); raises
+        CapacityError, changing nothing, if the disk tier has no room.
+        """
+        assert self.spill is not None
         objs = self._objs(seg)
         length = max(r.offset + r.nbytes for r in objs)
         self.spill.check_room(length)
@@ -424,7 +399,16 @@ class TieredStorage:
         self.spill.pending += length
         self.spilling[seg.id] = job
         self.spilling_bytes += seg.size
-        self.spill_runner(job)
+        if self.spill_runner is not None:
+            self.spill_runner(job)
+            return True
+        try:
+            self.spill.write_file(job.key, job.data)
+        except CapacityError as exc:
+            self.finish_spill(job, exc)
+            return False
+        self.finish_spill(job, None)
+        return True
 
     def finish_spill(self, job: SpillJob, error: Exception | None) -> None:
         """The worker finished ``job``'s write (``error`` if it failed): give the segment's memory

@@ -6,7 +6,7 @@ explicit seed); the simulator and the real runtime call the same objects.
 
 from .bandwidth import ChunkBatcher, Demand, PinnedRing, deadline_for, rate_least, slo_for, slo_rates
 from .placement import group_nodes, pair_gbps, place_workflow, placement_cost
-from .pooling import Grant, PoolModel, pool_model
+from .pooling import Grant, PoolModel
 from .routing import MiB, Path, Plan, Router, RoutingOptions
 from .storage import (
     STORAGE_POLICIES,
@@ -42,7 +42,6 @@ __all__ = [
     "migration_target",
     "plan_eviction",
     "plan_restore",
-    "pool_model",
     "pool_target",
     "positions_by_consumer",
     "storage_policy",

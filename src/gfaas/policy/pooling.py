@@ -21,7 +21,6 @@ each request needed. It moves no bytes and reads no clock; the caller passes ``n
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..dataplane.pool import ARENA_GRANULE, Block, SegmentPool
@@ -54,7 +53,7 @@ class PoolModel:
         self.cap = cap_bytes
         self._next = 0
         self._blocks: dict[int, Block] = {}
-        self._chunks: dict[int, int] = {}
+        self._units: dict[int, int] = {}  # handle -> chunks (chunked) or bytes (none)
         self.free_chunks = 0
         self.chunk_held = 0
         self._raw = 0
@@ -113,22 +112,22 @@ class PoolModel:
             self.free_chunks -= need - fresh
             self.chunk_held += fresh * c
             self._raw += fresh
-            self._chunks[h] = need
+            self._units[h] = need
             return Grant(h, need * c, fresh, need)
         rounded = -(-nbytes // ARENA_GRANULE) * ARENA_GRANULE
         if self.live_none + rounded > self.cap:
             raise CapacityError(f"no pool: no room for {nbytes} bytes under the cap of {self.cap} bytes")
         self.live_none += rounded
         self._raw += 1
-        self._chunks[h] = rounded
+        self._units[h] = rounded
         return Grant(h, rounded, 1, 1)
 
     def free(self, handle: int, now: float) -> None:
         if handle in self._blocks:
             assert self.pool is not None
             self.pool.free(self._blocks.pop(handle))
-        elif handle in self._chunks:
-            n = self._chunks.pop(handle)
+        elif handle in self._units:
+            n = self._units.pop(handle)
             if self.options.pooling == "chunked":
                 self.free_chunks += n
             else:
@@ -161,11 +160,3 @@ class PoolModel:
     @property
     def raw_allocs(self) -> int:
         return self._raw
-
-
-def pool_model(options: StorageOptions, cap_bytes: int) -> PoolModel:
-    """A :class:`PoolModel` for ``options`` with room for ``cap_bytes``."""
-    return PoolModel(options, cap_bytes)
-
-
-PoolFactory = Callable[[StorageOptions, int], PoolModel]
