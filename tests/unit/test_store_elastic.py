@@ -432,21 +432,40 @@ def test_host_warm_cache_follows_the_pooling_policy(tmp_path: Path, policy: str,
     assert env.store.pooled_bytes == pooled and env.store.reserved == pooled
 
 
-def test_warm_cache_is_trimmed_to_what_the_demand_target_leaves(tmp_path: Path) -> None:
-    """Warm segments count against the host target: settle() retires those beyond what the
-    DemandTracker's target leaves above the bytes in use."""
+def test_warm_pool_bytes_is_a_floor_of_warm_bytes_not_of_warm_plus_in_use(tmp_path: Path) -> None:
+    """Bytes in use do not eat into ``warm_pool_bytes``: with 400 KiB in use and a demand target
+    of 800 KiB, both freed 300 KiB segments stay warm (600 KiB = warm_pool_bytes). Counting the
+    bytes in use against it retired every freed 256 MiB segment of a stream with two objects in
+    flight (issue 12)."""
     env = Env(tmp_path, warm_pool_bytes=2 * OBJ)
     st = env.store
     a, b = env.put(consumers=["c1"]), env.put(consumers=["c1"])
     env.read("c1", a)
     env.read("c1", b)
-    assert st.pooled_bytes == 2 * OBJ
     env.put(400 * KiB, consumers=["c1"])  # too large for a warm segment: 400 KiB more in use
     st.settle()
-    # p: R_size = 400 KiB (p99 of 300, 300, 400), R_con = 2 (p99 of 1, 2, 1): target 800 KiB,
-    # of which 400 KiB are in use, so 400 KiB may stay warm: one of the two 300 KiB segments.
-    assert st.host_target == 800 * KiB and st.warm_limit() == 400 * KiB
-    assert st.pooled_bytes == OBJ and st.reserved == OBJ + 400 * KiB
+    # p: R_size = 400 KiB (p99 of 300, 300, 400), R_con = 2 (p99 of 1, 2, 1): target 800 KiB.
+    assert st.host_target == 800 * KiB and st.warm_limit() == 2 * OBJ
+    assert st.pooled_bytes == 2 * OBJ and st.reserved == 2 * OBJ + 400 * KiB
+
+
+def test_a_burst_keeps_more_warm_until_its_reservation_lapses(tmp_path: Path) -> None:
+    """Demand raises the warm cache above ``warm_pool_bytes`` while a function is active (three
+    objects alive at once: R_con 3), and settle() trims it back to the floor once the function's
+    reservation has lapsed."""
+    env = Env(tmp_path, warm_pool_bytes=OBJ)
+    st = env.store
+    ids = [env.put(consumers=["c1"]) for _ in range(3)]
+    st.settle()  # as the daemon does after each reply
+    assert st.host_target == 3 * OBJ
+    for oid in ids:
+        env.read("c1", oid)
+    st.settle()
+    assert st.pooled_bytes == 3 * OBJ
+    env.clock.advance(700.0)  # past R_window (60 s default) and the histograms' 600 s window
+    st.settle()
+    assert st.host_target == OBJ and st.warm_limit() == OBJ
+    assert st.pooled_bytes == OBJ and st.reserved == OBJ
 
 
 def test_config_of_the_tiers_is_validated() -> None:
