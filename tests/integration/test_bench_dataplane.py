@@ -18,7 +18,7 @@ from gfaas.bench.dataplane import QUICK_PLAN
 
 pytestmark = pytest.mark.integration
 
-SYSTEMS = ["gfaas-zero-copy", "gfaas-copy", "pipe"]
+SYSTEMS = ["gfaas-zero-copy", "gfaas-copy", "gfaas-copy-into", "pipe"]
 
 
 def _bench(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[dict[str, Any], str]:
@@ -57,15 +57,21 @@ def test_quick_json_shape_and_sanity(tmp_path: Path) -> None:
             # publish + retrieve make up the pass; each half is positive and no larger than the pass
             assert r["publish_p50_us"] > 0 and r["retrieve_p50_us"] > 0
             assert r["retrieve_p50_us"] <= r["p99_us"]
-        if r["system"] == "gfaas-copy":
+        if r["system"] in ("gfaas-copy", "gfaas-copy-into"):
             # a put plus a copying get cannot beat one memcpy of the same size by much
             assert r["gbps"] <= 2 * memcpy[r["size_bytes"]]["gbps"], (r, memcpy[r["size_bytes"]])
+            assert r["retrieve_gbps"] == pytest.approx(r["size_bytes"] / r["retrieve_p50_us"] / 1e3, rel=1e-2)
 
     targets = {t["id"]: t for t in doc["targets"]}
-    assert sorted(targets) == [1, 2, 3]
+    assert sorted(targets) == [1, 2, 3, 4]
     assert all(t["status"] in ("PASS", "MISS", "N/A") for t in targets.values())
+    assert targets[1]["status"] in ("PASS", "MISS")  # gfaas and pipe at 4 KiB: a ratio
+    assert targets[1]["ratio"] == pytest.approx(targets[1]["gfaas_p50_us"] / targets[1]["pipe_p50_us"], rel=0.01)
     assert targets[2]["status"] == "N/A"  # no 256 MiB in quick mode
-    assert targets[3]["status"] in ("PASS", "MISS") and targets[3]["per_size"][0]["size_bytes"] == 16 * 2**20
+    assert targets[3]["status"] == "N/A"  # ray not run
+    t4 = targets[4]
+    assert t4["status"] in ("PASS", "MISS") and t4["per_size"][0]["size_bytes"] == 16 * 2**20
+    assert t4["per_size"][0]["copy_fresh_ratio"] is not None
 
 
 def test_missing_ray_is_skipped_not_fatal(tmp_path: Path) -> None:
