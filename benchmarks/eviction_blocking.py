@@ -30,6 +30,7 @@ import numpy as np
 
 import gfaas
 from gfaas.dataplane.local import LocalNode
+from gfaas.provenance import provenance
 
 MiB = 2**20
 
@@ -119,7 +120,7 @@ def main() -> None:
           f"{r['under_eviction_p99_over_restore_p50']:.2f} (target <= 1: {'met' if ok else 'MISSED'})")
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump(r, fh, indent=1)
+            json.dump({**r, "provenance": provenance()}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -19,14 +19,13 @@ import argparse
 import gc
 import json
 import mmap
-import os
-import platform
 import time
 from multiprocessing import shared_memory
 from typing import Any
 
 from gfaas.dataplane.pool import MiB, SegmentPool
 from gfaas.policy import DemandTracker, StorageOptions
+from gfaas.provenance import provenance
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -89,7 +88,7 @@ def run(reps: int = 20000) -> dict[str, Any]:
                      "pool_p99_us": round(_pct(p, 0.99), 2), "fresh_p50_us": round(_pct(f, 0.5), 1),
                      "fresh_p99_us": round(_pct(f, 0.99), 1),
                      "speedup_p99": round(_pct(f, 0.99) / _pct(p, 0.99), 1)})
-    return {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
+    return {"provenance": provenance(),
             "page_bytes": mmap.PAGESIZE, "reps": reps, "target_p99_us": 10.0, "rows": rows}
 
 

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from .errors import ConfigError
+from .provenance import provenance
 
 
 def _emit(data: Any) -> None:
@@ -110,6 +111,10 @@ def cmd_sim(a: argparse.Namespace) -> int:
                 print(f"wrote {', '.join(paths)}", file=sys.stderr)
         if not a.json:
             _show_result(res, time.monotonic() - t0)
+    if a.save:
+        with open(a.save, "w") as f:
+            json.dump({"provenance": provenance(), "experiments": [r.as_json() for r in results]}, f, indent=2)
+            f.write("\n")
     if a.json:
         _emit(results[0].as_json() if len(results) == 1 else [r.as_json() for r in results])
     return 0
@@ -156,6 +161,7 @@ def bench_sim(a: argparse.Namespace) -> int:
         res["policy_decision"] = policy_run(n=500 if a.quick else 20_000)
     except ImportError:  # pragma: no cover - the policy benchmark ships with the policy package
         pass
+    res["provenance"] = provenance()
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=2)
@@ -184,5 +190,7 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("name", nargs="?", help="run: experiment name, or 'all'")
     s.add_argument("--quick", action="store_true", help="a smaller sweep (smoke test)")
     s.add_argument("--out", help="write NAME.json, NAME.md and NAME.png here")
+    s.add_argument("--save", metavar="FILE",
+                   help="write every experiment's result to FILE with its provenance (commit, machine)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_sim)

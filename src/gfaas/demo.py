@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from .provenance import provenance
+
 TRANSPORTS = ("gfaas", "redis")
 PARTS = ("queue_s", "host_pass_s", "fn_pass_s", "compute_s")
 
@@ -218,7 +220,8 @@ def run_demo(a: argparse.Namespace) -> int:
            "offered_load": a.load, "mean_rate_per_s": rate, "cores": cores,
            "outputs_identical": not problems, "problems": problems[:20],
            "wall_s": time.perf_counter() - t_start,
-           "invocations_total": sum(1 for ln in metrics.splitlines() if ln.startswith("gfaas_invocations_total"))}
+           "invocations_total": sum(1 for ln in metrics.splitlines() if ln.startswith("gfaas_invocations_total")),
+           "provenance": provenance()}
     out_dir = a.out
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "results.json"), "w") as f:

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from ..config import GiB, KiB, MiB
+from ..provenance import provenance
 
 SYSTEMS = ("gfaas-zero-copy", "gfaas-copy", "gfaas-copy-into", "ray", "redis", "pipe")
 REDIS_MAX_STRING = 512 * MiB  # Redis' proto-max-bulk-len default: a string value is at most 512 MB
@@ -476,17 +477,6 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _git_commit() -> str | None:
-    """The commit of the gfaas source tree being measured (editable installs), else None."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        r = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                           timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout.strip() or None if r.returncode == 0 else None
-
-
 def machine_info(redis_binary: str | None = None) -> dict[str, Any]:
     mem = _read_first("/proc/meminfo", "MemTotal")
     info: dict[str, Any] = {
@@ -503,7 +493,6 @@ def machine_info(redis_binary: str | None = None) -> dict[str, Any]:
         "redis_py": _version("redis"),
         "hiredis": _version("hiredis"),
         "redis_server": None,
-        "gfaas_commit": _git_commit(),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
     if redis_binary:
@@ -670,6 +659,7 @@ def run(systems: list[str], quick: bool, show_progress: bool = False,
         "duration_s": round(time.perf_counter() - t_start, 1),
     }
     doc["targets"] = targets(doc)
+    doc["provenance"] = provenance()
     return doc
 
 

@@ -1,0 +1,82 @@
+"""Where a result came from: the commit measured, whether the tree had changes, the machine.
+
+Every file under ``benchmarks/results/`` carries a ``provenance`` block made here, so a reader (and
+``tests/unit/test_results_provenance.py``) can tell which code a number describes and whether it
+is stale. A result can only name the commit *before* the one that adds it, so "fresh" means: the
+named commit is an ancestor of HEAD and nothing the result measures changed since.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+#: Paths whose changes do not make a tree "dirty" for a measurement: results being written by the
+#: same batch of runs.
+_NOT_MEASURED = ":(exclude)benchmarks/results"
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        r = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def source_root() -> Path:
+    """The checkout this package was imported from (an editable install), or the package dir."""
+    return Path(__file__).resolve().parent.parent.parent
+
+
+def git_state(root: Path | None = None) -> dict[str, Any]:
+    """``{"commit": full sha or None, "dirty": bool or None}`` of the source tree measured."""
+    root = root or source_root()
+    sha = _git(["rev-parse", "HEAD"], root)
+    if sha is None:
+        return {"commit": None, "dirty": None}
+    status = _git(["status", "--porcelain", "--untracked-files=no", "--", ".", _NOT_MEASURED], root)
+    return {"commit": sha, "dirty": bool(status) if status is not None else None}
+
+
+def _first(path: str, key: str) -> str | None:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def machine() -> dict[str, Any]:
+    """The machine and software a measurement ran on."""
+    mem = _first("/proc/meminfo", "MemTotal")
+    import numpy as np
+
+    return {
+        "cpu_model": _first("/proc/cpuinfo", "model name") or platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "mem_bytes": int(mem.split()[0]) * 1024 if mem else None,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def provenance(command: list[str] | None = None) -> dict[str, Any]:
+    """The block every committed result file carries under the key ``provenance``."""
+    return {
+        **git_state(),
+        "machine": machine(),
+        "command": " ".join(command if command is not None else sys.argv),
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
