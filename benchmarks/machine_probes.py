@@ -1,6 +1,6 @@
 """Machine probes behind the explanations in docs/benchmarks.md and docs/design.md.
 
-    .venv/bin/python benchmarks/machine_probes.py [--try-shmem-thp]
+    .venv/bin/python benchmarks/machine_probes.py [--try-shmem-thp] [--json FILE]
 
 Prints one JSON document:
 * ``seqpacket_rtt_us``: p50 round trip of a 40-byte message between two Python processes over a
@@ -12,6 +12,9 @@ Prints one JSON document:
   exist (a warm segment reused by another connection), faulted in with ``madvise(POPULATE_WRITE)``
   or mapped with ``MAP_POPULATE``, against the same write into a fresh segment (what the client's
   ``attach(populate=True)`` and the warm pool are for);
+* ``put_copy_gbps``: copying 64 and 256 MiB into a warm shared-memory segment (pages allocated
+  and mapped, as a reused warm segment is) on one thread, against the split copy
+  ``gfaas.dataplane.copy.copy_bytes`` that large puts use (what issue 12 chose over huge pages);
 * ``copy_out_gbps``: copying a 256 MiB shared-memory object into ``np.empty`` versus into anonymous
   memory asked for in huge pages and faulted in with one call (what ``get(copy=True)`` does);
 * with ``--try-shmem-thp`` (root only): the copy out of shared memory with
@@ -140,6 +143,29 @@ def copy_out(n: int = 256 << 20, huge_shmem: bool = False) -> dict[str, float]:
     return out
 
 
+def _copy_times(dst: np.ndarray, src: np.ndarray, split: Any) -> tuple[float, float]:
+    return _best(lambda: np.copyto(dst, src), reps=7), _best(lambda: split(dst, src), reps=7)
+
+
+def put_copy(huge_shmem: bool = False) -> dict[str, dict[str, float]]:
+    from gfaas.dataplane.copy import copy_bytes, copy_threads
+
+    out = {}
+    for n in (64 << 20, 256 << 20):
+        fd = os.memfd_create("probe")
+        os.ftruncate(fd, n)
+        m = mmap.mmap(fd, n)
+        if huge_shmem:
+            m.madvise(mmap.MADV_HUGEPAGE)
+        m.madvise(MADV_POPULATE_WRITE)
+        one, split = _copy_times(np.frombuffer(m, np.uint8), np.full(n, 7, np.uint8), copy_bytes)
+        out[f"{n >> 20}MiB"] = {"one_thread_gbps": round(n / one / 1e9, 2),
+                                f"split_{copy_threads()}_threads_gbps": round(n / split / 1e9, 2)}
+        m.close()
+        os.close(fd)
+    return out
+
+
 def pool_alloc_free_us(reps: int = 20000) -> dict[str, dict[str, float]]:
     """The device pool's own cost (pure Python; the same code runs on a GPU): one block alloc + free
     from a warm pool with 50 live blocks, over fake arenas (no driver call is on this path)."""
@@ -170,12 +196,14 @@ def pool_alloc_free_us(reps: int = 20000) -> dict[str, dict[str, float]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--try-shmem-thp", action="store_true")
+    ap.add_argument("--json", metavar="FILE", help="also write the result here, with its provenance")
     a = ap.parse_args()
     res: dict[str, Any] = {
         "seqpacket_rtt_us": {"with_think_time": round(seqpacket_rtt(2e-4), 1),
                              "back_to_back": round(seqpacket_rtt(0.0), 1)},
         **fresh_vs_warm(),
         "warm_segment_put_ms": warm_segment_put(),
+        "put_copy_gbps": put_copy(),
         "copy_out_gbps": copy_out(),
         "pool_alloc_free_us": pool_alloc_free_us(),
     }
@@ -186,10 +214,17 @@ def main() -> None:
             with open(THP_SHMEM, "w") as f:
                 f.write("advise")
             res["copy_out_gbps_shmem_thp_advise"] = copy_out(huge_shmem=True)
+            res["put_copy_gbps_shmem_thp_advise"] = put_copy(huge_shmem=True)
         finally:
             with open(THP_SHMEM, "w") as f:
                 f.write(before)
         res["shmem_enabled_restored_to"] = before
+    if a.json:
+        from gfaas.provenance import provenance
+
+        with open(a.json, "w") as f:
+            json.dump({**res, "provenance": provenance()}, f, indent=1)
+            f.write("\n")
     print(json.dumps(res, indent=1))
 
 
