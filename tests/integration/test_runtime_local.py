@@ -264,6 +264,8 @@ functions:
         assert [r.queue_positions(i) for i in waiting] == [{"s": 0}, {"s": 1}]
         assert r.send_queue_hints(waiting[1]) == 1  # tells the node daemon, for queue-aware eviction
         assert r.send_queue_hints() >= 2
+        # ... which the runtime also does by itself as the queues change (no call needed):
+        wait_for(lambda: r.node_stats()["rt0"]["queue_hints"] >= 5, what="the runtime's own queue hints")
         with pytest.raises(Overloaded, match="queue of slow/s holds 2 requests"):
             r.submit("slow", {"x": np.zeros(1)})
         for i in [first, *waiting]:
@@ -300,3 +302,36 @@ def test_one_set_of_workers_serves_both_transports(rt: LocalRuntime) -> None:
     wait_for(lambda: r.dbsize() == 0, what="the baseline's keys to be deleted")
     with pytest.raises(Exception, match="transport 'carrier-pigeon' is not"):
         rt.submit("fans", {"x": x}, transport="carrier-pigeon")
+
+
+def test_the_runtime_sends_queue_hints_as_queues_change(rt_handlers: str) -> None:
+    """Without any call, the node daemon hears where each waiting invocation's function stands:
+    the exact positions in the queue, then the position of the one that runs, then it is done."""
+    slow = f"""
+name: slowq
+inputs: {{x: null}}
+outputs: {{out: s.y}}
+functions:
+  - {{name: s, kind: cpu, handler: "{H}:slow", params: {{seconds: 0.3}}, inputs: {{x: input.x}}, outputs: {{y: null}}}}
+"""
+    sent: list[tuple[str, dict[str, int], list[str]]] = []
+    with LocalRuntime(RuntimeConfig(executor="inproc", queue_hint_interval_s=0.0)) as r:
+        r.deploy(slow)
+        hinter = r._hinter
+        assert hinter is not None
+        real = hinter._send
+        hinter._send = lambda h: (sent.append(h), real(h))[1]
+        first = r.submit("slowq", {"x": np.zeros(1)})
+        wait_for(lambda: r.status(first) == "running", what="the first request to start")
+        waiting = [r.submit("slowq", {"x": np.full(1, k)}) for k in (1, 2)]
+        for i in [first, *waiting]:
+            assert r.result(i, timeout=30).ok
+        before = r.node_stats()["rt0"]["queue_hints"]
+    seen = {inv: [(pos, done) for i, pos, done in sent if i == inv] for inv in waiting}
+    # The last request waited behind the other one (position 1), then ran first in line (0).
+    assert ({"s": 1}, []) in seen[waiting[1]] and ({"s": 0}, []) in seen[waiting[1]]
+    assert seen[waiting[1]].index(({"s": 1}, [])) < seen[waiting[1]].index(({"s": 0}, []))
+    # Hints that did not change are not sent again.
+    for hints in seen.values():
+        assert all(a != b for a, b in zip(hints, hints[1:], strict=False)), hints
+    assert before >= len(sent) - 1 >= 3  # the daemon counted what reached it (one may race the end)

@@ -538,7 +538,7 @@ def test_stats_exact(env: Env) -> None:
         "device_bytes_held": 0,
         "device_bytes_used": 0,
         "evictions": 0, "restores": 0, "released_unread": 0, "migrations": 0, "bytes_spilled": 0,
-        "bytes_restored": 0, "objects_on_disk": 0, "bytes_on_disk": 0,
+        "bytes_restored": 0, "queue_hints": 0, "objects_on_disk": 0, "bytes_on_disk": 0,
         "pool_target": env.config.warm_pool_bytes, "device_pool_target": 0,
     }
 

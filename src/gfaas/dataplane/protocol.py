@@ -209,6 +209,7 @@ class StatsReply(_Msg):
     migrations: int = 0  # GPU evictions that went to a peer GPU
     bytes_spilled: int = 0  # bytes written to disk, in all
     bytes_restored: int = 0  # bytes read back from disk, in all
+    queue_hints: int = 0  # queue hints received from the runtime, in all
     objects_on_disk: int = 0
     bytes_on_disk: int = 0
     pool_target: int = 0  # host tier: the demand target that bounds the warm cache

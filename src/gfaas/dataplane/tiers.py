@@ -116,7 +116,7 @@ class TieredStorage:
                                                           floor_bytes=config.device_pool_floor_bytes))
         self.host_target = config.warm_pool_bytes
         self.counters = {"evictions": 0, "restores": 0, "released_unread": 0, "migrations": 0,
-                         "bytes_spilled": 0, "bytes_restored": 0}
+                         "bytes_spilled": 0, "bytes_restored": 0, "queue_hints": 0}
         self._unsettled = False
         self._next_retarget = -float("inf")
         self._next_change: float | None = None  # when a reservation expires (DemandTracker.next_change)
@@ -201,6 +201,7 @@ class TieredStorage:
                 )
         self._hints[invocation_id] = dict(positions)
         self._done[invocation_id] = frozenset(done)
+        self.counters["queue_hints"] += 1
         if self._done[invocation_id]:
             self._hinted = self._unsettled = True
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import ConfigError, FunctionFailed, NotFound, Overloaded, SpecError
 from .dag import DagState
+from .hints import Hint, QueueHinter
 from .result import Breakdown, FunctionRecord, InvocationResult, Status
 from .spec import INPUT, WorkflowSpec, loads, name_diff
 from .transport import RedisTransport, Transport, TransportConfig, open_transport
@@ -62,6 +63,9 @@ class RuntimeConfig:
         redis_url: the baseline's Redis; a throwaway server is started when empty.
         ray_address: the Ray cluster to join (``executor="ray"``); a local one is started when empty.
         ray_cpus_per_worker: the CPU request of each function actor (fractions let many share a core).
+        queue_hints: tell the node daemons where each invocation's functions wait whenever queues
+            change (coalesced, see :mod:`gfaas.runtime.hints`), so their eviction is queue-aware.
+        queue_hint_interval_s: the least time between two rounds of queue hints.
     """
 
     transport: Literal["gfaas", "redis"] = "gfaas"
@@ -78,6 +82,8 @@ class RuntimeConfig:
     redis_url: str = ""
     ray_address: str = ""
     ray_cpus_per_worker: float = 0.25
+    queue_hints: bool = True
+    queue_hint_interval_s: float = 0.05
 
     def __post_init__(self) -> None:
         if self.transport not in ("gfaas", "redis"):
@@ -93,6 +99,8 @@ class RuntimeConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.keep_alive_s <= 0:
             raise ConfigError(f"keep_alive_s must be > 0, got {self.keep_alive_s}")
+        if not self.queue_hint_interval_s >= 0:
+            raise ConfigError(f"queue_hint_interval_s must be >= 0 seconds, got {self.queue_hint_interval_s}")
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ConfigError(f"node names must be unique, got {names}")
@@ -166,6 +174,7 @@ class _Pool:
                                  f"{self.rt.config.max_queue}); retry later or raise max_queue")
             self.queue.append((inv, function))
             self.cv.notify()
+        self.rt.queues_changed()
 
     def position(self, invocation: str) -> int | None:
         with self.cv:
@@ -173,6 +182,14 @@ class _Pool:
                 if inv.id == invocation:
                     return k
         return None
+
+    def positions(self) -> dict[str, int]:
+        """Invocation id -> requests ahead of its first entry, for the whole queue in one pass."""
+        out: dict[str, int] = {}
+        with self.cv:
+            for k, (inv, _) in enumerate(self.queue):
+                out.setdefault(inv.id, k)
+        return out
 
     def close(self) -> None:
         with self.cv:
@@ -199,6 +216,7 @@ class _Pool:
                 if self.closed:
                     return
                 inv, fn = self.queue.popleft()
+            self.rt.queues_changed()
             self.last_used[k] = time.monotonic()
             if inv.status == "failed":
                 self.rt.dropped(inv, fn)
@@ -239,11 +257,19 @@ class LocalRuntime:
         self._admin: Any = None
         self._admin_lock = threading.Lock()  # Admin connections are shared by many threads
         self._redis_url = self.config.redis_url
+        self._hinter: QueueHinter | None = None
         try:
             self._start_backends()
         except BaseException:
             self.close()
             raise
+        if self.config.queue_hints:
+            self._hinter = QueueHinter(self._hints, self._send_hint, self.config.queue_hint_interval_s)
+
+    def queues_changed(self) -> None:
+        """A request entered or left a queue (the hinter sends fresh queue hints soon)."""
+        if self._hinter is not None:
+            self._hinter.poke()
 
     # -- setup
     def _start_backends(self) -> None:
@@ -404,6 +430,11 @@ class LocalRuntime:
         """Submit and wait: the synchronous call."""
         return self.result(self.submit(workflow, inputs, seed, transport), timeout)
 
+    def node_stats(self) -> dict[str, dict[str, Any]]:
+        """Each node daemon's ``Admin.stats()``, by node name."""
+        with self._admin_lock:
+            return {name: admin.stats() for name, admin in self._admins.items()}
+
     def queue_depths(self) -> dict[str, int]:
         with self._lock:
             pools = list(self._pools.values())
@@ -423,28 +454,46 @@ class LocalRuntime:
         return out
 
     def send_queue_hints(self, invocation_id: str | None = None) -> int:
-        """Tell every node daemon where this invocation's (or, with None, every open gfaas
+        """Tell every node daemon now where this invocation's (or, with None, every open gfaas
         invocation's) functions wait, for queue-aware eviction (``Admin.queue_hint``): queued
-        functions by position, running ones at 0, finished or skipped ones as done. Queues change
-        on every dispatch, so this is not sent per change: call it when memory pressure matters
-        (e.g. after a burst of submissions). Returns the invocations hinted."""
-        invs = [self._inv(invocation_id)] if invocation_id is not None else None
-        with self._lock:
-            invs = [i for i in (invs or list(self._invs.values())) if i.kind == "gfaas" and not i.ended]
-            states = [dict(i.dag.state) for i in invs]
-        hints = []
-        for inv, state in zip(invs, states, strict=True):
-            queued = self.queue_positions(inv.id)  # "ready" and not queued: running now
-            positions = {f: queued.get(f, 0) for f, st in state.items() if st == "ready"}
-            done = [f for f, st in state.items() if st in ("done", "skipped")]
-            hints.append((inv.id, positions, done))
-        with self._admin_lock:
-            for inv_id, positions, done in hints:
-                for admin in self._admins.values():
-                    admin.queue_hint(inv_id, positions, done)
+        functions by position, running ones at 0, finished or skipped ones as done. With
+        ``queue_hints`` on (the default) the runtime does this by itself as queues change.
+        Returns the invocations hinted."""
+        only = self._inv(invocation_id).id if invocation_id is not None else None
+        hints = [h for h in self._hints() if only is None or h[0] == only]
+        for h in hints:
+            self._send_hint(h)
         return len(hints)
 
+    def _hints(self) -> list[Hint]:
+        """The queue hint of every open gfaas invocation, from one pass over each queue."""
+        with self._lock:
+            invs = [i for i in self._invs.values() if i.kind == "gfaas" and not i.ended]
+            states = [(i, dict(i.dag.state)) for i in invs]
+            pools = dict(self._pools)
+        queued: dict[tuple[str, str], int] = {}
+        for key, pool in pools.items():
+            fn = key.split("/", 1)[1]
+            for inv_id, pos in pool.positions().items():
+                queued[(inv_id, fn)] = pos
+        hints: list[Hint] = []
+        for inv, state in states:
+            # "ready" and not in its queue: running now, which is position 0 too
+            positions = {f: queued.get((inv.id, f), 0) for f, st in state.items() if st == "ready"}
+            done = sorted(f for f, st in state.items() if st in ("done", "skipped"))
+            hints.append((inv.id, positions, done))
+        return hints
+
+    def _send_hint(self, hint: Hint) -> None:
+        inv_id, positions, done = hint
+        with self._admin_lock:
+            for admin in self._admins.values():
+                admin.queue_hint(inv_id, positions, done)
+
     def close(self) -> None:
+        if self._hinter is not None:
+            self._hinter.close()
+            self._hinter = None
         for p in list(self._pools.values()):
             p.close()
         self._pools.clear()
