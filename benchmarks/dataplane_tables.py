@@ -15,7 +15,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gfaas.bench.dataplane import SYSTEMS, human_size
+from gfaas.bench.dataplane import SYSTEMS
+from gfaas.units import format_bytes
 
 BEGIN, END = "<!-- dataplane-tables -->", "<!-- /dataplane-tables -->"
 
@@ -37,7 +38,7 @@ def tables(doc: dict[str, Any]) -> str:
 
     def table(title: str, heads: list[str], row: Callable[[int], list[str]]) -> None:
         out.extend([title, "", "| size | " + " | ".join(heads) + " |", "|---:|" + "---:|" * len(heads)])
-        out.extend(f"| {human_size(n)} | " + " | ".join(row(n)) + " |" for n in sizes)
+        out.extend(f"| {format_bytes(n)} | " + " | ".join(row(n)) + " |" for n in sizes)
         out.append("")
 
     def pair(s: str, n: int, a: str, b: str) -> str:

@@ -12,18 +12,9 @@ import logging
 import sys
 from typing import Any
 
-from .config import GiB, MiB, NodeConfig
+from .config import NodeConfig
 from .errors import GfaasError
-
-
-def _size(text: str) -> int:
-    """Parse sizes like ``512MiB``, ``2GiB``, ``4096``."""
-    units = {"kib": 1024, "mib": MiB, "gib": GiB, "kb": 1000, "mb": 10**6, "gb": 10**9, "b": 1}
-    t = text.strip().lower()
-    for u, mult in sorted(units.items(), key=lambda kv: -len(kv[0])):
-        if t.endswith(u):
-            return int(float(t[: -len(u)]) * mult)
-    return int(t)
+from .units import parse_size
 
 
 def _node_config(a: argparse.Namespace) -> NodeConfig:
@@ -32,15 +23,15 @@ def _node_config(a: argparse.Namespace) -> NodeConfig:
         socket_path=a.socket or "",
         state_dir=a.state_dir or "",
         backend=a.backend,
-        capacity_bytes=_size(a.capacity),
-        slab_bytes=_size(a.slab),
+        capacity_bytes=parse_size(a.capacity),
+        slab_bytes=parse_size(a.slab),
         transfer_host=a.transfer_host,
         transfer_port=a.transfer_port,
         advertise_host=a.advertise_host,
         redis_url=a.redis_url,
         storage_policy=a.storage_policy,
         spill_dir=a.spill_dir or "",
-        spill_capacity_bytes=None if a.spill_capacity is None else _size(a.spill_capacity),
+        spill_capacity_bytes=None if a.spill_capacity is None else parse_size(a.spill_capacity),
     )
 
 
@@ -103,7 +94,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     from .dataplane import cluster
 
     if a.action == "start":
-        info = cluster.start_cluster(a.nodes, _size(a.capacity), a.redis_url)
+        info = cluster.start_cluster(a.nodes, parse_size(a.capacity), a.redis_url)
         nodes = [{"node_id": n["config"]["node_id"], "socket": n["config"]["socket_path"], "pid": n["pid"]}
                  for n in info["nodes"]]
         data: dict[str, Any] = {"redis_url": info["redis_url"], "nodes": nodes}

@@ -16,9 +16,9 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     from .policy.storage import StorageOptions
 
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
+from .units import GiB as GiB
+from .units import KiB as KiB
+from .units import MiB as MiB
 
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 

@@ -21,9 +21,10 @@ from gfaas import workflows
 from gfaas.errors import NotFound
 from gfaas.runtime.context import in_process_context
 from gfaas.runtime.spec import loads
+from gfaas.units import format_decimal as human
 from gfaas.workflows import detection, imaging, scenes, text
 from gfaas.workflows.image import ensemble
-from gfaas.workflows.sizes import edges, human
+from gfaas.workflows.sizes import edges
 from gfaas.workflows.stub import StubModel, stub_models
 from gfaas.workflows.yelp import sentences
 

@@ -58,8 +58,8 @@ from typing import Any
 
 import numpy as np
 
-from ..config import GiB, KiB, MiB
 from ..provenance import provenance
+from ..units import GiB, KiB, MiB, format_bytes
 
 SYSTEMS = ("gfaas-zero-copy", "gfaas-copy", "gfaas-copy-into", "ray", "redis", "pipe")
 REDIS_MAX_STRING = 512 * MiB  # Redis' proto-max-bulk-len default: a string value is at most 512 MB
@@ -95,13 +95,6 @@ QUICK_PLAN = (
     Step(16 * MiB, 2, 10),
 )
 STEP_TIMEOUT_S = 240.0  # one size of one system; far beyond what any system needs here
-
-
-def human_size(n: int) -> str:
-    for unit, mult in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if n >= mult and n % mult == 0:
-            return f"{n // mult} {unit}"
-    return f"{n} B"
 
 
 # ---- payloads ------------------------------------------------------------------------------------
@@ -220,7 +213,7 @@ def _producer_main(ctl: Connection, system: str, spec: dict[str, Any], plan: lis
                 data.send((handoff(ref), token))
             ok = data.recv()  # the consumer has retrieved and verified it
             if not ok:
-                raise RuntimeError(f"{system}: consumer read wrong bytes at {human_size(st.size)}, pass {i}")
+                raise RuntimeError(f"{system}: consumer read wrong bytes at {format_bytes(st.size)}, pass {i}")
             if i >= st.warmup:
                 pub.append(t0 if system == "pipe" else t1 - t0)
         ctl.send(("step", st.size, {"send_start" if system == "pipe" else "publish": pub}))
@@ -287,7 +280,7 @@ def _consumer_main(ctl: Connection, system: str, spec: dict[str, Any], plan: lis
                 cleanup(ref)
             data.send(ok)
             if not ok:
-                raise RuntimeError(f"{system}: read wrong bytes at {human_size(st.size)}, pass {i}")
+                raise RuntimeError(f"{system}: read wrong bytes at {format_bytes(st.size)}, pass {i}")
             if i >= st.warmup:
                 ret.append(t1 if system == "pipe" else t1 - t0)
         ctl.send(("step", st.size, {"recv_end" if system == "pipe" else "retrieve": ret}))
@@ -343,7 +336,7 @@ def _ray_main(ctl: Connection, plan: list[Step]) -> None:
                 dt, ok = ray.get(actor.consume.remote([ref], st.size, token))
                 del ref
                 if not ok:
-                    raise RuntimeError(f"ray: actor read wrong bytes at {human_size(st.size)}, pass {i}")
+                    raise RuntimeError(f"ray: actor read wrong bytes at {format_bytes(st.size)}, pass {i}")
                 if i >= st.warmup:
                     pub.append(t1 - t0)
                     ret.append(dt)
@@ -577,7 +570,7 @@ def run(systems: list[str], quick: bool, show_progress: bool = False,
 
     with _Progress(show_progress, len(plan) * (len(todo) + 1)) as progress:
         def step_cb(system: str) -> Callable[[int], None]:
-            return lambda size: progress.advance(f"{system} {human_size(size)} done")
+            return lambda size: progress.advance(f"{system} {format_bytes(size)} done")
 
         describe = progress.describe
 
@@ -627,7 +620,7 @@ def run(systems: list[str], quick: bool, show_progress: bool = False,
             rplan = [st for st in plan if st.size <= REDIS_MAX_STRING]
             if too_big:
                 log(f"gfaas bench dataplane: redis: skipping sizes above Redis' 512 MB string limit: "
-                    f"{', '.join(human_size(st.size) for st in too_big)}")
+                    f"{', '.join(format_bytes(st.size) for st in too_big)}")
             with tempfile.TemporaryDirectory(prefix="gfaas-bench-redis-") as d, \
                     RedisServer(dir=d, binary=redis_binary) as srv:
                 spec = {"url": srv.url}
@@ -713,7 +706,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         worst = min(rows, key=lambda x: x["ratio"])
         t3.update(per_size=rows, min_ratio=worst["ratio"], status="PASS" if worst["ratio"] >= 1.0 else "MISS",
                   detail="ray put / gfaas put: " + ", ".join(
-                      f"{human_size(x['size_bytes'])} {x['ratio']:.2f}x" for x in rows))
+                      f"{format_bytes(x['size_bytes'])} {x['ratio']:.2f}x" for x in rows))
     out.append(t3)
     # (4) get(out=) >= 80% of memcpy at >= 16 MiB; gfaas-copy (a fresh array) reported beside it
     t4: dict[str, Any] = {"id": 4, "target": "gfaas-copy-into retrieve >= 80% of memcpy at >= 16 MiB"}
@@ -730,10 +723,10 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         t4.update(status="N/A", detail="gfaas-copy-into at >= 16 MiB was not measured")
     else:
         worst = min(rows, key=lambda x: x["ratio"])
-        fresh_part = "; ".join(f"{human_size(x['size_bytes'])} {x['copy_fresh_ratio'] * 100:.0f}%"
+        fresh_part = "; ".join(f"{format_bytes(x['size_bytes'])} {x['copy_fresh_ratio'] * 100:.0f}%"
                                for x in rows if x["copy_fresh_ratio"] is not None)
         t4.update(per_size=rows, min_ratio=worst["ratio"], status="PASS" if worst["ratio"] >= 0.8 else "MISS",
-                  detail=f"worst {worst['ratio'] * 100:.0f}% of memcpy at {human_size(worst['size_bytes'])} "
+                  detail=f"worst {worst['ratio'] * 100:.0f}% of memcpy at {format_bytes(worst['size_bytes'])} "
                          f"({worst['retrieve_gbps']:.2f} vs {worst['memcpy_gbps']:.2f} GB/s)"
                          + (f"; gfaas-copy (fresh array): {fresh_part}" if fresh_part else ""))
     out.append(t4)
@@ -767,7 +760,7 @@ def render(doc: dict[str, Any]) -> None:
             r = mc.get(size) if s == "memcpy" else _find(doc, s, size)
             if r is None:
                 continue
-            tab.add_row(s if size == sizes[0] else "", human_size(size), us(r["p50_us"]), us(r["p99_us"]),
+            tab.add_row(s if size == sizes[0] else "", format_bytes(size), us(r["p50_us"]), us(r["p99_us"]),
                         f"{r['gbps']:.3f}", us(r["publish_p50_us"]) if "publish_p50_us" in r else "",
                         us(r["retrieve_p50_us"]) if "retrieve_p50_us" in r else "",
                         end_section=size == sizes[-1])

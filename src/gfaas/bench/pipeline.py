@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..config import MiB, NodeConfig
+from ..config import NodeConfig
+from ..units import MiB, format_bytes, parse_size
 
 FEATURES = 64  # dense layer width of the toy classifier
 
@@ -142,17 +143,12 @@ def _run_transport(kind: str, a1: Any, a2: Any, sizes: list[int], repeat: int) -
     return out
 
 
-def _fmt_size(n: int) -> str:
-    return f"{n / MiB:.0f} MiB" if n >= MiB else f"{n / 1024:.0f} KiB"
-
-
 def run_pipeline(a: argparse.Namespace) -> int:
-    from ..cli import _size
     from ..dataplane.client import Admin
     from ..dataplane.local import LocalNode
     from ..dataplane.redis_server import RedisServer
 
-    sizes = [_size(s) for s in a.sizes.split(",") if s.strip()]
+    sizes = [parse_size(s) for s in a.sizes.split(",") if s.strip()]
     quiet = bool(a.json)
 
     def say(msg: str) -> None:
@@ -166,7 +162,7 @@ def run_pipeline(a: argparse.Namespace) -> int:
     say(f"starting a gfaas node daemon ({cfg.socket_path}) and a Redis server ...")
     with LocalNode(cfg), RedisServer(dir=run_dir) as rs, Admin(cfg.socket_path, state_dir=cfg.state_dir) as adm:
         inv = adm.open_invocation("demo-pipeline", ["preprocess", "classify"])
-        say(f"pipeline preprocess -> classify, {a.repeat} requests per size, sizes {[_fmt_size(s) for s in sizes]}")
+        say(f"pipeline preprocess -> classify, {a.repeat} requests per size, sizes {[format_bytes(s) for s in sizes]}")
         say("  running through gfaas (zero-copy shared memory) ...")
         g = _run_transport("gfaas", inv.credentials("preprocess"), inv.credentials("classify"), sizes, a.repeat)
         say("  running through Redis (host-centric baseline) ...")
@@ -176,7 +172,7 @@ def run_pipeline(a: argparse.Namespace) -> int:
     rows = []
     for s in sizes:
         if abs(g[s]["checksum"] - r[s]["checksum"]) > 1e-3 * max(1.0, abs(r[s]["checksum"])):
-            print(f"gfaas: error: outputs differ at {_fmt_size(s)}: {g[s]['checksum']} vs {r[s]['checksum']}",
+            print(f"gfaas: error: outputs differ at {format_bytes(s)}: {g[s]['checksum']} vs {r[s]['checksum']}",
                   file=sys.stderr)
             return 1
         rows.append({
@@ -198,7 +194,7 @@ def run_pipeline(a: argparse.Namespace) -> int:
     for col in ("tensor", "pass gfaas", "pass Redis", "x", "e2e gfaas", "e2e Redis", "x"):
         t.add_column(col, justify="right")
     for row in rows:
-        t.add_row(_fmt_size(row["size_bytes"]), f"{row['gfaas_pass_ms']:.3f} ms", f"{row['redis_pass_ms']:.3f} ms",
+        t.add_row(format_bytes(row["size_bytes"]), f"{row['gfaas_pass_ms']:.3f} ms", f"{row['redis_pass_ms']:.3f} ms",
                   f"{row['pass_speedup']:.1f}x", f"{row['gfaas_e2e_ms']:.2f} ms", f"{row['redis_e2e_ms']:.2f} ms",
                   f"{row['e2e_speedup']:.2f}x")
     Console().print(t)

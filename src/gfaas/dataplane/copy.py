@@ -68,7 +68,7 @@ def copy_bytes(dst: np.ndarray, src: np.ndarray, threads: int | None = None) -> 
     if dst.nbytes != n:
         raise ValueError(f"copy of {n} bytes into a buffer of {dst.nbytes} bytes")
     k = copy_threads() if threads is None else threads
-    if n < PARALLEL_MIN or k < 2:
+    if n < max(PARALLEL_MIN, 1) or k < 2:
         np.copyto(dst, src)
         return
     piece = -(-n // k)

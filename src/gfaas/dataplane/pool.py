@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import CapacityError, ConfigError
+from ..units import MiB
 
-MiB = 1024 * 1024
 ARENA_GRANULE = 2 * MiB  # the GPU's large-page size: arenas are whole multiples of it
 
 

@@ -30,10 +30,10 @@ from typing import Any, Protocol
 
 from ..errors import ConfigError
 from ..policy.bandwidth import ChunkBatcher, Demand, PinnedRing, slo_rates
+from ..units import MiB
 
 log = logging.getLogger("gfaas.dataplane.staging")
 
-MiB = 1024 * 1024
 H2D = "h2d"
 D2H = "d2h"
 

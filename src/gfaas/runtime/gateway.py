@@ -60,6 +60,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ConfigError, GfaasError, NotFound, Overloaded
+from ..units import MiB
 from .api import RuntimeAPI
 from .metrics import CONTENT_TYPE, LATENCY_BUCKETS, Registry
 from .result import InvocationResult
@@ -68,7 +69,6 @@ from .wire import WireError, decode_array, jsonable, result_document
 __all__ = ["GatewayServer", "create_app", "serve"]
 
 log = logging.getLogger("gfaas.gateway")
-MiB = 1 << 20
 T = TypeVar("T")
 
 # anyio >= 4.1 calls it abandon_on_cancel, earlier versions cancellable

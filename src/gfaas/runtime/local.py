@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import ConfigError, FunctionFailed, NotFound, Overloaded, SpecError
+from ..units import GiB
 from .dag import DagState
 from .hints import Hint, QueueHinter
 from .result import Breakdown, FunctionRecord, InvocationResult, Status
@@ -34,7 +35,6 @@ from .transport import RedisTransport, Transport, TransportConfig, open_transpor
 from .worker import GATEWAY, Done, Failed, Init, InProcessWorker, ProcessWorker, Task, WorkerDied
 
 log = logging.getLogger("gfaas.runtime")
-GiB = 1 << 30
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,9 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
+from ..units import GiB
 from .model import Device, Link, Topology
 from .presets import PRESETS, preset
-
-GiB = 1 << 30
 
 TOP_KEYS: tuple[str, ...] = ("name", "description", "pcie_p2p_gbps", "pageable_gbps", "nodes", "fabric_gbps",
                              "devices", "links")

@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import ConfigError
+from ..units import GiB
 from .model import Device, Link, Topology
-
-GiB = 1 << 30
 
 #: One NVLink 2.0 brick on V100, per direction (seed 000 §6.2 and seed 001 §4.3.3: "24 or 48 GB/s").
 V100_BRICK_GBPS = 24.0

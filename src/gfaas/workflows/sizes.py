@@ -14,16 +14,9 @@ import argparse
 import sys
 from typing import Any
 
+from ..units import format_decimal
 from . import names, run_local
 from .stub import stub_models
-
-
-def human(n: int) -> str:
-    """Bytes in decimal units, as the papers quote sizes."""
-    for unit, div in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
-        if n >= div:
-            return f"{n / div:.2f} {unit}"
-    return f"{n} B"
 
 
 def edges(name: str, scale: str = "full", seed: int = 0, stub: bool = False) -> list[dict[str, Any]]:
@@ -39,7 +32,7 @@ def edges(name: str, scale: str = "full", seed: int = 0, stub: bool = False) -> 
 def table(name: str, scale: str = "full", seed: int = 0, stub: bool = False) -> str:
     lines = [f"| {name}: edge | to | dtype, shape | bytes |", "|---|---|---|---:|"]
     for e in edges(name, scale, seed, stub):
-        lines.append(f"| {e['from']} | {e['to']} | {e['dtype']} {e['shape']} | {human(e['nbytes'])} |")
+        lines.append(f"| {e['from']} | {e['to']} | {e['dtype']} {e['shape']} | {format_decimal(e['nbytes'])} |")
     return "\n".join(lines)
 
 

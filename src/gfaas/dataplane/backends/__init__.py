@@ -5,12 +5,11 @@ backends, ``cuda`` (a GPU's memory pool, loaded lazily from the ``gpu`` extra) a
 from __future__ import annotations
 
 from ...errors import ConfigError
+from ...units import GiB
 from .base import Backend
 from .device import DEFAULT_TARGET_BYTES, DeviceBackend, DeviceSegment, NullDeviceBackend
 from .host import HostBackend
 from .null import LinkModel, NullBackend, Transfer
-
-GiB = 1024**3
 
 
 def make_backend(name: str) -> Backend:
