@@ -1,73 +1,136 @@
 """gfaas: a serverless inference platform for GPU clusters.
 
 The public surface is what this module exports (pinned by ``tests/unit/test_public_api.py``).
+Names are loaded on first use (PEP 562), so ``import gfaas`` and ``import gfaas.sim.kernel`` cost
+almost nothing; ``tests/unit/test_import_cost.py`` bounds what they load.
 """
 
-from .clock import Clock, ManualClock, WallClock
-from .config import NodeConfig
-from .dataplane import (
-    Admin,
-    Buffer,
-    Client,
-    Credentials,
-    DataRef,
-    DeviceBuffer,
-    DeviceView,
-    InvocationHandle,
-    connect,
-)
-from .errors import (
-    AccessDenied,
-    AuthenticationError,
-    CapacityError,
-    ConfigError,
-    DaemonUnavailable,
-    DataDeleted,
-    DataLost,
-    DataPlaneError,
-    DependencyMissing,
-    FunctionFailed,
-    GfaasError,
-    InvalidDataRef,
-    NotFound,
-    ObjectStateError,
-    Overloaded,
-    ProtocolError,
-    RemoteError,
-    SpecError,
-    WorkflowError,
-)
-from .policy import DemandTracker, Plan, Router, RoutingOptions, StorageOptions, storage_policy
-from .runtime import Breakdown, Context, InvocationResult
-from .runtime.local import LocalRuntime, NodeEndpoint, RuntimeConfig
-from .runtime.spec import WorkflowSpec
-from .runtime.spec import load as load_workflow
-from .runtime.spec import loads as loads_workflow
-from .topology import Topology, preset
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-# The HTTP gateway pulls in FastAPI, pydantic and httpx (~0.3 s): loaded on first use, not on import.
-_LAZY = {
+# public name -> (module, attribute)
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "AccessDenied": ("gfaas.errors", "AccessDenied"),
+    "Admin": ("gfaas.dataplane", "Admin"),
+    "AuthenticationError": ("gfaas.errors", "AuthenticationError"),
+    "Breakdown": ("gfaas.runtime", "Breakdown"),
+    "Buffer": ("gfaas.dataplane", "Buffer"),
+    "CapacityError": ("gfaas.errors", "CapacityError"),
+    "Client": ("gfaas.dataplane", "Client"),
+    "Clock": ("gfaas.clock", "Clock"),
+    "ConfigError": ("gfaas.errors", "ConfigError"),
+    "Context": ("gfaas.runtime", "Context"),
+    "Credentials": ("gfaas.dataplane", "Credentials"),
+    "DaemonUnavailable": ("gfaas.errors", "DaemonUnavailable"),
+    "DataDeleted": ("gfaas.errors", "DataDeleted"),
+    "DataLost": ("gfaas.errors", "DataLost"),
+    "DataPlaneError": ("gfaas.errors", "DataPlaneError"),
+    "DataRef": ("gfaas.dataplane", "DataRef"),
+    "DemandTracker": ("gfaas.policy", "DemandTracker"),
+    "DependencyMissing": ("gfaas.errors", "DependencyMissing"),
+    "DeviceBuffer": ("gfaas.dataplane", "DeviceBuffer"),
+    "DeviceView": ("gfaas.dataplane", "DeviceView"),
+    "FunctionFailed": ("gfaas.errors", "FunctionFailed"),
     "GatewayClient": ("gfaas.runtime.client_http", "GatewayClient"),
     "GatewayHTTPError": ("gfaas.runtime.client_http", "GatewayHTTPError"),
-    "InvocationTimeout": ("gfaas.runtime.client_http", "InvocationTimeout"),
     "GatewayServer": ("gfaas.runtime.gateway", "GatewayServer"),
+    "GfaasError": ("gfaas.errors", "GfaasError"),
+    "InvalidDataRef": ("gfaas.errors", "InvalidDataRef"),
+    "InvocationHandle": ("gfaas.dataplane", "InvocationHandle"),
+    "InvocationResult": ("gfaas.runtime", "InvocationResult"),
+    "InvocationTimeout": ("gfaas.runtime.client_http", "InvocationTimeout"),
+    "LocalRuntime": ("gfaas.runtime.local", "LocalRuntime"),
+    "ManualClock": ("gfaas.clock", "ManualClock"),
+    "NodeConfig": ("gfaas.config", "NodeConfig"),
+    "NodeEndpoint": ("gfaas.runtime.local", "NodeEndpoint"),
+    "NotFound": ("gfaas.errors", "NotFound"),
+    "ObjectStateError": ("gfaas.errors", "ObjectStateError"),
+    "Overloaded": ("gfaas.errors", "Overloaded"),
+    "Plan": ("gfaas.policy", "Plan"),
+    "ProtocolError": ("gfaas.errors", "ProtocolError"),
+    "RemoteError": ("gfaas.errors", "RemoteError"),
+    "Router": ("gfaas.policy", "Router"),
+    "RoutingOptions": ("gfaas.policy", "RoutingOptions"),
+    "RuntimeConfig": ("gfaas.runtime.local", "RuntimeConfig"),
+    "SpecError": ("gfaas.errors", "SpecError"),
+    "StorageOptions": ("gfaas.policy", "StorageOptions"),
+    "Topology": ("gfaas.topology", "Topology"),
+    "WallClock": ("gfaas.clock", "WallClock"),
+    "WorkflowError": ("gfaas.errors", "WorkflowError"),
+    "WorkflowSpec": ("gfaas.runtime.spec", "WorkflowSpec"),
+    "connect": ("gfaas.dataplane", "connect"),
     "create_gateway_app": ("gfaas.runtime.gateway", "create_app"),
+    "load_workflow": ("gfaas.runtime.spec", "load"),
+    "loads_workflow": ("gfaas.runtime.spec", "loads"),
+    "preset": ("gfaas.topology", "preset"),
     "serve_gateway": ("gfaas.runtime.gateway", "serve"),
+    "storage_policy": ("gfaas.policy", "storage_policy"),
 }
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on demand
+    from .clock import Clock, ManualClock, WallClock
+    from .config import NodeConfig
+    from .dataplane import (
+        Admin,
+        Buffer,
+        Client,
+        Credentials,
+        DataRef,
+        DeviceBuffer,
+        DeviceView,
+        InvocationHandle,
+        connect,
+    )
+    from .errors import (
+        AccessDenied,
+        AuthenticationError,
+        CapacityError,
+        ConfigError,
+        DaemonUnavailable,
+        DataDeleted,
+        DataLost,
+        DataPlaneError,
+        DependencyMissing,
+        FunctionFailed,
+        GfaasError,
+        InvalidDataRef,
+        NotFound,
+        ObjectStateError,
+        Overloaded,
+        ProtocolError,
+        RemoteError,
+        SpecError,
+        WorkflowError,
+    )
+    from .policy import DemandTracker, Plan, Router, RoutingOptions, StorageOptions, storage_policy
+    from .runtime import Breakdown, Context, InvocationResult
+    from .runtime.client_http import GatewayClient, GatewayHTTPError, InvocationTimeout
+    from .runtime.gateway import GatewayServer
+    from .runtime.gateway import create_app as create_gateway_app
+    from .runtime.gateway import serve as serve_gateway
+    from .runtime.local import LocalRuntime, NodeEndpoint, RuntimeConfig
+    from .runtime.spec import WorkflowSpec
+    from .runtime.spec import load as load_workflow
+    from .runtime.spec import loads as loads_workflow
+    from .topology import Topology, preset
 
 
 def __getattr__(name: str) -> object:
     try:
-        module, attr = _LAZY[name]
+        module, attr = _EXPORTS[name]
     except KeyError:
         raise AttributeError(f"module 'gfaas' has no attribute {name!r}") from None
-    import importlib
-
     value = getattr(importlib.import_module(module), attr)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
 
 
 __all__ = [
