@@ -169,7 +169,7 @@ def put_copy(huge_shmem: bool = False) -> dict[str, dict[str, float]]:
 def pool_alloc_free_us(reps: int = 20000) -> dict[str, dict[str, float]]:
     """The device pool's own cost (pure Python; the same code runs on a GPU): one block alloc + free
     from a warm pool with 50 live blocks, over fake arenas (no driver call is on this path)."""
-    from gfaas.dataplane.pool import MiB, SegmentPool
+    from gfaas.policy.pool import MiB, SegmentPool
 
     nxt = [1 << 40]
 

@@ -2,7 +2,7 @@
 
 Times what a put pays for memory on the daemon's path, one call at a time:
 
-- ``pool``: :class:`~gfaas.dataplane.pool.SegmentPool.alloc` from a pool pre-warmed by the elastic
+- ``pool``: :class:`~gfaas.policy.pool.SegmentPool.alloc` from a pool pre-warmed by the elastic
   policy (target from a :class:`~gfaas.policy.DemandTracker` fed with the same sizes), plus the
   tracker's ``stored`` bookkeeping, with 50 other objects live. The arenas are fake addresses, so
   this is the pool's own cost; on a GPU the same Python runs and no driver call is on this path.
@@ -23,8 +23,8 @@ import time
 from multiprocessing import shared_memory
 from typing import Any
 
-from gfaas.dataplane.pool import MiB, SegmentPool
 from gfaas.policy import DemandTracker, StorageOptions
+from gfaas.policy.pool import MiB, SegmentPool
 from gfaas.provenance import provenance
 
 

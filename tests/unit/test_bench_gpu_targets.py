@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gfaas.bench.gpu import _row, targets
-from gfaas.dataplane.pool import MiB
+from gfaas.policy.pool import MiB
 
 
 def test_targets_compare_against_peers_of_the_same_run() -> None:

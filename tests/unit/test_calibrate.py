@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gfaas.bench.gpu import _row
-from gfaas.dataplane.pool import MiB
 from gfaas.errors import ConfigError
+from gfaas.policy.pool import MiB
 from gfaas.topology.calibrate import calibrate_h100, fit_link
 
 

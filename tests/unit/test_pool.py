@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfaas.dataplane.pool import Block, MiB, SegmentPool
 from gfaas.errors import CapacityError, ConfigError
+from gfaas.policy.pool import Block, MiB, SegmentPool
 
 
 class Raw:

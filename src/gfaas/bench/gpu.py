@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dataplane.pool import MiB
+from ..units import MiB
 
 SIZES = [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB]
 QUICK_SIZES = [1 * MiB, 64 * MiB]

@@ -4,7 +4,7 @@ A :class:`PoolModel` keeps the books of one device's store memory: what it has t
 device (``reserved_bytes``), what objects use (``live_bytes``), and how many slow raw allocations
 each request needed. It moves no bytes and reads no clock; the caller passes ``now``.
 
-- ``elastic``: the daemon's own :class:`~gfaas.dataplane.pool.SegmentPool`, resized on every tick
+- ``elastic``: the daemon's own :class:`~gfaas.policy.pool.SegmentPool`, resized on every tick
   to the target the :class:`~gfaas.policy.storage.DemandTracker` computes, and pre-warmed up to it
   with arenas the size of the largest forecast object (R_size) rather than fixed 64 MiB ones,
   which would leave a 47.5 MiB frame alone in a 64 MiB arena (1.35x before any policy effect);
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..dataplane.pool import ARENA_GRANULE, Block, SegmentPool
 from ..errors import CapacityError
+from .pool import ARENA_GRANULE, Block, SegmentPool
 from .storage import StorageOptions
 
 #: Keep-forever target for the caching pools (bounded by the cap anyway).

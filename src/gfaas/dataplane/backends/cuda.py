@@ -1,6 +1,6 @@
 """The CUDA backend: a GPU's store memory, owned by the node daemon.
 
-* Memory: a :class:`~gfaas.dataplane.pool.SegmentPool` over ``cudaMalloc`` arenas (64 MiB by
+* Memory: a :class:`~gfaas.policy.pool.SegmentPool` over ``cudaMalloc`` arenas (64 MiB by
   default); an object's segment is a block of an arena, so a put costs no driver call once the
   pool is warm.
 * Sharing: each arena's ``cudaIpcGetMemHandle`` is taken once and sent with the first reply naming
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError, DependencyMissing
-from ..pool import MiB
+from ...units import MiB
 from ..staging import D2H, H2D, CopyEngine, StagingPlanner
 from .device import DEFAULT_TARGET_BYTES, DeviceBackend
 

@@ -1,4 +1,4 @@
-"""What every device backend shares: a :class:`~gfaas.dataplane.pool.SegmentPool` per device,
+"""What every device backend shares: a :class:`~gfaas.policy.pool.SegmentPool` per device,
 segments as blocks of its arenas, and exports as :class:`~gfaas.dataplane.protocol.DeviceRef`.
 
 :class:`DeviceBackend` leaves four things to its subclass: the raw allocation of an arena, its
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError
-from ..pool import Block, MiB, SegmentPool
+from ...policy.pool import Block, SegmentPool
+from ...units import MiB
 from ..protocol import DeviceRef
 from ..staging import D2H, H2D, StagingModel, StagingPlanner, model_timeline
 from .base import Backend
