@@ -142,11 +142,11 @@ def _show_result(res: Any, seconds: float) -> None:
     from rich.table import Table
 
     t = Table(title=f"{res.title}  ({seconds:.1f} s)")
-    for col in ("metric", "paper", "ours", "±15", "direction"):
+    for col in ("metric", "paper", "ours", "tolerance", "within", "direction"):
         t.add_column(col)
     for c in res.paper:
         u = "%" if c.unit == "%" else "x"
-        t.add_row(c.metric, f"{c.paper:g}{u}", f"{c.ours:.1f}{u}", "yes" if c.within else "[red]no[/red]",
+        t.add_row(c.metric, f"{c.paper:g}{u}", f"{c.ours:.1f}{u}", c.tolerance_text, "yes" if c.within else "[red]no[/red]",
                   "yes" if c.same_direction else "[red]no[/red]")
     Console().print(t)
 

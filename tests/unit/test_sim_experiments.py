@@ -8,6 +8,7 @@ import os
 import pytest
 
 from gfaas.cli import main
+from gfaas.errors import ConfigError
 from gfaas.sim.experiments import REGISTRY, Comparison, run_experiment
 
 EXPECTED = {"passing-latency", "a10", "e2e-p99", "throughput", "ablation", "isolation", "nvlink-vs-mapa",
@@ -18,9 +19,21 @@ def test_every_paper_figure_has_an_experiment() -> None:
     assert set(REGISTRY) == EXPECTED
 
 
-def test_comparison_tolerance_in_points_and_ratios() -> None:
-    assert Comparison("r", 75, 89.9).within and not Comparison("r", 75, 90.1).within
-    assert Comparison("t", 2.0, 2.29, unit="x").within and not Comparison("t", 2.0, 2.31, unit="x").within
+def test_comparison_tolerance_is_relative_to_the_paper() -> None:
+    # relative to the paper's value (default ±25%), for reductions and ratios alike
+    assert Comparison("r", 80, 99.9).within and not Comparison("r", 80, 100.1).within
+    assert Comparison("t", 2.0, 2.49, unit="x").within and not Comparison("t", 2.0, 2.51, unit="x").within
+    # a paper's 7% reduction is not matched by 0% (it was, at +-15 percentage points)
+    assert not Comparison("rq", 7, 0.0).within and Comparison("rq", 7, 6.0).within
+    # an explicit tolerance, and a floor for paper values near zero
+    assert Comparison("x", 50, 60, rel_tol=0.2).within and not Comparison("x", 50, 61, rel_tol=0.2).within
+    assert not Comparison("z", 0, 0.5).within and Comparison("z", 0, 0.5, abs_tol=1).within
+    assert Comparison("r", 80, 90).tolerance_text == "±25%"
+    # a paper's bound ("<= 1.3x") is met or not: no tolerance around it
+    assert not Comparison("m", 1.3, 1.53, "x", bound="max").within and Comparison("m", 1.3, 1.2, "x", bound="max").within
+    assert Comparison("m", 1.3, 1.53, "x", bound="max").tolerance_text == "at most the paper's"
+    with pytest.raises(ConfigError, match="tolerances must be >= 0"):
+        Comparison("bad", 1, 1, rel_tol=-0.1)
     assert not Comparison("r", 48, -10).same_direction
 
 

@@ -13,8 +13,10 @@ from ...errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-#: The tolerance the issue sets on headline reductions: percentage points.
-TOLERANCE_PP = 15.0
+#: The default tolerance of a paper comparison, relative to the paper's value: ours is "within"
+#: when it is no further than this fraction of the paper's number from it. Relative, not in
+#: percentage points: a paper's 7% reduction is not matched by our 0%, whatever the scale.
+DEFAULT_REL_TOL = 0.25
 
 Progress = Callable[[int, int, str], None]
 
@@ -25,18 +27,48 @@ def _quiet(done: int, total: int, what: str) -> None:
 
 @dataclass
 class Comparison:
-    """One headline number of the paper next to ours."""
+    """One headline number of the paper next to ours, with the tolerance it is judged by.
+
+    ``within`` means ``|ours - paper| <= rel_tol * |paper|`` (or ``<= abs_tol``, for a paper value
+    at or near zero, where a relative band is empty): the same rule for reductions (``%``) and
+    ratios (``x``). An experiment that sets a tolerance other than the default says why next to it.
+    """
 
     metric: str
     paper: float
     ours: float
-    unit: str = "%"  # "%" reductions compare in points; "x" ratios compare relatively
+    unit: str = "%"  # "%": a reduction in percent; "x": a ratio
+    rel_tol: float = DEFAULT_REL_TOL
+    abs_tol: float = 0.0
+    #: "max": the paper states an upper bound ("<= 1.3x"): within iff ours does not exceed it (the
+    #: tolerances are not used); "min": a lower bound; "": a value to match within the tolerance.
+    bound: str = ""
+
+    def __post_init__(self) -> None:
+        if self.rel_tol < 0 or self.abs_tol < 0:
+            raise ConfigError(f"{self.metric}: tolerances must be >= 0 (rel_tol={self.rel_tol}, abs_tol={self.abs_tol})")
+        if self.bound not in ("", "max", "min"):
+            raise ConfigError(f"{self.metric}: bound={self.bound!r}; use '', 'max' or 'min'")
+
+    @property
+    def band(self) -> float:
+        """How far from the paper's value ours may be."""
+        return max(self.rel_tol * abs(self.paper), self.abs_tol)
 
     @property
     def within(self) -> bool:
-        if self.unit == "%":
-            return abs(self.ours - self.paper) <= TOLERANCE_PP
-        return abs(self.ours / self.paper - 1.0) * 100 <= TOLERANCE_PP
+        if self.bound == "max":
+            return self.ours <= self.paper
+        if self.bound == "min":
+            return self.ours >= self.paper
+        return abs(self.ours - self.paper) <= self.band
+
+    @property
+    def tolerance_text(self) -> str:
+        if self.bound:
+            return "at most the paper's" if self.bound == "max" else "at least the paper's"
+        text = f"±{self.rel_tol * 100:g}%"
+        return text + (f" (at least ±{self.abs_tol:g}{'%' if self.unit == '%' else 'x'})" if self.abs_tol else "")
 
     @property
     def same_direction(self) -> bool:
@@ -46,6 +78,7 @@ class Comparison:
 
     def as_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "paper": self.paper, "ours": round(self.ours, 2), "unit": self.unit,
+                "tolerance": {"relative": self.rel_tol, "absolute": self.abs_tol},
                 "within_tolerance": self.within, "same_direction": self.same_direction}
 
 
@@ -70,11 +103,12 @@ class Result:
     def markdown(self) -> str:
         lines = [f"## {self.title} (`gfaas sim run {self.experiment}`)", ""]
         if self.paper:
-            lines += ["| metric | paper | ours | within ±15 | same direction |", "|---|---:|---:|:-:|:-:|"]
+            lines += ["| metric | paper | ours | tolerance (of the paper's value) | within | same direction |",
+                      "|---|---:|---:|:-:|:-:|:-:|"]
             for c in self.paper:
                 u = "%" if c.unit == "%" else "x"
-                lines.append(f"| {c.metric} | {c.paper:g}{u} | {c.ours:.1f}{u} | {'yes' if c.within else 'no'} |"
-                             f" {'yes' if c.same_direction else 'no'} |")
+                lines.append(f"| {c.metric} | {c.paper:g}{u} | {c.ours:.1f}{u} | {c.tolerance_text} |"
+                             f" {'yes' if c.within else 'no'} | {'yes' if c.same_direction else 'no'} |")
             lines.append("")
         if self.rows:
             keys = list(self.rows[0])

@@ -236,9 +236,11 @@ def isolation(quick: bool, progress: Progress) -> Result:
     comps = [Comparison("driving next to video: P99 reduction vs no BH", 32,
                         reduction(_pick(rows, "driving_p99_ms", pair="driving+video", system="gfaas"),
                                   _pick(rows, "driving_p99_ms", pair="driving+video", system="gfaas-BH"))),
+             # The paper reports no change here; a relative band around 0 is empty, so 2 points.
              Comparison("driving next to image: P99 reduction vs no BH", 0,
                         reduction(_pick(rows, "driving_p99_ms", pair="driving+image", system="gfaas"),
-                                  _pick(rows, "driving_p99_ms", pair="driving+image", system="gfaas-BH")))]
+                                  _pick(rows, "driving_p99_ms", pair="driving+image", system="gfaas-BH")),
+                        abs_tol=2.0)]
     return Result("isolation", "Driving's latency next to a transfer-heavy (Video) and a light (Image) workflow",
                   rows, comps, {"x": "pair", "y": "driving_p99_ms", "series": "system"})
 
