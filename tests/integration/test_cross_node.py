@@ -26,21 +26,20 @@ import redis
 
 import gfaas
 from gfaas.config import KiB, MiB
+from gfaas.dataplane.directory import node_key, obj_key
 from gfaas.dataplane.ids import DataRef
 from gfaas.dataplane.local import LocalNode
 from gfaas.dataplane.redis_server import RedisServer, find_server_binary
-from gfaas.dataplane.remote import (
+from gfaas.dataplane.transfer_wire import (
     Chunk,
     Fail,
     Header,
     Pull,
     Received,
-    _to_puller,
     encode_frame,
-    node_key,
-    obj_key,
     read_frame,
 )
+from gfaas.dataplane.transfer_wire import to_puller as _to_puller
 
 pytestmark = [
     pytest.mark.integration,

@@ -638,7 +638,7 @@ class Daemon:
             if not drained:
                 self._drain_others(conn)
             if self._absent(m.id) and self.remote is not None and self.remote.may_fetch(m.id):
-                self.defer(conn, lambda: self.remote.fetch(self, conn, s, m.id))
+                self.defer(conn, lambda: self.remote.fetch(s, m.id, lambda rec, seg: self._located(conn, rec, seg)))
                 return None
         if m.device != P.ANY_DEVICE:
             rec = self.store.lookup(s.invocation, s.function, m.id)

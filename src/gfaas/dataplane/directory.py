@@ -1,0 +1,246 @@
+"""The global directory in Redis: where each object lives and how to reach each node.
+
+A two-level directory (FaaSTube §5.2, GROUTER §4.2): each node daemon answers from its own table
+first (:class:`~gfaas.dataplane.store.Store`); only on a local miss does it consult the global table
+in Redis, find the node that holds the object, and pull the bytes from that node's transfer server
+into a local segment. The daemon calls this module only through the hooks of :class:`Remote`.
+
+Global directory (Redis keys, all strings)::
+
+    gfaas:node:<node_id>            -> "host:port" of the node's transfer server (set on start, removed on stop)
+    gfaas:obj:<32 hex>              -> hash {node, invocation, producer, consumers, nbytes, dtype, shape[, freed]}
+    gfaas:inv:<invocation>:<node>   -> set of <32 hex> the node published for the invocation
+
+Writes happen on one background thread that batches whatever is queued into one pipeline, so the
+daemon's loop never waits for Redis. A deleted object keeps its entry with a ``freed`` field (so a
+reader elsewhere gets ``DataDeleted`` at once, like a reader on the same node) until its invocation
+ends; ending an invocation removes every entry the node published for it in one script.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+from ..config import NodeConfig
+from ..errors import RemoteError
+from .store import ObjectRecord
+
+log = logging.getLogger("gfaas.dataplane.remote")
+
+PUBLISH_BATCH = 512
+NODE_CACHE_S = 2.0  # how long a node's transfer address is reused without asking the directory
+
+_STOP = object()
+
+
+def obj_key(oid: bytes) -> str:
+    return f"gfaas:obj:{oid.hex()}"
+
+
+def node_key(node_id: str) -> str:
+    return f"gfaas:node:{node_id}"
+
+
+def inv_key(invocation: str, node_id: str) -> str:
+    return f"gfaas:inv:{invocation}:{node_id}"
+
+
+# Delete every object entry a node published for an invocation, and the set itself, in one go.
+_END_SCRIPT = """
+local ids = redis.call('SMEMBERS', KEYS[1])
+for i = 1, #ids do redis.call('DEL', ARGV[1] .. ids[i]) end
+redis.call('DEL', KEYS[1])
+return #ids
+"""
+
+
+
+class GlobalDirectory:
+    """One node's view of the global directory: it publishes this node's objects (on a background
+    thread, in batches) and looks up other nodes' objects and addresses."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        import redis
+
+        if not config.redis_url:
+            raise ValueError("a global directory needs NodeConfig.redis_url")
+        self.config = config
+        self.node_id = config.node_id
+        self.address: str | None = None  # this node's transfer address, once it serves pulls
+        t = config.remote_timeout_s
+        self._redis: Any = redis.Redis.from_url(
+            config.redis_url, socket_timeout=t, socket_connect_timeout=t, decode_responses=True
+        )
+        kw = self._redis.connection_pool.connection_kwargs
+        self.name = f"{kw.get('host', '?')}:{kw.get('port', '?')}"  # never the password
+        self._stopping = threading.Event()
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._cv = threading.Condition()
+        self._unwritten = 0
+        self._thread: threading.Thread | None = None
+        self._addresses: dict[str, tuple[str, float]] = {}  # node -> (transfer address, when read)
+
+    def start(self, address: str | None) -> None:
+        """Start publishing; ``address`` (this node's transfer server, if any) is registered first."""
+        self.address = address
+        self._thread = threading.Thread(target=self._publisher, name="gfaas-directory", daemon=True)
+        self._thread.start()
+        if address is not None:
+            self._enqueue(("node", address))
+
+    def stop(self) -> None:
+        self.flush(min(2.0, self.config.remote_timeout_s))
+        self._stopping.set()
+        if self.address is not None:
+            try:
+                if self._redis.get(node_key(self.node_id)) == self.address:
+                    self._redis.delete(node_key(self.node_id))
+            except Exception as exc:
+                log.warning("could not remove node %s from the global directory: %s", self.node_id, exc)
+        self._q.put(_STOP)
+        if self._thread is not None:
+            self._thread.join(1.0)
+        try:
+            self._redis.close()
+        except Exception:
+            pass
+
+    # ---- publication (background thread) ------------------------------------------------------------
+    def _enqueue(self, item: tuple[Any, ...]) -> None:
+        with self._cv:
+            self._unwritten += 1
+        self._q.put(item)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued directory update was written (or dropped); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while self._unwritten > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+        return True
+
+    def publish(self, rec: ObjectRecord) -> None:
+        """An object was sealed here (loop thread, under the daemon lock): queue its entry."""
+        if self.address is None:
+            return
+        self._enqueue(("pub", rec.id, self._fields(rec)))
+
+    def unpublish(self, rec: ObjectRecord) -> None:
+        if self.address is None:
+            return
+        fields = self._fields(rec)
+        fields["freed"] = "deleted by its producer"
+        self._enqueue(("pub", rec.id, fields))
+
+    def on_end_invocation(self, invocation_id: str) -> None:
+        if self.address is None:
+            return
+        self._enqueue(("end", invocation_id))
+
+    def _fields(self, rec: ObjectRecord) -> dict[str, str]:
+        return {
+            "node": self.node_id,
+            "invocation": rec.invocation,
+            "producer": rec.producer,
+            "consumers": json.dumps(sorted(rec.consumers) if rec.consumers is not None else None),
+            "nbytes": str(rec.nbytes),
+            "dtype": rec.dtype,
+            "shape": json.dumps(list(rec.shape)),
+        }
+
+    def _publisher(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is _STOP:
+                return
+            batch, stop = [item], False
+            while len(batch) < PUBLISH_BATCH:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                batch.append(nxt)
+            try:
+                self._write(batch)
+            except Exception:
+                log.exception("directory publication failed")
+            with self._cv:
+                self._unwritten -= len(batch)
+                self._cv.notify_all()
+            if stop:
+                return
+
+    def _write(self, batch: list[tuple[Any, ...]]) -> None:
+        import redis
+
+        delay, deadline = 0.05, time.monotonic() + max(30.0, self.config.remote_timeout_s)
+        while True:
+            try:
+                pipe = self._redis.pipeline(transaction=False)
+                for item in batch:
+                    kind = item[0]
+                    if kind == "pub":
+                        _, oid, fields = item
+                        pipe.hset(obj_key(oid), mapping=fields)
+                        pipe.sadd(inv_key(fields["invocation"], self.node_id), oid.hex())
+                    elif kind == "end":
+                        pipe.eval(_END_SCRIPT, 1, inv_key(item[1], self.node_id), "gfaas:obj:")
+                    elif kind == "node":
+                        pipe.set(node_key(self.node_id), item[1])
+                pipe.execute()
+                return
+            except redis.RedisError as exc:
+                if self._stopping.is_set() or time.monotonic() + delay > deadline:
+                    log.error("dropping %d updates of the global directory at %s: %s", len(batch),
+                              self.name, exc)
+                    return
+                log.warning("global directory at %s unreachable (%s); retrying", self.name, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    # ---- look-ups (puller side) -------------------------------------------------------------------
+    def lookup(self, oid: bytes, deadline: float) -> dict[str, str] | None:
+        """The directory entry of ``oid``, retried with backoff (publication is asynchronous)."""
+        import redis
+
+        delay = 0.002
+        while True:
+            try:
+                entry = self._redis.hgetall(obj_key(oid))
+            except redis.RedisError as exc:
+                raise RemoteError(f"the global directory at {self.name} is unreachable: {exc}") from None
+            if entry and "node" in entry:
+                return dict(entry)
+            if time.monotonic() + delay > deadline:
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    def node_address(self, node: str, fresh: bool) -> str | None:
+        """The transfer address of ``node``: cached for a moment unless ``fresh``."""
+        import redis
+
+        now = time.monotonic()
+        hit = self._addresses.get(node)
+        if hit is not None and not fresh and now - hit[1] < NODE_CACHE_S:
+            return hit[0]
+        try:
+            addr = self._redis.get(node_key(node))
+        except redis.RedisError as exc:
+            raise RemoteError(f"the global directory at {self.name} is unreachable: {exc}") from None
+        if addr:
+            self._addresses[node] = (str(addr), now)
+            return str(addr)
+        self._addresses.pop(node, None)
+        return None

@@ -1,0 +1,246 @@
+"""The puller: fetches an object another node holds into a local segment, for a local reader.
+
+On a local miss the daemon asks the global directory (:mod:`gfaas.dataplane.directory`) where the
+object lives, refuses what the owner would refuse without contacting it, connects to the owner's
+transfer server and streams the bytes straight into a segment of its own store
+(:mod:`gfaas.dataplane.transfer_wire` has the protocol).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from collections.abc import Callable
+
+from ..config import NodeConfig
+from ..errors import (
+    AccessDenied,
+    DataDeleted,
+    DataLost,
+    GfaasError,
+    ObjectStateError,
+    ProtocolError,
+    RemoteError,
+    error_from_code,
+)
+from . import protocol as P
+from .auth import may_read
+from .directory import GlobalDirectory
+from .ids import ID_BYTES
+from .meta import check_meta
+from .node_access import NodeAccess, pin_for_transfer, unpin
+from .store import DENIED_MESSAGE, SEALED, WRITING, ObjectRecord, Segment, Session
+from .transfer_wire import (
+    MAX_CHUNK,
+    Chunk,
+    Fail,
+    Header,
+    Pull,
+    Received,
+    encode_frame,
+    read_frame,
+    recv_exact,
+    split_address,
+    to_puller,
+)
+
+log = logging.getLogger("gfaas.dataplane.remote")
+
+MAX_PULL_ROUNDS = 8
+ASSUMED_MIN_BANDWIDTH = 50e6  # bytes/s: how long a get waits for a copy another pull is writing
+LOOKUP_WAIT_S = 1.0  # how long a missing directory entry is waited for
+
+#: What the daemon turns a local object into for its reply (the get's ``Located`` and descriptors).
+Export = Callable[[ObjectRecord, Segment], tuple[P.Reply, list[int]]]
+
+
+class _Arriving(Exception):
+    """Another pull on this node is writing the object's local copy."""
+
+
+class Puller:
+    """Pulls objects from other nodes for this node's readers (on daemon worker threads)."""
+
+    def __init__(self, config: NodeConfig, directory: GlobalDirectory, node: NodeAccess) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self._directory = directory
+        self._node = node
+        self.stopping = False
+
+    def may_fetch(self, oid: object) -> bool:
+        return isinstance(oid, bytes) and len(oid) == ID_BYTES and not self.stopping
+
+    def fetch(self, session: Session, oid: bytes, export: Export) -> tuple[P.Reply, list[int]]:
+        """Find ``oid`` in the global directory, pull it into a local segment, answer with
+        ``export`` (the daemon's reply for a local object)."""
+        for _ in range(MAX_PULL_ROUNDS):
+            try:
+                return self._fetch_once(session, oid, export)
+            except _Arriving:
+                continue  # another pull here placed it first: wait for that copy, then look again
+        raise ObjectStateError(f"object {oid.hex()} keeps arriving from another node for other readers; try again")
+
+    def _fetch_once(self, session: Session, oid: bytes, export: Export) -> tuple[P.Reply, list[int]]:
+        t = self.config.remote_timeout_s
+        deadline = time.monotonic() + t
+        hexid = oid.hex()
+        daemon = self._node
+        local = self._local(session, oid, export, deadline)
+        if local is not None:
+            return local
+        # Publication is asynchronous but takes milliseconds; waiting longer only delays the
+        # refusal of forged or foreign IDs.
+        entry = self._directory.lookup(oid, min(deadline, time.monotonic() + LOOKUP_WAIT_S))
+        if entry is None:
+            raise AccessDenied(DENIED_MESSAGE)
+        try:
+            consumers = json.loads(entry["consumers"])
+            cons = frozenset(consumers) if consumers is not None else None
+            node, invocation, producer = entry["node"], entry["invocation"], entry["producer"]
+        except (KeyError, ValueError, TypeError):
+            raise AccessDenied(DENIED_MESSAGE) from None  # a damaged entry is no entry
+        # Refuse here what the owner would refuse, without telling anything about the object.
+        if not may_read(invocation, producer, cons, session.invocation, session.function):
+            raise AccessDenied(DENIED_MESSAGE)
+        if entry.get("freed"):
+            raise DataDeleted(f"object {hexid} was freed ({entry['freed']}); it can no longer be read")
+        if node == self.node_id:  # ours, and no longer here: the store has the precise answer
+            with daemon.lock:
+                return daemon.store.get(session, oid, export)
+        with daemon.lock:
+            daemon.store.check_live(session)
+            token = daemon.store.registry.get(session.invocation).tokens[session.function]
+        sock, addr = self._connect(node, hexid)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(t)
+            return self._pull(sock, session, oid, token, node, export)
+        except TimeoutError:
+            raise RemoteError(f"node {node} at {addr} stopped answering while sending object {hexid}"
+                              f" (nothing for {t} s)") from None
+        except OSError as exc:
+            raise RemoteError(f"the connection to node {node} at {addr} broke while pulling object {hexid}:"
+                              f" {exc}") from None
+        finally:
+            sock.close()
+
+    def _local(self, session: Session, oid: bytes, export: Export,
+               deadline: float) -> tuple[P.Reply, list[int]] | None:
+        """The local store's answer if it has one (the object, or a precise error); None on a miss.
+
+        A copy that another pull is still writing is waited for (longer for larger objects)."""
+        daemon = self._node
+        store = daemon.store
+        while True:
+            with daemon.lock:
+                rec = store.objects.get(oid)
+                if rec is None or rec.state != WRITING or rec.writer is not None:
+                    try:
+                        return daemon.store.get(session, oid, export)
+                    except AccessDenied:
+                        return None
+                limit = deadline + rec.nbytes / ASSUMED_MIN_BANDWIDTH
+            if time.monotonic() > limit:
+                raise ObjectStateError(f"object {oid.hex()} is still arriving from another node; try again")
+            time.sleep(0.002)
+
+    def _connect(self, node: str, hexid: str) -> tuple[socket.socket, str]:
+        """A connection to ``node``'s transfer server; a refused cached address is looked up again."""
+        t = self.config.remote_timeout_s
+        tried: str | None = None
+        for fresh in (False, True):
+            addr = self._directory.node_address(node, fresh)
+            if addr is None:
+                raise DataLost(f"object {hexid} was held by node {node}, which has left the cluster; re-run"
+                               " the function that produced it")
+            if addr == tried:
+                break
+            tried = addr
+            try:
+                return socket.create_connection(split_address(addr), timeout=t), addr
+            except ConnectionRefusedError:
+                continue
+            except OSError as exc:
+                raise RemoteError(f"cannot reach node {node} at {addr} to pull object {hexid}: {exc}") from None
+        raise DataLost(f"object {hexid} is held by node {node} at {tried}, which refuses connections (its"
+                       " daemon is gone); the object is lost unless the node comes back")
+
+    def _pull(self, sock: socket.socket, session: Session, oid: bytes, token: str, node: str,
+              export: Export) -> tuple[P.Reply, list[int]]:
+        daemon = self._node
+        store = daemon.store
+        hexid = oid.hex()
+        sock.sendall(encode_frame(Pull(oid, token)))
+        h = read_frame(sock, to_puller)
+        if isinstance(h, Fail):
+            raise error_from_code(h.code, h.message)
+        if not isinstance(h, Header) or h.id != oid or h.invocation != session.invocation:
+            raise ProtocolError(f"node {node} answered a pull of {hexid} with a wrong header")
+        shape = check_meta(h.nbytes, h.dtype, h.shape)
+        cons = frozenset(h.consumers) if h.consumers is not None else None
+        # The local copy serves the function that pulled it: freed right after its read when the object
+        # has declared consumers (each other consumer pulls, and is counted, on its own), kept for the
+        # invocation otherwise (the owner keeps its own copy as long, and other functions here reuse it).
+        pending = {session.function} if cons is not None else None
+        with daemon.lock:
+            store.check_live(session)
+            cur = store.objects.get(oid)
+            if cur is not None:
+                if cur.state == SEALED:  # another pull finished meanwhile: read its copy
+                    return daemon.store.get(session, oid, export)
+                raise _Arriving()
+            rec, seg = store.place(session.invocation, h.producer, cons, pending, oid, h.nbytes, h.dtype, shape)
+            mapped = store.backend.host_view(seg.handle) if h.nbytes else None
+            holder = pin_for_transfer(store, seg, session.invocation) if mapped is not None else None
+        try:
+            got, buf = 0, memoryview(bytearray(0))
+            while got < h.nbytes:
+                m = read_frame(sock, to_puller)
+                if isinstance(m, Fail):
+                    raise error_from_code(m.code, m.message)
+                if not isinstance(m, Chunk) or not 0 < m.nbytes <= min(h.nbytes - got, MAX_CHUNK):
+                    raise ProtocolError(f"node {node} sent a bad chunk frame for object {hexid}")
+                n = m.nbytes
+                if mapped is not None:  # straight into the segment; checked once at the end
+                    recv_exact(sock, mapped[rec.offset + got : rec.offset + got + n])
+                else:
+                    if len(buf) < n:
+                        buf = memoryview(bytearray(n))
+                    recv_exact(sock, buf[:n])
+                    with daemon.lock:
+                        if store.objects.get(oid) is not rec:
+                            store.check_live(session)
+                            raise DataDeleted(f"the copy of object {hexid} was freed during the pull")
+                        store.backend.copy_in(seg.handle, rec.offset + got, buf[:n])
+                got += n
+            sock.sendall(encode_frame(Received()))
+            try:
+                ack = read_frame(sock, to_puller)
+                if isinstance(ack, Fail):
+                    log.warning("node %s could not count the read of %s: %s", node, hexid, ack.message)
+            except (OSError, GfaasError) as exc:  # the bytes are here; the owner frees it at the end
+                log.warning("no confirmation from node %s for the read of %s: %s", node, hexid, exc)
+            with daemon.lock:
+                store.check_live(session)
+                if store.objects.get(oid) is not rec:
+                    raise DataDeleted(f"the copy of object {hexid} was freed during the pull")
+                store.seal(None, oid)
+                out = export(rec, seg)
+                if rec.pending is not None:
+                    # Read by the one function it was pulled for. Freed without a tombstone: this node's
+                    # copy is not the object, whose owner answers any later read.
+                    store.forget(rec)
+                log.debug("pulled %s (%d bytes) from %s", hexid, h.nbytes, node)
+                return out
+        except BaseException:
+            with daemon.lock:
+                if store.objects.get(oid) is rec and rec.state == WRITING:
+                    store.forget(rec)
+            raise
+        finally:
+            if holder is not None:
+                with daemon.lock:
+                    unpin(store, holder)
