@@ -1,0 +1,167 @@
+"""The invocation endpoints: invoke a workflow, ask where an invocation is, fetch its result.
+
+``timeout`` (invoke) and ``wait`` (result) are bounded by the app's ``max_timeout_s``. FastAPI takes that
+bound from the endpoint's signature (it is in the OpenAPI schema, and more is answered 422), so
+:func:`router` is built per app and binds the bounded ``Query`` defaults onto the module-level endpoints
+with :func:`functools.partial`; everything else reaches the app through :data:`~.state.GatewayDep`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import re
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+
+from ...errors import GfaasError, NotFound, Overloaded
+from ..result import InvocationResult
+from ..wire import WireError, decode_array, result_document
+from .errors import error_response
+from .schemas import (
+    ErrorBody,
+    InvocationAccepted,
+    InvocationRequest,
+    InvocationStatus,
+    ResultDocument,
+    _responses,
+)
+from .state import _FINISHED, GatewayDep, _Gateway
+
+# An invocation ID as the gateway accepts it in a URL: anything else is answered 404 without asking the runtime.
+_INVOCATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+OutputsMode = Annotated[Literal["full", "digest"], Query(
+    description="full: outputs as base64 arrays; digest: dtype, shape and SHA-256 only")]
+
+
+def _json_bytes(res: InvocationResult, outputs: str = "full") -> bytes:
+    return json.dumps(result_document(res, outputs), ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode()
+
+
+def _urls(request: Request, inv: str) -> dict[str, str]:
+    base = request.scope.get("root_path", "").rstrip("/")
+    return {"status_url": f"{base}/v1/invocations/{inv}", "result_url": f"{base}/v1/invocations/{inv}/result"}
+
+
+def _check_id(invocation_id: str) -> None:
+    if not _INVOCATION_ID.match(invocation_id):
+        raise NotFound(f"no invocation {invocation_id[:140]!r} is known here")
+
+
+async def _status_or(gw: _Gateway, inv: str, default: str) -> str:
+    try:
+        return str(await run_in_threadpool(gw.runtime.status, inv))
+    except Exception:  # the status is a courtesy in an answer that is already an error
+        return default
+
+
+async def _result_response(gw: _Gateway, res: InvocationResult, outputs: str = "full") -> Response:
+    gw.tracker.finished(res)
+    # base64 and JSON of big outputs: off the event loop
+    body = await run_in_threadpool(_json_bytes, res, outputs)
+    return Response(body, media_type="application/json")
+
+
+async def invoke(request: Request, name: str, body: InvocationRequest, gw: GatewayDep,
+                 mode: Literal["sync", "async"] = "sync",
+                 timeout: float | None = Query(None, ge=0),  # bounded per app: see router()
+                 outputs: OutputsMode = "full") -> Response:
+    """Invoke a workflow. ``sync`` (default) answers with the result document (200, also when the
+    invocation failed: see ``status``/``error``) or 504 after ``timeout`` seconds; ``async`` answers
+    202 at once with the URLs to poll."""
+    runtime = gw.runtime
+    inputs: dict[str, np.ndarray] | None = None
+
+    def decode() -> dict[str, np.ndarray]:
+        assert body.inputs is not None
+        return {k: decode_array(a.model_dump(), f"inputs.{k}") for k, a in body.inputs.items()}
+
+    if body.inputs is not None:
+        try:
+            inputs = await run_in_threadpool(decode)
+        except WireError as exc:  # the request's arrays; a WireError elsewhere is the server's problem
+            return error_response(400, "bad_request", str(exc))
+
+    def submit() -> str:
+        if body.transport is not None:
+            return runtime.submit(name, inputs, body.seed, transport=body.transport)
+        return runtime.submit(name, inputs, body.seed)
+
+    try:
+        inv = await run_in_threadpool(submit)
+    except Overloaded:
+        gw.tracker.rejected.inc(workflow=name, reason="overloaded")
+        raise
+    gw.tracker.submitted(inv, name)
+    urls = _urls(request, inv)
+    if mode == "async":
+        status = await _status_or(gw, inv, "queued")
+        return JSONResponse({"invocation_id": inv, "status": status, **urls}, status_code=202,
+                            headers={"location": urls["status_url"]})
+    wait_s = gw.default_timeout_s if timeout is None else timeout
+    try:
+        res = await gw.wait(functools.partial(runtime.result, inv, timeout=wait_s))
+    except TimeoutError:
+        status = await _status_or(gw, inv, "running")
+        return error_response(504, "timeout", f"invocation {inv} of {name!r} did not finish within {wait_s:g} s; "
+                              f"it goes on: poll GET {urls['result_url']}?wait=SECONDS", invocation_id=inv,
+                              status=status, status_url=urls["status_url"], result_url=urls["result_url"])
+    return await _result_response(gw, res, outputs)
+
+
+def invocation_status(invocation_id: str, gw: GatewayDep) -> dict[str, str]:
+    """Where an invocation is: queued, running, done or failed."""
+    _check_id(invocation_id)
+    return {"invocation_id": invocation_id, "status": str(gw.runtime.status(invocation_id))}
+
+
+async def invocation_result(request: Request, invocation_id: str, gw: GatewayDep,
+                            wait: float = Query(0.0, ge=0),  # bounded per app: see router()
+                            outputs: OutputsMode = "full") -> Response:
+    """The result document once the invocation finished (waiting up to ``wait`` seconds for it);
+    202 with its status while it has not."""
+    _check_id(invocation_id)
+    for _ in range(2):
+        try:
+            res = await gw.wait(functools.partial(gw.runtime.result, invocation_id, timeout=wait))
+        except TimeoutError:
+            status = str(await run_in_threadpool(gw.runtime.status, invocation_id))
+            if status in _FINISHED:
+                wait = 0.0  # finished between the two calls: fetch it
+                continue
+            return JSONResponse({"invocation_id": invocation_id, "status": status,
+                                 **_urls(request, invocation_id)}, status_code=202)
+        return await _result_response(gw, res, outputs)
+    raise GfaasError(f"runtime says invocation {invocation_id} is finished but has no result for it")
+
+
+def _bounded(endpoint: Any, **defaults: Any) -> dict[str, Any]:
+    """``endpoint`` with per-app ``Query`` defaults bound, plus the name and description FastAPI would
+    have taken from it (a partial has neither), for :meth:`APIRouter.add_api_route`."""
+    return {"endpoint": functools.partial(endpoint, **defaults), "name": endpoint.__name__,
+            "description": inspect.cleandoc(endpoint.__doc__ or "")}
+
+
+def router(max_timeout_s: float) -> APIRouter:
+    """The invocation routes of an app whose waits are bounded by ``max_timeout_s``."""
+    r = APIRouter(tags=["invocations"])
+    r.add_api_route("/v1/workflows/{name}/invocations", methods=["POST"], response_model=ResultDocument,
+                    responses={202: {"model": InvocationAccepted, "description": "mode=async: accepted"},
+                               **_responses(400, 404, 413, 422, 429),
+                               504: {"model": ErrorBody, "description": "sync: not finished within timeout; poll "
+                                                                        "the result_url it gives"}},
+                    **_bounded(invoke, timeout=Query(None, ge=0, le=max_timeout_s)))
+    r.add_api_route("/v1/invocations/{invocation_id}", invocation_status, methods=["GET"],
+                    response_model=InvocationStatus, responses=_responses(404))
+    r.add_api_route("/v1/invocations/{invocation_id}/result", methods=["GET"], response_model=ResultDocument,
+                    responses={202: {"model": InvocationAccepted, "description": "not finished yet (after waiting)"},
+                               **_responses(404, 422)},
+                    **_bounded(invocation_result, wait=Query(0.0, ge=0, le=max_timeout_s)))
+    return r

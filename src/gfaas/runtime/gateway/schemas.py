@@ -1,0 +1,122 @@
+"""The gateway's request and response models: they make the OpenAPI schema (responses are written directly)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+
+DType = Literal["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                "float16", "float32", "float64", "complex64", "complex128"]
+
+
+class ArrayDoc(BaseModel):
+    """An n-d array: raw C-order little-endian bytes, base64 (standard alphabet, padded)."""
+
+    model_config = ConfigDict(extra="forbid")
+    dtype: DType
+    shape: list[Annotated[StrictInt, Field(ge=0)]] = Field(max_length=32, description="[] for a 0-d array")
+    data_b64: StrictStr
+
+
+class ArrayDigest(BaseModel):
+    """An output summarised (``?outputs=digest``): SHA-256 of the bytes ``data_b64`` would carry."""
+
+    dtype: DType
+    shape: list[int]
+    sha256: str
+
+
+class InvocationRequest(BaseModel):
+    """Exactly one of ``inputs`` (an array per declared input) or ``seed`` (the workflow's own generator)."""
+
+    model_config = ConfigDict(extra="forbid")
+    inputs: dict[str, ArrayDoc] | None = None
+    seed: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | None = None
+    transport: Annotated[StrictStr, Field(max_length=32)] | None = Field(
+        None, description="how data passes between functions (runtime-specific, e.g. gfaas or redis)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InvocationRequest:
+        if (self.inputs is None) == (self.seed is None):
+            raise ValueError("give exactly one of `inputs` ({NAME: {dtype, shape, data_b64}}) or `seed` (an "
+                             "integer for the workflow's input generator)"
+                             + (", not both" if self.inputs is not None else ""))
+        return self
+
+
+class DeployResponse(BaseModel):
+    workflow: str
+
+
+class WorkflowList(BaseModel):
+    workflows: list[str]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class InvocationStatus(BaseModel):
+    invocation_id: str
+    status: str
+
+
+class InvocationAccepted(BaseModel):
+    """An invocation that has not finished: where to ask about it."""
+
+    invocation_id: str
+    status: str
+    status_url: str
+    result_url: str
+
+
+class BreakdownDoc(BaseModel):
+    queue_s: float
+    host_pass_s: float
+    fn_pass_s: float
+    compute_s: float
+    total_s: float
+
+
+class FunctionDoc(BaseModel):
+    function: str
+    worker: str
+    queued_s: float
+    get_s: float
+    compute_s: float
+    put_s: float
+    skipped: bool
+
+
+class ResultDocument(BaseModel):
+    """A finished invocation. ``status`` is ``done`` or ``failed`` (then ``error`` says why)."""
+
+    invocation_id: str
+    workflow: str
+    status: Literal["done", "failed"]
+    error: str | None
+    outputs: dict[str, ArrayDoc | ArrayDigest]
+    scalars: dict[str, Any]
+    breakdown: BreakdownDoc
+    functions: list[FunctionDoc]
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every error response. Some carry more: ``errors`` (422), ``retry_after_s`` (429), the invocation's
+    ``invocation_id``/``status``/``status_url``/``result_url`` (504)."""
+
+    model_config = ConfigDict(extra="allow")
+    error: str
+    message: str
+    errors: list[FieldError] | None = None
+
+
+def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorBody} for code in codes}
+

@@ -1,0 +1,128 @@
+"""Serving the gateway: :class:`GatewayServer` (uvicorn in a background thread) and :func:`serve`."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import socket
+import threading
+from typing import Any
+
+from fastapi import FastAPI
+
+from ...errors import ConfigError
+from ..api import RuntimeAPI
+
+log = logging.getLogger("gfaas.gateway")
+
+
+class GatewayServer:
+    """The gateway served by uvicorn in a background thread; use :func:`serve` to make one.
+
+    ``url`` is ``http://HOST:PORT``; :meth:`stop` (or leaving the ``with`` block) shuts it down.
+    """
+
+    def __init__(self, app: FastAPI, sock: socket.socket, host: str, *, access_log: bool = True,
+                 graceful_s: float = 5.0) -> None:
+        import uvicorn
+
+        self.app = app
+        self.host = host
+        self.port: int = sock.getsockname()[1]
+        shown = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else \
+            f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{self.port}"
+        self._sock = sock
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+        ready = self._ready
+
+        class _Server(uvicorn.Server):
+            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+                await super().startup(sockets=sockets)
+                ready.set()
+
+        # log_config/log_level None: the library leaves logging configuration to the application
+        config = uvicorn.Config(app, log_config=None, log_level=None, access_log=access_log, lifespan="on",
+                                timeout_graceful_shutdown=math.ceil(graceful_s))
+        self._server = _Server(config)
+        self._thread = threading.Thread(target=self._run, name=f"gfaas-gateway-{self.port}", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self._server.run(sockets=[self._sock])
+        except BaseException as exc:  # noqa: BLE001 - reported to the thread that called start()
+            self._error = exc
+            log.error("the gateway server stopped with an error", exc_info=exc)
+        finally:
+            self._ready.set()
+
+    def start(self, timeout: float = 30.0) -> GatewayServer:
+        """Start serving; returns once the server accepts connections."""
+        self._thread.start()
+        if not self._ready.wait(timeout) or self._error is not None or not self._server.started:
+            self.stop()
+            raise ConfigError(f"the gateway did not start on {self.url}: {self._error!r}; see the gfaas.gateway "
+                              "and uvicorn.error logs")
+        log.info("gateway listening on %s", self.url)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop accepting, let running requests finish (up to the graceful timeout), and join the thread."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                self._server.force_exit = True
+                self._thread.join(timeout)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    @property
+    def running(self) -> bool:
+        """Whether the server thread is still alive (after :meth:`stop` returns it should not be)."""
+        return self._thread.is_alive()
+
+    def __enter__(self) -> GatewayServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, addr = infos[0]
+    # proto IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on TCP-proto sockets, and without it
+    # Nagle's algorithm and delayed ACKs add 40 ms to every response
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+        sock.set_inheritable(True)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def serve(runtime: RuntimeAPI, host: str = "127.0.0.1", port: int = 0, *, access_log: bool = True,
+          graceful_s: float = 5.0, **app_options: Any) -> GatewayServer:
+    """Serve the gateway for ``runtime`` on ``host:port`` in a background thread and return it, started.
+
+    Binds loopback unless told otherwise; ``port=0`` picks a free port (see ``.port``/``.url``).
+    ``app_options`` go to :func:`~gfaas.runtime.gateway.create_app` (``max_body_bytes``, ``default_timeout_s``, ...).
+    ``access_log=False`` makes uvicorn detach its ``uvicorn.access`` logger's handlers (its own behaviour).
+    """
+    from . import create_app  # the package imports this module
+
+    app = create_app(runtime, **app_options)
+    try:
+        sock = _bind(host, port)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port} ({exc}); pick another port, or 0 for a free one") from exc
+    return GatewayServer(app, sock, host, access_log=access_log, graceful_s=graceful_s).start()
+

@@ -1,0 +1,267 @@
+"""The gateway's per-app state (:class:`_Gateway`, ``app.state.gateway``), the metrics accounting, the
+sweep that runs while the app does, and the ASGI guard (body size limit, last-resort 500)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import secrets
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, TypeVar
+
+import anyio
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ...errors import NotFound
+from ..api import RuntimeAPI
+from ..metrics import LATENCY_BUCKETS, Registry
+from ..result import InvocationResult
+from .errors import error_response
+
+log = logging.getLogger("gfaas.gateway")
+T = TypeVar("T")
+
+# anyio >= 4.1 calls it abandon_on_cancel, earlier versions cancellable
+_ABANDON = "abandon_on_cancel" if "abandon_on_cancel" in inspect.signature(anyio.to_thread.run_sync).parameters \
+    else "cancellable"
+_FINISHED = ("done", "failed")
+
+# -- invocation accounting
+
+
+class _Tracker:
+    """Counts each invocation submitted through the gateway once, when it finishes."""
+
+    def __init__(self, runtime: RuntimeAPI, registry: Registry, max_pending: int) -> None:
+        self._runtime = runtime
+        self._lock = threading.Lock()
+        self._pending: dict[str, str] = {}  # invocation ID -> workflow, oldest first
+        self._max_pending = max_pending
+        self._sweep_failing = False
+        self.invocations = registry.counter(
+            "gfaas_invocations_total", "Invocations submitted through the gateway that finished, by outcome.",
+            ["workflow", "status"])
+        self.rejected = registry.counter(
+            "gfaas_invocations_rejected_total", "Invocations refused at submit (reason: overloaded).",
+            ["workflow", "reason"])
+        self.latency = registry.histogram(
+            "gfaas_invocation_latency_seconds",
+            "End-to-end latency (submit to result, the runtime's total_s) of successful invocations.",
+            ["workflow"], LATENCY_BUCKETS)
+        self.queue = registry.counter(
+            "gfaas_queue_seconds_total", "Time invocations waited for workers, summed over functions.",
+            ["workflow"])
+        self.data_pass = registry.counter(
+            "gfaas_data_pass_seconds_total",
+            "Time spent passing data: host (request inputs in, results out) or function (between functions).",
+            ["workflow", "kind"])
+        self.compute = registry.counter(
+            "gfaas_compute_seconds_total", "Time spent in function handlers.", ["workflow"])
+
+    def submitted(self, invocation_id: str, workflow: str) -> None:
+        with self._lock:
+            self._pending[invocation_id] = workflow
+            if len(self._pending) > self._max_pending:
+                dropped = next(iter(self._pending))
+                del self._pending[dropped]
+                log.warning("more than %d unfinished invocations tracked; %s will not be counted in metrics",
+                            self._max_pending, dropped)
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def finished(self, res: InvocationResult) -> bool:
+        """Count ``res`` if it is the first time it is seen; True if it was counted now."""
+        with self._lock:
+            workflow = self._pending.pop(res.invocation_id, None)
+        if workflow is None:
+            return False
+        workflow = res.workflow or workflow
+        self.invocations.inc(workflow=workflow, status=str(res.status))
+        b = res.breakdown
+        if res.status == "done":
+            self.latency.observe(b.total_s, workflow=workflow)
+        self.queue.inc(max(b.queue_s, 0.0), workflow=workflow)
+        self.data_pass.inc(max(b.host_pass_s, 0.0), workflow=workflow, kind="host")
+        self.data_pass.inc(max(b.fn_pass_s, 0.0), workflow=workflow, kind="function")
+        self.compute.inc(max(b.compute_s, 0.0), workflow=workflow)
+        return True
+
+    def forget(self, invocation_id: str) -> None:
+        with self._lock:
+            self._pending.pop(invocation_id, None)
+
+    def sweep(self) -> int:
+        """Count pending invocations that finished without anyone fetching them; returns how many."""
+        with self._lock:
+            ids = list(self._pending)
+        counted = 0
+        failing = False
+        for inv in ids:
+            try:
+                if self._runtime.status(inv) not in _FINISHED:
+                    continue
+                counted += self.finished(self._runtime.result(inv, timeout=0))
+            except NotFound:
+                self.forget(inv)  # the runtime forgot it: nothing left to count
+            except TimeoutError:
+                continue
+            except Exception:
+                failing = True
+                if not self._sweep_failing:  # once per stretch of failures, not every interval
+                    log.exception("metrics sweep: asking the runtime about invocation %s failed", inv)
+                break
+        self._sweep_failing = failing
+        return counted
+
+
+class _Gateway:
+    """What the endpoints share: the runtime, the metrics, the waiting pool, the app's settings
+    (see :func:`~gfaas.runtime.gateway.create_app` for what they mean)."""
+
+    def __init__(self, runtime: RuntimeAPI, *, max_waiters: int, max_pending: int, default_timeout_s: float,
+                 max_timeout_s: float, retry_after_s: int, sweep_interval_s: float) -> None:
+        self.runtime = runtime
+        self.default_timeout_s = default_timeout_s
+        self.max_timeout_s = max_timeout_s
+        self.retry_after_s = retry_after_s
+        self.sweep_interval_s = sweep_interval_s
+        self.registry = Registry()
+        self.tracker = _Tracker(runtime, self.registry, max_pending)
+        self.registry.gauge_callback("gfaas_queue_depth", "Requests waiting per function.",
+                                     ["workflow", "function"], self._queue_depths)
+        self._max_waiters = max_waiters
+        self._limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = \
+            weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def _queue_depths(self) -> dict[tuple[str, ...], float]:
+        try:
+            depths = self.runtime.queue_depths()
+        except Exception:
+            log.exception("runtime.queue_depths() failed; /metrics omits gfaas_queue_depth")
+            return {}
+        out: dict[tuple[str, ...], float] = {}
+        for key, n in depths.items():
+            workflow, _, function = str(key).partition("/")
+            out[(workflow, function)] = float(n)
+        return out
+
+    async def wait(self, fn: Callable[[], T]) -> T:
+        """Run a blocking wait in the waiting pool (not the pool quick requests use)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            limiter = self._limiters.get(loop)
+            if limiter is None:
+                limiter = self._limiters[loop] = anyio.CapacityLimiter(self._max_waiters)
+        # abandoned on cancel (server shutdown): the thread finishes its bounded wait on its own
+        return await anyio.to_thread.run_sync(fn, limiter=limiter, **{_ABANDON: True})
+
+
+async def get_gateway(request: Request) -> _Gateway:
+    """The dependency through which endpoints reach the app's :class:`_Gateway` (async: no thread hop)."""
+    gw: _Gateway = request.app.state.gateway
+    return gw
+
+
+GatewayDep = Annotated[_Gateway, Depends(get_gateway)]
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """While the app runs, count finished-but-unfetched invocations every ``sweep_interval_s``."""
+    gw: _Gateway = app.state.gateway
+    stop = threading.Event()
+
+    def sweeper() -> None:
+        while not stop.wait(gw.sweep_interval_s):
+            gw.tracker.sweep()
+
+    t = threading.Thread(target=sweeper, name="gfaas-gateway-sweep", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(timeout=5)
+
+
+# -- the ASGI guard: body size limit and the last line of defence against unexpected exceptions
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Guard:
+    """Answers 413 for bodies over the limit and 500 (logged) for anything the app let escape."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    def _too_large(self) -> JSONResponse:
+        return error_response(413, "payload_too_large",
+                      f"the request body is over the gateway's limit of {self.max_body_bytes} bytes; send smaller "
+                      "inputs or start the gateway with a larger max_body_bytes", {"connection": "close"})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    length = int(value)
+                except ValueError:
+                    await error_response(400, "bad_request", "the Content-Length header is not an integer")(
+                        scope, receive, send)
+                    return
+                if length > self.max_body_bytes:
+                    await self._too_large()(scope, receive, send)
+                    return
+        received = 0
+        too_large = False
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, too_large
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    too_large = True
+                    raise _TooLarge()
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if too_large:
+                return  # whatever the app answers to the cut-off body, the answer is 413
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception as exc:
+            if not too_large:
+                ref = secrets.token_hex(4)
+                log.error("unexpected error (reference %s) answering %s %s", ref, scope.get("method"),
+                          scope.get("path"), exc_info=exc)
+                if started:
+                    return  # too late for a 500; the server closes the connection
+                await error_response(500, "internal", f"internal error (reference {ref}); see the gateway log")(
+                    scope, receive, send)
+                return
+        if too_large and not started:
+            await self._too_large()(scope, receive, send)
+
+
