@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from ...errors import ConfigError
 from ..api import RuntimeAPI
+from .app import create_app
 
 log = logging.getLogger("gfaas.gateway")
 
@@ -117,7 +118,6 @@ def serve(runtime: RuntimeAPI, host: str = "127.0.0.1", port: int = 0, *, access
     ``app_options`` go to :func:`~gfaas.runtime.gateway.create_app` (``max_body_bytes``, ``default_timeout_s``, ...).
     ``access_log=False`` makes uvicorn detach its ``uvicorn.access`` logger's handlers (its own behaviour).
     """
-    from . import create_app  # the package imports this module
 
     app = create_app(runtime, **app_options)
     try:
