@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench check setup clean test-gpu bench-gpu
+.PHONY: demo test bench check setup clean test-gpu bench-gpu results
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,22 @@ bench-gpu: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,gpu]'
 	$(BIN)/gfaas bench dataplane --gpu --systems none --out benchmarks/results/dataplane-gpu.json
 	$(BIN)/python benchmarks/calibrate_h100.py benchmarks/results/dataplane-gpu.json
+
+# Every committed result file, regenerated at the current commit (commit first: each file records the
+# commit it measured and refuses nothing, but tests/unit/test_results_provenance.py fails on a dirty
+# tree), then the doc tables generated from them. About 20 minutes on 2 cores; run it on a quiet machine.
+R := benchmarks/results
+results: $(STAMP)
+	@git diff --quiet -- src benchmarks/*.py || { echo "make results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/gfaas bench dataplane --json --out $(R)/dataplane-cpu.json > /dev/null
+	$(BIN)/python benchmarks/machine_probes.py --try-shmem-thp --json $(R)/machine-probes-cpu.json > /dev/null
+	$(BIN)/python benchmarks/pool_alloc.py --json $(R)/pool-alloc-cpu.json
+	$(BIN)/python benchmarks/eviction_blocking.py --samples 200 --json $(R)/eviction-blocking-cpu.json
+	$(BIN)/gfaas bench sim --json --out $(R)/sim-cpu.json > /dev/null
+	$(BIN)/gfaas sim run all --save $(R)/sim-experiments.json > /dev/null
+	$(BIN)/gfaas demo --out out/demo --json > $(R)/demo-cpu.json
+	$(BIN)/python benchmarks/dataplane_tables.py $(R)/dataplane-cpu.json --write docs/benchmarks.md
+	$(BIN)/python benchmarks/sim_tables.py $(R)/sim-experiments.json --write docs/results/README.md
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests

@@ -78,7 +78,7 @@ class Comparison:
 
     def as_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "paper": self.paper, "ours": round(self.ours, 2), "unit": self.unit,
-                "tolerance": {"relative": self.rel_tol, "absolute": self.abs_tol},
+                "tolerance": {"relative": self.rel_tol, "absolute": self.abs_tol}, "bound": self.bound,
                 "within_tolerance": self.within, "same_direction": self.same_direction}
 
 
