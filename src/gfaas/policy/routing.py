@@ -39,7 +39,7 @@ from types import MappingProxyType
 
 from ..errors import ConfigError
 from ..topology import Topology
-from .paths import Route, RouteKind, RouteSet, route_set
+from .paths import Route, RouteKind, RouteSet, node_route_sets, route_set
 
 MiB = 1 << 20
 #: Residual at or below this (GB/s) counts as none: a path never gets a zero-rate reservation.
@@ -121,8 +121,12 @@ class RoutingOptions:
     NICs) ignores PCIe switches and NVLink, as DeepPlan+ does; it does not change GPU-to-GPU
     routing. ``route_gpus``: host<->GPU transfers also go through peer GPUs' PCIe links (ablation
     "BH"). ``nic_harvest``: cross-node transfers also use peer GPUs' NICs. ``max_hops``: NVLink
-    GPU-to-GPU hops per path (harvesting legs use one fewer). ``reroute_direct``: claim a direct
-    path back from transfers using it as an indirect hop. ``balance_busy``: Algorithm 1 lines 8-14.
+    GPU-to-GPU hops per *enumerated* path (harvesting legs use one fewer); the maximum-flow paths
+    are not bounded by it. ``reroute_direct``: claim a direct path back from transfers using it as
+    an indirect hop. ``balance_busy``: Algorithm 1 lines 8-14. ``max_flow``: GPU-to-GPU
+    (multipath) and host<->GPU (topology-aware route GPUs) plans start from the idle machine's
+    maximum-flow paths (:func:`gfaas.policy.paths.flow_paths`); off, only the enumerated short
+    routes are searched, greedily (the planner before issue 12, kept as an ablation).
     """
 
     multipath: bool = True
@@ -132,6 +136,7 @@ class RoutingOptions:
     max_hops: int = 3
     reroute_direct: bool = True
     balance_busy: bool = True
+    max_flow: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_hops <= 6:
@@ -150,7 +155,7 @@ def _mask(edges: Sequence[int]) -> int:
 class _Cand:
     """A route as the router evaluates it: integer edge indices into the residual list."""
 
-    __slots__ = ("cap", "direct", "edges", "edgeset", "get", "group", "hops", "mask", "paths", "rank")
+    __slots__ = ("cap", "direct", "edges", "edgeset", "get", "group", "hops", "mask", "paths", "rank", "share")
 
     def __init__(self, route: Route, edges: tuple[int, ...], rank: int) -> None:
         self.hops = route.hops
@@ -162,6 +167,8 @@ class _Cand:
         self.group = route.group
         self.cap = route.cap
         self.direct = route.direct
+        #: Rate in the idle maximum flow (the first pass of a plan takes at most this).
+        self.share = route.share if route.share < route.cap else route.cap
         self.rank = rank
         self.paths: dict[float, Path] = {}
 
@@ -176,31 +183,39 @@ class _Cand:
 
 
 class _CSet:
-    """A :class:`RouteSet` compiled to candidates."""
+    """A :class:`RouteSet` compiled to candidates (one candidate per distinct route)."""
 
-    __slots__ = ("balance", "busy", "direct", "fair", "fallback", "grouped", "kind", "stop_in", "stop_out",
-                 "tiers")
+    __slots__ = ("balance", "busy", "direct", "fair", "fallback", "flow", "grouped", "kind", "stop_in",
+                 "stop_out", "tiers")
 
     def __init__(self, rs: RouteSet, index: Mapping[tuple[str, str], int]) -> None:
         rank = 0
+        seen: dict[tuple[str, ...], _Cand] = {}
 
         def compile_(routes: Sequence[Route]) -> tuple[_Cand, ...]:
+            # A flow path listed again in a later tier is the same candidate (one entry per plan).
             nonlocal rank
             out = []
             for r in routes:
-                out.append(_Cand(r, tuple(index[(a, b)] for a, b in zip(r.hops, r.hops[1:], strict=False)), rank))
-                rank += 1
+                c = seen.get(r.hops)
+                if c is None:
+                    edges = tuple(index[(a, b)] for a, b in zip(r.hops, r.hops[1:], strict=False))
+                    c = seen[r.hops] = _Cand(r, edges, rank)
+                    rank += 1
+                out.append(c)
             return tuple(out)
 
         self.kind: RouteKind = rs.kind
         self.direct = compile_(rs.direct)
+        self.flow = compile_(rs.flow)
         self.tiers = tuple(compile_(t) for t in rs.tiers)
         #: Per tier: whether its routes carry groups (then at most one route per group is used).
         self.grouped = tuple(any(c.group is not None for c in t) for t in self.tiers)
         self.fallback = compile_(rs.fallback)
         self.fair = rs.fair
         self.balance = rs.balance
-        self.busy: tuple[_Cand, ...] = self.direct + tuple(c for t in self.tiers for c in t)
+        self.busy: tuple[_Cand, ...] = tuple(dict.fromkeys(self.direct + self.flow
+                                                           + tuple(c for t in self.tiers for c in t)))
         self.stop_out = _mask([index[e] for e in rs.stop_out])
         self.stop_in = _mask([index[e] for e in rs.stop_in])
 
@@ -249,6 +264,9 @@ class Router:
         self._stale: dict[Hashable, _Held] = {}  # altered plans not yet rebuilt (built on demand)
         self._reroute = self.options.reroute_direct
         self._multipath = self.options.multipath
+        # Route sets (maximum flows included) of every same-node pair, computed once per topology
+        # and options and shared by every Router on them; compiled to candidates on first use.
+        self._pre = node_route_sets(topology, self.options)
 
     # ---- public -------------------------------------------------------------------------------
     @property
@@ -341,7 +359,10 @@ class Router:
     def _cset(self, src: str, dst: str) -> _CSet:
         cs = self._sets.get((src, dst))
         if cs is None:
-            cs = self._sets[(src, dst)] = _CSet(route_set(self.topology, src, dst, self.options), self._index)
+            rs = self._pre.get((src, dst))
+            if rs is None:
+                rs = route_set(self.topology, src, dst, self.options)
+            cs = self._sets[(src, dst)] = _CSet(rs, self._index)
         return cs
 
     def _register(self, transfer: Hashable, src: str, dst: str) -> _Held:
@@ -461,7 +482,7 @@ class Router:
     def _phase_rest(self, h: _Held) -> None:
         """Steps 2-4."""
         cs = h.cs
-        if not cs.fair and cs.tiers:
+        if not cs.fair and (cs.flow or cs.tiers):
             self._fill(h)
             if cs.balance and len(self._held) > 1 and not self._stopped(cs):
                 self._balance(h)
@@ -503,10 +524,34 @@ class Router:
         """
         so, si = cs.stop_out, cs.stop_in
         picks: list[tuple[_Cand, float]] = []
+        # The idle maximum flow's paths, in order, each up to its share of that flow: on an idle
+        # machine this alone is the maximum flow; on a busy one each gets what its links have left.
+        for c in cs.flow:
+            m = c.mask
+            if m & sat:
+                continue
+            b = min(c.get(res))
+            if c.share < b:
+                b = c.share
+            if b <= EPS:
+                continue
+            for e in c.edges:
+                r = res[e] - b
+                if r <= EPS:
+                    res[e] = 0.0
+                    sat |= 1 << e
+                else:
+                    res[e] = r
+            picks.append((c, b))
+            if so and ((sat & so) == so or (sat & si) == si):
+                return picks, sat
         for tier, grouped in zip(cs.tiers, cs.grouped, strict=True):
             if so and ((sat & so) == so or (sat & si) == si):
                 break
-            groups = ({c.group for c in held} | {c.group for c, _ in picks}) if grouped else None
+            groups: set[str | None] | None = None
+            if grouped:
+                groups = {c.group for c in held} | {c.group for c, _ in picks}
+                groups.discard(None)
             work: list[tuple[float, int, _Cand]] = []
             for c in tier:
                 if c.mask & sat or (groups is not None and c.group in groups and c not in held):
@@ -543,7 +588,7 @@ class Router:
                         res[e] = r
                 dirty |= m
                 picks.append((c, b))
-                if groups is not None:
+                if groups is not None and c.group is not None:
                     groups.add(c.group)
         return picks, sat
 
