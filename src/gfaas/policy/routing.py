@@ -185,8 +185,8 @@ class _Cand:
 class _CSet:
     """A :class:`RouteSet` compiled to candidates (one candidate per distinct route)."""
 
-    __slots__ = ("balance", "busy", "direct", "fair", "fallback", "flow", "grouped", "kind", "stop_in",
-                 "stop_out", "tiers")
+    __slots__ = ("allmask", "balance", "busy", "direct", "fair", "fallback", "flow", "grouped", "idle", "kind",
+                 "stop_in", "stop_out", "tiers")
 
     def __init__(self, rs: RouteSet, index: Mapping[tuple[str, str], int]) -> None:
         rank = 0
@@ -218,6 +218,30 @@ class _CSet:
                                                            + tuple(c for t in self.tiers for c in t)))
         self.stop_out = _mask([index[e] for e in rs.stop_out])
         self.stop_in = _mask([index[e] for e in rs.stop_in])
+        #: Every edge a plan of this pair reads: while nobody holds any of them, the plan is the
+        #: one computed on the idle machine, replayed from ``idle`` (recorded the first time).
+        self.allmask = self.stop_out | self.stop_in
+        for c in seen.values():
+            self.allmask |= c.mask
+        self.idle: _Idle | None = None
+
+
+class _Idle:
+    """A pair's plan on an idle machine, recorded once and replayed while its edges stay unused:
+    the residuals and saturated edges it leaves, holdings per edge, rates per candidate, paths."""
+
+    __slots__ = ("cnt", "held", "paths", "res", "sat", "used")
+
+    def __init__(self, router: Router, h: _Held) -> None:
+        res = router._res
+        edges = sorted({e for c in h.res for e in c.edges})
+        self.res = tuple((e, res[e]) for e in edges)
+        self.sat = router._sat & h.cs.allmask
+        self.used = _mask(edges)
+        self.cnt = tuple((e, sum(e in c.edgeset for c in h.res), sum(e in c.edgeset and not c.direct for c in h.res))
+                         for e in edges)
+        self.held = tuple(h.res.items())
+        self.paths = router._plans[h.transfer].paths
 
 
 class _Held:
@@ -255,6 +279,7 @@ class Router:
         self._cap: list[float] = [e.gbps for e in edges]
         self._res: list[float] = list(self._cap)
         self._sat = 0  # bit e set <=> residual of edge e is (at most EPS above) zero
+        self._used = 0  # bit e set <=> some plan holds edge e
         self._cnt: list[int] = [0] * len(edges)  # holdings per edge
         self._icnt: list[int] = [0] * len(edges)  # indirect (non-direct) holdings per edge
         self._sets: dict[tuple[str, str], _CSet] = {}
@@ -286,9 +311,30 @@ class Router:
     def plan(self, transfer: Hashable, src: str, dst: str) -> Plan:
         """Plan ``transfer`` from device ``src`` to ``dst`` and reserve its bandwidth."""
         h = self._register(transfer, src, dst)
-        self._phase_direct(h)
-        self._phase_rest(h)
-        return self._publish(h)
+        cs = h.cs
+        if cs.allmask & self._used:
+            self._phase_direct(h)
+            self._phase_rest(h)
+            return self._publish(h)
+        # Nobody holds an edge this plan could read: the idle plan, computed once, then replayed.
+        idle = cs.idle
+        if idle is None:
+            self._phase_direct(h)
+            self._phase_rest(h)
+            plan = self._publish(h)
+            cs.idle = _Idle(self, h)
+            return plan
+        res, cnt, icnt = self._res, self._cnt, self._icnt
+        for e, r in idle.res:
+            res[e] = r
+        for e, n, ni in idle.cnt:
+            cnt[e] += n
+            icnt[e] += ni
+        self._sat |= idle.sat
+        self._used |= idle.used
+        h.res = dict(idle.held)
+        plan = self._plans[transfer] = Plan(transfer, src, dst, idle.paths)
+        return plan
 
     def plan_many(self, requests: Sequence[tuple[Hashable, str, str]]) -> list[Plan]:
         """Plan the transfers of one workflow together (seed 001 §4.3.3), returned in input order.
@@ -323,6 +369,7 @@ class Router:
             raise ConfigError(f"transfer {transfer!r} has no plan to release; plan it first (or it was released)")
         res, cap, cnt, icnt = self._res, self._cap, self._cnt, self._icnt
         freed = 0
+        unused = 0
         for c, g in h.res.items():
             direct = c.direct
             freed |= c.mask
@@ -333,11 +380,13 @@ class Router:
                     icnt[e] -= 1
                 if n == 0:
                     res[e] = cap[e]  # no holder left: exact, whatever float drift came before
+                    unused |= 1 << e
                 else:
                     r = res[e] + g
                     res[e] = r if r < cap[e] else cap[e]
         # Every reservation is above EPS, so each edge it crossed has residual again.
         self._sat &= ~freed
+        self._used &= ~unused
         del self._plans[transfer]
         self._changed.pop(transfer, None)
         self._stale.pop(transfer, None)
@@ -408,6 +457,7 @@ class Router:
             icnt = self._icnt
             for e in c.edges:
                 icnt[e] += 1
+        self._used |= c.mask
         held[c] = g
 
     def _reserve(self, h: _Held, c: _Cand, g: float) -> None:
@@ -434,6 +484,7 @@ class Router:
                     self._icnt[e] -= 1
             if cnt[e] == 0:
                 res[e] = cap[e]
+                self._used &= ~(1 << e)
             else:
                 r = res[e] + amount
                 res[e] = r if r < cap[e] else cap[e]
@@ -635,43 +686,49 @@ class Router:
         * Each route is looked at once, so balancing always ends.
         """
         cs = h.cs
-        others = self._others(h)
+        owners = self._owners(h)
+        others = 0
+        for _, ind, dirm in owners:
+            others |= ind | dirm
         mine = h.total
         for c in cs.busy:
             satc = c.mask & self._sat
             if not satc or satc & ~others or c in h.res:
                 continue  # free, or some saturated edge is held by h alone: nobody to balance with
+            # The one other transfer whose paths cross the saturated edges, if there is exactly one
+            # and none of its paths there is direct (per-transfer edge masks: no per-path scan).
             victim: _Held | None = None
-            blocking: list[_Cand] = []
-            for v in self._held.values():
-                if v is h:
-                    continue
-                for d in v.res:
-                    if d.mask & satc:
-                        if d.direct or (victim is not None and v is not victim):
-                            victim = None
-                            break
-                        victim = v
-                        blocking.append(d)
-                else:
-                    continue
-                break  # a direct path or a second owner: not balanceable
+            for v, ind, dirm in owners:
+                if satc & (ind | dirm):
+                    if victim is not None or satc & dirm:
+                        victim = None
+                        break
+                    victim = v
             if victim is None or victim.total <= mine + EPS:
                 continue
+            blocking = [d for d in victim.res if d.mask & satc]
             if self._compensate(h, c, victim, blocking) or self._share(h, c, victim, blocking, satc):
                 if self._stopped(cs):
                     return
-                others = self._others(h)
+                owners = self._owners(h)
+                others = 0
+                for _, ind, dirm in owners:
+                    others |= ind | dirm
                 mine = h.total
 
-    def _others(self, h: _Held) -> int:
-        """Mask of the edges other transfers' paths cross."""
-        others = 0
+    def _owners(self, h: _Held) -> list[tuple[_Held, int, int]]:
+        """Every other transfer with the masks of the edges its indirect and its direct paths cross."""
+        out = []
         for v in self._held.values():
             if v is not h:
+                ind = dirm = 0
                 for d in v.res:
-                    others |= d.mask
-        return others
+                    if d.direct:
+                        dirm |= d.mask
+                    else:
+                        ind |= d.mask
+                out.append((v, ind, dirm))
+        return out
 
     def _compensate(self, h: _Held, c: _Cand, v: _Held, blocking: list[_Cand]) -> bool:
         """Dry-run V giving up ``blocking`` and re-planning; commit only if V loses nothing."""
