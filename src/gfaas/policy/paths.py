@@ -30,8 +30,10 @@ a maximum flow on the idle machine (:func:`flow_paths`), each with the rate it c
   NVLink; GPU to host is the mirror image (NVLink, then PCIe *up*), computed on the reverse
   directions' own capacities (``gbps_back``), not by reversing the forward answer.
 
-So no route goes up and down the PCIe tree or through host memory, and the source's own direct
-path is filled first (a maximum flow always can: every cut between the two ends crosses it).
+So no route goes up and down the PCIe tree or through host memory. The pair's direct path is
+filled first and kept whole (for a direct link this costs nothing, since every cut between the two
+ends crosses it; for two-edge direct paths, through an NVSwitch or a PCIe switch, the property
+tests check the result against a brute-force minimum cut).
 Paths are loop-free but their length is not bounded: ``max_hops`` bounds only the extra,
 enumerated routes that the planner falls back on when links are busy. The one-route-GPU-per-switch
 rule is not needed for the flow paths: a switch's uplink is an edge of the flow, so two route GPUs
