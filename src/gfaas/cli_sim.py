@@ -35,7 +35,10 @@ def cmd_topo(a: argparse.Namespace) -> int:
     topo.device(a.dst)
     plan = Router(topo).plan("cli", a.src, a.dst)
     paths = [{"hops": list(p.hops), "gbps": round(p.gbps, 3)} for p in plan.paths]
-    out = {"paths": paths, "total_gbps": round(plan.total_gbps, 3), "unit": "GB/s"}
+    out: dict[str, Any] = {"paths": paths, "total_gbps": round(plan.total_gbps, 3), "unit": "GB/s"}
+    flow = _max_flow(topo, a.src, a.dst)
+    if flow is not None:  # same node, GPU pair or host and GPU: the idle optimum the plan aims at
+        out["max_flow_gbps"] = round(flow, 3)
     if a.json:
         _emit(out)
         return 0
@@ -48,10 +51,23 @@ def cmd_topo(a: argparse.Namespace) -> int:
     for p in paths:
         t.add_row(" -> ".join(p["hops"]), f"{p['gbps']:.1f}")  # type: ignore[arg-type]
     t.add_row("[b]total[/b]", f"[b]{out['total_gbps']:.1f}[/b]")
+    if flow is not None:
+        t.add_row("max flow (NVLink for GPU pairs)", f"{flow:.1f}")
     Console().print(t)
     if not plan.paths:
         print("(same device: zero-copy, nothing moves)")
     return 0
+
+
+def _max_flow(topo: Any, src: str, dst: str) -> float | None:
+    """The idle maximum flow src -> dst over the links a planned route may use, or None when the
+    planner does not compute one (same device, different nodes, no GPU-GPU or host-GPU pair)."""
+    from .policy.paths import flow_paths
+
+    try:
+        return flow_paths(topo, src, dst)[0]
+    except ConfigError:
+        return None
 
 
 def _show(topo: Any) -> None:

@@ -11,7 +11,11 @@ import pytest
 
 from gfaas.errors import ConfigError
 from gfaas.policy import MiB, Path, Plan, Router, RoutingOptions
+from gfaas.policy.paths import flow_paths
 from gfaas.topology import Device, Link, Topology, preset
+
+#: The greedy planner over enumerated short routes (before maximum-flow path sets, issue 12).
+GREEDY = RoutingOptions(max_flow=False)
 
 
 def hops(plan: Plan) -> list[tuple[tuple[str, ...], float]]:
@@ -28,47 +32,83 @@ def v100() -> Topology:
 
 
 # ---- GPU to GPU ---------------------------------------------------------------------------------
-def test_gpu0_gpu3_idle_direct_then_indirect_by_hops_and_width(v100: Topology) -> None:
-    """Idle gpu0->gpu3: direct 48, then the 2-hop paths via gpu1 and gpu2, then 0-4-7-3 (all 24)."""
-    # 2 hops: 0-1-3 = min(24, 24), 0-2-3 = min(24, 48): 24 each, tie broken by name.
-    # 3 hops: 0-1-2-3 and 0-2-1-3 need 0->1 / 0->2, already used up; 0-4-7-3 = min(48, 48, 24).
-    # Then gpu0 still has 24 out on 0->4, but no path of <= 3 hops reaches gpu3 from there.
+def test_gpu0_gpu3_idle_carries_the_nvlink_max_flow(v100: Topology) -> None:
+    """Idle gpu0->gpu3: 144 GB/s, all of gpu0's NVLink out-bandwidth (48 + 48 + 24 + 24).
+
+    Direct 48; 0-2-3 and 0-1-3 use up 0->2 and 0->1 (24 each); 0->4 (48) reaches gpu3 only
+    through 7->3 (24, 0-4-7-3) and, for the other 24, 4-6-2-3 (2->3 has 24 left after 0-2-3).
+    """
     p = Router(v100).plan("t", "gpu0", "gpu3")
-    assert hops(p) == [(g(0, 3), 48.0), (g(0, 1, 3), 24.0), (g(0, 2, 3), 24.0), (g(0, 4, 7, 3), 24.0)]
-    assert p.total_gbps == 120.0
+    assert hops(p) == [(g(0, 3), 48.0), (g(0, 2, 3), 24.0), (g(0, 1, 3), 24.0), (g(0, 4, 7, 3), 24.0),
+                       (g(0, 4, 6, 2, 3), 24.0)]
+    assert p.total_gbps == 144.0
+    assert flow_paths(v100, "gpu0", "gpu3")[0] == 144.0
 
 
 def test_gpu0_gpu5_has_no_direct_link_so_only_indirect_paths(v100: Topology) -> None:
-    """gpu0->gpu5: 2-hop paths via gpu1 and gpu4, then three 3-hop paths on what is left."""
+    """gpu0->gpu5: six 24 GB/s paths, 144 in all: gpu0's out- and gpu5's in-bandwidth (48+48+24+24)."""
     p = Router(v100).plan("t", "gpu0", "gpu5")
+    assert hops(p) == [
+        (g(0, 4, 5), 24.0), (g(0, 1, 5), 24.0), (g(0, 3, 1, 5), 24.0),
+        (g(0, 2, 6, 5), 24.0), (g(0, 3, 7, 5), 24.0), (g(0, 4, 7, 6, 5), 24.0),
+    ]
+    assert p.total_gbps == 144.0
+    assert all(len(path.hops) >= 3 for path in p.paths)
+
+
+def test_greedy_planner_ablation_leaves_gpu0_gpu5_at_120(v100: Topology) -> None:
+    """max_flow=False: the enumerated <= 3-hop routes taken greedily (the planner before issue 12).
+
+    gpu0->gpu5: 2-hop paths via gpu1 and gpu4, then three 3-hop paths on what is left: 120 of 144.
+    """
+    p = Router(v100, GREEDY).plan("t", "gpu0", "gpu5")
     assert hops(p) == [
         (g(0, 1, 5), 24.0), (g(0, 4, 5), 24.0),
         (g(0, 2, 1, 5), 24.0), (g(0, 3, 7, 5), 24.0), (g(0, 4, 6, 5), 24.0),
     ]
-    assert all(len(path.hops) >= 3 for path in p.paths)
+    # gpu0->gpu3: direct, 0-1-3, 0-2-3, 0-4-7-3; the last 24 on 0->4 needs a 4-hop route.
+    assert Router(v100, GREEDY).plan("t", "gpu0", "gpu3").total_gbps == 120.0
+
+
+def test_every_dgx_v100_gpu_pair_gets_144(v100: Topology) -> None:
+    """Every GPU has 144 GB/s of NVLink each way, and the mesh lets every pair use all of it."""
+    for a in v100.gpus:
+        for b in v100.gpus:
+            if a != b:
+                assert Router(v100).plan("t", a, b).total_gbps == pytest.approx(144.0), (a, b)
 
 
 def test_direct_link_is_claimed_back_and_the_other_transfer_rerouted(v100: Topology) -> None:
-    """gpu0->gpu3 arriving after gpu0->gpu5 takes 0->3 whole; the first loses 0-3-7-5 (changed())."""
+    """gpu0->gpu3 arriving after gpu0->gpu5 takes 0->3 whole; the first loses 0-3-1-5 and 0-3-7-5."""
     r = Router(v100)
     first = r.plan("a", "gpu0", "gpu5")
-    assert (g(0, 3, 7, 5), 24.0) in hops(first)
-    assert r.residual("gpu0", "gpu3") == 24.0
+    assert {(g(0, 3, 1, 5), 24.0), (g(0, 3, 7, 5), 24.0)} <= set(hops(first))
+    assert r.residual("gpu0", "gpu3") == 0.0
     second = r.plan("b", "gpu0", "gpu3")
-    assert hops(second)[0] == (g(0, 3), 48.0)
+    assert hops(second) == [(g(0, 3), 48.0)]  # gpu0's other out-links are all a's
     moved = r.changed()
     assert [m.transfer for m in moved] == ["a"]
     assert all(("gpu0", "gpu3") not in path.edges for path in moved[0].paths)
+    assert moved[0].total_gbps == 96.0  # nothing else is free out of gpu0: a keeps its four other paths
     assert r.active["a"] == moved[0]
     assert r.changed() == []  # reported once
 
 
 def test_without_reroute_direct_the_direct_link_is_only_what_is_left(v100: Topology) -> None:
-    """reroute_direct=False: the newcomer gets the 24 GB/s left on 0->3 and nobody is moved."""
-    r = Router(v100, RoutingOptions(reroute_direct=False))
+    """reroute_direct=False: the newcomer gets only what is left on 0->3, and nobody is moved.
+
+    With the greedy planner, gpu0->gpu5 leaves 24 on 0->3; its max flow takes all of gpu0's
+    out-bandwidth, so the newcomer falls back to PCIe peer-to-peer through the root complex.
+    """
+    r = Router(v100, RoutingOptions(reroute_direct=False, max_flow=False))
     r.plan("a", "gpu0", "gpu5")
     second = r.plan("b", "gpu0", "gpu3")
     assert hops(second)[0] == (g(0, 3), 24.0)
+    assert r.changed() == []
+    r = Router(v100, RoutingOptions(reroute_direct=False))
+    r.plan("a", "gpu0", "gpu5")
+    second = r.plan("b", "gpu0", "gpu3")
+    assert hops(second) == [(("gpu0", "pcie0", "host", "pcie1", "gpu3"), 7.9)]
     assert r.changed() == []
 
 
@@ -82,8 +122,7 @@ def test_single_path_mode_takes_the_direct_link_or_pcie(v100: Topology) -> None:
 def test_busy_nvlink_falls_back_to_pcie_p2p_on_a_shared_switch(v100: Topology) -> None:
     """Once every NVLink out of gpu0 is reserved, gpu0->gpu1 goes over pcie0 at the P2P rate."""
     r = Router(v100, RoutingOptions(reroute_direct=False, balance_busy=False))
-    r.plan("a", "gpu0", "gpu3")  # 120 of gpu0's 144 out; 24 left on 0->4
-    r.plan("b", "gpu0", "gpu4")  # takes those 24
+    r.plan("a", "gpu0", "gpu3")  # all of gpu0's 144 out
     assert sum(r.residual("gpu0", f"gpu{i}") for i in (1, 2, 3, 4)) == 0.0
     assert hops(r.plan("c", "gpu0", "gpu1")) == [(g(0) + ("pcie0",) + g(1), 7.9)]
 
@@ -121,14 +160,18 @@ def test_same_device_is_zero_copy() -> None:
 
 # ---- host and GPU -------------------------------------------------------------------------------
 def test_host_to_gpu0_uses_one_route_gpu_per_other_switch(v100: Topology) -> None:
-    """host->gpu0: own PCIe path plus gpu3 (pcie1), gpu4 (pcie2), gpu7->gpu4 (pcie3); never gpu1."""
+    """host->gpu0: own PCIe path plus gpu3 (pcie1), gpu4 (pcie2), gpu7->gpu4 (pcie3); never gpu1.
+
+    48 GB/s: all four 12 GB/s switch uplinks, the maximum flow from host memory.
+    """
     p = Router(v100).plan("t", "host", "gpu0")
-    assert hops(p) == [
+    assert sorted(hops(p)) == sorted([
         (("host", "pcie0", "gpu0"), 12.0),
         (("host", "pcie1", "gpu3", "gpu0"), 12.0),  # gpu3 beats gpu2: 48 vs 24 GB/s NVLink
         (("host", "pcie2", "gpu4", "gpu0"), 12.0),
         (("host", "pcie3", "gpu7", "gpu4", "gpu0"), 12.0),  # neither gpu6 nor gpu7 links to gpu0
-    ]
+    ])
+    assert hops(p)[0] == (("host", "pcie0", "gpu0"), 12.0)  # the direct path first
     assert all("gpu1" not in path.hops for path in p.paths)
     for path in p.paths[1:]:  # after the route GPU, every hop is NVLink
         route_gpu = path.hops.index("gpu0") - 1
@@ -140,12 +183,12 @@ def test_host_to_gpu0_uses_one_route_gpu_per_other_switch(v100: Topology) -> Non
 def test_gpu_to_host_is_the_mirror_image(v100: Topology) -> None:
     """gpu0->host uses the same route GPUs, hops reversed."""
     p = Router(v100).plan("t", "gpu0", "host")
-    assert hops(p) == [
+    assert sorted(hops(p)) == sorted([
         (("gpu0", "pcie0", "host"), 12.0),
         (("gpu0", "gpu3", "pcie1", "host"), 12.0),
         (("gpu0", "gpu4", "pcie2", "host"), 12.0),
         (("gpu0", "gpu4", "gpu7", "pcie3", "host"), 12.0),
-    ]
+    ])
 
 
 def test_without_route_gpus_only_the_own_pcie_link(v100: Topology) -> None:
@@ -200,6 +243,31 @@ def test_newcomer_claims_its_pcie_link_back_from_a_route() -> None:
     assert all("pcie1" not in path.hops for path in moved[0].paths)
 
 
+def _lopsided() -> Topology:
+    """Two GPUs on two switches; uplinks 12 down / 6 up, NVLink gpu0->gpu1 40 and gpu1->gpu0 10."""
+    devices = [Device("host", "host"), Device("pcie0", "pcie"), Device("pcie1", "pcie"),
+               Device("gpu0", "gpu"), Device("gpu1", "gpu")]
+    links = [Link("host", "pcie0", "pcie", 12.0, gbps_back=6.0), Link("host", "pcie1", "pcie", 12.0, gbps_back=6.0),
+             Link("pcie0", "gpu0", "pcie", 12.0), Link("pcie1", "gpu1", "pcie", 12.0),
+             Link("gpu0", "gpu1", "nvlink", 40.0, gbps_back=10.0)]
+    return Topology("lopsided", tuple(devices), tuple(links))
+
+
+def test_asymmetric_links_count_per_direction() -> None:
+    """gbps_back is the reverse capacity: each direction's max flow uses its own rates."""
+    t = _lopsided()
+    r = Router(t)
+    down = r.plan("d", "host", "gpu0")  # 12 direct + 10 via gpu1 (gpu1->gpu0 is the 10 side)
+    assert sorted(hops(down)) == [(("host", "pcie0", "gpu0"), 12.0), (("host", "pcie1", "gpu1", "gpu0"), 10.0)]
+    up = r.plan("u", "gpu0", "host")  # the 6 GB/s uplinks, not the 12 of the way down
+    assert sorted(hops(up)) == [(("gpu0", "gpu1", "pcie1", "host"), 6.0), (("gpu0", "pcie0", "host"), 6.0)]
+    r.release("d")
+    r.release("u")
+    assert hops(r.plan("a", "gpu0", "gpu1")) == [(("gpu0", "gpu1"), 40.0)]
+    assert hops(r.plan("b", "gpu1", "gpu0")) == [(("gpu1", "gpu0"), 10.0)]
+    assert flow_paths(t, "host", "gpu0")[0] == 22.0 and flow_paths(t, "gpu0", "host")[0] == 12.0
+
+
 # ---- across nodes -------------------------------------------------------------------------------
 def test_cross_node_harvests_every_nic_with_matching_indices() -> None:
     """dgx-v100*2 n0.gpu0->n1.gpu0: GPUDirect over nic0 plus nic1..nic3 via route GPUs, 12 GB/s each."""
@@ -244,9 +312,12 @@ def _diamond(bypass: bool = False) -> Topology:
     return Topology("diamond", tuple(devices), tuple(links))
 
 
+# These scenarios use the greedy planner: with maximum-flow paths the blocker z->b would also take
+# the detour z-a-x-y-b, and the scenario would no longer isolate one rule. Balancing itself is the
+# same code either way (the property tests run it with maximum-flow paths on).
 def test_balancing_shares_a_busy_path_when_the_holder_cannot_switch() -> None:
     """c->d finds x->y full of a->b's path; a->b has nowhere else to go, so they split it 12/12."""
-    r = Router(_diamond())
+    r = Router(_diamond(), GREEDY)
     blocker = r.plan("z-user", "z", "b")  # keeps a->z->b busy while a->b plans
     a = r.plan("a", "a", "b")
     assert hops(a) == [(("a", "x", "y", "b"), 24.0)]
@@ -264,7 +335,7 @@ def test_balancing_shares_a_busy_path_when_the_holder_cannot_switch() -> None:
 
 def test_balancing_moves_the_holder_when_it_can_switch() -> None:
     """a->b holds x->y but a-z-b is free again: it switches there and c->d gets x->y whole."""
-    r = Router(_diamond())
+    r = Router(_diamond(), GREEDY)
     r.plan("z-user", "z", "b")
     r.plan("a", "a", "b")
     r.release("z-user")
@@ -277,7 +348,7 @@ def test_balancing_moves_the_holder_when_it_can_switch() -> None:
 
 def test_no_balancing_when_disabled() -> None:
     """balance_busy=False: c->d finds only busy paths and gets nothing; a->b is not touched."""
-    r = Router(_diamond(), RoutingOptions(balance_busy=False))
+    r = Router(_diamond(), RoutingOptions(balance_busy=False, max_flow=False))
     r.plan("z-user", "z", "b")
     r.plan("a", "a", "b")
     assert r.plan("c", "c", "d").paths == ()
@@ -352,7 +423,7 @@ def test_split_is_proportional_in_whole_chunks_and_exact() -> None:
 
 def test_no_balancing_against_a_holder_with_no_more_bandwidth() -> None:
     """c->d already has 24 on its bypass; a->b holds 24 on x->y: equal totals, so nothing moves."""
-    r = Router(_diamond(bypass=True))
+    r = Router(_diamond(bypass=True), GREEDY)
     r.plan("z-user", "z", "b")
     r.plan("a", "a", "b")
     c = r.plan("c", "c", "d")

@@ -65,6 +65,7 @@ def test_cli_topo_paths_json(capsys) -> None:  # type: ignore[no-untyped-def]
     doc = json.loads(capsys.readouterr().out)
     assert doc["paths"][0] == {"hops": ["gpu0", "gpu3"], "gbps": 48.0}
     assert doc["total_gbps"] == pytest.approx(sum(p["gbps"] for p in doc["paths"]))
+    assert doc["total_gbps"] == doc["max_flow_gbps"] == 144.0
     assert main(["topo", "show", "dgx-a100", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["name"] == "dgx-a100"
     assert main(["topo", "paths", "--topology", "dgx-v100", "--src", "gpu0", "--dst", "gpu9"]) == 1

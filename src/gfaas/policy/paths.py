@@ -18,6 +18,27 @@ Topology-oblivious harvesting (``topology_aware=False``, what DeepPlan+ does) us
 whatever its switch or NVLink; a peer without NVLink then forwards over PCIe through the root
 complex, and the route lists those hops honestly (the host device and a switch may appear twice,
 each directed edge once), so the contention it causes on the target's own link is visible.
+
+**Max-flow path sets.** Enumerating short routes and taking them greedily is not enough: on
+dgx-v100 it left gpu0 -> gpu5 at 120 GB/s where the NVLink mesh carries 144. So for GPU pairs
+(multipath) and for host <-> GPU (topology-aware route GPUs) the first candidates are the paths of
+a maximum flow on the idle machine (:func:`flow_paths`), each with the rate it carries there
+(``Route.share``). The flow runs over the links a route of that kind may use:
+
+* GPU to GPU: NVLink edges between GPUs and NVSwitches of the node;
+* host to GPU: PCIe edges going *down* (host -> switch, switch -> switch, switch -> GPU), then
+  NVLink; GPU to host is the mirror image (NVLink, then PCIe *up*), computed on the reverse
+  directions' own capacities (``gbps_back``), not by reversing the forward answer.
+
+So no route goes up and down the PCIe tree or through host memory. The pair's direct path is
+filled first and kept whole (for a direct link this costs nothing, since every cut between the two
+ends crosses it; for two-edge direct paths, through an NVSwitch or a PCIe switch, the property
+tests check the result against a brute-force minimum cut).
+Paths are loop-free but their length is not bounded: ``max_hops`` bounds only the extra,
+enumerated routes that the planner falls back on when links are busy. The one-route-GPU-per-switch
+rule is not needed for the flow paths: a switch's uplink is an edge of the flow, so two route GPUs
+behind one switch never get more than the uplink carries (on the presets the target's own path
+already fills its switch's uplink, so no flow path uses a GPU on the target's switch).
 """
 
 from __future__ import annotations
@@ -25,10 +46,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 from ..errors import ConfigError
-from ..topology import Topology
+from ..topology import Edge, Topology
+from .maxflow import max_flow
 
 if TYPE_CHECKING:
     from .routing import RoutingOptions
@@ -52,7 +75,8 @@ class Route:
     ``group`` names a shared resource of which a transfer may use only one route (one route GPU
     per PCIe switch, one path per NIC). ``cap`` bounds the rate whatever the residuals are (the
     PCIe peer-to-peer rate). ``direct`` marks the transfer's own link, which has priority over
-    other transfers' harvested (indirect) routes.
+    other transfers' harvested (indirect) routes. ``share`` is the rate the route carries in the
+    idle machine's maximum flow (inf for routes outside that flow).
     """
 
     hops: Hops
@@ -60,6 +84,7 @@ class Route:
     group: str | None = None
     cap: float = math.inf
     direct: bool = False
+    share: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -68,6 +93,8 @@ class RouteSet:
 
     kind: RouteKind
     direct: tuple[Route, ...] = ()
+    #: The idle maximum flow's paths besides ``direct``, in order: each is taken up to its ``share``.
+    flow: tuple[Route, ...] = ()
     tiers: tuple[tuple[Route, ...], ...] = ()
     fallback: tuple[Route, ...] = ()
     #: Topology-oblivious harvesting: all of ``direct`` and ``tiers`` at once, shared max-min fairly.
@@ -78,6 +105,8 @@ class RouteSet:
     stop_in: tuple[tuple[str, str], ...] = ()
     #: Whether busy-path balancing (seed 001 Algorithm 1 lines 8-14) applies.
     balance: bool = False
+    #: The idle machine's maximum flow over the links this kind of route may use (0 if not computed).
+    flow_gbps: float = 0.0
 
 
 # ---- small topology helpers ---------------------------------------------------------------------------
@@ -137,6 +166,62 @@ def _leg_via_p2p(topo: Topology, r: str, t: str) -> Hops | None:
     return None if p is None else p[1:]
 
 
+# ---- maximum-flow path sets -------------------------------------------------------------------------
+FlowKind = Literal["nvlink", "down", "up"]
+
+
+def _relay(topo: Topology, name: str, node: int) -> bool:
+    d = topo.device(name)
+    return d.node == node and d.kind in ("gpu", "nvswitch")
+
+
+def flow_edge_ok(topo: Topology, e: Edge, kind: FlowKind, node: int) -> bool:
+    """Whether directed edge ``e`` may carry a route of ``kind`` on ``node`` (see the module docstring).
+
+    ``nvlink``: GPU to GPU, NVLink between GPUs and NVSwitches. ``down``: host to GPU, PCIe from
+    the host or a switch to a switch or a GPU, plus NVLink. ``up``: GPU to host, the mirror image.
+    """
+    if e.kind == "nvlink":
+        return _relay(topo, e.src, node) and _relay(topo, e.dst, node)
+    if kind == "nvlink" or e.kind != "pcie":
+        return False
+    a, b = topo.device(e.src), topo.device(e.dst)
+    if a.node != node or b.node != node:
+        return False
+    if kind == "down":
+        return a.kind in ("host", "pcie") and b.kind in ("pcie", "gpu")
+    return a.kind in ("gpu", "pcie") and b.kind in ("pcie", "host")
+
+
+def flow_edges(topo: Topology, kind: FlowKind, node: int) -> list[tuple[str, str, float]]:
+    """The directed edges ``(a, b, GB/s)`` a maximum flow of ``kind`` on ``node`` runs over."""
+    return [(e.src, e.dst, e.gbps) for e in topo.edges() if flow_edge_ok(topo, e, kind, node)]
+
+
+@lru_cache(maxsize=4096)
+def flow_paths(topo: Topology, src: str, dst: str, first: tuple[Hops, ...] = ()
+               ) -> tuple[float, tuple[tuple[Hops, float], ...]]:
+    """Maximum flow src -> dst on the idle machine, as loop-free paths with rates (``first`` first).
+
+    Which links count depends on the endpoints (same node only): GPU to GPU over NVLink; host to
+    GPU down the PCIe tree then NVLink; GPU to host the reverse, on the reverse capacities.
+    Computed once per topology and pair (cached), when a :class:`~gfaas.policy.Router` first
+    plans the pair or, for all same-node pairs, when it is built.
+    """
+    ds, dd = topo.device(src), topo.device(dst)
+    if src == dst or ds.node != dd.node:
+        raise ConfigError(f"flow_paths({src!r}, {dst!r}): give two different devices on one node")
+    kinds = {("gpu", "gpu"): "nvlink", ("host", "gpu"): "down", ("gpu", "host"): "up"}
+    kind = kinds.get((ds.kind, dd.kind))
+    if kind is None:
+        raise ConfigError(
+            f"flow_paths({src!r}, {dst!r}): endpoints are a {ds.kind} and a {dd.kind};"
+            " use two GPUs, or the host and a GPU"
+        )
+    value, paths = max_flow(flow_edges(topo, kind, ds.node), src, dst, first)  # type: ignore[arg-type]
+    return value, tuple(paths)
+
+
 # ---- route sets -------------------------------------------------------------------------------------
 def route_set(topo: Topology, src: str, dst: str, opts: RoutingOptions) -> RouteSet:
     """All candidate routes src -> dst under ``opts``; raises ConfigError for endpoints it cannot serve."""
@@ -162,22 +247,32 @@ def _gpu_gpu(topo: Topology, src: str, dst: str, opts: RoutingOptions) -> RouteS
     limit = opts.max_hops if opts.multipath else 1
     routes = nvlink_routes(topo, src, dst, limit)
     direct = tuple(Route(h, 0, direct=True) for h, k, _ in routes if k == 1)
+    flow: tuple[Route, ...] = ()
     tiers: list[tuple[Route, ...]] = []
-    if opts.multipath:
+    value = 0.0
+    if opts.multipath and not opts.max_flow:
         for k in range(2, limit + 1):
-            tier = tuple(Route(h, k - 1) for h, n, _ in routes if n == k)
-            if tier:
-                tiers.append(tier)
+            tiers.append(tuple(Route(h, k - 1) for h, n, _ in routes if n == k))
+    elif opts.multipath:
+        value, paths = flow_paths(topo, src, dst, tuple(r.hops for r in direct))
+        direct_hops = {r.hops for r in direct}
+        flow = tuple(Route(h, 1, share=g) for h, g in paths if h not in direct_hops)
+        # Busy links: the flow paths may take more than their idle share, and the enumerated
+        # short routes (up to max_hops) are the alternatives; one tier, widest first.
+        seen = {r.hops for r in flow} | direct_hops
+        extra = tuple(Route(h, 2) for h, n, _ in routes if n > 1 and h not in seen)
+        tiers.append(tuple(Route(r.hops, 2) for r in flow) + extra)
     p2p = pcie_p2p_route(topo, src, dst)
     fallback = () if p2p is None else (Route(p2p, len(tiers) + 1, cap=topo.pcie_p2p_gbps),)
     out_e = tuple((src, e.dst) for e in topo.out_edges(src) if e.kind == "nvlink")
     in_e = tuple((e.dst, dst) for e in topo.out_edges(dst) if e.kind == "nvlink")
-    return RouteSet("gpu-gpu", direct, tuple(tiers), fallback, False, out_e, in_e,
-                    balance=opts.multipath and opts.balance_busy)
+    return RouteSet("gpu-gpu", direct=direct, flow=flow, tiers=tuple(t for t in tiers if t), fallback=fallback,
+                    stop_out=out_e, stop_in=in_e, balance=opts.multipath and opts.balance_busy, flow_gbps=value)
 
 
 def _host_gpu(topo: Topology, gpu: str, opts: RoutingOptions, reverse: bool) -> RouteSet:
-    """host -> gpu routes (reversed hop by hop for gpu -> host: the same links, other direction)."""
+    """host -> gpu routes (for gpu -> host the same shapes, hop by hop reversed; the flow paths
+    are computed on the reverse directions' own capacities)."""
     node = topo.device(gpu).node
     host = topo.host_of(node)
     own = topo.pcie_switch_of(gpu)
@@ -185,6 +280,8 @@ def _host_gpu(topo: Topology, gpu: str, opts: RoutingOptions, reverse: bool) -> 
         raise ConfigError(f"GPU {gpu!r} has no PCIe link in {topo.name!r}; give it one to move data to the host")
     direct = Route((host, own, gpu), 0, direct=True)
     peers: list[Route] = []
+    flow: list[Route] = []
+    value = 0.0
     if opts.route_gpus and opts.topology_aware:
         leg_hops = max(1, opts.max_hops - 1)
         ranked: list[tuple[tuple[int, float, str, str, Hops], Hops, str]] = []
@@ -201,7 +298,15 @@ def _host_gpu(topo: Topology, gpu: str, opts: RoutingOptions, reverse: bool) -> 
             if per_group.get(sw, 0) < _PER_GROUP:
                 per_group[sw] = per_group.get(sw, 0) + 1
                 peers.append(Route(full, 1, group=sw))
-    elif opts.route_gpus:
+    if opts.route_gpus and opts.topology_aware and opts.max_flow:
+        d_hops = direct.hops[::-1] if reverse else direct.hops
+        value, paths = (flow_paths(topo, gpu, host, (d_hops,)) if reverse
+                        else flow_paths(topo, host, gpu, (d_hops,)))
+        flow = [Route(h[::-1] if reverse else h, 1, share=g) for h, g in paths if h != d_hops]
+        # Busy links: the flow paths beyond their idle share, then the route-GPU alternatives.
+        seen = {r.hops for r in flow}
+        peers = [Route(r.hops, 2) for r in flow] + [Route(p.hops, 2, p.group) for p in peers if p.hops not in seen]
+    elif opts.route_gpus and not opts.topology_aware:
         for r in topo.of_kind("gpu", node):
             sw = topo.pcie_switch_of(r)
             if r == gpu or sw is None:
@@ -216,8 +321,9 @@ def _host_gpu(topo: Topology, gpu: str, opts: RoutingOptions, reverse: bool) -> 
     if reverse:
         direct = Route(direct.hops[::-1], 0, direct=True)
         peers = [Route(p.hops[::-1], p.tier, p.group, p.cap) for p in peers]
-    return RouteSet("host", (direct,), (tuple(peers),) if peers else (), (),
-                    fair=opts.route_gpus and not opts.topology_aware)
+        flow = [Route(f.hops[::-1], f.tier, share=f.share) for f in flow]
+    return RouteSet("host", direct=(direct,), flow=tuple(flow), tiers=(tuple(peers),) if peers else (),
+                    fair=opts.route_gpus and not opts.topology_aware, flow_gbps=value)
 
 
 def _nic_legs(topo: Topology, end: str, nic: str, opts: RoutingOptions, harvest: bool
@@ -312,5 +418,23 @@ def _cross_node(topo: Topology, src: str, dst: str, opts: RoutingOptions) -> Rou
             combos = _combine(_nic_legs(topo, src, n, opts, True), _nic_legs(topo, dst, m, opts, True))
             keep = combos[:1] if not opts.topology_aware else combos[:_PER_NIC]
             peers += [Route(h, 1, group=n) for h in keep]
-    return RouteSet("cross", direct, (tuple(peers),) if peers else (), (),
+    return RouteSet("cross", direct=direct, tiers=(tuple(peers),) if peers else (),
                     fair=opts.nic_harvest and not opts.topology_aware)
+
+
+@lru_cache(maxsize=32)
+def node_route_sets(topo: Topology, opts: RoutingOptions) -> dict[tuple[str, str], RouteSet]:
+    """Route sets of every ordered pair of transfer endpoints (GPUs, host) on one node, computed
+    once per topology and options (the maximum flows included) when a Router is built."""
+    out: dict[tuple[str, str], RouteSet] = {}
+    for node in topo.nodes:
+        ends = topo.of_kind("gpu", node) + topo.of_kind("host", node)[:1]
+        for a in ends:
+            for b in ends:
+                if a == b:
+                    continue
+                try:
+                    out[(a, b)] = route_set(topo, a, b, opts)
+                except ConfigError:  # e.g. a GPU without PCIe: reported when a transfer asks for it
+                    continue
+    return out

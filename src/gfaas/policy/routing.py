@@ -39,7 +39,7 @@ from types import MappingProxyType
 
 from ..errors import ConfigError
 from ..topology import Topology
-from .paths import Route, RouteKind, RouteSet, route_set
+from .paths import Route, RouteKind, RouteSet, node_route_sets, route_set
 
 MiB = 1 << 20
 #: Residual at or below this (GB/s) counts as none: a path never gets a zero-rate reservation.
@@ -121,8 +121,12 @@ class RoutingOptions:
     NICs) ignores PCIe switches and NVLink, as DeepPlan+ does; it does not change GPU-to-GPU
     routing. ``route_gpus``: host<->GPU transfers also go through peer GPUs' PCIe links (ablation
     "BH"). ``nic_harvest``: cross-node transfers also use peer GPUs' NICs. ``max_hops``: NVLink
-    GPU-to-GPU hops per path (harvesting legs use one fewer). ``reroute_direct``: claim a direct
-    path back from transfers using it as an indirect hop. ``balance_busy``: Algorithm 1 lines 8-14.
+    GPU-to-GPU hops per *enumerated* path (harvesting legs use one fewer); the maximum-flow paths
+    are not bounded by it. ``reroute_direct``: claim a direct path back from transfers using it as
+    an indirect hop. ``balance_busy``: Algorithm 1 lines 8-14. ``max_flow``: GPU-to-GPU
+    (multipath) and host<->GPU (topology-aware route GPUs) plans start from the idle machine's
+    maximum-flow paths (:func:`gfaas.policy.paths.flow_paths`); off, only the enumerated short
+    routes are searched, greedily (the planner before issue 12, kept as an ablation).
     """
 
     multipath: bool = True
@@ -132,6 +136,7 @@ class RoutingOptions:
     max_hops: int = 3
     reroute_direct: bool = True
     balance_busy: bool = True
+    max_flow: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_hops <= 6:
@@ -150,7 +155,7 @@ def _mask(edges: Sequence[int]) -> int:
 class _Cand:
     """A route as the router evaluates it: integer edge indices into the residual list."""
 
-    __slots__ = ("cap", "direct", "edges", "edgeset", "get", "group", "hops", "mask", "paths", "rank")
+    __slots__ = ("cap", "direct", "edges", "edgeset", "get", "group", "hops", "mask", "paths", "rank", "share")
 
     def __init__(self, route: Route, edges: tuple[int, ...], rank: int) -> None:
         self.hops = route.hops
@@ -162,6 +167,8 @@ class _Cand:
         self.group = route.group
         self.cap = route.cap
         self.direct = route.direct
+        #: Rate in the idle maximum flow (the first pass of a plan takes at most this).
+        self.share = route.share if route.share < route.cap else route.cap
         self.rank = rank
         self.paths: dict[float, Path] = {}
 
@@ -176,33 +183,65 @@ class _Cand:
 
 
 class _CSet:
-    """A :class:`RouteSet` compiled to candidates."""
+    """A :class:`RouteSet` compiled to candidates (one candidate per distinct route)."""
 
-    __slots__ = ("balance", "busy", "direct", "fair", "fallback", "grouped", "kind", "stop_in", "stop_out",
-                 "tiers")
+    __slots__ = ("allmask", "balance", "busy", "direct", "fair", "fallback", "flow", "grouped", "idle", "kind",
+                 "stop_in", "stop_out", "tiers")
 
     def __init__(self, rs: RouteSet, index: Mapping[tuple[str, str], int]) -> None:
         rank = 0
+        seen: dict[tuple[str, ...], _Cand] = {}
 
         def compile_(routes: Sequence[Route]) -> tuple[_Cand, ...]:
+            # A flow path listed again in a later tier is the same candidate (one entry per plan).
             nonlocal rank
             out = []
             for r in routes:
-                out.append(_Cand(r, tuple(index[(a, b)] for a, b in zip(r.hops, r.hops[1:], strict=False)), rank))
-                rank += 1
+                c = seen.get(r.hops)
+                if c is None:
+                    edges = tuple(index[(a, b)] for a, b in zip(r.hops, r.hops[1:], strict=False))
+                    c = seen[r.hops] = _Cand(r, edges, rank)
+                    rank += 1
+                out.append(c)
             return tuple(out)
 
         self.kind: RouteKind = rs.kind
         self.direct = compile_(rs.direct)
+        self.flow = compile_(rs.flow)
         self.tiers = tuple(compile_(t) for t in rs.tiers)
         #: Per tier: whether its routes carry groups (then at most one route per group is used).
         self.grouped = tuple(any(c.group is not None for c in t) for t in self.tiers)
         self.fallback = compile_(rs.fallback)
         self.fair = rs.fair
         self.balance = rs.balance
-        self.busy: tuple[_Cand, ...] = self.direct + tuple(c for t in self.tiers for c in t)
+        self.busy: tuple[_Cand, ...] = tuple(dict.fromkeys(self.direct + self.flow
+                                                           + tuple(c for t in self.tiers for c in t)))
         self.stop_out = _mask([index[e] for e in rs.stop_out])
         self.stop_in = _mask([index[e] for e in rs.stop_in])
+        #: Every edge a plan of this pair reads: while nobody holds any of them, the plan is the
+        #: one computed on the idle machine, replayed from ``idle`` (recorded the first time).
+        self.allmask = self.stop_out | self.stop_in
+        for c in seen.values():
+            self.allmask |= c.mask
+        self.idle: _Idle | None = None
+
+
+class _Idle:
+    """A pair's plan on an idle machine, recorded once and replayed while its edges stay unused:
+    the residuals and saturated edges it leaves, holdings per edge, rates per candidate, paths."""
+
+    __slots__ = ("cnt", "held", "paths", "res", "sat", "used")
+
+    def __init__(self, router: Router, h: _Held) -> None:
+        res = router._res
+        edges = sorted({e for c in h.res for e in c.edges})
+        self.res = tuple((e, res[e]) for e in edges)
+        self.sat = router._sat & h.cs.allmask
+        self.used = _mask(edges)
+        self.cnt = tuple((e, sum(e in c.edgeset for c in h.res), sum(e in c.edgeset and not c.direct for c in h.res))
+                         for e in edges)
+        self.held = tuple(h.res.items())
+        self.paths = router._plans[h.transfer].paths
 
 
 class _Held:
@@ -240,6 +279,7 @@ class Router:
         self._cap: list[float] = [e.gbps for e in edges]
         self._res: list[float] = list(self._cap)
         self._sat = 0  # bit e set <=> residual of edge e is (at most EPS above) zero
+        self._used = 0  # bit e set <=> some plan holds edge e
         self._cnt: list[int] = [0] * len(edges)  # holdings per edge
         self._icnt: list[int] = [0] * len(edges)  # indirect (non-direct) holdings per edge
         self._sets: dict[tuple[str, str], _CSet] = {}
@@ -249,6 +289,9 @@ class Router:
         self._stale: dict[Hashable, _Held] = {}  # altered plans not yet rebuilt (built on demand)
         self._reroute = self.options.reroute_direct
         self._multipath = self.options.multipath
+        # Route sets (maximum flows included) of every same-node pair, computed once per topology
+        # and options and shared by every Router on them; compiled to candidates on first use.
+        self._pre = node_route_sets(topology, self.options)
 
     # ---- public -------------------------------------------------------------------------------
     @property
@@ -268,9 +311,30 @@ class Router:
     def plan(self, transfer: Hashable, src: str, dst: str) -> Plan:
         """Plan ``transfer`` from device ``src`` to ``dst`` and reserve its bandwidth."""
         h = self._register(transfer, src, dst)
-        self._phase_direct(h)
-        self._phase_rest(h)
-        return self._publish(h)
+        cs = h.cs
+        if cs.allmask & self._used:
+            self._phase_direct(h)
+            self._phase_rest(h)
+            return self._publish(h)
+        # Nobody holds an edge this plan could read: the idle plan, computed once, then replayed.
+        idle = cs.idle
+        if idle is None:
+            self._phase_direct(h)
+            self._phase_rest(h)
+            plan = self._publish(h)
+            cs.idle = _Idle(self, h)
+            return plan
+        res, cnt, icnt = self._res, self._cnt, self._icnt
+        for e, r in idle.res:
+            res[e] = r
+        for e, n, ni in idle.cnt:
+            cnt[e] += n
+            icnt[e] += ni
+        self._sat |= idle.sat
+        self._used |= idle.used
+        h.res = dict(idle.held)
+        plan = self._plans[transfer] = Plan(transfer, src, dst, idle.paths)
+        return plan
 
     def plan_many(self, requests: Sequence[tuple[Hashable, str, str]]) -> list[Plan]:
         """Plan the transfers of one workflow together (seed 001 §4.3.3), returned in input order.
@@ -305,6 +369,7 @@ class Router:
             raise ConfigError(f"transfer {transfer!r} has no plan to release; plan it first (or it was released)")
         res, cap, cnt, icnt = self._res, self._cap, self._cnt, self._icnt
         freed = 0
+        unused = 0
         for c, g in h.res.items():
             direct = c.direct
             freed |= c.mask
@@ -315,11 +380,13 @@ class Router:
                     icnt[e] -= 1
                 if n == 0:
                     res[e] = cap[e]  # no holder left: exact, whatever float drift came before
+                    unused |= 1 << e
                 else:
                     r = res[e] + g
                     res[e] = r if r < cap[e] else cap[e]
         # Every reservation is above EPS, so each edge it crossed has residual again.
         self._sat &= ~freed
+        self._used &= ~unused
         del self._plans[transfer]
         self._changed.pop(transfer, None)
         self._stale.pop(transfer, None)
@@ -341,7 +408,10 @@ class Router:
     def _cset(self, src: str, dst: str) -> _CSet:
         cs = self._sets.get((src, dst))
         if cs is None:
-            cs = self._sets[(src, dst)] = _CSet(route_set(self.topology, src, dst, self.options), self._index)
+            rs = self._pre.get((src, dst))
+            if rs is None:
+                rs = route_set(self.topology, src, dst, self.options)
+            cs = self._sets[(src, dst)] = _CSet(rs, self._index)
         return cs
 
     def _register(self, transfer: Hashable, src: str, dst: str) -> _Held:
@@ -387,6 +457,7 @@ class Router:
             icnt = self._icnt
             for e in c.edges:
                 icnt[e] += 1
+        self._used |= c.mask
         held[c] = g
 
     def _reserve(self, h: _Held, c: _Cand, g: float) -> None:
@@ -413,6 +484,7 @@ class Router:
                     self._icnt[e] -= 1
             if cnt[e] == 0:
                 res[e] = cap[e]
+                self._used &= ~(1 << e)
             else:
                 r = res[e] + amount
                 res[e] = r if r < cap[e] else cap[e]
@@ -461,7 +533,7 @@ class Router:
     def _phase_rest(self, h: _Held) -> None:
         """Steps 2-4."""
         cs = h.cs
-        if not cs.fair and cs.tiers:
+        if not cs.fair and (cs.flow or cs.tiers):
             self._fill(h)
             if cs.balance and len(self._held) > 1 and not self._stopped(cs):
                 self._balance(h)
@@ -503,10 +575,34 @@ class Router:
         """
         so, si = cs.stop_out, cs.stop_in
         picks: list[tuple[_Cand, float]] = []
+        # The idle maximum flow's paths, in order, each up to its share of that flow: on an idle
+        # machine this alone is the maximum flow; on a busy one each gets what its links have left.
+        for c in cs.flow:
+            m = c.mask
+            if m & sat:
+                continue
+            b = min(c.get(res))
+            if c.share < b:
+                b = c.share
+            if b <= EPS:
+                continue
+            for e in c.edges:
+                r = res[e] - b
+                if r <= EPS:
+                    res[e] = 0.0
+                    sat |= 1 << e
+                else:
+                    res[e] = r
+            picks.append((c, b))
+            if so and ((sat & so) == so or (sat & si) == si):
+                return picks, sat
         for tier, grouped in zip(cs.tiers, cs.grouped, strict=True):
             if so and ((sat & so) == so or (sat & si) == si):
                 break
-            groups = ({c.group for c in held} | {c.group for c, _ in picks}) if grouped else None
+            groups: set[str | None] | None = None
+            if grouped:
+                groups = {c.group for c in held} | {c.group for c, _ in picks}
+                groups.discard(None)
             work: list[tuple[float, int, _Cand]] = []
             for c in tier:
                 if c.mask & sat or (groups is not None and c.group in groups and c not in held):
@@ -543,7 +639,7 @@ class Router:
                         res[e] = r
                 dirty |= m
                 picks.append((c, b))
-                if groups is not None:
+                if groups is not None and c.group is not None:
                     groups.add(c.group)
         return picks, sat
 
@@ -590,43 +686,49 @@ class Router:
         * Each route is looked at once, so balancing always ends.
         """
         cs = h.cs
-        others = self._others(h)
+        owners = self._owners(h)
+        others = 0
+        for _, ind, dirm in owners:
+            others |= ind | dirm
         mine = h.total
         for c in cs.busy:
             satc = c.mask & self._sat
             if not satc or satc & ~others or c in h.res:
                 continue  # free, or some saturated edge is held by h alone: nobody to balance with
+            # The one other transfer whose paths cross the saturated edges, if there is exactly one
+            # and none of its paths there is direct (per-transfer edge masks: no per-path scan).
             victim: _Held | None = None
-            blocking: list[_Cand] = []
-            for v in self._held.values():
-                if v is h:
-                    continue
-                for d in v.res:
-                    if d.mask & satc:
-                        if d.direct or (victim is not None and v is not victim):
-                            victim = None
-                            break
-                        victim = v
-                        blocking.append(d)
-                else:
-                    continue
-                break  # a direct path or a second owner: not balanceable
+            for v, ind, dirm in owners:
+                if satc & (ind | dirm):
+                    if victim is not None or satc & dirm:
+                        victim = None
+                        break
+                    victim = v
             if victim is None or victim.total <= mine + EPS:
                 continue
+            blocking = [d for d in victim.res if d.mask & satc]
             if self._compensate(h, c, victim, blocking) or self._share(h, c, victim, blocking, satc):
                 if self._stopped(cs):
                     return
-                others = self._others(h)
+                owners = self._owners(h)
+                others = 0
+                for _, ind, dirm in owners:
+                    others |= ind | dirm
                 mine = h.total
 
-    def _others(self, h: _Held) -> int:
-        """Mask of the edges other transfers' paths cross."""
-        others = 0
+    def _owners(self, h: _Held) -> list[tuple[_Held, int, int]]:
+        """Every other transfer with the masks of the edges its indirect and its direct paths cross."""
+        out = []
         for v in self._held.values():
             if v is not h:
+                ind = dirm = 0
                 for d in v.res:
-                    others |= d.mask
-        return others
+                    if d.direct:
+                        dirm |= d.mask
+                    else:
+                        ind |= d.mask
+                out.append((v, ind, dirm))
+        return out
 
     def _compensate(self, h: _Held, c: _Cand, v: _Held, blocking: list[_Cand]) -> bool:
         """Dry-run V giving up ``blocking`` and re-planning; commit only if V loses nothing."""
