@@ -54,7 +54,7 @@ from ..topology import Edge, Topology
 from .maxflow import max_flow
 
 if TYPE_CHECKING:
-    from .routing import RoutingOptions
+    from .routing_options import RoutingOptions
 
 Hops = tuple[str, ...]
 RouteKind = Literal["same", "gpu-gpu", "host", "cross"]
