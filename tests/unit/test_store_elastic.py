@@ -233,7 +233,7 @@ def test_unwritable_spill_dir_fails_the_put_and_loses_nothing(tmp_path: Path) ->
 def test_spill_capacity_limits_the_disk_tier(tmp_path: Path) -> None:
     env = Env(tmp_path, spill=False)
     env.spill = SpillDir(str(tmp_path / "sp"), capacity_bytes=OBJ)
-    env.store.spill = env.spill
+    env.store.tiers.spill = env.spill
     objs = [env.put(consumers=["c1"]) for _ in range(4)]
     assert sum(env.on_disk(o) for o in objs) == 1
     with pytest.raises(CapacityError, match=f"would exceed spill_capacity_bytes={OBJ}"):
@@ -326,7 +326,7 @@ def test_queue_hint_errors_name_the_bad_value(env: Env) -> None:
     st.end_invocation(env.inv.id)
     with pytest.raises(NotFound):
         st.queue_hint(env.inv.id, {"c1": 2})
-    assert st._hints == {} and st._done == {}
+    assert st.tiers._hints == {} and st.tiers._done == {}
 
 
 def test_evicted_objects_keep_access_control(env: Env) -> None:

@@ -15,16 +15,16 @@ it, or when its invocation ends. Freed IDs are remembered per invocation (tombst
 reader gets ``DataDeleted`` rather than a generic ``AccessDenied``.
 
 Tiers (issue 6): eviction to a peer GPU, host memory or disk, restore and pool targets live in
-:mod:`gfaas.dataplane.tiers` (:class:`~gfaas.dataplane.tiers.TieredStorage`, which :class:`Store`
-inherits); the core paths above call into it.
+:mod:`gfaas.dataplane.tiers` (:class:`~gfaas.dataplane.tiers.Tiers`, ``store.tiers``, a component
+that sees the store through :class:`~gfaas.dataplane.tiers.StoreCore`); the core paths above call
+into it, and the store re-exposes what the daemon uses (settle, queue hints, the spill runner).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..clock import Clock, WallClock
@@ -45,74 +45,23 @@ from .backends import Backend, DeviceBackend
 from .ids import ID_BYTES, new_id
 from .journal import Journal
 from .meta import align, check_consumers, check_meta
+from .records import SEALED as SEALED
+from .records import WRITING as WRITING
+from .records import ObjectRecord as ObjectRecord
+from .records import Segment as Segment
+from .records import Session as Session
 from .spill import SpillDir
 from .tiers import RETARGET_S as RETARGET_S  # re-exported: importable from here as before
 from .tiers import Spilled as Spilled
-from .tiers import TieredStorage
+from .tiers import SpillJob, Tiers
 
 log = logging.getLogger("gfaas.dataplane")
 
-WRITING = "writing"
-SEALED = "sealed"
 MAX_IDS_PER_REQUEST = 1024
 DENIED_MESSAGE = "access denied: no object with this ID is readable by this function of this invocation"
 
 
-@dataclass(slots=True)
-class Segment:
-    id: int
-    invocation: str
-    owner: int | None  # session allowed to pack objects into it (slabs); None for dedicated
-    size: int
-    handle: Any
-    live: int = 0
-    open: bool = True
-    pins: int = 0  # replies naming this segment whose views are still alive in some client
-    pooled: bool = False
-    recyclable: bool = True
-    workflow: str = ""  # whose invocations may reuse it once it is free (the warm pool's scope)
-    device: int = -1  # -1: host memory; >= 0: the pool of that GPU
-    holds: int = 0  # copies reading it right now (a delivery): not retired until they finish
-    home: int = -1  # the tier its objects were stored on (-1 host, k GPU k): restores go back there
-
-
-@dataclass(slots=True)
-class ObjectRecord:
-    id: bytes
-    invocation: str
-    producer: str
-    consumers: frozenset[str] | None
-    pending: set[str] | None  # declared consumers that have not read it yet
-    segment: int
-    offset: int
-    nbytes: int
-    dtype: str
-    shape: tuple[int, ...]
-    state: str
-    created: float
-    writer: int | None = None  # session writing it (state WRITING)
-    event: bytes = b""  # CUDA IPC event the producer recorded after writing it (device objects)
-    accessed: float = 0.0  # last get (or creation): what LRU eviction orders by
-
-
-@dataclass(slots=True)
-class Session:
-    """One authenticated connection: a function of an invocation."""
-
-    id: int
-    invocation: str
-    function: str
-    functions: tuple[str, ...]
-    arena: Segment | None = None
-    arena_next: int = 0
-    issued: set[bytes] = field(default_factory=set)
-    pins: dict[int, int] = field(default_factory=dict)
-    writing: set[bytes] = field(default_factory=set)  # objects it allocated and has not sealed
-    # Byte ranges (offset, nbytes) of objects it got as pinned views, per segment: what it may derive.
-    read: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
-
-
-class Store(TieredStorage):
+class Store:
     def __init__(
         self,
         config: NodeConfig,
@@ -143,7 +92,7 @@ class Store(TieredStorage):
         self._next_session = 0
         self._pool: dict[str, list[Segment]] = {}  # workflow -> free warm segments
         self.pooled_bytes = 0
-        self._init_tiers(config, spill)
+        self.tiers = Tiers(self, config, spill)
 
     # ---- invocations and sessions ----------------------------------------------------------
     def open_invocation(
@@ -156,7 +105,7 @@ class Store(TieredStorage):
         inv = self.registry.open(workflow, functions, invocation_id, tokens)
         now = self.clock.now()
         for fn in inv.functions:
-            for tracker in self.demand.values():
+            for tracker in self.tiers.demand.values():
                 tracker.request(f"{inv.workflow}/{fn}", now)
         log.info("open invocation %s of %s with %d functions", inv.id, workflow, len(inv.functions))
         return inv
@@ -172,8 +121,8 @@ class Store(TieredStorage):
                     seg.recyclable = False  # never sealed: give the memory back, as on a disconnect
                 self._free(rec, None)
         self._tombs.pop(invocation_id, None)
-        self._hints.pop(invocation_id, None)
-        self._done.pop(invocation_id, None)
+        self.tiers._hints.pop(invocation_id, None)
+        self.tiers._done.pop(invocation_id, None)
         self._lost = {k: v for k, v in self._lost.items() if v != invocation_id}
         for s in self.sessions.values():
             if s.invocation == invocation_id:
@@ -227,15 +176,15 @@ class Store(TieredStorage):
         if self.reserved + nbytes > cap:
             self._evict_warm(nbytes)
         if force:
-            self._unsettled = self._unsettled or self.reserved + nbytes > cap
+            self.tiers._unsettled = self.tiers._unsettled or self.reserved + nbytes > cap
             return
-        # Segments being written to disk by the worker are as good as gone (see TieredStorage._spill).
-        if self.reserved - self.spilling_bytes + nbytes > cap:
-            self._make_host_room(self.reserved - self.spilling_bytes + nbytes - cap)
-        if self.reserved - self.spilling_bytes + nbytes > cap:
+        # Segments being written to disk by the worker are as good as gone (see Tiers._spill).
+        if self.reserved - self.tiers.spilling_bytes + nbytes > cap:
+            self.tiers._make_host_room(self.reserved - self.tiers.spilling_bytes + nbytes - cap)
+        if self.reserved - self.tiers.spilling_bytes + nbytes > cap:
             raise CapacityError(
                 f"{what} of {nbytes} bytes failed on {self.config.node_id}/{self.backend.name}: pool {cap},"
-                f" in use {self.reserved}, free {cap - self.reserved}; {self._why_full()}; free objects"
+                f" in use {self.reserved}, free {cap - self.reserved}; {self.tiers._why_full()}; free objects"
                 " (delete, end invocations) or raise capacity_bytes"
             )
 
@@ -255,7 +204,7 @@ class Store(TieredStorage):
         if device >= 0:
             # A GPU pool enforces its own cap; its memory is reused by the pool, not the warm list.
             self.check_device(device)
-            handle = self._device_alloc(device, nbytes)
+            handle = self.tiers._device_alloc(device, nbytes)
             size = self.devices[device].size_of(handle)
         else:
             self._reserve(nbytes, what, force)
@@ -297,7 +246,7 @@ class Store(TieredStorage):
         if seg.owner is None and seg.recyclable and seg.workflow:
             if seg.pins:
                 return  # parked
-            if self.pooled_bytes + seg.size <= self.warm_limit(freeing=seg.size):
+            if self.pooled_bytes + seg.size <= self.tiers.warm_limit(freeing=seg.size):
                 seg.pooled = True
                 self.pooled_bytes += seg.size
                 self._pool.setdefault(seg.workflow, []).append(seg)
@@ -310,8 +259,8 @@ class Store(TieredStorage):
             self.pooled_bytes -= seg.size
             self._pool[seg.workflow].remove(seg)
         del self.segments[seg.id]
-        self._away.discard(seg.id)
-        self._unsettled = True  # memory came back: something evicted may return (settle)
+        self.tiers._away.discard(seg.id)
+        self.tiers._unsettled = True  # memory came back: something evicted may return (settle)
         if seg.device < 0:
             self.reserved -= seg.size
         self.backend_of(seg).free(seg.handle)
@@ -426,10 +375,10 @@ class Store(TieredStorage):
         rec.accessed = rec.created
         self.objects[oid] = rec
         self._by_inv.setdefault(s_inv, set()).add(oid)
-        self._seg_objs.setdefault(seg.id, set()).add(oid)
+        self.tiers._seg_objs.setdefault(seg.id, set()).add(oid)
         seg.live += 1
         if state == SEALED:
-            self._stored(rec, seg)
+            self.tiers._stored(rec, seg)
         return rec
 
     def seal_small(
@@ -489,7 +438,7 @@ class Store(TieredStorage):
             w.writing.discard(oid)
         rec.state, rec.writer = SEALED, None
         if rec.segment in self.segments:
-            self._stored(rec, self.segments[rec.segment])
+            self.tiers._stored(rec, self.segments[rec.segment])
         if event:
             if self.segments[rec.segment].device < 0:
                 raise ProtocolError("a seal with a CUDA event is for device objects; this one is in host memory")
@@ -557,7 +506,7 @@ class Store(TieredStorage):
         frees the object, and its result is returned (the record itself when ``export`` is None)."""
         self.check_live(s)
         rec = self.lookup(s.invocation, s.function, oid)
-        seg = self.resident(rec)
+        seg = self.tiers.resident(rec)
         rec.accessed = self.clock.now()
         out = export(rec, seg) if export is not None else rec
         self.consumed(rec, s.function)
@@ -620,34 +569,34 @@ class Store(TieredStorage):
             tombs[rec.id] = reason
             if len(tombs) > self.config.tombstones_per_invocation:
                 tombs.popitem(last=False)
-        self._unsettled = True
-        sp = self.spilled.get(rec.segment)
+        self.tiers._unsettled = True
+        sp = self.tiers.spilled.get(rec.segment)
         if sp is not None:
             sp.objects.discard(rec.id)
             if not sp.objects:
-                del self.spilled[sp.id]
-                if self.spill is not None:
-                    self.spill.remove(sp.id)
+                del self.tiers.spilled[sp.id]
+                if self.tiers.spill is not None:
+                    self.tiers.spill.remove(sp.id)
             tier = sp.home
         else:
             tier = -1
         seg = self.segments.get(rec.segment)
         if seg is not None:
             tier = seg.home
-            objs = self._seg_objs.get(seg.id)
+            objs = self.tiers._seg_objs.get(seg.id)
             if objs is not None:
                 objs.discard(rec.id)
                 if not objs:
-                    del self._seg_objs[seg.id]
+                    del self.tiers._seg_objs[seg.id]
             seg.live -= 1
             self._maybe_retire(seg)
-        if rec.state == SEALED and (tracker := self.demand.get(tier)) is not None:
-            tracker.released(self._demand_key(rec), self.clock.now())
+        if rec.state == SEALED and (tracker := self.tiers.demand.get(tier)) is not None:
+            tracker.released(self.tiers._demand_key(rec), self.clock.now())
 
     def _movable(self, seg: Segment) -> bool:
         """Nobody holds a view into it or writes it, no copy reads it, no small put packs into it."""
         return (not seg.open and not seg.pins and not seg.holds and not seg.pooled and seg.live > 0
-                and all(r.state == SEALED for r in self._objs(seg)))
+                and all(r.state == SEALED for r in self.tiers._objs(seg)))
 
     # ---- introspection -------------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
@@ -666,9 +615,63 @@ class Store(TieredStorage):
             "segments_pooled": sum(len(v) for v in self._pool.values()),
             "device_bytes_held": sum(b.pool.held for b in self.devices.values()),
             "device_bytes_used": sum(b.pool.used for b in self.devices.values()),
-            **self.counters,
-            "objects_on_disk": sum(len(sp.objects) for sp in self.spilled.values()),
-            "bytes_on_disk": self.spill.bytes_on_disk if self.spill is not None else 0,
-            "pool_target": self.host_target,
+            **self.tiers.counters,
+            "objects_on_disk": sum(len(sp.objects) for sp in self.tiers.spilled.values()),
+            "bytes_on_disk": self.tiers.spill.bytes_on_disk if self.tiers.spill is not None else 0,
+            "pool_target": self.tiers.host_target,
             "device_pool_target": sum(b.pool.target for b in self.devices.values()),
         }
+
+    # ---- the tiers, as the daemon and tools see them (see gfaas.dataplane.tiers) -----------------
+    def settle(self) -> None:
+        self.tiers.settle()
+
+    def next_settle(self) -> float | None:
+        return self.tiers.next_settle()
+
+    def queue_hint(self, invocation_id: object, positions: Mapping[str, int], done: Iterable[str] = ()) -> None:
+        self.tiers.queue_hint(invocation_id, positions, done)
+
+    def resident(self, rec: ObjectRecord, device: int | None = None) -> Segment:
+        return self.tiers.resident(rec, device)
+
+    def warm_limit(self, freeing: int = 0) -> int:
+        return self.tiers.warm_limit(freeing)
+
+    def finish_spill(self, job: SpillJob, error: Exception | None) -> None:
+        self.tiers.finish_spill(job, error)
+
+    def close(self) -> None:
+        self.tiers.close()
+
+    @property
+    def spill(self) -> SpillDir | None:
+        return self.tiers.spill
+
+    @property
+    def spilled(self) -> dict[int, Spilled]:
+        return self.tiers.spilled
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return self.tiers.counters
+
+    @property
+    def host_target(self) -> int:
+        return self.tiers.host_target
+
+    @property
+    def spilling_bytes(self) -> int:
+        return self.tiers.spilling_bytes
+
+    @property
+    def spill_error(self) -> str:
+        return self.tiers.spill_error
+
+    @property
+    def spill_runner(self) -> Callable[[SpillJob], None] | None:
+        return self.tiers.spill_runner
+
+    @spill_runner.setter
+    def spill_runner(self, runner: Callable[[SpillJob], None] | None) -> None:
+        self.tiers.spill_runner = runner

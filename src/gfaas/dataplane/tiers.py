@@ -2,12 +2,12 @@
 
 A GPU pool at its cap moves victims to a faster peer GPU or to host memory; host memory over its
 cap writes victims to disk (or releases objects nobody will read); evicted objects come back on a
-get and, after each reply, into memory that was freed (:meth:`TieredStorage.settle`). Queue hints
+get and, after each reply, into memory that was freed (:meth:`Tiers.settle`). Queue hints
 from the runtime say which objects are needed soonest. Every decision comes from
 :mod:`gfaas.policy.storage`: victims from ``plan_eviction``, what comes back from ``plan_restore``,
 a GPU victim's destination from ``migration_target``, pool sizes from a ``DemandTracker`` per tier.
 This module only keeps the facts those functions need (sizes, accesses, queue hints) and carries
-out their answers. :class:`TieredStorage` is a mixin of :class:`gfaas.dataplane.store.Store`.
+out their answers. :class:`Tiers` is a component of :class:`gfaas.dataplane.store.Store` (``store.tiers``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..clock import Clock
 from ..config import NodeConfig
@@ -33,10 +33,8 @@ from ..policy.storage import (
 )
 from .auth import Registry
 from .backends import Backend, DeviceBackend
+from .records import ObjectRecord, Segment
 from .spill import SpillDir
-
-if TYPE_CHECKING:
-    from .store import ObjectRecord, Segment
 
 log = logging.getLogger("gfaas.dataplane")
 
@@ -71,10 +69,10 @@ class Spilled:
     objects: set[bytes]
 
 
-class TieredStorage:
-    """Eviction, restore, queue hints and pool targets for :class:`~gfaas.dataplane.store.Store`."""
+class StoreCore(Protocol):
+    """What the tiers use of the store: its memory and objects, and the operations that keep the
+    store's books when a segment is created, moved or retired (see :class:`~gfaas.dataplane.store.Store`)."""
 
-    # The store's state this mixin reads and writes (set in Store.__init__).
     config: NodeConfig
     backend: Backend
     devices: dict[int, DeviceBackend]
@@ -87,21 +85,28 @@ class TieredStorage:
     _pool: dict[str, list[Segment]]
     _next_seg: int
 
-    if TYPE_CHECKING:
-        # The store's methods this mixin calls.
-        def _new_segment(self, invocation: str, owner: int | None, nbytes: int, what: str, device: int = -1,
-                         force: bool = False) -> Segment: ...
-        def _add_segment(self, invocation: str, owner: int | None, handle: Any, size: int,
-                         device: int) -> Segment: ...
-        def _retire(self, seg: Segment) -> None: ...
-        def _evict_warm(self, need: int) -> None: ...
-        def _take_warm(self, invocation: str, nbytes: int) -> Segment | None: ...
-        def _free(self, rec: ObjectRecord, reason: str | None) -> None: ...
-        def _movable(self, seg: Segment) -> bool: ...
-        def unhold(self, seg: Segment) -> None: ...
+    def _new_segment(self, invocation: str, owner: int | None, nbytes: int, what: str, device: int = -1,
+                     force: bool = False) -> Segment: ...
+    def _add_segment(self, invocation: str, owner: int | None, handle: Any, size: int, device: int) -> Segment: ...
+    def _retire(self, seg: Segment) -> None: ...
+    def _evict_warm(self, need: int) -> None: ...
+    def _take_warm(self, invocation: str, nbytes: int) -> Segment | None: ...
+    def _free(self, rec: ObjectRecord, reason: str | None) -> None: ...
+    def _movable(self, seg: Segment) -> bool: ...
+    def unhold(self, seg: Segment) -> None: ...
 
-    def _init_tiers(self, config: NodeConfig, spill: SpillDir | None) -> None:
-        """The tiers' own state; Store.__init__ calls it once ``devices`` is set."""
+
+class Tiers:
+    """Eviction, restore, queue hints and pool targets of one :class:`~gfaas.dataplane.store.Store`.
+
+    A component of the store (``store.tiers``), not a base class: it keeps its own state (the disk
+    tier, demand trackers, hints, counters) and reaches the store's segments and objects through
+    ``core``, the part of the store described by :class:`StoreCore`.
+    """
+
+    def __init__(self, core: StoreCore, config: NodeConfig, spill: SpillDir | None) -> None:
+        """``core`` is the store; its ``devices`` must be set already."""
+        self.core = core
         self.options = config.storage_options()
         self.spill = spill
         self.spilled: dict[int, Spilled] = {}
@@ -111,7 +116,7 @@ class TieredStorage:
         # The host tier's floor is the warm cache's size; a GPU's is the pool floor of issue 5.
         self.demand: dict[int, DemandTracker] = {
             -1: DemandTracker(storage_policy(config.storage_policy, floor_bytes=config.warm_pool_bytes))}
-        for k in self.devices:
+        for k in self.core.devices:
             self.demand[k] = DemandTracker(storage_policy(config.storage_policy,
                                                           floor_bytes=config.device_pool_floor_bytes))
         self.host_target = config.warm_pool_bytes
@@ -143,7 +148,7 @@ class TieredStorage:
         """A block of GPU ``device``'s pool; when the pool is at its cap, victims of
         :func:`plan_eviction` move to a peer GPU or to host memory (:func:`migration_target`) one
         at a time until the block fits (freed bytes need not be contiguous)."""
-        dev = self.devices[device]
+        dev = self.core.devices[device]
         try:
             return dev.alloc(nbytes)
         except CapacityError:
@@ -151,7 +156,7 @@ class TieredStorage:
                 raise
         order = plan_eviction(self._device_residents(device), dev.pool.cap, self.options)
         for r in order:
-            seg = self.segments.get(r.key)  # type: ignore[call-overload]
+            seg = self.core.segments.get(r.key)  # type: ignore[call-overload]
             if seg is None or not self._evict_device(seg):
                 continue
             try:
@@ -168,25 +173,25 @@ class TieredStorage:
             ) from None
 
     def _demand_key(self, rec: ObjectRecord) -> str:
-        workflow = self.registry.get(rec.invocation).workflow if rec.invocation in self.registry else ""
+        workflow = self.core.registry.get(rec.invocation).workflow if rec.invocation in self.core.registry else ""
         return f"{workflow}/{rec.producer}"
 
     def _stored(self, rec: ObjectRecord, seg: Segment) -> None:
         tracker = self.demand.get(seg.home)
         if tracker is not None:
-            tracker.stored(self._demand_key(rec), rec.nbytes, self.clock.now())
+            tracker.stored(self._demand_key(rec), rec.nbytes, self.core.clock.now())
 
     def queue_hint(self, invocation_id: object, positions: Mapping[str, int], done: Iterable[str] = ()) -> None:
         """Where the functions of an invocation wait: ``positions[f]`` requests are ahead of ``f``
         in its queue (0: runs next, or is running now), a function missing from it is not queued
         (its objects are evicted first), and ``done`` functions will not run again (objects only
         they were left to read are released rather than spilled). Replaces the previous hint."""
-        if not isinstance(invocation_id, str) or invocation_id not in self.registry:
+        if not isinstance(invocation_id, str) or invocation_id not in self.core.registry:
             raise NotFound(
                 f"queue hint for invocation {invocation_id!r}: no such open invocation on node"
-                f" {self.config.node_id}; send hints between open_invocation and end_invocation"
+                f" {self.core.config.node_id}; send hints between open_invocation and end_invocation"
             )
-        functions = self.registry.get(invocation_id).functions
+        functions = self.core.registry.get(invocation_id).functions
         for f in [*positions, *done]:
             if f not in functions:
                 raise ConfigError(
@@ -216,10 +221,10 @@ class TieredStorage:
         sp = self.spilled.get(rec.segment)
         if sp is not None:
             self._restore_spilled(sp, force=True)
-        seg = self.segments[rec.segment]
-        if seg.home >= 0 and seg.device != seg.home and device in (None, seg.home) and self._movable(seg):
+        seg = self.core.segments[rec.segment]
+        if seg.home >= 0 and seg.device != seg.home and device in (None, seg.home) and self.core._movable(seg):
             self._move_home(seg)
-        return self.segments[rec.segment]
+        return self.core.segments[rec.segment]
 
     def settle(self) -> None:
         """Work the get and free paths leave for later; the daemon runs it after each reply.
@@ -229,7 +234,7 @@ class TieredStorage:
         each pool's target to what the :class:`DemandTracker` asks. Doing this after the reply is
         what keeps a get from ever waiting for somebody else's eviction or restore.
         """
-        now = self.clock.now()
+        now = self.core.clock.now()
         if self._unsettled:
             self._unsettled = False
             self._rebalance()
@@ -245,15 +250,15 @@ class TieredStorage:
         if self._hinted:
             self._hinted = False
             self._release_unneeded()
-        cap = self.config.capacity_bytes
-        if self.reserved - self.spilling_bytes > cap:
-            self._evict_warm(0)
-            if self.reserved - self.spilling_bytes > cap:
-                self._make_host_room(self.reserved - self.spilling_bytes - cap)
+        cap = self.core.config.capacity_bytes
+        if self.core.reserved - self.spilling_bytes > cap:
+            self.core._evict_warm(0)
+            if self.core.reserved - self.spilling_bytes > cap:
+                self._make_host_room(self.core.reserved - self.spilling_bytes - cap)
         if self.options.restore:
-            room = cap - self.reserved + self.pooled_bytes  # warm segments are reused or retired first
+            room = cap - self.core.reserved + self.core.pooled_bytes  # warm segments are reused or retired first
             if self.spilled and room > 0:
-                spilled = [self._resident(sp.id, sp.size, [self.objects[o] for o in sp.objects], False)
+                spilled = [self._resident(sp.id, sp.size, [self.core.objects[o] for o in sp.objects], False)
                            for sp in self.spilled.values()]
                 for r in plan_restore(spilled, room, self.options):
                     sp = self.spilled.get(r.key)  # type: ignore[call-overload]
@@ -264,13 +269,13 @@ class TieredStorage:
                     except (CapacityError, DataLost) as exc:
                         log.warning("proactive restore stopped: %s", exc)
                         break
-            for k, dev in self.devices.items():
-                away = [g for g in (self.segments[i] for i in self._away) if g.home == k and g.live]
+            for k, dev in self.core.devices.items():
+                away = [g for g in (self.core.segments[i] for i in self._away) if g.home == k and g.live]
                 if not away:
                     continue
-                res = [self._resident(g.id, g.size, self._objs(g), not self._movable(g)) for g in away]
+                res = [self._resident(g.id, g.size, self._objs(g), not self.core._movable(g)) for g in away]
                 for r in plan_restore(res, dev.pool.cap - dev.pool.used, self.options):
-                    seg = self.segments.get(r.key)  # type: ignore[call-overload]
+                    seg = self.core.segments.get(r.key)  # type: ignore[call-overload]
                     if seg is not None and not self._move_home(seg):
                         break
 
@@ -287,21 +292,21 @@ class TieredStorage:
         (9x slower puts, 300x slower gets; issue 12). Warm memory never blocks a put: the store
         retires it first when the cap is reached (:meth:`Store._reserve`).
         """
-        wpb = self.config.warm_pool_bytes
+        wpb = self.core.config.warm_pool_bytes
         if self.options.pooling == "none" or wpb == 0:
             return 0
         if self.options.pooling != "elastic":
             return wpb
-        return max(wpb, self.host_target - (self.reserved - self.pooled_bytes - freeing))
+        return max(wpb, self.host_target - (self.core.reserved - self.core.pooled_bytes - freeing))
 
     def _retarget(self, now: float) -> None:
         self.host_target = self.demand[-1].target(now, None)
         limit = self.warm_limit()
-        for seg in [g for warm in self._pool.values() for g in warm]:  # oldest first per workflow
-            if self.pooled_bytes <= limit:
+        for seg in [g for warm in self.core._pool.values() for g in warm]:  # oldest first per workflow
+            if self.core.pooled_bytes <= limit:
                 break
-            self._retire(seg)
-        for k, dev in self.devices.items():
+            self.core._retire(seg)
+        for k, dev in self.core.devices.items():
             if self.options.pooling == "elastic":
                 dev.pool.set_target(self.demand[k].target(now, dev.free_bytes()))
                 dev.pool.prewarm(self.demand[k].largest_object(now))
@@ -312,7 +317,7 @@ class TieredStorage:
         self._next_change = max(min(ends), self._next_retarget) if ends else None
 
     def _objs(self, seg: Segment) -> list[ObjectRecord]:
-        return [self.objects[o] for o in self._seg_objs.get(seg.id, ())]
+        return [self.core.objects[o] for o in self._seg_objs.get(seg.id, ())]
 
     def _resident(self, key: int, nbytes: int, objs: list[ObjectRecord], pinned: bool) -> Resident:
         """The policy's view of a segment (or spilled segment) and the objects in it."""
@@ -333,12 +338,12 @@ class TieredStorage:
         return Resident(key, nbytes, last, position, readers, pinned)
 
     def _host_residents(self) -> list[Resident]:
-        return [self._resident(g.id, g.size, self._objs(g), not self._movable(g))
-                for g in self.segments.values() if g.device < 0 and g.live and not g.pooled]
+        return [self._resident(g.id, g.size, self._objs(g), not self.core._movable(g))
+                for g in self.core.segments.values() if g.device < 0 and g.live and not g.pooled]
 
     def _device_residents(self, device: int) -> list[Resident]:
-        return [self._resident(g.id, g.size, self._objs(g), not self._movable(g))
-                for g in self.segments.values() if g.device == device and g.live]
+        return [self._resident(g.id, g.size, self._objs(g), not self.core._movable(g))
+                for g in self.core.segments.values() if g.device == device and g.live]
 
     def _make_host_room(self, need: int) -> None:
         """Evict :func:`plan_eviction`'s victims until ``need`` bytes are freed: objects nobody
@@ -347,7 +352,7 @@ class TieredStorage:
         if self.spill is None:
             residents = [r for r in residents if r.readers_left <= 0]
         for r in plan_eviction(residents, need, self.options):
-            seg = self.segments.get(r.key)  # type: ignore[call-overload]
+            seg = self.core.segments.get(r.key)  # type: ignore[call-overload]
             if seg is None:
                 continue
             if r.readers_left <= 0 and self.options.release_unread:
@@ -363,13 +368,13 @@ class TieredStorage:
 
     def _release_unneeded(self) -> None:
         """Drop at once what :func:`unneeded` names: objects whose readers have all finished."""
-        inmem = [self._resident(g.id, g.size, self._objs(g), not self._movable(g))
-                 for g in self.segments.values() if g.live and not g.pooled]
+        inmem = [self._resident(g.id, g.size, self._objs(g), not self.core._movable(g))
+                 for g in self.core.segments.values() if g.live and not g.pooled]
         for key in unneeded(inmem, self.options):
-            seg = self.segments.get(key)  # type: ignore[call-overload]
+            seg = self.core.segments.get(key)  # type: ignore[call-overload]
             if seg is not None:
                 self._release_unread(seg)
-        ondisk = [self._resident(sp.id, sp.size, [self.objects[o] for o in sp.objects], False)
+        ondisk = [self._resident(sp.id, sp.size, [self.core.objects[o] for o in sp.objects], False)
                   for sp in self.spilled.values()]
         for key in unneeded(ondisk, self.options):
             sp = self.spilled.get(key)  # type: ignore[call-overload]
@@ -381,7 +386,7 @@ class TieredStorage:
         seg.recyclable = False  # its memory is wanted now, not as a warm segment
         for rec in self._objs(seg):
             self.counters["released_unread"] += 1
-            self._free(rec, "none of its remaining consumers will read it")
+            self.core._free(rec, "none of its remaining consumers will read it")
 
     def _spill(self, seg: Segment) -> bool:
         """Write a host segment's objects to one file and give its memory back.
@@ -397,14 +402,14 @@ class TieredStorage:
         objs = self._objs(seg)
         length = max(r.offset + r.nbytes for r in objs)
         self.spill.check_room(length)
-        view = self.backend.host_view(seg.handle)
+        view = self.core.backend.host_view(seg.handle)
         if view is None:  # a backend without a host mapping: copy out now, write later
             data = memoryview(bytearray(length))
-            self.backend.copy_out(seg.handle, 0, length, data)
+            self.core.backend.copy_out(seg.handle, 0, length, data)
         else:
             data = view[:length]
-        self._next_seg += 1
-        job = SpillJob(seg, self._next_seg, data, view, frozenset(r.id for r in objs), length)
+        self.core._next_seg += 1
+        job = SpillJob(seg, self.core._next_seg, data, view, frozenset(r.id for r in objs), length)
         seg.holds += 1
         self.spill.pending += length
         self.spilling[seg.id] = job
@@ -432,7 +437,7 @@ class TieredStorage:
         job.data.release()
         if job.view is not None:
             job.view.release()
-        changed = seg.id not in self.segments or seg.pins or frozenset(r.id for r in self._objs(seg)) != job.objects
+        changed = seg.id not in self.core.segments or seg.pins or frozenset(r.id for r in self._objs(seg)) != job.objects
         if error is not None or changed:
             if error is not None:
                 self.spill_error = str(error)
@@ -440,8 +445,8 @@ class TieredStorage:
             else:
                 self.spill.discard(job.key)
             self._unsettled = True  # still over the cap, perhaps: settle picks other victims
-            if seg.id in self.segments:
-                self.unhold(seg)
+            if seg.id in self.core.segments:
+                self.core.unhold(seg)
             return
         self.spill.commit(job.key, job.length)
         seg.holds -= 1
@@ -453,7 +458,7 @@ class TieredStorage:
             rec.segment = sp.id
         self._seg_objs.pop(seg.id, None)
         seg.live = 0
-        self._retire(seg)
+        self.core._retire(seg)
         self.counters["evictions"] += len(objs)
         self.counters["bytes_spilled"] += job.length
         log.debug("evicted segment %d (%d objects, %d bytes) to disk", seg.id, len(objs), job.length)
@@ -461,16 +466,16 @@ class TieredStorage:
     def _restore_spilled(self, sp: Spilled, force: bool) -> Segment:
         """Read a spilled segment back into host memory; its objects keep their offsets."""
         assert self.spill is not None
-        seg = self._take_warm(sp.invocation, sp.size) or self._new_segment(
+        seg = self.core._take_warm(sp.invocation, sp.size) or self.core._new_segment(
             sp.invocation, None, sp.size, "restore", force=force)
-        view = self.backend.host_view(seg.handle)
+        view = self.core.backend.host_view(seg.handle)
         data = memoryview(bytearray(sp.length)) if view is None else view[:sp.length]
         try:
             self.spill.read_into(sp.id, data)
             if view is None:
-                self.backend.copy_in(seg.handle, 0, data)
+                self.core.backend.copy_in(seg.handle, 0, data)
         except OSError as exc:
-            self._retire(seg)
+            self.core._retire(seg)
             self._lose(sp, f"lost: its spilled copy in {self.spill.path} could not be read: {exc}")
             raise DataLost(
                 f"objects of segment {sp.id} were lost: the spilled copy in {self.spill.path} could not be"
@@ -484,7 +489,7 @@ class TieredStorage:
         if seg.home >= 0:
             self._away.add(seg.id)
         for oid in sp.objects:
-            self.objects[oid].segment = seg.id
+            self.core.objects[oid].segment = seg.id
         self._seg_objs[seg.id] = set(sp.objects)
         seg.live = len(sp.objects)
         del self.spilled[sp.id]
@@ -495,7 +500,7 @@ class TieredStorage:
 
     def _lose(self, sp: Spilled, reason: str) -> None:
         for oid in list(sp.objects):
-            self._free(self.objects[oid], reason)
+            self.core._free(self.core.objects[oid], reason)
 
     def _repoint(self, old: Segment, new: Segment) -> None:
         """Move ``old``'s objects (copied already) to ``new`` and retire ``old``."""
@@ -508,31 +513,31 @@ class TieredStorage:
         new.home, new.workflow, new.invocation = old.home, old.workflow, old.invocation
         if new.home >= 0 and new.device != new.home:
             self._away.add(new.id)
-        self._retire(old)
+        self.core._retire(old)
 
     def _copy_segment(self, src: Segment, dst: Segment, nbytes: int) -> None:
         """Copy the first ``nbytes`` of ``src`` into ``dst`` (host/GPU in any direction), in the
         caller's thread; a GPU source waits for its producers' events first."""
         for rec in self._objs(src):
             if rec.event and src.device >= 0:
-                self.devices[src.device].wait_event(rec.event)
+                self.core.devices[src.device].wait_event(rec.event)
         if nbytes <= 0:
             return
         if src.device >= 0 and dst.device >= 0:
-            self.devices[dst.device].transfer(src.handle, 0, dst.handle, 0, nbytes)
+            self.core.devices[dst.device].transfer(src.handle, 0, dst.handle, 0, nbytes)
             return
         host, dev = (dst, src) if dst.device < 0 else (src, dst)
-        view = self.backend.host_view(host.handle)
+        view = self.core.backend.host_view(host.handle)
         data = memoryview(bytearray(nbytes)) if view is None else view[:nbytes]
         try:
             if dst.device < 0:
-                self.devices[src.device].copy_out(src.handle, 0, nbytes, data)
+                self.core.devices[src.device].copy_out(src.handle, 0, nbytes, data)
                 if view is None:
-                    self.backend.copy_in(dst.handle, 0, data)
+                    self.core.backend.copy_in(dst.handle, 0, data)
             else:
                 if view is None:
-                    self.backend.copy_out(src.handle, 0, nbytes, data)
-                self.devices[dev.device].copy_in(dst.handle, 0, data)
+                    self.core.backend.copy_out(src.handle, 0, nbytes, data)
+                self.core.devices[dev.device].copy_in(dst.handle, 0, data)
         finally:
             data.release()
             if view is not None:
@@ -542,22 +547,22 @@ class TieredStorage:
         """Move a GPU segment to the peer :func:`migration_target` picks, or to host memory."""
         k = seg.device
         length = max(r.offset + r.nbytes for r in self._objs(seg))
-        peers = [Peer(str(j), d.pool.cap - d.pool.used, self.devices[k].peer_link_gbps)
-                 for j, d in self.devices.items() if j != k]
-        dest = migration_target(seg.size, peers, self.devices[k].host_link_gbps, self.options)
+        peers = [Peer(str(j), d.pool.cap - d.pool.used, self.core.devices[k].peer_link_gbps)
+                 for j, d in self.core.devices.items() if j != k]
+        dest = migration_target(seg.size, peers, self.core.devices[k].host_link_gbps, self.options)
         new: Segment | None = None
         if dest is not None:
             try:
-                handle = self.devices[int(dest)].alloc(seg.size)
+                handle = self.core.devices[int(dest)].alloc(seg.size)
             except CapacityError:
                 pass  # fragmented: host memory instead
             else:
-                new = self._add_segment(seg.invocation, None, handle, self.devices[int(dest)].size_of(handle),
+                new = self.core._add_segment(seg.invocation, None, handle, self.core.devices[int(dest)].size_of(handle),
                                         int(dest))
                 self.counters["migrations"] += seg.live
         if new is None:
             try:
-                new = self._new_segment(seg.invocation, None, seg.size, f"eviction from GPU {k}")
+                new = self.core._new_segment(seg.invocation, None, seg.size, f"eviction from GPU {k}")
             except CapacityError as exc:
                 self.spill_error = str(exc)
                 return False
@@ -571,10 +576,10 @@ class TieredStorage:
         """Bring a segment evicted from its GPU back there if the pool has room as it is."""
         k = seg.home
         try:
-            handle = self.devices[k].alloc(seg.size)
+            handle = self.core.devices[k].alloc(seg.size)
         except CapacityError:
             return False
-        new = self._add_segment(seg.invocation, None, handle, self.devices[k].size_of(handle), k)
+        new = self.core._add_segment(seg.invocation, None, handle, self.core.devices[k].size_of(handle), k)
         new.open = False
         self._copy_segment(seg, new, max(r.offset + r.nbytes for r in self._objs(seg)))
         self.counters["restores"] += seg.live
