@@ -13,13 +13,31 @@ from typing import Any
 import numpy as np
 
 from ..config import default_run_dir, default_socket_path
-from ..errors import AccessDenied, AuthenticationError, ConfigError, ObjectStateError, ProtocolError
+from ..errors import (
+    AccessDenied,
+    AuthenticationError,
+    ConfigError,
+    DaemonUnavailable,
+    ObjectStateError,
+    ProtocolError,
+)
 from . import protocol as P
 from .backends.host import attach
 from .channel import Channel
 from .device_client import CudaMapper, DeviceMapper, DeviceView, cuda_interface, device_of
 from .ids import DataRef
 from .meta import RAW, align, check_consumers, itemsize
+from .slabindex import (
+    DIR,
+    DIR_ENTRY,
+    DIR_MAX_FUNCTIONS,
+    DIR_MAX_NDIM,
+    DTYPE_CODE,
+    DTYPES,
+    INDEX_ENTRY,
+    INDEX_HEADER,
+    LIVE,
+)
 
 log = logging.getLogger("gfaas.dataplane")
 
@@ -63,6 +81,22 @@ def _private_array(shape: tuple[int, ...], dtype: np.dtype[Any], nbytes: int) ->
             except OSError:
                 pass
     return np.frombuffer(mm, dtype, nbytes // dtype.itemsize).reshape(shape)
+
+
+_NOT_LOCAL = 255  # directory entry's ndim for an object that is read through the daemon only
+_U32 = 1 << 32
+
+
+class _LocalSlab:
+    """A slab of another connection this one maps read-only, with its index (see slabindex.py)."""
+
+    __slots__ = ("seg", "data", "index", "dir_at", "slots", "scanned", "dead")
+
+    def __init__(self, seg: int, data: mmap.mmap, index: mmap.mmap, dir_at: int, slots: int) -> None:
+        self.seg, self.data, self.index, self.dir_at = seg, data, index, dir_at
+        self.slots = min(slots, (len(data) - dir_at) // DIR_ENTRY, (len(index) - INDEX_HEADER) // INDEX_ENTRY)
+        self.scanned = 0
+        self.dead = False
 
 
 @dataclass(frozen=True)
@@ -192,7 +226,20 @@ class Client:
         self._next = 0
         self._faulted_to = 0
         self._ahead = _SLAB_PREFAULT_FIRST
-        self._ids: list[bytes] = []
+        # IDs for small puts, (id, directory slot or -1), the next one last.
+        self._ids: list[tuple[bytes, int]] = []
+        self._arena_map: mmap.mmap | None = None
+        self._dir_at = -1  # where the current slab's directory starts (-1: it has none)
+        self._masks: dict[tuple[str, ...] | None, bytes | None] = {}
+        # Slabs read locally, and the IDs found in their directories (not yet read) -> (slab, slot).
+        self._local: dict[int, _LocalSlab] = {}
+        self._local_ids: dict[bytes, tuple[_LocalSlab, int]] = {}
+        me = self.functions.index(self.function) if self.function in self.functions else DIR_MAX_FUNCTIONS
+        self._my_bit = (me // 8, 1 << (me % 8)) if me < DIR_MAX_FUNCTIONS else None
+        # Asynchronous requests sent since the last reply (see close), and of those, seals: a get
+        # made while one may have failed asks the daemon, so the failure surfaces at that call.
+        self._unsynced = False
+        self._unsealed = False
         # Segments whose views died (see _pinned_view), told to the daemon with the next request.
         self._released: list[int] = []
 
@@ -217,16 +264,20 @@ class Client:
         self._flush_released()
         self._retiring.clear()
         reply, fds = self._ch.call(msg)
+        self._unsynced = self._unsealed = False
         if fds:
             seg = getattr(reply, "segment", None)
-            if seg is None or len(fds) != 1:
+            local = getattr(reply, "local", None)
+            if seg is None or len(fds) != (2 if local else 1):
                 for fd in fds:
                     os.close(fd)
                 raise ProtocolError("the daemon sent file descriptors with a reply that names no segment")
             writable = not isinstance(reply, P.Located)
             # A segment of its own for one object about to be written whole: map all of it now.
             whole = isinstance(reply, P.Allocated) and seg != self._arena_seg
-            self._maps[(seg, writable)] = attach(fds[0], writable, populate=whole)
+            mapped = self._maps[(seg, writable)] = attach(fds[0], writable, populate=whole)
+            if local:
+                self._local[seg] = _LocalSlab(seg, mapped, attach(fds[1], False), local[0], local[1])
         for arena in getattr(reply, "gone", ()):
             opened = self._arenas.pop(arena, None)
             if opened is not None:
@@ -235,12 +286,15 @@ class Client:
             # The reply may name a segment retired while it was being answered (a get that read the
             # last live object of a slab): the mapping stays valid, so keep it for this one call.
             self._read.pop(seg, None)
+            gone = self._local.pop(seg, None)
+            if gone is not None:
+                gone.dead = True
             for key in ((seg, False), (seg, True)):
                 mm = self._maps.pop(key, None)
                 if mm is not None:
                     self._retiring[key] = mm
             if seg == self._arena_seg:
-                self._arena, self._arena_seg = None, -1
+                self._arena, self._arena_seg, self._arena_map = None, -1, None
         return reply
 
     def _device_mapper(self) -> DeviceMapper:
@@ -297,11 +351,16 @@ class Client:
             self._arena, self._arena_seg = None, -1  # the daemon closes the old slab even if the lease fails
             r = self._call(P.Lease(n))
             assert isinstance(r, P.Leased)
-            self._arena = memoryview(self._map(r.segment, True))
+            self._arena_map = self._map(r.segment, True)
+            self._arena = memoryview(self._arena_map)[: r.size]  # its directory follows
             self._arena_seg, self._next, off = r.segment, r.offset, r.offset
             self._faulted_to = r.offset
             self._ahead = _SLAB_PREFAULT_FIRST
-            self._ids.extend(r.ids)
+            self._dir_at = r.size if r.first_slot >= 0 else -1
+            if r.first_slot >= 0:  # every ID the connection holds, now in this slab's directory slots
+                self._ids = self._slotted(r.ids, r.first_slot)
+            else:
+                self._ids = self._slotted(r.ids, -1) + self._ids
         if off + n > self._faulted_to:
             # Fault the slab in ahead of the bump pointer, one system call for many pages instead of
             # a page fault per fresh 4 KiB page inside every put. The stride starts small and doubles
@@ -315,13 +374,100 @@ class Client:
         if not self._ids:
             r2 = self._call(P.MoreIds(64))
             assert isinstance(r2, P.Ids)
-            self._ids.extend(r2.ids)
-        oid = self._ids.pop()
+            self._ids = self._slotted(r2.ids, r2.first_slot) + self._ids
+        oid, slot = self._ids.pop()
         self._arena[off : off + n] = arr.reshape(-1).view(np.uint8).data if n else b""
         self._next = off + n
+        shape = [n] if dt == RAW else list(arr.shape)
+        if slot >= 0 and self._arena_map is not None:
+            self._describe(self._arena_map, self._dir_at + slot * DIR_ENTRY, oid, off, n, dt, shape, cons)
         self._flush_released()
-        self._ch.send(P.Seal(oid, off, n, dt, [n] if dt == RAW else list(arr.shape), cons))
+        self._ch.send(P.Seal(oid, off, n, dt, shape, cons))
+        self._unsynced = self._unsealed = True
         return DataRef(oid, self.node_id)
+
+    @staticmethod
+    def _slotted(ids: list[bytes], first: int) -> list[tuple[bytes, int]]:
+        return [(oid, first + i if first >= 0 else -1) for i, oid in enumerate(ids)][::-1]
+
+    def _describe(self, mm: mmap.mmap, at: int, oid: bytes, off: int, n: int, dt: str, shape: list[int],
+                  cons: list[str] | None) -> None:
+        """Write the directory entry of a small object just put (slabindex.py); the offset goes last."""
+        key = tuple(cons) if cons is not None else None
+        mask = self._masks.get(key, b"")
+        if mask == b"":
+            mask = self._masks[key] = self._mask(cons)
+        ndim = len(shape)
+        if mask is None or ndim > DIR_MAX_NDIM or n >= _U32 or any(d >= _U32 for d in shape):
+            DIR.pack_into(mm, at, 0, 0, oid, 0, _NOT_LOCAL, 0, 0, 0, 0, 0, bytes(16))
+        else:
+            dims = (*shape, 0, 0, 0, 0)
+            DIR.pack_into(mm, at, 0, n, oid, DTYPE_CODE[dt], ndim, cons is None, dims[0], dims[1], dims[2],
+                          dims[3], mask)
+        mm[at : at + 8] = (off + 1).to_bytes(8, "little")
+
+    def _mask(self, cons: list[str] | None) -> bytes | None:
+        """The readers as a bitmask over the invocation's functions; None if one is beyond it."""
+        bits = bytearray(16)
+        for c in cons or ():
+            i = self.functions.index(c)
+            if i >= DIR_MAX_FUNCTIONS:
+                return None
+            bits[i // 8] |= 1 << (i % 8)
+        return bytes(bits)
+
+    def _scan(self) -> None:
+        """Note the IDs written into the directories of the slabs read locally since the last scan."""
+        found = self._local_ids
+        for slab in self._local.values():
+            data, at, i = slab.data, slab.dir_at, slab.scanned
+            while i < slab.slots:
+                e = at + i * DIR_ENTRY
+                if data[e : e + 8] == b"\0\0\0\0\0\0\0\0":
+                    break
+                found[data[e + 12 : e + 28]] = (slab, i)
+                i += 1
+            slab.scanned = i
+
+    def _get_local(self, oid: bytes) -> Any:
+        """A small object of a slab this connection maps, read without asking the daemon; None when
+        anything is not as it should be (the caller then asks the daemon, which has the answer)."""
+        hit = self._local_ids.pop(oid, None)
+        if hit is None:
+            self._scan()
+            hit = self._local_ids.pop(oid, None)
+            if hit is None:
+                return None
+        slab, slot = hit
+        ix = slab.index
+        at = INDEX_HEADER + slot * INDEX_ENTRY
+        if slab.dead or ix[0] != 1 or ix[at + 16] != LIVE or ix[at : at + 16] != oid:
+            return None  # not issued for this slot, freed, or the slab is no longer served locally
+        commit, n, eid, code, ndim, everyone, d0, d1, d2, d3, mask = DIR.unpack_from(
+            slab.data, slab.dir_at + slot * DIR_ENTRY)
+        if eid != oid or ndim > DIR_MAX_NDIM or code >= len(DTYPES):
+            return None
+        if not everyone:
+            me = self._my_bit
+            if me is None or not mask[me[0]] & me[1]:
+                return None  # not a declared reader: the daemon gives the precise answer
+        off = commit - 1
+        if off < 0 or off + n > slab.dir_at:
+            return None
+        dt = DTYPES[code]
+        shape = (d0, d1, d2, d3)[:ndim]
+        count = 1
+        for d in shape:
+            count *= d
+        if count * itemsize(dt) != n:
+            return None
+        self._flush_released()
+        self._ch.send(P.Consumed([oid]))
+        self._unsynced = True
+        raw = np.frombuffer(slab.data, np.uint8, n, off)
+        if dt == RAW:
+            return memoryview(raw)  # type: ignore[arg-type]
+        return raw.view(np.dtype(dt)).reshape(shape)
 
     def _put_device(self, obj: Any, gpu: int, cons: list[str] | None) -> DataRef:
         """A device tensor goes into its GPU's pool with one device-to-device copy (functions never
@@ -432,6 +578,11 @@ class Client:
             where = device
         else:
             raise ConfigError(f"device={device!r}: use None (where it lives), 'host' or a GPU ordinal")
+        if where == P.ANY_DEVICE and self._local and not self._unsealed:
+            local = self._get_local(ref.id)
+            if local is not None:
+                return local
+        self._local_ids.pop(ref.id, None)
         r = self._call(P.Get(ref.id, dst.nbytes if dst is not None else -1, where))
         assert isinstance(r, P.Located)
         if r.device is not None:
@@ -472,12 +623,27 @@ class Client:
         self._call(P.Delete(ref.id))
 
     def close(self) -> None:
-        """Close the connection; views already returned stay valid."""
+        """Close the connection; views already returned stay valid.
+
+        Puts of small objects do not wait for the daemon: if any were made since the last reply,
+        one round trip first makes sure they all went through, and the error of one that did not
+        is raised here (after the connection is closed)."""
+        try:
+            if self._unsynced and self._ch.sock is not None:
+                self._call(P.Sync())
+        except DaemonUnavailable:
+            pass  # the daemon is gone: its objects are lost, which its restart reports (DataLost)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
         self._ch.close()
         self._maps.clear()
         self._retiring.clear()
         self._read.clear()
-        self._arena = None
+        self._local.clear()
+        self._local_ids.clear()
+        self._arena = self._arena_map = None
 
     def __enter__(self) -> Client:
         return self

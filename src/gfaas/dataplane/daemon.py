@@ -24,6 +24,7 @@ import select
 import signal
 import socket
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,7 +45,8 @@ from .tiers import SpillJob
 log = logging.getLogger("gfaas.dataplane")
 
 
-_ASYNC = (P.Seal, P.Release)  # requests that get no reply
+_ASYNC = (P.Seal, P.Release, P.Consumed)  # requests that get no reply
+_EARLY_MAX = 65536  # local reads noted before their object's seal arrived (see _consumed)
 
 
 @dataclass(eq=False)
@@ -93,7 +95,10 @@ class Daemon:
                                          config.device_pool_floor_bytes),
             spill=SpillDir(config.spill_dir, config.spill_capacity_bytes) if config.spill_capacity_bytes != 0
             else None,
+            local_reads=config.backend == "host",
         )
+        # Objects read locally whose Consumed arrived before their Seal: id -> sessions that read it.
+        self._early: OrderedDict[bytes, list[Session]] = OrderedDict()
         if self.store.spill is not None:
             self._spill_pool = ThreadPoolExecutor(1, thread_name_prefix="gfaas-spill")
             self.store.spill_runner = self._start_spill
@@ -113,6 +118,8 @@ class Daemon:
             P.Get: self._get,
             P.Delete: self._delete,
             P.Release: self._release,
+            P.Consumed: self._consumed,
+            P.Sync: self._sync,
         }
 
     # ---- state on disk -------------------------------------------------------------------------
@@ -535,6 +542,7 @@ class Daemon:
 
     def _stats(self, conn: Conn, m: P.Stats) -> tuple[P.Reply, list[int]]:
         self._need_admin(conn)
+        self._drain_others(conn)  # seals and local reads already sent count
         for _ in range(8):  # report settled tiers, not writes still in flight
             self._finish_spills(wait=True)
             with self.lock:
@@ -575,16 +583,65 @@ class Daemon:
     def _lease(self, conn: Conn, m: P.Lease) -> tuple[P.Reply, list[int]]:
         s = self._need_session(conn)
         seg, ids = self.store.lease(s, m.min_bytes)
-        return P.Leased(seg.id, 0, seg.size, ids), self._export(conn, seg, True)
+        if seg.index is not None and s.slots:
+            ids = self.store.held_ids(s)  # all of them, in slot order: the client replaces its list
+        return (P.Leased(seg.id, 0, seg.limit or seg.size, ids, first_slot=self.store.first_slot(s, ids)),
+                self._export(conn, seg, True))
 
     def _more_ids(self, conn: Conn, m: P.MoreIds) -> tuple[P.Reply, list[int]]:
-        return P.Ids(self.store.more_ids(self._need_session(conn), m.n)), []
+        s = self._need_session(conn)
+        ids = self.store.more_ids(s, m.n)
+        return P.Ids(ids, first_slot=self.store.first_slot(s, ids)), []
 
     def _seal_small(self, conn: Conn, m: P.Seal) -> None:
         rec = self.store.seal_small(self._need_session(conn), m.id, m.offset, m.nbytes, m.dtype,
                                     m.shape, m.consumers)
         self._published(rec)
+        readers = self._early.pop(rec.id, None) if self._early else None
+        for s in readers or ():
+            self._count_read(s, rec.id)
         return None
+
+    def _sync(self, conn: Conn, m: P.Sync) -> tuple[P.Reply, list[int]]:
+        return P.Ok(), []  # an error of an earlier asynchronous request was raised before this ran
+
+    def _consumed(self, conn: Conn, m: P.Consumed) -> None:
+        """Reads a client made locally (see slabindex.py), counted as its gets would have been.
+
+        The reader learnt each ID after its producer's put returned, so the seal was queued before
+        this message: if it is not here yet, the other connections are drained first; one still
+        missing then (its seal arrives on a connection this drain had passed) is counted when it is
+        sealed. A read the reader may not make counts for nothing: the read itself was checked
+        against the directory's reader list, and this only decides when the object is freed.
+        """
+        s = conn.session
+        if s is None:
+            return None
+        drained = False
+        for oid in m.ids:
+            if not isinstance(oid, bytes):
+                continue
+            if oid not in self.store.objects and not drained:
+                self._drain_others(conn)
+                drained = True
+            if oid in self.store.objects:
+                self._count_read(s, oid)
+            else:
+                self._early.setdefault(oid, []).append(s)
+                while len(self._early) > _EARLY_MAX:
+                    self._early.popitem(last=False)
+        return None
+
+    def _count_read(self, s: Session, oid: bytes) -> None:
+        if s.id not in self.store.sessions:
+            return
+        try:
+            self.store.check_live(s)
+            rec = self.store.lookup(s.invocation, s.function, oid)
+        except GfaasError:
+            return  # freed meanwhile, the invocation ended, or not this reader's to read
+        rec.accessed = self.store.clock.now()
+        self.store.consumed(rec, s.function)
 
     def _allocate(self, conn: Conn, m: P.Allocate) -> tuple[P.Reply, list[int]]:
         rec, seg = self.store.allocate(self._need_session(conn), m.nbytes, m.dtype, m.shape, m.consumers,
@@ -624,9 +681,16 @@ class Daemon:
         self._check_size(rec, expect_nbytes)
         where, offset, event = (seg, rec.offset, rec.event) if copy is None else (copy, 0, b"")
         fds = self._export(conn, where, False)
+        local: list[int] = []
+        if fds and where.index is not None:
+            # The reader may read this object, and every object in the slab shares its invocation:
+            # send the slab's index too, so its later objects are read locally (slabindex.py).
+            fds.append(os.dup(where.index.export()))
+            local = [where.limit, where.index.entries]
         pin = conn.session is not None and self.store.pin(conn.session, where, read=(offset, rec.nbytes))
         return (P.Located(rec.id, where.id, offset, rec.nbytes, rec.dtype, list(rec.shape),
-                          self.config.node_id, pin=pin, device=self._device_ref(conn, where), event=event), fds)
+                          self.config.node_id, pin=pin, device=self._device_ref(conn, where), event=event,
+                          local=local), fds)
 
     def _get(self, conn: Conn, m: P.Get, drained: bool = False) -> tuple[P.Reply, list[int]] | None:
         s = self._need_session(conn)

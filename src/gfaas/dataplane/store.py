@@ -45,6 +45,7 @@ from .backends import Backend, DeviceBackend
 from .ids import ID_BYTES, new_id
 from .journal import Journal
 from .meta import align, check_consumers, check_meta
+from .slabindex import SlabIndex, directory_bytes, slots_for
 from .spill import SpillDir
 from .tiers import RETARGET_S as RETARGET_S  # re-exported: importable from here as before
 from .tiers import Spilled as Spilled
@@ -74,6 +75,8 @@ class Segment:
     device: int = -1  # -1: host memory; >= 0: the pool of that GPU
     holds: int = 0  # copies reading it right now (a delivery): not retired until they finish
     home: int = -1  # the tier its objects were stored on (-1 host, k GPU k): restores go back there
+    index: SlabIndex | None = None  # a slab read locally: its index (see slabindex.py)
+    limit: int = 0  # a slab with an index: objects end here, its directory follows
 
 
 @dataclass(slots=True)
@@ -93,6 +96,7 @@ class ObjectRecord:
     writer: int | None = None  # session writing it (state WRITING)
     event: bytes = b""  # CUDA IPC event the producer recorded after writing it (device objects)
     accessed: float = 0.0  # last get (or creation): what LRU eviction orders by
+    slot: int = -1  # its slot in its slab's index (small puts into a slab with one)
 
 
 @dataclass(slots=True)
@@ -106,6 +110,8 @@ class Session:
     arena: Segment | None = None
     arena_next: int = 0
     issued: set[bytes] = field(default_factory=set)
+    # Of those, the ones in a slab's index: ID -> (slab, slot there); see slabindex.py.
+    slots: dict[bytes, tuple[int, int]] = field(default_factory=dict)
     pins: dict[int, int] = field(default_factory=dict)
     writing: set[bytes] = field(default_factory=set)  # objects it allocated and has not sealed
     # Byte ranges (offset, nbytes) of objects it got as pinned views, per segment: what it may derive.
@@ -124,8 +130,12 @@ class Store(TieredStorage):
         on_retire: Callable[[int], None] | None = None,
         devices: dict[int, DeviceBackend] | None = None,
         spill: SpillDir | None = None,
+        local_reads: bool = False,
     ) -> None:
         self.config = config
+        # Slabs get an index and a directory, so consumers read small objects without a round trip
+        # (the daemon turns this on for the host backend; see slabindex.py).
+        self.local_reads = local_reads
         self.backend = backend
         self.devices: dict[int, DeviceBackend] = dict(devices or {})
         self.clock = clock or WallClock()
@@ -164,6 +174,9 @@ class Store(TieredStorage):
     def end_invocation(self, invocation_id: str) -> int:
         """Free every object of the invocation and revoke its tokens; returns objects freed."""
         self.registry.end(invocation_id)
+        for g in self.segments.values():
+            if g.index is not None and g.invocation == invocation_id:
+                g.index.invalidate()  # no local read after the end: its readers ask the daemon
         ids = self._by_inv.pop(invocation_id, set())
         for oid in list(ids):
             rec = self.objects.get(oid)
@@ -179,6 +192,7 @@ class Store(TieredStorage):
             if s.invocation == invocation_id:
                 self._close_arena(s)
                 s.issued.clear()
+                s.slots.clear()
         for seg in [g for g in self.segments.values() if g.invocation == invocation_id]:
             if not seg.pooled and not seg.live and not seg.open and not seg.holds:
                 self._retire(seg)  # parked (a client still holds a view): not worth keeping
@@ -203,6 +217,7 @@ class Store(TieredStorage):
             self._free(rec, None)
         self._close_arena(s)
         s.issued.clear()
+        s.slots.clear()
         self.release_all(s)
 
     def check_live(self, s: Session) -> None:
@@ -310,6 +325,9 @@ class Store(TieredStorage):
             self.pooled_bytes -= seg.size
             self._pool[seg.workflow].remove(seg)
         del self.segments[seg.id]
+        if seg.index is not None:
+            seg.index.close()
+            seg.index = None
         self._away.discard(seg.id)
         self._unsettled = True  # memory came back: something evicted may return (settle)
         if seg.device < 0:
@@ -377,9 +395,21 @@ class Store(TieredStorage):
                 self._maybe_retire(seg)
 
     def _issue(self, s: Session, n: int) -> list[bytes]:
+        """``n`` fresh IDs for the session, in consecutive slots of its slab's index if it has room."""
         ids = [self._new_journalled_id(s.invocation) for _ in range(n)]
         s.issued.update(ids)
+        self._index_ids(s, ids)
         return ids
+
+    def _index_ids(self, s: Session, ids: list[bytes]) -> int:
+        seg = s.arena
+        idx = seg.index if seg is not None else None
+        if not ids or seg is None or idx is None or idx.entries - idx.next < len(ids):
+            return -1
+        first = idx.next
+        for oid in ids:
+            s.slots[oid] = (seg.id, idx.add(oid))
+        return first
 
     def _new_journalled_id(self, invocation: str) -> bytes:
         """A fresh ID, recorded in the journal as it is handed out.
@@ -406,14 +436,44 @@ class Store(TieredStorage):
         self._close_arena(s)
         seg = self._new_segment(s.invocation, s.id, self.config.slab_bytes, "slab lease")
         s.arena, s.arena_next = seg, 0
+        seg.limit = seg.size
+        if self.local_reads and seg.device < 0:
+            slots = slots_for(seg.size)
+            seg.limit = seg.size - directory_bytes(seg.size)
+            seg.index = SlabIndex(slots)
         need = max(0, self.config.ids_per_lease - len(s.issued))
-        return seg, self._issue(s, need)
+        return seg, self._lease_ids(s, need)
+
+    def _lease_ids(self, s: Session, need: int) -> list[bytes]:
+        """After a lease: ``need`` fresh IDs; with the ones left over from the previous slab, they all
+        go into the new slab's index (the old slots are marked gone), see :meth:`held_ids`."""
+        old = list(s.issued)
+        fresh = [self._new_journalled_id(s.invocation) for _ in range(need)]
+        s.issued.update(fresh)
+        for sid, slot in s.slots.values():
+            prev = self.segments.get(sid)
+            if prev is not None and prev.index is not None:
+                prev.index.gone(slot)
+        s.slots.clear()
+        self._index_ids(s, old + fresh)
+        return fresh
 
     def more_ids(self, s: Session, n: int) -> list[bytes]:
         self.check_live(s)
         if not 1 <= n <= MAX_IDS_PER_REQUEST:
             raise ProtocolError(f"asked for {n} IDs; ask for 1-{MAX_IDS_PER_REQUEST}")
         return self._issue(s, n)
+
+    @staticmethod
+    def held_ids(s: Session) -> list[bytes]:
+        """Every ID the session holds that is in its slab's index, in slot order."""
+        return list(s.slots)
+
+    @staticmethod
+    def first_slot(s: Session, ids: list[bytes]) -> int:
+        """The index slot of ``ids[0]`` (the rest follow it), or -1 when they are in no index."""
+        where = s.slots.get(ids[0]) if ids else None
+        return where[1] if where is not None and s.arena is not None and where[0] == s.arena.id else -1
 
     def _record(
         self, oid: bytes, s_inv: str, producer: str, consumers: frozenset[str] | None, seg: Segment,
@@ -441,7 +501,7 @@ class Store(TieredStorage):
         if oid not in s.issued:
             raise InvalidDataRef("seal of an ID that this connection was not issued; use IDs from a lease")
         seg = s.arena
-        if seg is None or offset < s.arena_next or offset % 64 or offset + nbytes > seg.size:
+        if seg is None or offset < s.arena_next or offset % 64 or offset + nbytes > (seg.limit or seg.size):
             raise ProtocolError(
                 f"seal at offset {offset} (+{nbytes}) is outside the free part of this connection's slab"
             )
@@ -449,7 +509,11 @@ class Store(TieredStorage):
         cons = check_consumers(consumers, s.functions)
         s.issued.discard(oid)
         s.arena_next = offset + nbytes
-        return self._record(oid, s.invocation, s.function, cons, seg, offset, nbytes, dtype, shp, SEALED, None)
+        rec = self._record(oid, s.invocation, s.function, cons, seg, offset, nbytes, dtype, shp, SEALED, None)
+        where = s.slots.pop(oid, None)
+        if where is not None and where[0] == seg.id:
+            rec.slot = where[1]
+        return rec
 
     def allocate(
         self, s: Session, nbytes: int, dtype: str, shape: list[int], consumers: list[str] | None,
@@ -464,7 +528,7 @@ class Store(TieredStorage):
         off = align(s.arena_next)
         if device >= 0:
             seg, off = self._new_segment(s.invocation, None, max(nbytes, 1), "allocation", device), 0
-        elif nbytes <= self.config.small_object_max and seg is not None and off + nbytes <= seg.size:
+        elif nbytes <= self.config.small_object_max and seg is not None and off + nbytes <= (seg.limit or seg.size):
             s.arena_next = off + nbytes
         else:
             seg = self._take_warm(s.invocation, nbytes) or self._new_segment(
@@ -633,6 +697,8 @@ class Store(TieredStorage):
             tier = -1
         seg = self.segments.get(rec.segment)
         if seg is not None:
+            if rec.slot >= 0 and seg.index is not None:
+                seg.index.gone(rec.slot)
             tier = seg.home
             objs = self._seg_objs.get(seg.id)
             if objs is not None:
