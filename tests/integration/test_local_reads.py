@@ -90,12 +90,12 @@ def test_a_forged_directory_entry_is_not_read_locally(node) -> None:  # type: ig
     mm = f._arena_map
     assert mm is not None
     at = next(f._dir_at + k * DIR_ENTRY for k in range(64)
-              if DIR.unpack_from(mm, f._dir_at + k * DIR_ENTRY)[2] == mine.id)
+              if DIR.unpack_from(mm, f._dir_at + k * DIR_ENTRY)[1] == mine.id)
     fields = list(DIR.unpack_from(mm, at))
-    fields[2] = theirs.id
+    fields[1] = theirs.id
     DIR.pack_into(mm, at, *fields)
     np.testing.assert_array_equal(g.get(theirs), np.full(4, 7))  # h's bytes, from the daemon
-    fields[2] = bytes(16)
+    fields[1] = bytes(16)
     DIR.pack_into(mm, at, *fields)
     with pytest.raises(AccessDenied):
         g.get(DataRef(bytes(16), "n0"))

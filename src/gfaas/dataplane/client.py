@@ -26,10 +26,12 @@ from .backends.host import attach
 from .channel import Channel
 from .device_client import CudaMapper, DeviceMapper, DeviceView, cuda_interface, device_of
 from .ids import DataRef
-from .meta import RAW, align, check_consumers, itemsize
+from .meta import _ITEMSIZE, RAW, align, check_consumers, itemsize
 from .slabindex import (
     DIR,
+    DIR_COMMIT,
     DIR_ENTRY,
+    DIR_ID,
     DIR_MAX_FUNCTIONS,
     DIR_MAX_NDIM,
     DTYPE_CODE,
@@ -85,6 +87,8 @@ def _private_array(shape: tuple[int, ...], dtype: np.dtype[Any], nbytes: int) ->
 
 _NOT_LOCAL = 255  # directory entry's ndim for an object that is read through the daemon only
 _U32 = 1 << 32
+_NP_DTYPES = tuple(np.dtype(np.uint8 if d == RAW else d) for d in DTYPES)
+_ZERO8 = bytes(8)
 
 
 class _LocalSlab:
@@ -231,6 +235,7 @@ class Client:
         self._arena_map: mmap.mmap | None = None
         self._dir_at = -1  # where the current slab's directory starts (-1: it has none)
         self._masks: dict[tuple[str, ...] | None, bytes | None] = {}
+        self._consumer_lists: dict[tuple[str, ...], list[str]] = {}  # checked, as put sends them
         # Slabs read locally, and the IDs found in their directories (not yet read) -> (slab, slot).
         self._local: dict[int, _LocalSlab] = {}
         self._local_ids: dict[bytes, tuple[_LocalSlab, int]] = {}
@@ -265,6 +270,8 @@ class Client:
         self._retiring.clear()
         reply, fds = self._ch.call(msg)
         self._unsynced = self._unsealed = False
+        if self._local_ids and isinstance(reply, P.Located):
+            self._local_ids.pop(reply.id, None)  # read through the daemon: not again locally
         if fds:
             seg = getattr(reply, "segment", None)
             local = getattr(reply, "local", None)
@@ -332,6 +339,11 @@ class Client:
         once each has read it. ``None`` opens it to the whole invocation until deleted or the
         invocation ends.
         """
+        if type(obj) is np.ndarray and obj.dtype.str in _ITEMSIZE and obj.flags.c_contiguous:
+            # The common case (a host array of a plain dtype) without the general checks below.
+            known = self._known_consumers(consumers)
+            if (known is None or isinstance(known, list)) and obj.nbytes <= self.small_object_max:
+                return self._put_small(obj, obj.nbytes, obj.dtype.str, known)
         cons = list(consumers) if consumers is not None else None
         check_consumers(cons, self.functions)
         gpu = device_of(obj)
@@ -346,6 +358,22 @@ class Client:
             buf = self._allocate(n, dt, list(arr.shape), cons)
             np.copyto(buf.array, arr.view(buf.array.dtype).reshape(buf.array.shape), casting="no")
             return buf.seal()
+        return self._put_small(arr, n, dt, cons)
+
+    def _known_consumers(self, consumers: Any) -> list[str] | None | bool:  # (False: unknown)
+        """``consumers`` as a list already checked against the invocation's functions, None for
+        None, or False when it was never seen (the caller checks it the general way)."""
+        if consumers is None:
+            return None
+        try:
+            return self._consumer_lists.get(tuple(consumers), False)
+        except TypeError:  # unhashable entries: not function names
+            return False
+
+    def _put_small(self, arr: np.ndarray, n: int, dt: str, cons: list[str] | None) -> DataRef:
+        """Pack a small host object into this connection's slab and send its seal, not waiting."""
+        if cons is not None and len(self._consumer_lists) < 256:
+            self._consumer_lists.setdefault(tuple(cons), cons)
         off = align(self._next)
         if self._arena is None or off + n > len(self._arena):
             self._arena, self._arena_seg = None, -1  # the daemon closes the old slab even if the lease fails
@@ -381,10 +409,11 @@ class Client:
         shape = [n] if dt == RAW else list(arr.shape)
         if slot >= 0 and self._arena_map is not None:
             self._describe(self._arena_map, self._dir_at + slot * DIR_ENTRY, oid, off, n, dt, shape, cons)
-        self._flush_released()
+        if self._released:
+            self._flush_released()
         self._ch.send(P.Seal(oid, off, n, dt, shape, cons))
         self._unsynced = self._unsealed = True
-        return DataRef(oid, self.node_id)
+        return DataRef.trusted(oid, self.node_id)
 
     @staticmethod
     def _slotted(ids: list[bytes], first: int) -> list[tuple[bytes, int]]:
@@ -399,12 +428,11 @@ class Client:
             mask = self._masks[key] = self._mask(cons)
         ndim = len(shape)
         if mask is None or ndim > DIR_MAX_NDIM or n >= _U32 or any(d >= _U32 for d in shape):
-            DIR.pack_into(mm, at, 0, 0, oid, 0, _NOT_LOCAL, 0, 0, 0, 0, 0, bytes(16))
+            DIR.pack_into(mm, at, 0, oid, 0, _NOT_LOCAL, 0, 0, 0, 0, 0, bytes(16), off + 1)
         else:
             dims = (*shape, 0, 0, 0, 0)
-            DIR.pack_into(mm, at, 0, n, oid, DTYPE_CODE[dt], ndim, cons is None, dims[0], dims[1], dims[2],
-                          dims[3], mask)
-        mm[at : at + 8] = (off + 1).to_bytes(8, "little")
+            DIR.pack_into(mm, at, n, oid, DTYPE_CODE[dt], ndim, cons is None, dims[0], dims[1], dims[2],
+                          dims[3], mask, off + 1)
 
     def _mask(self, cons: list[str] | None) -> bytes | None:
         """The readers as a bitmask over the invocation's functions; None if one is beyond it."""
@@ -423,9 +451,9 @@ class Client:
             data, at, i = slab.data, slab.dir_at, slab.scanned
             while i < slab.slots:
                 e = at + i * DIR_ENTRY
-                if data[e : e + 8] == b"\0\0\0\0\0\0\0\0":
+                if data[e + DIR_COMMIT : e + DIR_ENTRY] == _ZERO8:
                     break
-                found[data[e + 12 : e + 28]] = (slab, i)
+                found[data[e + DIR_ID : e + DIR_ID + 16]] = (slab, i)
                 i += 1
             slab.scanned = i
 
@@ -443,7 +471,7 @@ class Client:
         at = INDEX_HEADER + slot * INDEX_ENTRY
         if slab.dead or ix[0] != 1 or ix[at + 16] != LIVE or ix[at : at + 16] != oid:
             return None  # not issued for this slot, freed, or the slab is no longer served locally
-        commit, n, eid, code, ndim, everyone, d0, d1, d2, d3, mask = DIR.unpack_from(
+        n, eid, code, ndim, everyone, d0, d1, d2, d3, mask, commit = DIR.unpack_from(
             slab.data, slab.dir_at + slot * DIR_ENTRY)
         if eid != oid or ndim > DIR_MAX_NDIM or code >= len(DTYPES):
             return None
@@ -461,13 +489,13 @@ class Client:
             count *= d
         if count * itemsize(dt) != n:
             return None
-        self._flush_released()
+        if self._released:
+            self._flush_released()
         self._ch.send(P.Consumed([oid]))
         self._unsynced = True
-        raw = np.frombuffer(slab.data, np.uint8, n, off)
-        if dt == RAW:
-            return memoryview(raw)  # type: ignore[arg-type]
-        return raw.view(np.dtype(dt)).reshape(shape)
+        if code == 0:
+            return memoryview(np.frombuffer(slab.data, np.uint8, n, off))  # type: ignore[arg-type]
+        return np.frombuffer(slab.data, _NP_DTYPES[code], count, off).reshape(shape)
 
     def _put_device(self, obj: Any, gpu: int, cons: list[str] | None) -> DataRef:
         """A device tensor goes into its GPU's pool with one device-to-device copy (functions never
@@ -557,6 +585,12 @@ class Client:
         copied into it and it is returned; a size mismatch raises ``ConfigError`` and the read is
         not counted.
         """
+        if self._local and not copy and out is None and device is None and not self._unsealed:
+            # A small object of a slab this connection maps: read without asking the daemon.
+            oid = ref.id if type(ref) is DataRef else None
+            local = self._get_local(oid) if oid is not None else None
+            if local is not None:
+                return local
         ref = DataRef.parse(ref) if isinstance(ref, str) else ref
         if not isinstance(ref, DataRef):
             raise ConfigError(f"get needs a DataRef or its string, got {type(ref).__name__}")
@@ -578,11 +612,6 @@ class Client:
             where = device
         else:
             raise ConfigError(f"device={device!r}: use None (where it lives), 'host' or a GPU ordinal")
-        if where == P.ANY_DEVICE and self._local and not self._unsealed:
-            local = self._get_local(ref.id)
-            if local is not None:
-                return local
-        self._local_ids.pop(ref.id, None)
         r = self._call(P.Get(ref.id, dst.nbytes if dst is not None else -1, where))
         assert isinstance(r, P.Located)
         if r.device is not None:

@@ -31,10 +31,13 @@ import struct
 
 from .meta import _ITEMSIZE, RAW
 
-#: Directory entry: offset + 1 (0: empty; written last), nbytes, ID, dtype code, ndim, open to the
-#: whole invocation, 4 dimensions, bitmask of the reader functions (by position in the invocation).
-DIR = struct.Struct("<QI16sBBBx4I16s")
+#: Directory entry: nbytes, ID, dtype code, ndim, open to the whole invocation, 4 dimensions,
+#: bitmask of the reader functions (by position in the invocation), and last the offset + 1 (0:
+#: empty). ``struct.pack_into`` stores the fields in this order, so the offset lands last.
+DIR = struct.Struct("<I16sBBBx4I16sQ")
 DIR_ENTRY = DIR.size  # 64
+DIR_ID = 4  # where the ID is in an entry
+DIR_COMMIT = 56  # where the offset + 1 is
 DIR_MAX_NDIM = 4
 DIR_MAX_FUNCTIONS = 128
 #: Index: header (valid flag), then per slot the ID and its state.
