@@ -87,6 +87,7 @@ def test_a_forged_directory_entry_is_not_read_locally(node) -> None:  # type: ig
     g.get(first)  # g maps f's slab
     # f puts again, then overwrites that directory entry to claim h's ID for its own bytes.
     mine = f.put(np.zeros(4, dtype=np.int64), consumers=["g"])
+    f._call(P.Sync())  # the daemon has sealed it from the directory: what f writes now is only for g
     mm = f._arena_map
     assert mm is not None
     at = next(f._dir_at + k * DIR_ENTRY for k in range(64)

@@ -39,6 +39,7 @@ from .slabindex import (
     INDEX_ENTRY,
     INDEX_HEADER,
     LIVE,
+    LOG_HEADER,
 )
 
 log = logging.getLogger("gfaas.dataplane")
@@ -220,6 +221,7 @@ class Client:
         self.functions = tuple(w.functions)
         self.small_object_max = w.small_object_max
         self.devices = frozenset(w.devices)  # GPUs with a pool on this node
+        self._directory_seals = w.directory_seals
         self._maps: dict[tuple[int, bool], mmap.mmap] = {}
         self._retiring: dict[tuple[int, bool], mmap.mmap] = {}
         # Objects of their own segment this connection got as zero-copy views:
@@ -239,6 +241,9 @@ class Client:
         # Slabs read locally, and the IDs found in their directories (not yet read) -> (slab, slot).
         self._local: dict[int, _LocalSlab] = {}
         self._local_ids: dict[bytes, tuple[_LocalSlab, int]] = {}
+        self._log: mmap.mmap | None = None  # where local reads are noted for the daemon (ReadLog)
+        self._log_cap = 0
+        self._log_tail = 0
         me = self.functions.index(self.function) if self.function in self.functions else DIR_MAX_FUNCTIONS
         self._my_bit = (me // 8, 1 << (me % 8)) if me < DIR_MAX_FUNCTIONS else None
         # Asynchronous requests sent since the last reply (see close), and of those, seals: a get
@@ -275,7 +280,8 @@ class Client:
         if fds:
             seg = getattr(reply, "segment", None)
             local = getattr(reply, "local", None)
-            if seg is None or len(fds) != (2 if local else 1):
+            read_log = getattr(reply, "read_log", 0)
+            if seg is None or len(fds) != 1 + bool(local) + bool(read_log):
                 for fd in fds:
                     os.close(fd)
                 raise ProtocolError("the daemon sent file descriptors with a reply that names no segment")
@@ -285,6 +291,8 @@ class Client:
             mapped = self._maps[(seg, writable)] = attach(fds[0], writable, populate=whole)
             if local:
                 self._local[seg] = _LocalSlab(seg, mapped, attach(fds[1], False), local[0], local[1])
+            if read_log:
+                self._log, self._log_cap, self._log_tail = attach(fds[-1], True), read_log, 0
         for arena in getattr(reply, "gone", ()):
             opened = self._arenas.pop(arena, None)
             if opened is not None:
@@ -376,62 +384,87 @@ class Client:
             self._consumer_lists.setdefault(tuple(cons), cons)
         off = align(self._next)
         if self._arena is None or off + n > len(self._arena):
-            self._arena, self._arena_seg = None, -1  # the daemon closes the old slab even if the lease fails
-            r = self._call(P.Lease(n))
-            assert isinstance(r, P.Leased)
-            self._arena_map = self._map(r.segment, True)
-            self._arena = memoryview(self._arena_map)[: r.size]  # its directory follows
-            self._arena_seg, self._next, off = r.segment, r.offset, r.offset
-            self._faulted_to = r.offset
-            self._ahead = _SLAB_PREFAULT_FIRST
-            self._dir_at = r.size if r.first_slot >= 0 else -1
-            if r.first_slot >= 0:  # every ID the connection holds, now in this slab's directory slots
-                self._ids = self._slotted(r.ids, r.first_slot)
-            else:
-                self._ids = self._slotted(r.ids, -1) + self._ids
+            off = self._lease(n)
+        if not self._ids:
+            r2 = self._call(P.MoreIds(64))
+            assert isinstance(r2, P.Ids)
+            self._ids = self._slotted(r2.ids, r2.first_slot) + self._ids
+            if self._directory_seals and self._dir_at >= 0 and r2.first_slot < 0:
+                off = self._lease(n)  # the directory is full: a fresh slab (the IDs move with it)
+        arena = self._arena
+        assert arena is not None
         if off + n > self._faulted_to:
             # Fault the slab in ahead of the bump pointer, one system call for many pages instead of
             # a page fault per fresh 4 KiB page inside every put. The stride starts small and doubles
             # up to _SLAB_PREFAULT, so a connection that stores one object (a function serving one
             # task) does not pay for faulting in 256 KiB it never uses.
             mm = self._maps[(self._arena_seg, True)]
-            end = min(len(self._arena), max(off + n, self._faulted_to + self._ahead))
+            end = min(len(arena), max(off + n, self._faulted_to + self._ahead))
             _populate(mm, self._faulted_to, end - self._faulted_to, _MADV_POPULATE_WRITE, minimum=0)
             self._faulted_to = end
             self._ahead = min(2 * self._ahead, _SLAB_PREFAULT)
-        if not self._ids:
-            r2 = self._call(P.MoreIds(64))
-            assert isinstance(r2, P.Ids)
-            self._ids = self._slotted(r2.ids, r2.first_slot) + self._ids
-        oid, slot = self._ids.pop()
-        self._arena[off : off + n] = arr.reshape(-1).view(np.uint8).data if n else b""
-        self._next = off + n
         shape = [n] if dt == RAW else list(arr.shape)
+        described = self._describable(shape, n, cons)
+        if not described and self._directory_seals:
+            # The daemon seals small puts from the directory, which cannot describe this one (over 4
+            # dimensions, or a reader beyond the 128th function): allocate it, as a large one.
+            buf = self._allocate(n, dt, shape, cons)
+            np.copyto(buf.array, arr.view(buf.array.dtype).reshape(buf.array.shape), casting="no")
+            return buf.seal()
+        oid, slot = self._ids.pop()
+        arena[off : off + n] = arr.reshape(-1).view(np.uint8).data if n else b""
+        self._next = off + n
         if slot >= 0 and self._arena_map is not None:
-            self._describe(self._arena_map, self._dir_at + slot * DIR_ENTRY, oid, off, n, dt, shape, cons)
-        if self._released:
-            self._flush_released()
-        self._ch.send(P.Seal(oid, off, n, dt, shape, cons))
+            self._describe(self._arena_map, self._dir_at + slot * DIR_ENTRY, oid, off, n, dt, shape, cons,
+                           described)
+            sent = not self._directory_seals
+        else:
+            sent = True
+        if sent:  # no directory, or the daemon does not seal from it (it publishes to other nodes)
+            if self._released:
+                self._flush_released()
+            self._ch.send(P.Seal(oid, off, n, dt, shape, cons))
         self._unsynced = self._unsealed = True
         return DataRef.trusted(oid, self.node_id)
+
+    def _lease(self, n: int) -> int:
+        """Lease a fresh slab for objects of up to ``n`` bytes; returns where the first one goes."""
+        self._arena, self._arena_seg = None, -1  # the daemon closes the old slab even if the lease fails
+        r = self._call(P.Lease(n))
+        assert isinstance(r, P.Leased)
+        self._arena_map = self._map(r.segment, True)
+        self._arena = memoryview(self._arena_map)[: r.size]  # its directory follows
+        self._arena_seg, self._next = r.segment, r.offset
+        self._faulted_to = r.offset
+        self._ahead = _SLAB_PREFAULT_FIRST
+        self._dir_at = r.size if r.first_slot >= 0 else -1
+        if r.first_slot >= 0:  # every ID the connection holds, now in this slab's directory slots
+            self._ids = self._slotted(r.ids, r.first_slot)
+        else:
+            self._ids = self._slotted(r.ids, -1) + self._ids
+        return r.offset
+
+    def _describable(self, shape: list[int], n: int, cons: list[str] | None) -> bool:
+        key = tuple(cons) if cons is not None else None
+        mask = self._masks.get(key, b"")
+        if mask == b"":
+            mask = self._masks[key] = self._mask(cons)
+        return not (mask is None or len(shape) > DIR_MAX_NDIM or n >= _U32 or any(d >= _U32 for d in shape))
 
     @staticmethod
     def _slotted(ids: list[bytes], first: int) -> list[tuple[bytes, int]]:
         return [(oid, first + i if first >= 0 else -1) for i, oid in enumerate(ids)][::-1]
 
     def _describe(self, mm: mmap.mmap, at: int, oid: bytes, off: int, n: int, dt: str, shape: list[int],
-                  cons: list[str] | None) -> None:
+                  cons: list[str] | None, described: bool) -> None:
         """Write the directory entry of a small object just put (slabindex.py); the offset goes last."""
-        key = tuple(cons) if cons is not None else None
-        mask = self._masks.get(key, b"")
-        if mask == b"":
-            mask = self._masks[key] = self._mask(cons)
-        ndim = len(shape)
-        if mask is None or ndim > DIR_MAX_NDIM or n >= _U32 or any(d >= _U32 for d in shape):
+        if not described:
             DIR.pack_into(mm, at, 0, oid, 0, _NOT_LOCAL, 0, 0, 0, 0, 0, bytes(16), off + 1)
         else:
+            mask = self._masks[tuple(cons) if cons is not None else None]
+            assert mask is not None
             dims = (*shape, 0, 0, 0, 0)
-            DIR.pack_into(mm, at, n, oid, DTYPE_CODE[dt], ndim, cons is None, dims[0], dims[1], dims[2],
+            DIR.pack_into(mm, at, n, oid, DTYPE_CODE[dt], len(shape), cons is None, dims[0], dims[1], dims[2],
                           dims[3], mask, off + 1)
 
     def _mask(self, cons: list[str] | None) -> bytes | None:
@@ -456,6 +489,22 @@ class Client:
                 found[data[e + DIR_ID : e + DIR_ID + 16]] = (slab, i)
                 i += 1
             slab.scanned = i
+
+    def _note_read(self, oid: bytes) -> None:
+        """Tell the daemon this connection read ``oid`` (it counts it as a get): in the read log if
+        there is room (no system call; the daemon looks there soon and before it answers anyone
+        about it), else in a ``Consumed`` message."""
+        log_map, tail = self._log, self._log_tail
+        if log_map is not None and tail - int.from_bytes(log_map[8:16], "little") < self._log_cap:
+            at = LOG_HEADER + (tail % self._log_cap) * 16
+            log_map[at : at + 16] = oid
+            self._log_tail = tail + 1
+            log_map[0:8] = (tail + 1).to_bytes(8, "little")
+        else:
+            if self._released:
+                self._flush_released()
+            self._ch.send(P.Consumed([oid]))
+        self._unsynced = True
 
     def _get_local(self, oid: bytes) -> Any:
         """A small object of a slab this connection maps, read without asking the daemon; None when
@@ -489,10 +538,7 @@ class Client:
             count *= d
         if count * itemsize(dt) != n:
             return None
-        if self._released:
-            self._flush_released()
-        self._ch.send(P.Consumed([oid]))
-        self._unsynced = True
+        self._note_read(oid)
         if code == 0:
             return memoryview(np.frombuffer(slab.data, np.uint8, n, off))  # type: ignore[arg-type]
         return np.frombuffer(slab.data, _NP_DTYPES[code], count, off).reshape(shape)
@@ -672,6 +718,7 @@ class Client:
         self._read.clear()
         self._local.clear()
         self._local_ids.clear()
+        self._log = None
         self._arena = self._arena_map = None
 
     def __enter__(self) -> Client:

@@ -186,6 +186,8 @@ class Welcome(_Msg):
     small_object_max: int
     capacity_bytes: int
     devices: list[int] = []  # GPUs with a memory pool on this node
+    # A small put described in its slab's directory is sealed from there: send no Seal for it.
+    directory_seals: bool = False
 
 
 class AdminWelcome(_Msg):
@@ -278,6 +280,8 @@ class Located(_Msg):
     gone: list[int] = []
     # A slab mapped for the first time: [directory offset, slots]; its index travels as a second fd.
     local: list[int] = []
+    # The connection's read log (slabindex.ReadLog) of this many IDs travels as the last fd.
+    read_log: int = 0
 
 
 class Ok(_Msg):

@@ -113,3 +113,51 @@ class SlabIndex:
             if fd >= 0:
                 os.close(fd)
         self.fd = self.ro_fd = -1
+
+
+#: Read log: the client's ``tail`` (u64) at 0, the daemon's ``head`` (u64) at 8, then a ring of IDs.
+LOG_HEADER = 64
+LOG_CAPACITY = 4096  # IDs
+
+
+class ReadLog:
+    """Where a connection notes the objects it read locally, for the daemon to count (see
+    :meth:`Daemon._scan`): a ``memfd`` both map read-write. The client appends an ID, then moves
+    ``tail``; the daemon copies entries out, then moves ``head``. A client that writes nonsense here
+    only claims reads of its own: each is checked like a ``Get`` before it counts."""
+
+    def __init__(self, capacity: int = LOG_CAPACITY) -> None:
+        self.capacity = capacity
+        self.head = 0
+        self.fd = os.memfd_create("gfaas-reads", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(self.fd, LOG_HEADER + capacity * 16)
+            self.map: mmap.mmap | None = mmap.mmap(self.fd, LOG_HEADER + capacity * 16)
+        except OSError:
+            os.close(self.fd)
+            raise
+
+    def take(self) -> list[bytes]:
+        """The IDs appended since the last call (at most one ring's worth)."""
+        m = self.map
+        if m is None:
+            return []
+        tail = int.from_bytes(m[0:8], "little")
+        if tail == self.head:
+            return []
+        start = max(self.head, tail - self.capacity) if tail > self.head else tail
+        out = []
+        for i in range(start, tail):
+            at = LOG_HEADER + (i % self.capacity) * 16
+            out.append(bytes(m[at : at + 16]))
+        self.head = tail
+        m[8:16] = tail.to_bytes(8, "little")
+        return out
+
+    def close(self) -> None:
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

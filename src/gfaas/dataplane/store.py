@@ -36,6 +36,7 @@ from ..errors import (
     ConfigError,
     DataDeleted,
     DataLost,
+    GfaasError,
     InvalidDataRef,
     ObjectStateError,
     ProtocolError,
@@ -45,7 +46,7 @@ from .backends import Backend, DeviceBackend
 from .ids import ID_BYTES, new_id
 from .journal import Journal
 from .meta import align, check_consumers, check_meta
-from .slabindex import SlabIndex, directory_bytes, slots_for
+from .slabindex import DIR, DIR_COMMIT, DIR_ENTRY, DIR_MAX_NDIM, DTYPES, SlabIndex, directory_bytes, slots_for
 from .spill import SpillDir
 from .tiers import RETARGET_S as RETARGET_S  # re-exported: importable from here as before
 from .tiers import Spilled as Spilled
@@ -77,6 +78,7 @@ class Segment:
     home: int = -1  # the tier its objects were stored on (-1 host, k GPU k): restores go back there
     index: SlabIndex | None = None  # a slab read locally: its index (see slabindex.py)
     limit: int = 0  # a slab with an index: objects end here, its directory follows
+    described: int = 0  # directory slots already handled as seals (scan_directory)
 
 
 @dataclass(slots=True)
@@ -514,6 +516,41 @@ class Store(TieredStorage):
         if where is not None and where[0] == seg.id:
             rec.slot = where[1]
         return rec
+
+    def scan_directory(self, s: Session) -> tuple[list[ObjectRecord], GfaasError | None]:
+        """Seal the small objects the session described in its slab's directory since the last scan
+        (a put that sends no ``Seal``, see slabindex.py): each entry is checked exactly as a
+        ``Seal`` carrying the same fields. Returns the objects sealed and the first refusal."""
+        seg = s.arena
+        if seg is None or seg.index is None:
+            return [], None
+        view = self.backend.host_view(seg.handle)
+        if view is None:
+            return [], None
+        done: list[ObjectRecord] = []
+        err: GfaasError | None = None
+        slots = min(seg.index.next, seg.index.entries)
+        while seg.described < slots:
+            at = seg.limit + seg.described * DIR_ENTRY
+            if view[at + DIR_COMMIT : at + DIR_ENTRY] == bytes(8):
+                break  # not written yet (slots are used in order)
+            entry = DIR.unpack_from(bytes(view[at : at + DIR_ENTRY]))  # a copy: the client may write on
+            slot = seg.described
+            seg.described += 1
+            n, oid, code, ndim, everyone, d0, d1, d2, d3, mask, commit = entry
+            try:
+                if ndim > DIR_MAX_NDIM:
+                    raise ProtocolError(f"directory slot {slot} describes no object that can be sealed from it")
+                if s.slots.get(oid) != (seg.id, slot):
+                    raise InvalidDataRef(f"directory slot {slot} names an ID not issued for it")
+                if code >= len(DTYPES):
+                    raise ProtocolError(f"directory slot {slot} has an unknown dtype code {code}")
+                cons = None if everyone else [f for i, f in enumerate(s.functions[:128])
+                                               if mask[i // 8] >> (i % 8) & 1]
+                done.append(self.seal_small(s, oid, commit - 1, n, DTYPES[code], [d0, d1, d2, d3][:ndim], cons))
+            except GfaasError as exc:
+                err = err or exc
+        return done, err
 
     def allocate(
         self, s: Session, nbytes: int, dtype: str, shape: list[int], consumers: list[str] | None,
