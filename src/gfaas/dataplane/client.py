@@ -424,6 +424,8 @@ class Client:
             if self._released:
                 self._flush_released()
             self._ch.send(P.Seal(oid, off, n, dt, shape, cons))
+        else:
+            self._ch.check()  # a put to a daemon that died fails, as a send would
         self._unsynced = self._unsealed = True
         return DataRef.trusted(oid, self.node_id)
 
@@ -538,6 +540,7 @@ class Client:
             count *= d
         if count * itemsize(dt) != n:
             return None
+        self._ch.check()  # no local read from a daemon that died: its objects are lost
         self._note_read(oid)
         if code == 0:
             return memoryview(np.frombuffer(slab.data, np.uint8, n, off))  # type: ignore[arg-type]

@@ -231,7 +231,11 @@ class Daemon:
                     elif fd == self._wake_r:
                         self._flush_done()
                 if self.store.local_reads and time.monotonic() >= self._next_scan:
-                    found = self._scan_all()
+                    try:
+                        found = self._scan_all()
+                    except Exception:  # a bug must not take the node down
+                        log.exception("internal error reading slab directories and read logs")
+                        found = 0
                     self._scan_every = _SCAN_MIN_S if found else min(2 * self._scan_every, _SCAN_MAX_S)
                     self._next_scan = time.monotonic() + self._scan_every
         finally:

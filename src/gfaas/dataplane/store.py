@@ -36,6 +36,7 @@ from ..errors import (
     ConfigError,
     DataDeleted,
     DataLost,
+    DataPlaneError,
     GfaasError,
     InvalidDataRef,
     ObjectStateError,
@@ -550,6 +551,9 @@ class Store(TieredStorage):
                 done.append(self.seal_small(s, oid, commit - 1, n, DTYPES[code], [d0, d1, d2, d3][:ndim], cons))
             except GfaasError as exc:
                 err = err or exc
+            except Exception as exc:  # a bug must not take the node down (as in Daemon._run)
+                log.exception("internal error sealing from a slab directory")
+                err = err or DataPlaneError(f"internal error in the node daemon: {exc!r}")
         return done, err
 
     def allocate(
