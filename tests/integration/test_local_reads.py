@@ -175,3 +175,34 @@ def test_reads_arriving_before_their_seal_are_counted_when_it_arrives(node) -> N
     f.send(P.Seal(oid, 0, 8, "raw", [8], ["g"]))
     assert isinstance(f.call(P.Sync()), P.Ok)
     assert node.stats()["objects"] == 0
+
+
+def test_a_directory_entry_for_an_id_not_issued_is_refused_at_the_next_call(node) -> None:  # type: ignore[no-untyped-def]
+    """The daemon seals from a directory only IDs it issued for that slot: a made-up ID (or one used
+    twice) publishes nothing and the producer hears of it at its next call."""
+    f, g = node.connect("f"), node.connect("g")
+    if not f._directory_seals:
+        pytest.skip("this daemon takes Seal messages")
+    ref = f.put(np.arange(3), consumers=["g"])
+    f._call(P.Sync())
+    mm = f._arena_map
+    assert mm is not None
+    slot = next(k for k in range(64) if DIR.unpack_from(mm, f._dir_at + k * DIR_ENTRY)[1] == ref.id)
+    fields = list(DIR.unpack_from(mm, f._dir_at + slot * DIR_ENTRY))
+    forged = os.urandom(16)
+    fields[1], fields[-1] = forged, fields[-1] + 64
+    DIR.pack_into(mm, f._dir_at + (slot + 1) * DIR_ENTRY, *fields)  # the next slot, a made-up ID
+    with pytest.raises(gfaas.InvalidDataRef, match="not issued for it"):
+        f._call(P.Sync())
+    with pytest.raises(AccessDenied):
+        g.get(DataRef(forged, "n0"))
+    np.testing.assert_array_equal(g.get(ref), np.arange(3))
+
+
+def test_a_producer_that_exits_right_after_its_puts_loses_nothing(node) -> None:  # type: ignore[no-untyped-def]
+    f, g = gfaas.connect(node.credentials("f")), node.connect("g")
+    refs = [f.put(np.arange(i + 1), consumers=["g"]) for i in range(3)]
+    f._ch.close()  # gone without a word: no Sync, no message
+    for i, r in enumerate(refs):
+        np.testing.assert_array_equal(g.get(r), np.arange(i + 1))
+    assert node.stats()["objects"] == 0
