@@ -15,11 +15,6 @@ def main() -> None:
     logging.basicConfig(level=os.environ.get("GFAAS_LOG", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = NodeConfig(**json.loads(sys.argv[1]))
-    if os.environ.get("GFAAS_DAEMON_SCHED", "batch") == "batch" and hasattr(os, "SCHED_BATCH"):
-        try:
-            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-        except OSError:
-            pass
     remote = None
     if config.transfer_host is not None or config.redis_url is not None:
         from .remote import Remote  # cross-node support
