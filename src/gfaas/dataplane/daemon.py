@@ -648,6 +648,9 @@ class Daemon:
         s = conn.session
         if s is None:
             return 0
+        log_ = conn.read_log if reads else None
+        if not ((self.directory_seals and self.store.directory_pending(s)) or (log_ is not None and log_.pending())):
+            return 0  # nothing new: the common case, two 8-byte reads
         with self.lock:
             recs, err = self.store.scan_directory(s) if self.directory_seals else ([], None)
             for rec in recs:

@@ -61,6 +61,11 @@ def directory_bytes(slab_bytes: int) -> int:
     return slots_for(slab_bytes) * DIR_ENTRY
 
 
+def committed(view: memoryview, at: int) -> bool:
+    """Whether the directory entry at ``at`` has been written (its offset word is set)."""
+    return _U64.unpack_from(view, at + DIR_COMMIT)[0] != 0
+
+
 class SlabIndex:
     """The daemon's index of one slab (see the module docstring)."""
 
@@ -115,6 +120,8 @@ class SlabIndex:
         self.fd = self.ro_fd = -1
 
 
+_U64 = struct.Struct("<Q")
+
 #: Read log: the client's ``tail`` (u64) at 0, the daemon's ``head`` (u64) at 8, then a ring of IDs.
 LOG_HEADER = 64
 LOG_CAPACITY = 4096  # IDs
@@ -136,6 +143,10 @@ class ReadLog:
         except OSError:
             os.close(self.fd)
             raise
+
+    def pending(self) -> bool:
+        """Whether the client appended anything since the last :meth:`take` (one 8-byte read)."""
+        return self.map is not None and _U64.unpack_from(self.map, 0)[0] != self.head
 
     def take(self) -> list[bytes]:
         """The IDs appended since the last call (at most one ring's worth)."""

@@ -47,7 +47,7 @@ from .backends import Backend, DeviceBackend
 from .ids import ID_BYTES, new_id
 from .journal import Journal
 from .meta import align, check_consumers, check_meta
-from .slabindex import DIR, DIR_COMMIT, DIR_ENTRY, DIR_MAX_NDIM, DTYPES, SlabIndex, directory_bytes, slots_for
+from .slabindex import DIR, DIR_ENTRY, DIR_MAX_NDIM, DTYPES, SlabIndex, committed, directory_bytes, slots_for
 from .spill import SpillDir
 from .tiers import RETARGET_S as RETARGET_S  # re-exported: importable from here as before
 from .tiers import Spilled as Spilled
@@ -80,6 +80,7 @@ class Segment:
     index: SlabIndex | None = None  # a slab read locally: its index (see slabindex.py)
     limit: int = 0  # a slab with an index: objects end here, its directory follows
     described: int = 0  # directory slots already handled as seals (scan_directory)
+    directory: memoryview | None = None  # the daemon's view of the slab, to read its directory
 
 
 @dataclass(slots=True)
@@ -331,6 +332,7 @@ class Store(TieredStorage):
         if seg.index is not None:
             seg.index.close()
             seg.index = None
+        seg.directory = None
         self._away.discard(seg.id)
         self._unsettled = True  # memory came back: something evicted may return (settle)
         if seg.device < 0:
@@ -444,6 +446,7 @@ class Store(TieredStorage):
             slots = slots_for(seg.size)
             seg.limit = seg.size - directory_bytes(seg.size)
             seg.index = SlabIndex(slots)
+            seg.directory = self.backend.host_view(seg.handle)
         need = max(0, self.config.ids_per_lease - len(s.issued))
         return seg, self._lease_ids(s, need)
 
@@ -518,6 +521,15 @@ class Store(TieredStorage):
             rec.slot = where[1]
         return rec
 
+    @staticmethod
+    def directory_pending(s: Session) -> bool:
+        """Whether the session's slab has a directory entry not yet sealed (one 8-byte read)."""
+        seg = s.arena
+        if seg is None or seg.index is None or seg.described >= seg.index.next:
+            return False
+        view = seg.directory
+        return view is not None and committed(view, seg.limit + seg.described * DIR_ENTRY)
+
     def scan_directory(self, s: Session) -> tuple[list[ObjectRecord], GfaasError | None]:
         """Seal the small objects the session described in its slab's directory since the last scan
         (a put that sends no ``Seal``, see slabindex.py): each entry is checked exactly as a
@@ -525,7 +537,9 @@ class Store(TieredStorage):
         seg = s.arena
         if seg is None or seg.index is None:
             return [], None
-        view = self.backend.host_view(seg.handle)
+        view = seg.directory
+        if view is None:
+            view = seg.directory = self.backend.host_view(seg.handle)
         if view is None:
             return [], None
         done: list[ObjectRecord] = []
@@ -533,7 +547,7 @@ class Store(TieredStorage):
         slots = min(seg.index.next, seg.index.entries)
         while seg.described < slots:
             at = seg.limit + seg.described * DIR_ENTRY
-            if view[at + DIR_COMMIT : at + DIR_ENTRY] == bytes(8):
+            if not committed(view, at):
                 break  # not written yet (slots are used in order)
             entry = DIR.unpack_from(bytes(view[at : at + DIR_ENTRY]))  # a copy: the client may write on
             slot = seg.described
