@@ -76,6 +76,7 @@ def test_deleted_objects_and_ended_invocations_are_not_read_locally(node) -> Non
     node.admin.end_invocation(node.inv)
     with pytest.raises(AuthenticationError):
         g.get(later)
+    assert g._local == {} and g._local_ids == {}  # nothing keeps the ended slab's mapping alive
 
 
 def test_a_forged_directory_entry_is_not_read_locally(node) -> None:  # type: ignore[no-untyped-def]

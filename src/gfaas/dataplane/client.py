@@ -307,7 +307,7 @@ class Client:
             self._read.pop(seg, None)
             gone = self._local.pop(seg, None)
             if gone is not None:
-                gone.dead = True
+                self._forget_local(gone)
             for key in ((seg, False), (seg, True)):
                 mm = self._maps.pop(key, None)
                 if mm is not None:
@@ -551,6 +551,12 @@ class Client:
             self._ch.send(P.Consumed([oid]))
         self._unsynced = True
 
+    def _forget_local(self, slab: _LocalSlab) -> None:
+        """Stop reading a slab locally and drop what points into it, so its mapping can go."""
+        slab.dead = True
+        self._local.pop(slab.seg, None)
+        self._local_ids = {k: v for k, v in self._local_ids.items() if v[0] is not slab}
+
     def _get_local(self, oid: bytes) -> Any:
         """A small object of a slab this connection maps, read without asking the daemon; None when
         anything is not as it should be (the caller then asks the daemon, which has the answer)."""
@@ -562,9 +568,12 @@ class Client:
                 return None
         slab, slot = hit
         ix = slab.index
+        if slab.dead or ix[0] != 1:
+            self._forget_local(slab)  # retired, or its invocation ended
+            return None
         at = INDEX_HEADER + slot * INDEX_ENTRY
-        if slab.dead or ix[0] != 1 or ix[at + 16] != LIVE or ix[at : at + 16] != oid:
-            return None  # not issued for this slot, freed, or the slab is no longer served locally
+        if ix[at + 16] != LIVE or ix[at : at + 16] != oid:
+            return None  # not issued for this slot, or freed
         n, eid, code, ndim, everyone, d0, d1, d2, d3, mask, commit = DIR.unpack_from(
             slab.data, slab.dir_at + slot * DIR_ENTRY)
         if eid != oid or ndim > DIR_MAX_NDIM or code >= len(DTYPES):
