@@ -29,6 +29,8 @@ REQUESTS = [
     P.Get(OID),
     P.Delete(OID),
     P.Release([1, 2, 2]),
+    P.Consumed([OID, OID]),
+    P.Sync(),
     P.QueueHint("0" * 32, {"f": 0, "g": 3}),
     P.QueueHint("0" * 32, {}, ["f"]),
 ]
@@ -40,10 +42,13 @@ REPLIES = [
     P.Ended("0" * 32, 3),
     P.StatsReply("n0", 1, 0, 4096, 100, 1 << 30, 1, 1, 2, 0),
     P.Leased(1, 0, 1 << 20, [OID], [3]),
+    P.Leased(1, 0, 1 << 20, [OID, OID], [], 7),
     P.Ids([OID, OID]),
+    P.Ids([OID], [], 3),
     P.Allocated(OID, 2, 0),
     P.Derived(OID),
     P.Located(OID, 2, 64, 40, "<f4", [10], "n0", []),
+    P.Located(OID, 2, 64, 40, "<f4", [10], "n0", local=[1 << 20, 1024]),
     P.Ok([1, 2]),
     P.Error("AccessDenied", "no"),
 ]
@@ -68,8 +73,8 @@ def test_request_and_reply_types_are_pinned() -> None:
     import typing
 
     assert sorted(t.__name__ for t in typing.get_args(P.Request)) == [
-        "AdminHello", "Allocate", "Delete", "Derive", "EndInvocation", "Get", "Hello", "Lease", "MoreIds", "OpenInvocation",
-        "QueueHint", "Release", "Seal", "SealAllocated", "Stats"]
+        "AdminHello", "Allocate", "Consumed", "Delete", "Derive", "EndInvocation", "Get", "Hello", "Lease", "MoreIds",
+        "OpenInvocation", "QueueHint", "Release", "Seal", "SealAllocated", "Stats", "Sync"]
     assert sorted(t.__name__ for t in typing.get_args(P.Reply)) == [
         "AdminWelcome", "Allocated", "Derived", "Ended", "Error", "Ids", "InvocationOpened", "Leased", "Located", "Ok",
         "StatsReply", "Welcome"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import os
+import select
 import socket
 import struct
 
@@ -35,6 +36,23 @@ class Channel:
             sock.close()
             raise DaemonUnavailable(f"cannot connect to the node daemon at {socket_path}: {exc}") from None
         self.sock: socket.socket | None = sock
+        self._poll = select.poll()
+        self._poll.register(sock.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+
+    def check(self) -> None:
+        """Raise DaemonUnavailable if the daemon has gone (one non-blocking ``poll``, no message: for
+        the calls that otherwise talk to the daemon only through shared memory)."""
+        if self.sock is None:
+            raise DaemonUnavailable(f"connection to {self.path} is closed")
+        if self._poll.poll(0):  # nothing is ever unread on a live connection: readable means closed
+            try:
+                data = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self._broken(exc)
+            if not data:
+                self._broken(None)
 
     def handshake(self, hello: P._Msg) -> P.Reply:
         """Present credentials as the first request; the channel is closed if they are refused."""

@@ -24,6 +24,8 @@ import select
 import signal
 import socket
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ from . import protocol as P
 from .auth import Registry
 from .backends import make_backend, make_device_backends
 from .journal import Journal
+from .slabindex import ReadLog
 from .spill import SpillDir
 from .store import WRITING, ObjectRecord, Segment, Session, Store
 from .tiers import SpillJob
@@ -44,7 +47,12 @@ from .tiers import SpillJob
 log = logging.getLogger("gfaas.dataplane")
 
 
-_ASYNC = (P.Seal, P.Release)  # requests that get no reply
+_ASYNC = (P.Seal, P.Release, P.Consumed)  # requests that get no reply
+_EARLY_MAX = 65536  # local reads noted before their object's seal arrived (see _consumed)
+# How often the loop looks for seals and reads written to shared memory when no message wakes it:
+# soon after work was found, backing off while there is none.
+_SCAN_MIN_S = 0.002
+_SCAN_MAX_S = 0.25
 
 
 @dataclass(eq=False)
@@ -58,6 +66,7 @@ class Conn:
     arenas: set[int] = field(default_factory=set)  # device arenas whose IPC handle it was sent
     gone: list[int] = field(default_factory=list)  # of those, freed since its last device reply
     pending_error: GfaasError | None = None
+    read_log: ReadLog | None = None  # where it notes its local reads (slabindex.py)
     busy: bool = False  # a deferred or parked reply is outstanding: read nothing more from it yet
 
 
@@ -93,7 +102,15 @@ class Daemon:
                                          config.device_pool_floor_bytes),
             spill=SpillDir(config.spill_dir, config.spill_capacity_bytes) if config.spill_capacity_bytes != 0
             else None,
+            local_reads=config.backend == "host",
         )
+        # Objects read locally whose Consumed arrived before their Seal: id -> sessions that read it.
+        self._early: OrderedDict[bytes, list[Session]] = OrderedDict()
+        # Small puts are sealed from slab directories (no Seal message) unless objects are published
+        # to other nodes, which should hear of a seal as soon as it is made.
+        self.directory_seals = self.store.local_reads and remote is None
+        self._scan_every = _SCAN_MIN_S
+        self._next_scan = 0.0
         if self.store.spill is not None:
             self._spill_pool = ThreadPoolExecutor(1, thread_name_prefix="gfaas-spill")
             self.store.spill_runner = self._start_spill
@@ -113,6 +130,8 @@ class Daemon:
             P.Get: self._get,
             P.Delete: self._delete,
             P.Release: self._release,
+            P.Consumed: self._consumed,
+            P.Sync: self._sync,
         }
 
     # ---- state on disk -------------------------------------------------------------------------
@@ -211,6 +230,14 @@ class Daemon:
                         self._accept()
                     elif fd == self._wake_r:
                         self._flush_done()
+                if self.store.local_reads and time.monotonic() >= self._next_scan:
+                    try:
+                        found = self._scan_all()
+                    except Exception:  # a bug must not take the node down
+                        log.exception("internal error reading slab directories and read logs")
+                        found = 0
+                    self._scan_every = _SCAN_MIN_S if found else min(2 * self._scan_every, _SCAN_MAX_S)
+                    self._next_scan = time.monotonic() + self._scan_every
         finally:
             self.close()
 
@@ -256,7 +283,12 @@ class Daemon:
         with self.lock:
             due = self.store.next_settle()
             now = self.store.clock.now()
-        return -1 if due is None else max(0.0, due - now) + 0.001
+        wait = -1.0 if due is None else max(0.0, due - now) + 0.001
+        if self.store.local_reads and any(c.read_log is not None or (c.session is not None and c.session.arena
+                                                                     is not None) for c in self._conns.values()):
+            scan = max(0.0, self._next_scan - time.monotonic())
+            wait = scan if wait < 0 else min(wait, scan)
+        return wait
 
     def close(self) -> None:
         if self.remote is not None:
@@ -298,7 +330,11 @@ class Daemon:
         if self._conns.pop(conn.sock.fileno(), None) is None:
             return
         self._ep.unregister(conn.sock.fileno())
+        self._scan(conn)  # what it put or read before it left counts
         with self.lock:
+            if conn.read_log is not None:
+                conn.read_log.close()
+                conn.read_log = None
             if conn.session is not None:
                 self.store.disconnect(conn.session)
                 conn.session = None
@@ -345,6 +381,8 @@ class Daemon:
 
     def _handle(self, conn: Conn, data: bytes) -> None:
         msg: Any = None
+        if conn.session is not None and self.store.local_reads:
+            self._scan(conn)  # its puts and reads so far come before this message
         try:
             msg = P.decode_request(data)
             if conn.pending_error is not None and not isinstance(msg, _ASYNC):
@@ -508,7 +546,8 @@ class Daemon:
         conn.session = s
         c = self.config
         return P.Welcome(c.node_id, s.invocation, s.function, list(s.functions), c.slab_bytes,
-                         c.small_object_max, c.capacity_bytes, sorted(self.store.devices)), []
+                         c.small_object_max, c.capacity_bytes, sorted(self.store.devices),
+                         directory_seals=self.directory_seals), []
 
     def _admin_hello(self, conn: Conn, m: P.AdminHello) -> tuple[P.Reply, list[int]]:
         self._check_version(m.version)
@@ -535,6 +574,8 @@ class Daemon:
 
     def _stats(self, conn: Conn, m: P.Stats) -> tuple[P.Reply, list[int]]:
         self._need_admin(conn)
+        self._drain_others(conn)  # seals and local reads already sent count
+        self._scan_all()
         for _ in range(8):  # report settled tiers, not writes still in flight
             self._finish_spills(wait=True)
             with self.lock:
@@ -575,16 +616,105 @@ class Daemon:
     def _lease(self, conn: Conn, m: P.Lease) -> tuple[P.Reply, list[int]]:
         s = self._need_session(conn)
         seg, ids = self.store.lease(s, m.min_bytes)
-        return P.Leased(seg.id, 0, seg.size, ids), self._export(conn, seg, True)
+        if seg.index is not None and s.slots:
+            ids = self.store.held_ids(s)  # all of them, in slot order: the client replaces its list
+        return (P.Leased(seg.id, 0, seg.limit or seg.size, ids, first_slot=self.store.first_slot(s, ids)),
+                self._export(conn, seg, True))
 
     def _more_ids(self, conn: Conn, m: P.MoreIds) -> tuple[P.Reply, list[int]]:
-        return P.Ids(self.store.more_ids(self._need_session(conn), m.n)), []
+        s = self._need_session(conn)
+        ids = self.store.more_ids(s, m.n)
+        return P.Ids(ids, first_slot=self.store.first_slot(s, ids)), []
 
     def _seal_small(self, conn: Conn, m: P.Seal) -> None:
         rec = self.store.seal_small(self._need_session(conn), m.id, m.offset, m.nbytes, m.dtype,
                                     m.shape, m.consumers)
-        self._published(rec)
+        self._sealed(rec)
         return None
+
+    def _sealed(self, rec: ObjectRecord) -> None:
+        self._published(rec)
+        readers = self._early.pop(rec.id, None) if self._early else None
+        for s in readers or ():
+            self._count_read(s, rec.id)
+
+    def _sync(self, conn: Conn, m: P.Sync) -> tuple[P.Reply, list[int]]:
+        return P.Ok(), []  # an error of an earlier asynchronous request was raised before this ran
+
+    def _scan(self, conn: Conn, reads: bool = True) -> int:
+        """Seal what ``conn`` described in its slab's directory, then count what it noted in its read
+        log (``reads``); returns how many entries it found. A refused seal is held for its next
+        synchronous request, as for a ``Seal`` message."""
+        s = conn.session
+        if s is None:
+            return 0
+        log_ = conn.read_log if reads else None
+        if not ((self.directory_seals and self.store.directory_pending(s)) or (log_ is not None and log_.pending())):
+            return 0  # nothing new: the common case, two 8-byte reads
+        with self.lock:
+            recs, err = self.store.scan_directory(s) if self.directory_seals else ([], None)
+            for rec in recs:
+                self._sealed(rec)
+            if err is not None and conn.pending_error is None:
+                conn.pending_error = err
+                log.warning("seal from a slab directory refused: %s", err)
+            ids = conn.read_log.take() if reads and conn.read_log is not None else []
+        if ids:
+            self._consumed(conn, P.Consumed(ids))
+        return len(recs) + len(ids)
+
+    def _scan_all_directories(self) -> None:
+        for c in list(self._conns.values()):
+            self._scan(c, reads=False)
+
+    def _scan_all(self) -> int:
+        """Every connection's directory first (so reads find their objects), then every read log."""
+        found = 0
+        for conn in list(self._conns.values()):
+            found += self._scan(conn, reads=False)
+        for conn in list(self._conns.values()):
+            if conn.read_log is not None:
+                found += self._scan(conn)
+        return found
+
+    def _consumed(self, conn: Conn, m: P.Consumed) -> None:
+        """Reads a client made locally (see slabindex.py), counted as its gets would have been.
+
+        The reader learnt each ID after its producer's put returned, so the seal was queued before
+        this message: if it is not here yet, the other connections are drained first; one still
+        missing then (its seal arrives on a connection this drain had passed) is counted when it is
+        sealed. A read the reader may not make counts for nothing: the read itself was checked
+        against the directory's reader list, and this only decides when the object is freed.
+        """
+        s = conn.session
+        if s is None:
+            return None
+        drained = False
+        for oid in m.ids:
+            if not isinstance(oid, bytes):
+                continue
+            if oid not in self.store.objects and not drained:
+                self._scan_all_directories()
+                self._drain_others(conn)
+                drained = True
+            if oid in self.store.objects:
+                self._count_read(s, oid)
+            else:
+                self._early.setdefault(oid, []).append(s)
+                while len(self._early) > _EARLY_MAX:
+                    self._early.popitem(last=False)
+        return None
+
+    def _count_read(self, s: Session, oid: bytes) -> None:
+        if s.id not in self.store.sessions:
+            return
+        try:
+            self.store.check_live(s)
+            rec = self.store.lookup(s.invocation, s.function, oid)
+        except GfaasError:
+            return  # freed meanwhile, the invocation ended, or not this reader's to read
+        rec.accessed = self.store.clock.now()
+        self.store.consumed(rec, s.function)
 
     def _allocate(self, conn: Conn, m: P.Allocate) -> tuple[P.Reply, list[int]]:
         rec, seg = self.store.allocate(self._need_session(conn), m.nbytes, m.dtype, m.shape, m.consumers,
@@ -624,12 +754,26 @@ class Daemon:
         self._check_size(rec, expect_nbytes)
         where, offset, event = (seg, rec.offset, rec.event) if copy is None else (copy, 0, b"")
         fds = self._export(conn, where, False)
+        local: list[int] = []
+        if fds and where.index is not None:
+            # The reader may read this object, and every object in the slab shares its invocation:
+            # send the slab's index too, so its later objects are read locally (slabindex.py).
+            fds.append(os.dup(where.index.export()))
+            local = [where.limit, where.index.entries]
+        read_log = 0
+        if local and conn.read_log is None:
+            conn.read_log = ReadLog()
+            fds.append(os.dup(conn.read_log.fd))
+            read_log = conn.read_log.capacity
         pin = conn.session is not None and self.store.pin(conn.session, where, read=(offset, rec.nbytes))
         return (P.Located(rec.id, where.id, offset, rec.nbytes, rec.dtype, list(rec.shape),
-                          self.config.node_id, pin=pin, device=self._device_ref(conn, where), event=event), fds)
+                          self.config.node_id, pin=pin, device=self._device_ref(conn, where), event=event,
+                          local=local, read_log=read_log), fds)
 
     def _get(self, conn: Conn, m: P.Get, drained: bool = False) -> tuple[P.Reply, list[int]] | None:
         s = self._need_session(conn)
+        if self._absent(m.id) and self.store.local_reads:
+            self._scan_all_directories()  # its seal may be in a slab's directory, not yet seen
         if self._absent(m.id):
             if self._draining:
                 conn.busy = True
@@ -705,6 +849,8 @@ class Daemon:
 
     def _delete(self, conn: Conn, m: P.Delete) -> tuple[P.Reply, list[int]]:
         s = self._need_session(conn)
+        if self.directory_seals and isinstance(m.id, bytes) and m.id not in self.store.objects:
+            self._scan_all_directories()  # its seal may be in its producer's directory, not yet seen
         rec = self.store.objects.get(m.id)
         self.store.delete(s, m.id)
         if self.remote is not None and rec is not None:

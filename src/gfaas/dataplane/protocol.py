@@ -14,7 +14,7 @@ import msgspec
 from ..errors import ProtocolError
 
 MAX_FRAME = 64 * 1024
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 class _Msg(msgspec.Struct, tag=True, array_like=True):
@@ -136,6 +136,18 @@ class Delete(_Msg):
     id: bytes
 
 
+class Consumed(_Msg):
+    """The caller read these objects locally, from a slab it maps (see :mod:`.slabindex`): count
+    the reads as a ``Get`` would. Sent without waiting for a reply."""
+
+    ids: list[bytes]
+
+
+class Sync(_Msg):
+    """Answered with ``Ok``, or with the error of an asynchronous request sent before it (a client
+    closing after asynchronous puts learns here whether they all went through)."""
+
+
 class Release(_Msg):
     """The caller dropped its last view into these segments (one entry per pinned reply).
     Sent without waiting for a reply."""
@@ -159,6 +171,8 @@ Request = (
     | Get
     | Delete
     | Release
+    | Consumed
+    | Sync
 )
 
 
@@ -172,6 +186,8 @@ class Welcome(_Msg):
     small_object_max: int
     capacity_bytes: int
     devices: list[int] = []  # GPUs with a memory pool on this node
+    # A small put described in its slab's directory is sealed from there: send no Seal for it.
+    directory_seals: bool = False
 
 
 class AdminWelcome(_Msg):
@@ -217,16 +233,22 @@ class StatsReply(_Msg):
 
 
 class Leased(_Msg):
+    """A fresh slab: objects go in ``[offset, size)``; the slab's directory starts at ``size``.
+    ``ids`` are every ID the connection now holds, ``ids[i]`` in directory slot ``first_slot + i``
+    (``first_slot`` -1: the slab has no directory, so nothing of it is read locally)."""
+
     segment: int
     offset: int
     size: int
     ids: list[bytes]
     retired: list[int] = []
+    first_slot: int = -1
 
 
 class Ids(_Msg):
     ids: list[bytes]
     retired: list[int] = []
+    first_slot: int = -1  # ids[i] has directory slot first_slot + i of the current slab (-1: none)
 
 
 class Allocated(_Msg):
@@ -257,6 +279,10 @@ class Located(_Msg):
     device: DeviceRef | None = None
     event: bytes = b""  # wait on this CUDA IPC event before reading (the producer's writes)
     gone: list[int] = []
+    # A slab mapped for the first time: [directory offset, slots]; its index travels as a second fd.
+    local: list[int] = []
+    # The connection's read log (slabindex.ReadLog) of this many IDs travels as the last fd.
+    read_log: int = 0
 
 
 class Ok(_Msg):

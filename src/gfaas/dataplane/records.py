@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .slabindex import SlabIndex
+
 WRITING = "writing"
 SEALED = "sealed"
 
@@ -29,6 +31,10 @@ class Segment:
     device: int = -1  # -1: host memory; >= 0: the pool of that GPU
     holds: int = 0  # copies reading it right now (a delivery): not retired until they finish
     home: int = -1  # the tier its objects were stored on (-1 host, k GPU k): restores go back there
+    index: SlabIndex | None = None  # a slab read locally: its index (see slabindex.py)
+    limit: int = 0  # a slab with an index: objects end here, its directory follows
+    described: int = 0  # directory slots already handled as seals (scan_directory)
+    directory: memoryview | None = None  # the daemon's view of the slab, to read its directory
 
 
 @dataclass(slots=True)
@@ -48,6 +54,7 @@ class ObjectRecord:
     writer: int | None = None  # session writing it (state WRITING)
     event: bytes = b""  # CUDA IPC event the producer recorded after writing it (device objects)
     accessed: float = 0.0  # last get (or creation): what LRU eviction orders by
+    slot: int = -1  # its slot in its slab's index (small puts into a slab with one)
 
 
 @dataclass(slots=True)
@@ -61,6 +68,8 @@ class Session:
     arena: Segment | None = None
     arena_next: int = 0
     issued: set[bytes] = field(default_factory=set)
+    # Of those, the ones in a slab's index: ID -> (slab, slot there); see slabindex.py.
+    slots: dict[bytes, tuple[int, int]] = field(default_factory=dict)
     pins: dict[int, int] = field(default_factory=dict)
     writing: set[bytes] = field(default_factory=set)  # objects it allocated and has not sealed
     # Byte ranges (offset, nbytes) of objects it got as pinned views, per segment: what it may derive.

@@ -36,6 +36,8 @@ from ..errors import (
     ConfigError,
     DataDeleted,
     DataLost,
+    DataPlaneError,
+    GfaasError,
     InvalidDataRef,
     ObjectStateError,
     ProtocolError,
@@ -50,6 +52,7 @@ from .records import WRITING as WRITING
 from .records import ObjectRecord as ObjectRecord
 from .records import Segment as Segment
 from .records import Session as Session
+from .slabindex import DIR, DIR_ENTRY, DIR_MAX_NDIM, DTYPES, SlabIndex, committed, directory_bytes, slots_for
 from .spill import SpillDir
 from .tiers import RETARGET_S as RETARGET_S  # re-exported: importable from here as before
 from .tiers import Spilled as Spilled
@@ -73,8 +76,12 @@ class Store:
         on_retire: Callable[[int], None] | None = None,
         devices: dict[int, DeviceBackend] | None = None,
         spill: SpillDir | None = None,
+        local_reads: bool = False,
     ) -> None:
         self.config = config
+        # Slabs get an index and a directory, so consumers read small objects without a round trip
+        # (the daemon turns this on for the host backend; see slabindex.py).
+        self.local_reads = local_reads
         self.backend = backend
         self.devices: dict[int, DeviceBackend] = dict(devices or {})
         self.clock = clock or WallClock()
@@ -113,6 +120,9 @@ class Store:
     def end_invocation(self, invocation_id: str) -> int:
         """Free every object of the invocation and revoke its tokens; returns objects freed."""
         self.registry.end(invocation_id)
+        for g in self.segments.values():
+            if g.index is not None and g.invocation == invocation_id:
+                g.index.invalidate()  # no local read after the end: its readers ask the daemon
         ids = self._by_inv.pop(invocation_id, set())
         for oid in list(ids):
             rec = self.objects.get(oid)
@@ -128,6 +138,7 @@ class Store:
             if s.invocation == invocation_id:
                 self._close_arena(s)
                 s.issued.clear()
+                s.slots.clear()
         for seg in [g for g in self.segments.values() if g.invocation == invocation_id]:
             if not seg.pooled and not seg.live and not seg.open and not seg.holds:
                 self._retire(seg)  # parked (a client still holds a view): not worth keeping
@@ -152,6 +163,7 @@ class Store:
             self._free(rec, None)
         self._close_arena(s)
         s.issued.clear()
+        s.slots.clear()
         self.release_all(s)
 
     def check_live(self, s: Session) -> None:
@@ -259,6 +271,10 @@ class Store:
             self.pooled_bytes -= seg.size
             self._pool[seg.workflow].remove(seg)
         del self.segments[seg.id]
+        if seg.index is not None:
+            seg.index.close()
+            seg.index = None
+        seg.directory = None
         self.tiers._away.discard(seg.id)
         self.tiers._unsettled = True  # memory came back: something evicted may return (settle)
         if seg.device < 0:
@@ -326,9 +342,21 @@ class Store:
                 self._maybe_retire(seg)
 
     def _issue(self, s: Session, n: int) -> list[bytes]:
+        """``n`` fresh IDs for the session, in consecutive slots of its slab's index if it has room."""
         ids = [self._new_journalled_id(s.invocation) for _ in range(n)]
         s.issued.update(ids)
+        self._index_ids(s, ids)
         return ids
+
+    def _index_ids(self, s: Session, ids: list[bytes]) -> int:
+        seg = s.arena
+        idx = seg.index if seg is not None else None
+        if not ids or seg is None or idx is None or idx.entries - idx.next < len(ids):
+            return -1
+        first = idx.next
+        for oid in ids:
+            s.slots[oid] = (seg.id, idx.add(oid))
+        return first
 
     def _new_journalled_id(self, invocation: str) -> bytes:
         """A fresh ID, recorded in the journal as it is handed out.
@@ -355,14 +383,45 @@ class Store:
         self._close_arena(s)
         seg = self._new_segment(s.invocation, s.id, self.config.slab_bytes, "slab lease")
         s.arena, s.arena_next = seg, 0
+        seg.limit = seg.size
+        if self.local_reads and seg.device < 0:
+            slots = slots_for(seg.size)
+            seg.limit = seg.size - directory_bytes(seg.size)
+            seg.index = SlabIndex(slots)
+            seg.directory = self.backend.host_view(seg.handle)
         need = max(0, self.config.ids_per_lease - len(s.issued))
-        return seg, self._issue(s, need)
+        return seg, self._lease_ids(s, need)
+
+    def _lease_ids(self, s: Session, need: int) -> list[bytes]:
+        """After a lease: ``need`` fresh IDs; with the ones left over from the previous slab, they all
+        go into the new slab's index (the old slots are marked gone), see :meth:`held_ids`."""
+        old = list(s.issued)
+        fresh = [self._new_journalled_id(s.invocation) for _ in range(need)]
+        s.issued.update(fresh)
+        for sid, slot in s.slots.values():
+            prev = self.segments.get(sid)
+            if prev is not None and prev.index is not None:
+                prev.index.gone(slot)
+        s.slots.clear()
+        self._index_ids(s, old + fresh)
+        return fresh
 
     def more_ids(self, s: Session, n: int) -> list[bytes]:
         self.check_live(s)
         if not 1 <= n <= MAX_IDS_PER_REQUEST:
             raise ProtocolError(f"asked for {n} IDs; ask for 1-{MAX_IDS_PER_REQUEST}")
         return self._issue(s, n)
+
+    @staticmethod
+    def held_ids(s: Session) -> list[bytes]:
+        """Every ID the session holds that is in its slab's index, in slot order."""
+        return list(s.slots)
+
+    @staticmethod
+    def first_slot(s: Session, ids: list[bytes]) -> int:
+        """The index slot of ``ids[0]`` (the rest follow it), or -1 when they are in no index."""
+        where = s.slots.get(ids[0]) if ids else None
+        return where[1] if where is not None and s.arena is not None and where[0] == s.arena.id else -1
 
     def _record(
         self, oid: bytes, s_inv: str, producer: str, consumers: frozenset[str] | None, seg: Segment,
@@ -390,7 +449,7 @@ class Store:
         if oid not in s.issued:
             raise InvalidDataRef("seal of an ID that this connection was not issued; use IDs from a lease")
         seg = s.arena
-        if seg is None or offset < s.arena_next or offset % 64 or offset + nbytes > seg.size:
+        if seg is None or offset < s.arena_next or offset % 64 or offset + nbytes > (seg.limit or seg.size):
             raise ProtocolError(
                 f"seal at offset {offset} (+{nbytes}) is outside the free part of this connection's slab"
             )
@@ -398,7 +457,60 @@ class Store:
         cons = check_consumers(consumers, s.functions)
         s.issued.discard(oid)
         s.arena_next = offset + nbytes
-        return self._record(oid, s.invocation, s.function, cons, seg, offset, nbytes, dtype, shp, SEALED, None)
+        rec = self._record(oid, s.invocation, s.function, cons, seg, offset, nbytes, dtype, shp, SEALED, None)
+        where = s.slots.pop(oid, None)
+        if where is not None and where[0] == seg.id:
+            rec.slot = where[1]
+        return rec
+
+    @staticmethod
+    def directory_pending(s: Session) -> bool:
+        """Whether the session's slab has a directory entry not yet sealed (one 8-byte read)."""
+        seg = s.arena
+        if seg is None or seg.index is None or seg.described >= seg.index.next:
+            return False
+        view = seg.directory
+        return view is not None and committed(view, seg.limit + seg.described * DIR_ENTRY)
+
+    def scan_directory(self, s: Session) -> tuple[list[ObjectRecord], GfaasError | None]:
+        """Seal the small objects the session described in its slab's directory since the last scan
+        (a put that sends no ``Seal``, see slabindex.py): each entry is checked exactly as a
+        ``Seal`` carrying the same fields. Returns the objects sealed and the first refusal."""
+        seg = s.arena
+        if seg is None or seg.index is None:
+            return [], None
+        view = seg.directory
+        if view is None:
+            view = seg.directory = self.backend.host_view(seg.handle)
+        if view is None:
+            return [], None
+        done: list[ObjectRecord] = []
+        err: GfaasError | None = None
+        slots = min(seg.index.next, seg.index.entries)
+        while seg.described < slots:
+            at = seg.limit + seg.described * DIR_ENTRY
+            if not committed(view, at):
+                break  # not written yet (slots are used in order)
+            entry = DIR.unpack_from(bytes(view[at : at + DIR_ENTRY]))  # a copy: the client may write on
+            slot = seg.described
+            seg.described += 1
+            n, oid, code, ndim, everyone, d0, d1, d2, d3, mask, commit = entry
+            try:
+                if ndim > DIR_MAX_NDIM:
+                    raise ProtocolError(f"directory slot {slot} describes no object that can be sealed from it")
+                if s.slots.get(oid) != (seg.id, slot):
+                    raise InvalidDataRef(f"directory slot {slot} names an ID not issued for it")
+                if code >= len(DTYPES):
+                    raise ProtocolError(f"directory slot {slot} has an unknown dtype code {code}")
+                cons = None if everyone else [f for i, f in enumerate(s.functions[:128])
+                                               if mask[i // 8] >> (i % 8) & 1]
+                done.append(self.seal_small(s, oid, commit - 1, n, DTYPES[code], [d0, d1, d2, d3][:ndim], cons))
+            except GfaasError as exc:
+                err = err or exc
+            except Exception as exc:  # a bug must not take the node down (as in Daemon._run)
+                log.exception("internal error sealing from a slab directory")
+                err = err or DataPlaneError(f"internal error in the node daemon: {exc!r}")
+        return done, err
 
     def allocate(
         self, s: Session, nbytes: int, dtype: str, shape: list[int], consumers: list[str] | None,
@@ -413,7 +525,7 @@ class Store:
         off = align(s.arena_next)
         if device >= 0:
             seg, off = self._new_segment(s.invocation, None, max(nbytes, 1), "allocation", device), 0
-        elif nbytes <= self.config.small_object_max and seg is not None and off + nbytes <= seg.size:
+        elif nbytes <= self.config.small_object_max and seg is not None and off + nbytes <= (seg.limit or seg.size):
             s.arena_next = off + nbytes
         else:
             seg = self._take_warm(s.invocation, nbytes) or self._new_segment(
@@ -582,6 +694,8 @@ class Store:
             tier = -1
         seg = self.segments.get(rec.segment)
         if seg is not None:
+            if rec.slot >= 0 and seg.index is not None:
+                seg.index.gone(rec.slot)
             tier = seg.home
             objs = self.tiers._seg_objs.get(seg.id)
             if objs is not None:
