@@ -176,3 +176,60 @@ def test_a_node_without_gpu_pools_stages_device_tensors_through_host(node: Any) 
 
 def test_the_welcome_names_the_nodes_gpus(node: Any) -> None:
     assert node.connect("f", device_mapper=FakeMapper()).devices == frozenset({0, 1})
+
+
+def test_a_readers_deadline_reaches_the_copy_into_its_gpu(make_config: Any) -> None:
+    """get(device=k, deadline_s=...) hands the reader's deadline to the GPU's copy (the ring's
+    SLO-aware sharing orders copies by it); without one the copy is best effort (inf). Bad values
+    are refused before anything is read."""
+    import math
+    import threading
+    import time
+
+    import gfaas
+    from gfaas.dataplane.daemon import Daemon
+
+    cfg = make_config(devices="null:0", device_capacity_bytes=64 * MiB)
+    d = Daemon(cfg)
+    d.bind()
+    t = threading.Thread(target=d.serve_forever, daemon=True)
+    t.start()
+    try:
+        admin = gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir)
+        inv = admin.open_invocation("wf", ["f", "g"])
+        f = gfaas.connect(inv.credentials("f"))
+        g = gfaas.connect(inv.credentials("g"), device_mapper=FakeMapper())
+        refs = [f.put(np.full(1 << 20, k, np.uint8), consumers=["g"]) for k in range(3)]
+        for bad in (-1.0, math.inf, math.nan):
+            with pytest.raises(gfaas.ConfigError, match="deadline_s="):
+                g.get(refs[0], device=0, deadline_s=bad)
+        log = d.store.devices[0].log
+        before = time.monotonic()
+        g.get(refs[0], device=0, deadline_s=0.25)
+        after = time.monotonic()
+        g.get(refs[1], device=0)
+        copies = [x for x in log if x.kind == "copy_in"]
+        assert len(copies) == 2
+        assert before + 0.25 <= copies[0].deadline <= after + 0.25
+        assert copies[1].deadline == math.inf
+        g.close()
+        f.close()
+        admin.close()
+    finally:
+        d.stop()
+        t.join(10)
+
+
+def test_the_daemon_refuses_a_bad_deadline_on_the_wire(node: Any) -> None:
+    """A client that sends a negative or infinite deadline gets ProtocolError; nothing is consumed."""
+    import math
+
+    import gfaas
+    from gfaas.dataplane import protocol as P
+
+    f, g = node.connect("f"), node.connect("g")
+    ref = f.put(np.arange(10), consumers=["g"])
+    for bad in (-1.0, math.inf):
+        with pytest.raises(gfaas.ProtocolError, match="deadline_s"):
+            g._call(P.Get(ref.id, -1, P.HOST, bad))
+    np.testing.assert_array_equal(g.get(ref, copy=True), np.arange(10))  # still there, read once

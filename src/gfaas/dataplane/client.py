@@ -688,7 +688,8 @@ class Client:
             arr = np.frombuffer(mm, dtype=np_dt, count=n // np_dt.itemsize, offset=r.offset).reshape(shape)
         return Buffer(self, r.id, arr, dt == RAW)
 
-    def get(self, ref: DataRef | str, copy: bool = False, out: Any = None, device: int | str | None = None) -> Any:
+    def get(self, ref: DataRef | str, copy: bool = False, out: Any = None, device: int | str | None = None,
+            deadline_s: float | None = None) -> Any:
         """Read an object.
 
         ``device`` says where the reader wants it: ``None`` where it lives, ``"host"`` in host
@@ -702,7 +703,14 @@ class Client:
         C-contiguous buffer of exactly the object's size (e.g. a reused input array): the bytes are
         copied into it and it is returned; a size mismatch raises ``ConfigError`` and the read is
         not counted.
+
+        ``deadline_s``: how many seconds from now the reader can wait for a copy onto another tier
+        (the runtime passes what its function's SLO leaves); concurrent copies through a GPU's
+        ring share the link by their deadlines. ``None``: best effort.
         """
+        if deadline_s is not None and not (isinstance(deadline_s, int | float) and deadline_s >= 0
+                                           and deadline_s != float("inf")):
+            raise ConfigError(f"deadline_s={deadline_s!r}: give seconds >= 0, or None for no deadline")
         if self._local and not copy and out is None and device is None and not self._unsealed:
             # A small object of a slab this connection maps: read without asking the daemon.
             oid = ref.id if type(ref) is DataRef else None
@@ -730,7 +738,7 @@ class Client:
             where = device
         else:
             raise ConfigError(f"device={device!r}: use None (where it lives), 'host' or a GPU ordinal")
-        r = self._call(P.Get(ref.id, dst.nbytes if dst is not None else -1, where))
+        r = self._call(P.Get(ref.id, dst.nbytes if dst is not None else -1, where, float(deadline_s or 0.0)))
         assert isinstance(r, P.Located)
         if r.device is not None:
             view = self._device_view(r.device, r.offset, r.nbytes, r.dtype, r.shape, True,

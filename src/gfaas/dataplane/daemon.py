@@ -17,6 +17,7 @@ import array
 import hmac
 import json
 import logging
+import math
 import os
 import queue
 import secrets
@@ -772,6 +773,9 @@ class Daemon:
 
     def _get(self, conn: Conn, m: P.Get, drained: bool = False) -> tuple[P.Reply, list[int]] | None:
         s = self._need_session(conn)
+        if not (math.isfinite(m.deadline_s) and m.deadline_s >= 0):
+            raise ProtocolError(f"get with deadline_s={m.deadline_s!r}; give the seconds the reader can wait, >= 0"
+                                " (0: no deadline)")
         if self._absent(m.id) and self.store.local_reads:
             self._scan_all_directories()  # its seal may be in a slab's directory, not yet seen
         if self._absent(m.id):
@@ -802,7 +806,8 @@ class Daemon:
         def work() -> tuple[P.Reply, list[int]]:
             try:
                 if rec.nbytes:
-                    self._copy_between(seg, rec.offset, copy, rec.nbytes, rec.event)
+                    due = time.monotonic() + m.deadline_s if m.deadline_s > 0 else math.inf
+                    self._copy_between(seg, rec.offset, copy, rec.nbytes, rec.event, due)
                 with self.lock:
                     return self.store.get(s, m.id, lambda r, g: self._located(conn, r, g, -1, copy))
             except BaseException:
@@ -816,10 +821,12 @@ class Daemon:
         self.defer(conn, work)
         return None
 
-    def _copy_between(self, src: Segment, src_offset: int, dst: Segment, nbytes: int, event: bytes) -> None:
+    def _copy_between(self, src: Segment, src_offset: int, dst: Segment, nbytes: int, event: bytes,
+                      deadline: float = math.inf) -> None:
         """Copy an object's bytes into a delivery on another tier (host <-> GPU through the GPU's
         ring, GPU <-> GPU peer). Runs on a worker thread without the lock: the source is held and
-        the delivery is not published yet."""
+        the delivery is not published yet. ``deadline`` (``time.monotonic()``) is the reader's:
+        the ring shares the link among concurrent copies by their deadlines."""
         sb, db = self.store.backend_of(src), self.store.backend_of(dst)
         if event and src.device >= 0:
             self.store.devices[src.device].wait_event(event)  # the producer's writes, nothing more
@@ -828,11 +835,11 @@ class Daemon:
         elif dst.device >= 0:
             view = sb.host_view(src.handle)  # None on the null host backend: nothing to read
             db.copy_in(dst.handle, 0, memoryview(bytearray(nbytes)) if view is None
-                       else view[src_offset : src_offset + nbytes])
+                       else view[src_offset : src_offset + nbytes], deadline)
         else:
             view = db.host_view(dst.handle)
             sb.copy_out(src.handle, src_offset, nbytes, memoryview(bytearray(nbytes)) if view is None
-                        else view[:nbytes])
+                        else view[:nbytes], deadline)
 
     def _get_drained(self, conn: Conn, m: P.Get) -> tuple[P.Reply, list[int]] | None:
         return self._get(conn, m, drained=True)

@@ -130,6 +130,9 @@ class Get(_Msg):
     id: bytes
     expect_nbytes: int = -1  # >= 0: refuse (and do not count the read) unless the size matches
     device: int = ANY_DEVICE  # HOST or a GPU: deliver a copy there if the object lives elsewhere
+    # Seconds the reader can wait for a delivery copy (its function's deadline, from the runtime's
+    # SLO); 0: best effort. SLO-aware sharing (policy.bandwidth.slo_rates) orders copies by it.
+    deadline_s: float = 0.0
 
 
 class Delete(_Msg):

@@ -16,6 +16,7 @@ Handles are opaque to the store, so device pointers and streams fit without chan
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -36,13 +37,13 @@ class Backend(ABC):
     def free(self, handle: Any) -> None:
         self._free(handle)
 
-    def copy_in(self, handle: Any, offset: int, src: memoryview) -> None:
+    def copy_in(self, handle: Any, offset: int, src: memoryview, deadline: float = math.inf) -> None:
         self._check_range(handle, offset, src.nbytes)
-        self._copy_in(handle, offset, src)
+        self._copy_in(handle, offset, src, deadline)
 
-    def copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview) -> None:
+    def copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview, deadline: float = math.inf) -> None:
         self._check_range(handle, offset, nbytes)
-        self._copy_out(handle, offset, nbytes, dst)
+        self._copy_out(handle, offset, nbytes, dst, deadline)
 
     def transfer(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
         self._check_range(src, src_offset, nbytes)
@@ -76,10 +77,13 @@ class Backend(ABC):
     def _free(self, handle: Any) -> None: ...
 
     @abstractmethod
-    def _copy_in(self, handle: Any, offset: int, src: memoryview) -> None: ...
+    def _copy_in(self, handle: Any, offset: int, src: memoryview, deadline: float = math.inf) -> None:
+        """``deadline``: when the copy is due, ``time.monotonic()`` seconds (inf: best effort); a
+        device backend's copy engine shares its link by it (``slo_rates``)."""
 
     @abstractmethod
-    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview) -> None: ...
+    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview,
+                  deadline: float = math.inf) -> None: ...
 
     @abstractmethod
     def _transfer(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None: ...

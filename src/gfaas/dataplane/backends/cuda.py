@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 import threading
 import time
@@ -187,11 +188,12 @@ class CudaBackend(DeviceBackend):
         _on(self.rt, self.device)
         return bytes(self.rt.ipcGetMemHandle(base))
 
-    def _copy_in(self, handle: Any, offset: int, src: memoryview) -> None:
-        self.engine.copy(H2D, handle.address + offset, src)
+    def _copy_in(self, handle: Any, offset: int, src: memoryview, deadline: float = math.inf) -> None:
+        self.engine.copy(H2D, handle.address + offset, src, deadline)
 
-    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview) -> None:
-        self.engine.copy(D2H, handle.address + offset, dst.cast("B")[:nbytes])
+    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview,
+                  deadline: float = math.inf) -> None:
+        self.engine.copy(D2H, handle.address + offset, dst.cast("B")[:nbytes], deadline)
 
     def _transfer(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
         rt = self.rt

@@ -10,6 +10,7 @@ CUDA.
 from __future__ import annotations
 
 import hashlib
+import math
 from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -157,11 +158,14 @@ class NullDeviceBackend(DeviceBackend):
         _, finish = model_timeline(planner, kind, self.model)
         return finish[0]
 
-    def _copy_in(self, handle: Any, offset: int, src: memoryview) -> None:
-        self.log.append(Transfer("copy_in", handle.block.arena, src.nbytes, self.staged_seconds(H2D, src.nbytes)))
+    def _copy_in(self, handle: Any, offset: int, src: memoryview, deadline: float = math.inf) -> None:
+        self.log.append(Transfer("copy_in", handle.block.arena, src.nbytes, self.staged_seconds(H2D, src.nbytes),
+                                 deadline))
 
-    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview) -> None:
-        self.log.append(Transfer("copy_out", handle.block.arena, nbytes, self.staged_seconds(D2H, nbytes)))
+    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview,
+                  deadline: float = math.inf) -> None:
+        self.log.append(Transfer("copy_out", handle.block.arena, nbytes, self.staged_seconds(D2H, nbytes),
+                                 deadline))
 
     def _transfer(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
         # Another GPU's segment arrives over the peer link; one on this GPU is a device-memory copy.

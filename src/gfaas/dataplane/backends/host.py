@@ -10,6 +10,7 @@ left behind in the filesystem.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from dataclasses import dataclass, field
@@ -65,10 +66,11 @@ class HostBackend(Backend):
         handle.fd = handle.ro_fd = -1
         self.live -= 1
 
-    def _copy_in(self, handle: Any, offset: int, src: memoryview) -> None:
+    def _copy_in(self, handle: Any, offset: int, src: memoryview, deadline: float = math.inf) -> None:
         handle.view()[offset : offset + src.nbytes] = src.cast("B")
 
-    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview) -> None:
+    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview,
+                  deadline: float = math.inf) -> None:
         dst.cast("B")[:nbytes] = handle.view()[offset : offset + nbytes]
 
     def _transfer(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:

@@ -6,6 +6,7 @@ says what a real backend would have moved and how long the model says it would t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ class Transfer:
     segment: int
     nbytes: int
     seconds: float
+    deadline: float = math.inf  # what the copy was due by (copies through a device's ring)
 
 
 @dataclass
@@ -57,10 +59,11 @@ class NullBackend(Backend):
         self.live.pop(handle.id, None)
         self.log.append(Transfer("free", handle.id, handle.size, 0.0))
 
-    def _copy_in(self, handle: Any, offset: int, src: memoryview) -> None:
+    def _copy_in(self, handle: Any, offset: int, src: memoryview, deadline: float = math.inf) -> None:
         self.log.append(Transfer("copy_in", handle.id, src.nbytes, self.link.duration(src.nbytes)))
 
-    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview) -> None:
+    def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview,
+                  deadline: float = math.inf) -> None:
         self.log.append(Transfer("copy_out", handle.id, nbytes, self.link.duration(nbytes)))
 
     def _transfer(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
