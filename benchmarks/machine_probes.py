@@ -1,4 +1,4 @@
-"""Machine probes behind the explanations in docs/benchmarks.md and docs/design.md.
+"""Machine probes behind the explanations in docs/benchmarks.md and docs/design/dataplane.md.
 
     .venv/bin/python benchmarks/machine_probes.py [--try-shmem-thp] [--json FILE]
 

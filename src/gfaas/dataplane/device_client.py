@@ -112,7 +112,7 @@ class DeviceView:
     Exposes ``__cuda_array_interface__`` (with the read-only flag set for objects got from the
     store) and DLPack, so ``cupy.asarray(v)``, ``torch.as_tensor(v, device='cuda')`` and
     ``torch.from_dlpack(v)`` wrap it without a copy. CUDA IPC cannot map memory read-only: the flag
-    tells well-behaved consumers, the store's immutability rests on that (docs/design.md).
+    tells well-behaved consumers, the store's immutability rests on that (docs/design/gpu-storage.md).
     """
 
     __slots__ = ("__weakref__", "_mapper", "device", "dtype", "nbytes", "ptr", "readonly", "shape")

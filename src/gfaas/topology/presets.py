@@ -1,6 +1,6 @@
 """Built-in machines. Every figure says where it comes from.
 
-Rates are per direction, GB/s. "Seed 000" is FaaSTube, "seed 001" is GROUTER (see docs/design.md).
+Rates are per direction, GB/s. "Seed 000" is FaaSTube, "seed 001" is GROUTER (see docs/design/policies.md).
 """
 
 from __future__ import annotations

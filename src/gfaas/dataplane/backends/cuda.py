@@ -14,7 +14,7 @@
 
 Built on CuPy's runtime bindings (``cupy.cuda.runtime``): one dependency gives the IPC, event,
 stream and pinned-memory calls and, on the function side, arrays with DLPack and
-``__cuda_array_interface__`` (docs/design.md says why not cuda-python).
+``__cuda_array_interface__`` (docs/design/gpu-storage.md says why not cuda-python).
 """
 
 from __future__ import annotations
