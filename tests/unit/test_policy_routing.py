@@ -46,14 +46,22 @@ def test_gpu0_gpu3_idle_carries_the_nvlink_max_flow(v100: Topology) -> None:
 
 
 def test_gpu0_gpu5_has_no_direct_link_so_only_indirect_paths(v100: Topology) -> None:
-    """gpu0->gpu5: six 24 GB/s paths, 144 in all: gpu0's out- and gpu5's in-bandwidth (48+48+24+24)."""
+    """gpu0->gpu5: six 24 GB/s paths, 144 in all: gpu0's out- and gpu5's in-bandwidth (48+48+24+24).
+
+    The min-cost maximum flow needs no 4-hop path: two 2-hop and four 3-hop paths, 16 link-uses
+    of 24 GB/s (384); Edmonds-Karp's flow (``min_cost=False``) ends with 0-4-7-6-5 (17, 408).
+    """
     p = Router(v100).plan("t", "gpu0", "gpu5")
     assert hops(p) == [
         (g(0, 4, 5), 24.0), (g(0, 1, 5), 24.0), (g(0, 3, 1, 5), 24.0),
-        (g(0, 2, 6, 5), 24.0), (g(0, 3, 7, 5), 24.0), (g(0, 4, 7, 6, 5), 24.0),
+        (g(0, 4, 6, 5), 24.0), (g(0, 3, 7, 5), 24.0), (g(0, 2, 6, 5), 24.0),
     ]
     assert p.total_gbps == 144.0
     assert all(len(path.hops) >= 3 for path in p.paths)
+    assert sum(p.gbps * (len(p.hops) - 1) for p in p.paths) == 384.0
+    ek = Router(v100, RoutingOptions(min_cost=False)).plan("t", "gpu0", "gpu5")
+    assert hops(ek)[-1] == (g(0, 4, 7, 6, 5), 24.0)
+    assert sum(p.gbps * (len(p.hops) - 1) for p in ek.paths) == 408.0
 
 
 def test_greedy_planner_ablation_leaves_gpu0_gpu5_at_120(v100: Topology) -> None:
