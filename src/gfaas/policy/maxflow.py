@@ -155,14 +155,14 @@ def min_cost_max_flow(edges: Iterable[tuple[str, str, float]], src: str, dst: st
     for hops in first:
         if len(hops) < 2 or any((a, b) not in net.cap for a, b in zip(hops, hops[1:], strict=False)):
             continue
-        b = _bottleneck(hops, net.residual)
-        if b > FLOW_EPS:
-            net.push(hops, b)
-            fixed.append((tuple(hops), b))
-            value += b
-    for hops, b in fixed:
+        g = _bottleneck(hops, net.residual)
+        if g > FLOW_EPS:
+            net.push(hops, g)
+            fixed.append((tuple(hops), g))
+            value += g
+    for hops, g in fixed:
         for a, c in zip(hops, hops[1:], strict=False):
-            net.cap[(a, c)] -= b
+            net.cap[(a, c)] -= g
     net.flow.clear()
     cap = net.cap
     x: dict[tuple[str, str], float] = {}  # flow per directed edge (both directions kept apart)
@@ -231,7 +231,7 @@ def min_cost_max_flow(edges: Iterable[tuple[str, str, float]], src: str, dst: st
 
     rest: list[tuple[Hops, float]] = []
     while (path2 := net.shortest_widest(src, dst, carried)) is not None:
-        b = _bottleneck(path2, carried)
-        net.push(path2, -b)
-        rest.append((path2, b))
+        g = _bottleneck(path2, carried)
+        net.push(path2, -g)
+        rest.append((path2, g))
     return value, fixed + rest

@@ -298,7 +298,7 @@ class Router:
         h = self._register(transfer, src, dst)
         cs = h.cs
         if cs.allmask & self._used:
-            victims = self._yield_detours(h) if cs.load else []
+            victims = self._yield_detours(h) if cs.load and self._reroute else []
             self._phase_direct(h)
             self._phase_rest(h)
             for v in victims:  # after the newcomer: what it left, over the victim's short routes
