@@ -46,14 +46,22 @@ def test_gpu0_gpu3_idle_carries_the_nvlink_max_flow(v100: Topology) -> None:
 
 
 def test_gpu0_gpu5_has_no_direct_link_so_only_indirect_paths(v100: Topology) -> None:
-    """gpu0->gpu5: six 24 GB/s paths, 144 in all: gpu0's out- and gpu5's in-bandwidth (48+48+24+24)."""
+    """gpu0->gpu5: six 24 GB/s paths, 144 in all: gpu0's out- and gpu5's in-bandwidth (48+48+24+24).
+
+    The min-cost maximum flow needs no 4-hop path: two 2-hop and four 3-hop paths, 16 link-uses
+    of 24 GB/s (384); Edmonds-Karp's flow (``min_cost=False``) ends with 0-4-7-6-5 (17, 408).
+    """
     p = Router(v100).plan("t", "gpu0", "gpu5")
     assert hops(p) == [
         (g(0, 4, 5), 24.0), (g(0, 1, 5), 24.0), (g(0, 3, 1, 5), 24.0),
-        (g(0, 2, 6, 5), 24.0), (g(0, 3, 7, 5), 24.0), (g(0, 4, 7, 6, 5), 24.0),
+        (g(0, 4, 6, 5), 24.0), (g(0, 3, 7, 5), 24.0), (g(0, 2, 6, 5), 24.0),
     ]
     assert p.total_gbps == 144.0
     assert all(len(path.hops) >= 3 for path in p.paths)
+    assert sum(p.gbps * (len(p.hops) - 1) for p in p.paths) == 384.0
+    ek = Router(v100, RoutingOptions(min_cost=False)).plan("t", "gpu0", "gpu5")
+    assert hops(ek)[-1] == (g(0, 4, 7, 6, 5), 24.0)
+    assert sum(p.gbps * (len(p.hops) - 1) for p in ek.paths) == 408.0
 
 
 def test_greedy_planner_ablation_leaves_gpu0_gpu5_at_120(v100: Topology) -> None:
@@ -79,19 +87,44 @@ def test_every_dgx_v100_gpu_pair_gets_144(v100: Topology) -> None:
 
 
 def test_direct_link_is_claimed_back_and_the_other_transfer_rerouted(v100: Topology) -> None:
-    """gpu0->gpu3 arriving after gpu0->gpu5 takes 0->3 whole; the first loses 0-3-1-5 and 0-3-7-5."""
+    """gpu0->gpu3 arriving after gpu0->gpu5 takes 0->3 whole; the first loses 0-3-1-5 and 0-3-7-5.
+
+    Under load the idle flow's detours (more than 2 GPU hops) that cross the newcomer's short
+    routes yield too (0-2-6-5 crosses 0->2): the newcomer gets 0-3 and 0-2-3, 72 GB/s, and the
+    first keeps its two 2-hop paths and 0-4-6-5 (which crosses none of them), 72 GB/s.
+    """
     r = Router(v100)
     first = r.plan("a", "gpu0", "gpu5")
     assert {(g(0, 3, 1, 5), 24.0), (g(0, 3, 7, 5), 24.0)} <= set(hops(first))
     assert r.residual("gpu0", "gpu3") == 0.0
     second = r.plan("b", "gpu0", "gpu3")
-    assert hops(second) == [(g(0, 3), 48.0)]  # gpu0's other out-links are all a's
+    assert hops(second) == [(g(0, 3), 48.0), (g(0, 2, 3), 24.0)]
     moved = r.changed()
     assert [m.transfer for m in moved] == ["a"]
     assert all(("gpu0", "gpu3") not in path.edges for path in moved[0].paths)
-    assert moved[0].total_gbps == 96.0  # nothing else is free out of gpu0: a keeps its four other paths
+    assert hops(moved[0]) == [(g(0, 4, 5), 24.0), (g(0, 1, 5), 24.0), (g(0, 4, 6, 5), 24.0)]
     assert r.active["a"] == moved[0]
     assert r.changed() == []  # reported once
+
+
+def test_under_load_no_long_detour_through_a_busy_link(v100: Topology) -> None:
+    """gpu0->gpu3 while host->gpu7 runs (route GPUs: host-pcie2-gpu4-gpu7, host-pcie0-gpu0-gpu4-gpu7 ...).
+
+    Idle, gpu0->gpu3 carries 144 GB/s over five paths, the longest 0-4-6-2-3. Under load the
+    newcomer takes only routes of at most 2 GPU hops (direct, 0-2-3, 0-1-3: 96 GB/s), none on a
+    link the other transfer holds; the max-flow planner of issue 12 (``load_paths="all"``) adds
+    0-4-7-3 and 0-4-6-2-3 (132 GB/s), both over 0->4 and 4->7, which host->gpu7 is using.
+    """
+    r = Router(v100)
+    r.plan("bg", "host", "gpu7")
+    busy = {e for q in r.active["bg"].paths for e in q.edges}
+    p = r.plan("t", "gpu0", "gpu3")
+    assert hops(p) == [(g(0, 3), 48.0), (g(0, 2, 3), 24.0), (g(0, 1, 3), 24.0)]
+    assert not any(set(q.edges) & busy for q in p.paths)
+    old = Router(v100, RoutingOptions(min_cost=False, load_paths="all"))
+    old.plan("bg", "host", "gpu7")
+    p = old.plan("t", "gpu0", "gpu3")
+    assert {(g(0, 4, 7, 3), 24.0), (g(0, 4, 6, 2, 3), 12.0)} <= set(hops(p)) and p.total_gbps == 132.0
 
 
 def test_without_reroute_direct_the_direct_link_is_only_what_is_left(v100: Topology) -> None:
@@ -365,7 +398,15 @@ def test_plan_many_serves_the_weakest_pair_first(v100: Topology) -> None:
     x, y = batch.plan_many([("x", "gpu0", "gpu3"), ("y", "gpu0", "gpu5")])
     assert (x.transfer, y.transfer) == ("x", "y")
     assert hops(x)[0] == (g(0, 3), 48.0)
-    assert y.total_gbps > weak_after
+    assert y.total_gbps >= weak_after
+    # One by one, x's idle detours yield to y (48 either way); without that (issue 12's planner)
+    # the batch order is what gives y more.
+    opts = RoutingOptions(min_cost=False, load_paths="all")
+    one_by_one = Router(v100, opts)
+    one_by_one.plan("x", "gpu0", "gpu3")
+    weak_after = one_by_one.plan("y", "gpu0", "gpu5").total_gbps
+    _, y_old = Router(v100, opts).plan_many([("x", "gpu0", "gpu3"), ("y", "gpu0", "gpu5")])
+    assert y_old.total_gbps > weak_after
     assert batch.changed() == []
     assert batch.active["x"] == x and batch.active["y"] == y
 

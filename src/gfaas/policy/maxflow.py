@@ -135,3 +135,103 @@ def max_flow(edges: Iterable[tuple[str, str, float]], src: str, dst: str,
         net.push(path, -b)
         rest.append((path, b))
     return value, fixed + rest
+
+
+def min_cost_max_flow(edges: Iterable[tuple[str, str, float]], src: str, dst: str,
+                      first: Sequence[Hops] = ()) -> tuple[float, list[tuple[Hops, float]]]:
+    """Like :func:`max_flow`, but among the maximum flows the one with the fewest link-uses.
+
+    Cost is 1 per GB/s per directed edge, so the flow minimises ``sum(rate * edges)`` over its
+    paths: no detour is longer than the maximum forces. Successive shortest paths: each augmenting
+    path is a cheapest one in the residual graph (Bellman-Ford, since cancelling flow on an edge
+    costs -1; there is never a negative cycle, the invariant of the method), the widest of the
+    cheapest ones when several tie. ``first`` routes are filled first and kept whole, as in
+    :func:`max_flow`. The decomposition takes the flow's shortest paths first (fewest edges,
+    then widest), so a caller that stops early keeps the short ones.
+    """
+    net = _Net(edges)
+    value = 0.0
+    fixed: list[tuple[Hops, float]] = []
+    for hops in first:
+        if len(hops) < 2 or any((a, b) not in net.cap for a, b in zip(hops, hops[1:], strict=False)):
+            continue
+        g = _bottleneck(hops, net.residual)
+        if g > FLOW_EPS:
+            net.push(hops, g)
+            fixed.append((tuple(hops), g))
+            value += g
+    for hops, g in fixed:
+        for a, c in zip(hops, hops[1:], strict=False):
+            net.cap[(a, c)] -= g
+    net.flow.clear()
+    cap = net.cap
+    x: dict[tuple[str, str], float] = {}  # flow per directed edge (both directions kept apart)
+
+    # Ties between equally short flows go to wide links (the narrow ones stay free for others):
+    # the second, additive, cost is minus the link's width (in integer MB/s, so sums are exact).
+    width = {e: round(c * 1000) for e, c in cap.items()}
+
+    def option(a: str, b: str) -> tuple[int, int, float]:
+        """Cheapest way to move more a -> b, as (link-uses, -width, room): cancel flow on b -> a
+        (costs (-1, +width)), else use a -> b (costs (+1, -width)); (0, 0, 0.0) if neither."""
+        back = x.get((b, a), 0.0)
+        if back > FLOW_EPS:
+            return -1, width[(b, a)], back
+        fwd = cap.get((a, b), 0.0) - x.get((a, b), 0.0)
+        return (1, -width[(a, b)], fwd) if fwd > FLOW_EPS else (0, 0, 0.0)
+
+    nodes = list(net.adj)
+    while True:
+        # Bellman-Ford on (link-uses, -widths, -bottleneck), rounds in node order.
+        best: dict[str, tuple[int, int, float]] = {src: (0, 0, -float("inf"))}
+        prev: dict[str, str] = {}
+        for _ in range(len(nodes)):
+            moved = False
+            for a in nodes:
+                if a not in best:
+                    continue
+                ca, da, wa = best[a]
+                for b in net.adj[a]:
+                    k, d, w = option(a, b)
+                    if k == 0:
+                        continue
+                    v = (ca + k, da + d, wa if wa > -w else -w)
+                    if b not in best or v < best[b]:
+                        best[b] = v
+                        prev[b] = a
+                        moved = True
+            if not moved:
+                break
+        if dst not in best:
+            break
+        path = [dst]
+        while path[-1] != src:
+            path.append(prev[path[-1]])
+            if len(path) > len(nodes):  # cannot happen without a negative cycle; never loop
+                raise AssertionError(f"min_cost_max_flow: cycle in the shortest-path tree {path}")
+        path.reverse()
+        amount = -best[dst][2]
+        for a, b in zip(path, path[1:], strict=False):
+            amount = min(amount, option(a, b)[2])
+        if amount <= FLOW_EPS:
+            break
+        for a, b in zip(path, path[1:], strict=False):
+            if x.get((b, a), 0.0) > FLOW_EPS:
+                x[(b, a)] -= amount
+            else:
+                x[(a, b)] = x.get((a, b), 0.0) + amount
+        value += amount
+
+    for (a, b), f in x.items():
+        net.flow[(a, b)] = net.flow.get((a, b), 0.0) + f
+        net.flow[(b, a)] = net.flow.get((b, a), 0.0) - f
+
+    def carried(a: str, b: str) -> float:
+        return net.flow.get((a, b), 0.0)
+
+    rest: list[tuple[Hops, float]] = []
+    while (path2 := net.shortest_widest(src, dst, carried)) is not None:
+        g = _bottleneck(path2, carried)
+        net.push(path2, -g)
+        rest.append((path2, g))
+    return value, fixed + rest

@@ -45,13 +45,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 from ..errors import ConfigError
 from ..topology import Edge, Topology
-from .maxflow import max_flow
+from .maxflow import max_flow, min_cost_max_flow
 
 if TYPE_CHECKING:
     from .routing_options import RoutingOptions
@@ -107,6 +107,10 @@ class RouteSet:
     balance: bool = False
     #: The idle machine's maximum flow over the links this kind of route may use (0 if not computed).
     flow_gbps: float = 0.0
+    #: Whether ``load_tiers`` replace ``flow`` and ``tiers`` once other transfers hold links.
+    load: bool = False
+    #: Under load: short routes only, tier by tier (see :func:`route_set`).
+    load_tiers: tuple[tuple[Route, ...], ...] = ()
 
 
 # ---- small topology helpers ---------------------------------------------------------------------------
@@ -199,7 +203,7 @@ def flow_edges(topo: Topology, kind: FlowKind, node: int) -> list[tuple[str, str
 
 
 @lru_cache(maxsize=4096)
-def flow_paths(topo: Topology, src: str, dst: str, first: tuple[Hops, ...] = ()
+def flow_paths(topo: Topology, src: str, dst: str, first: tuple[Hops, ...] = (), min_cost: bool = True
                ) -> tuple[float, tuple[tuple[Hops, float], ...]]:
     """Maximum flow src -> dst on the idle machine, as loop-free paths with rates (``first`` first).
 
@@ -218,7 +222,8 @@ def flow_paths(topo: Topology, src: str, dst: str, first: tuple[Hops, ...] = ()
             f"flow_paths({src!r}, {dst!r}): endpoints are a {ds.kind} and a {dd.kind};"
             " use two GPUs, or the host and a GPU"
         )
-    value, paths = max_flow(flow_edges(topo, kind, ds.node), src, dst, first)  # type: ignore[arg-type]
+    solve = min_cost_max_flow if min_cost else max_flow
+    value, paths = solve(flow_edges(topo, kind, ds.node), src, dst, first)  # type: ignore[arg-type]
     return value, tuple(paths)
 
 
@@ -237,10 +242,29 @@ def route_set(topo: Topology, src: str, dst: str, opts: RoutingOptions) -> Route
     if ds.node != dd.node:
         return _cross_node(topo, src, dst, opts)
     if ds.kind == "gpu" and dd.kind == "gpu":
-        return _gpu_gpu(topo, src, dst, opts)
-    if ds.kind == "host":
-        return _host_gpu(topo, dst, opts, reverse=False)
-    return _host_gpu(topo, src, opts, reverse=True)
+        rs = _gpu_gpu(topo, src, dst, opts)
+    elif ds.kind == "host":
+        rs = _host_gpu(topo, dst, opts, reverse=False)
+    else:
+        rs = _host_gpu(topo, src, opts, reverse=True)
+    if not (opts.max_flow and rs.flow and opts.load_paths != "all"):
+        return rs
+    # Under load: the greedy planner's enumerated routes instead of the idle flow's detours.
+    greedy = route_set(topo, src, dst, replace(opts, max_flow=False))
+    tiers = greedy.tiers
+    if opts.load_paths == "short":
+        limit = 2 if rs.kind == "gpu-gpu" else 1
+        tiers = tuple(tuple(r for r in t if nvlink_hops(topo, r.hops) <= limit) for t in tiers)
+    return replace(rs, load=True, load_tiers=tuple(t for t in tiers if t))
+
+
+def nvlink_hops(topo: Topology, hops: Hops) -> int:
+    """NVLink hops of a route that end at a GPU (passing an NVSwitch adds none)."""
+    n = 0
+    for a, b in zip(hops, hops[1:], strict=False):
+        if topo.device(b).kind == "gpu" and topo.device(a).kind in ("gpu", "nvswitch"):
+            n += 1
+    return n
 
 
 def _gpu_gpu(topo: Topology, src: str, dst: str, opts: RoutingOptions) -> RouteSet:
@@ -254,7 +278,7 @@ def _gpu_gpu(topo: Topology, src: str, dst: str, opts: RoutingOptions) -> RouteS
         for k in range(2, limit + 1):
             tiers.append(tuple(Route(h, k - 1) for h, n, _ in routes if n == k))
     elif opts.multipath:
-        value, paths = flow_paths(topo, src, dst, tuple(r.hops for r in direct))
+        value, paths = flow_paths(topo, src, dst, tuple(r.hops for r in direct), opts.min_cost)
         direct_hops = {r.hops for r in direct}
         flow = tuple(Route(h, 1, share=g) for h, g in paths if h not in direct_hops)
         # Busy links: the flow paths may take more than their idle share, and the enumerated
@@ -300,8 +324,8 @@ def _host_gpu(topo: Topology, gpu: str, opts: RoutingOptions, reverse: bool) -> 
                 peers.append(Route(full, 1, group=sw))
     if opts.route_gpus and opts.topology_aware and opts.max_flow:
         d_hops = direct.hops[::-1] if reverse else direct.hops
-        value, paths = (flow_paths(topo, gpu, host, (d_hops,)) if reverse
-                        else flow_paths(topo, host, gpu, (d_hops,)))
+        value, paths = (flow_paths(topo, gpu, host, (d_hops,), opts.min_cost) if reverse
+                        else flow_paths(topo, host, gpu, (d_hops,), opts.min_cost))
         flow = [Route(h[::-1] if reverse else h, 1, share=g) for h, g in paths if h != d_hops]
         # Busy links: the flow paths beyond their idle share, then the route-GPU alternatives.
         seen = {r.hops for r in flow}

@@ -123,7 +123,8 @@ def _mask(edges: Sequence[int]) -> int:
 class _Cand:
     """A route as the router evaluates it: integer edge indices into the residual list."""
 
-    __slots__ = ("cap", "direct", "edges", "edgeset", "get", "group", "hops", "mask", "paths", "rank", "share")
+    __slots__ = ("cap", "detour", "direct", "edges", "edgeset", "get", "group", "hops", "mask", "paths", "rank",
+                 "share")
 
     def __init__(self, route: Route, edges: tuple[int, ...], rank: int) -> None:
         self.hops = route.hops
@@ -139,6 +140,8 @@ class _Cand:
         self.share = route.share if route.share < route.cap else route.cap
         self.rank = rank
         self.paths: dict[float, Path] = {}
+        #: An idle-flow path that the pair would not take under load: it yields to newcomers.
+        self.detour = False
 
     def path(self, gbps: float) -> Path:
         # Rates repeat (24, 48, 12 GB/s ...): reuse the immutable Path instead of building one per plan.
@@ -154,7 +157,7 @@ class _CSet:
     """A :class:`RouteSet` compiled to candidates (one candidate per distinct route)."""
 
     __slots__ = ("allmask", "balance", "busy", "direct", "fair", "fallback", "flow", "grouped", "idle", "kind",
-                 "stop_in", "stop_out", "tiers")
+                 "load", "load_busy", "load_grouped", "load_mask", "load_tiers", "stop_in", "stop_out", "tiers")
 
     def __init__(self, rs: RouteSet, index: Mapping[tuple[str, str], int]) -> None:
         rank = 0
@@ -184,6 +187,20 @@ class _CSet:
         self.balance = rs.balance
         self.busy: tuple[_Cand, ...] = tuple(dict.fromkeys(self.direct + self.flow
                                                            + tuple(c for t in self.tiers for c in t)))
+        #: Once other transfers hold links: these tiers replace ``flow`` and ``tiers``.
+        self.load = rs.load
+        self.load_tiers = tuple(compile_(t) for t in rs.load_tiers)
+        self.load_grouped = tuple(any(c.group is not None for c in t) for t in self.load_tiers)
+        self.load_busy: tuple[_Cand, ...] = (
+            tuple(dict.fromkeys(self.direct + tuple(c for t in self.load_tiers for c in t))) if rs.load else self.busy)
+        #: Edges of the routes this pair takes under load (its direct path included).
+        self.load_mask = 0
+        if rs.load:
+            for c in self.load_busy:
+                self.load_mask |= c.mask
+            keep = set(self.load_busy)
+            for c in self.flow:
+                c.detour = c not in keep
         self.stop_out = _mask([index[e] for e in rs.stop_out])
         self.stop_in = _mask([index[e] for e in rs.stop_in])
         #: Every edge a plan of this pair reads: while nobody holds any of them, the plan is the
@@ -281,8 +298,12 @@ class Router:
         h = self._register(transfer, src, dst)
         cs = h.cs
         if cs.allmask & self._used:
+            victims = self._yield_detours(h) if cs.load and self._reroute else []
             self._phase_direct(h)
             self._phase_rest(h)
+            for v in victims:  # after the newcomer: what it left, over the victim's short routes
+                self._fill(v)
+                self._mark(v)
             return self._publish(h)
         # Nobody holds an edge this plan could read: the idle plan, computed once, then replayed.
         idle = cs.idle
@@ -512,6 +533,20 @@ class Router:
                     self._reserve(h, c, b)
                     break
 
+    def _yield_detours(self, h: _Held) -> list[_Held]:
+        """Other transfers give up their idle-flow detours that cross the routes ``h`` takes under load."""
+        out = []
+        mine = h.cs.load_mask
+        for v in self._held.values():
+            if v is h:
+                continue
+            hit = [d for d in v.res if d.detour and d.mask & mine]
+            for d in hit:
+                self._drop(v, d)
+            if hit:
+                out.append(v)
+        return out
+
     def _evict(self, h: _Held, c: _Cand) -> list[_Held]:
         """Take every other transfer's indirect path off the edges of ``h``'s direct route ``c``."""
         out = []
@@ -528,11 +563,15 @@ class Router:
 
     def _fill(self, h: _Held) -> None:
         """Free paths for ``h``, reserved for real."""
-        picks, self._sat = self._select(h.cs, h.res, self._res, self._sat)
+        own = 0
+        for c in h.res:
+            own |= c.mask
+        loaded = bool(self._used & ~own & h.cs.allmask)
+        picks, self._sat = self._select(h.cs, h.res, self._res, self._sat, loaded)
         for c, g in picks:
             self._account(h, c, g)
 
-    def _select(self, cs: _CSet, held: Mapping[_Cand, float], res: list[float], sat: int
+    def _select(self, cs: _CSet, held: Mapping[_Cand, float], res: list[float], sat: int, loaded: bool
                 ) -> tuple[list[tuple[_Cand, float]], int]:
         """Free paths, tier by tier, widest live bottleneck first, lowering ``res`` as it goes.
 
@@ -543,9 +582,12 @@ class Router:
         """
         so, si = cs.stop_out, cs.stop_in
         picks: list[tuple[_Cand, float]] = []
+        flow, tiers, grouped_ = cs.flow, cs.tiers, cs.grouped
+        if loaded and cs.load:
+            flow, tiers, grouped_ = (), cs.load_tiers, cs.load_grouped
         # The idle maximum flow's paths, in order, each up to its share of that flow: on an idle
         # machine this alone is the maximum flow; on a busy one each gets what its links have left.
-        for c in cs.flow:
+        for c in flow:
             m = c.mask
             if m & sat:
                 continue
@@ -564,7 +606,7 @@ class Router:
             picks.append((c, b))
             if so and ((sat & so) == so or (sat & si) == si):
                 return picks, sat
-        for tier, grouped in zip(cs.tiers, cs.grouped, strict=True):
+        for tier, grouped in zip(tiers, grouped_, strict=True):
             if so and ((sat & so) == so or (sat & si) == si):
                 break
             groups: set[str | None] | None = None
@@ -659,7 +701,7 @@ class Router:
         for _, ind, dirm in owners:
             others |= ind | dirm
         mine = h.total
-        for c in cs.busy:
+        for c in cs.load_busy:
             satc = c.mask & self._sat
             if not satc or satc & ~others or c in h.res:
                 continue  # free, or some saturated edge is held by h alone: nobody to balance with
@@ -727,13 +769,13 @@ class Router:
                 scratch[e] = r
         # Cheap bound first: V cannot win back more than its unsaturated routes' bottlenecks.
         bound = 0.0
-        for d in v.cs.busy:
+        for d in v.cs.load_busy:
             if not d.mask & sat:
                 bound += min(d.get(scratch))
         if bound < lost - EPS:
             return False
         rest = {d: g for d, g in v.res.items() if d not in blocking}
-        picks, _ = self._select(v.cs, rest, scratch, sat)
+        picks, _ = self._select(v.cs, rest, scratch, sat, True)
         if sum(g for _, g in picks) < lost - EPS:
             return False
         for d in blocking:

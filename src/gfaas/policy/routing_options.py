@@ -5,6 +5,7 @@ without importing each other."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from ..errors import ConfigError
 
@@ -34,9 +35,13 @@ class RoutingOptions:
     reroute_direct: bool = True
     balance_busy: bool = True
     max_flow: bool = True
+    min_cost: bool = True
+    load_paths: Literal["all", "short", "greedy"] = "short"
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_hops <= 6:
             raise ConfigError(
                 f"max_hops={self.max_hops} is out of range; use 1 to 6 (3 is the default, 4 still plans fast)"
             )
+        if self.load_paths not in ("all", "short", "greedy"):
+            raise ConfigError(f"load_paths={self.load_paths!r}; use 'all', 'short' or 'greedy'")
