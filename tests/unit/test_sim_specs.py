@@ -109,3 +109,50 @@ def test_hand_built_workflows_get_a_spec_with_their_conditional_edges() -> None:
     assert wf.spec is not None and [f.name for f in wf.spec.functions] == ["a", "b"]
     (cond,) = [i.when for i in wf.spec.function("b").inputs]
     assert str(cond) == "a.take_b > 0" and dict(wf.conditions) == {("a", "take_b"): 0.25}
+
+
+def test_the_simulators_deadlines_are_the_policys() -> None:
+    from gfaas.policy import SLO_FACTOR, deadline_for, input_deadline, slo_for
+
+    assert SLO_FACTOR == 1.5
+    assert input_deadline(2.0, 0.04) == deadline_for(2.0, slo_for(0.04), 0.04) == pytest.approx(2.02)
+    assert input_deadline(2.0, 0.0) == input_deadline(2.0, 1e-6) == 2.0 + 1e-3  # the floor
+    from gfaas.sim.cluster import Cluster
+    from gfaas.sim.systems import system
+    from gfaas.topology import preset
+
+    c = Cluster(preset("dgx-v100"), system("gfaas"))
+    c.deploy(workflow("yelp"))
+    c.submit("yelp", 0.0)
+    (rec,) = c.run()
+    for s in rec.fns.values():
+        assert s.slo_s == slo_for(s.compute_s) and s.deadline_s == input_deadline(0.0, s.compute_s)
+
+
+def test_dag_readers_follow_the_producers_own_conditions() -> None:
+    from gfaas.runtime.dag import DagState
+
+    dag = DagState(_spec("traffic"))
+    dag.start()
+    for fn in ("decode", "preprocess"):
+        dag.finished(fn, {})
+    assert dag.readers("detect", {"num_persons": 0, "num_vehicles": 2}) == ["recog_vehicle"]
+    assert dag.readers("decode", {}) == ["preprocess", "detect"]
+    dag.finished("detect", {"num_persons": 0, "num_vehicles": 2})
+    assert dag.events[-2:] == [("recog_person", "skipped"), ("recog_vehicle", "ready")]
+
+
+def test_a_skipped_branch_is_neither_stored_nor_run_in_the_simulator() -> None:
+    from gfaas.sim.cluster import Cluster
+    from gfaas.sim.systems import system
+    from gfaas.topology import preset
+
+    c = Cluster(preset("dgx-v100"), system("gfaas").with_storage("gfaas"))
+    c.keep_events = True
+    c.condition_values = lambda wf, ident: {"detect": {"num_persons": 0, "num_vehicles": 1}}
+    c.deploy(workflow("traffic"))
+    c.submit("traffic", 0.0)
+    (rec,) = c.run()
+    assert ("recog_person", "skipped") in rec.events and "recog_person" not in rec.fns
+    assert set(rec.edges) == {("detect", "recog_vehicle")}
+    assert c.memory is not None and not c.memory.objects  # the one crop object was read and freed
