@@ -62,3 +62,13 @@ def slow(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
 
     time.sleep(float(ctx.params.get("seconds", 0.2)))
     return {"y": ctx.get(inputs["x"]) + 0}
+
+
+def emit(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Reads every input, returns ``params.outputs`` (tiny arrays) with the scalars in ``params.scalars``
+    (default 1): a stand-in for any spec's handler whose condition values a test chooses."""
+    for ref in inputs.values():
+        ctx.get(ref)
+    scalars = ctx.params.get("scalars", {})
+    return {o: (np.float64(scalars.get(o, 1.0)) if o in ctx.params.get("scalar_outputs", []) else np.zeros(2))
+            for o in ctx.params["outputs"]}

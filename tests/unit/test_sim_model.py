@@ -21,8 +21,8 @@ def test_every_workflow_is_a_dag_with_known_models() -> None:
 
 def test_patterns_match_the_papers() -> None:
     assert workflow("video").pattern == "fan-in" and len(workflow("video").preds("recognise")) == 4
-    assert workflow("image").pattern == "fan-out" and len(workflow("image").succs("denoise")) == 3
-    assert {e.prob for e in workflow("traffic").succs("detect")} == {0.6, 0.8}
+    assert workflow("image").pattern == "fan-out + fan-in" and len(workflow("image").succs("denoise")) == 3
+    assert dict(workflow("traffic").conditions) == {("detect", "num_persons"): 0.6, ("detect", "num_vehicles"): 0.8}
 
 
 def test_resnet50_reproduces_its_anchor_and_others_scale_by_flops() -> None:

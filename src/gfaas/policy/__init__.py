@@ -4,7 +4,17 @@ Everything here is pure decision logic (no clock, no I/O, no threads, randomness
 explicit seed); the simulator and the real runtime call the same objects.
 """
 
-from .bandwidth import ChunkBatcher, Demand, PinnedRing, deadline_for, rate_least, slo_for, slo_rates
+from .bandwidth import (
+    SLO_FACTOR,
+    ChunkBatcher,
+    Demand,
+    PinnedRing,
+    deadline_for,
+    input_deadline,
+    rate_least,
+    slo_for,
+    slo_rates,
+)
 from .placement import group_nodes, pair_gbps, place_workflow, placement_cost
 from .pooling import Grant, PoolModel
 from .routing import MiB, Path, Plan, Router, RoutingOptions
@@ -27,6 +37,7 @@ from .storage import (
 )
 
 __all__ = [
+    "SLO_FACTOR",
     "STORAGE_POLICIES",
     "ChunkBatcher",
     "Demand",
@@ -54,6 +65,7 @@ __all__ = [
     "RoutingOptions",
     "deadline_for",
     "group_nodes",
+    "input_deadline",
     "pair_gbps",
     "place_workflow",
     "placement_cost",

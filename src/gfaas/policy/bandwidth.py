@@ -31,6 +31,11 @@ from .routing import MiB
 
 #: Seed 001 §4.3.2: an SLO is 1.5-2x the service's average execution time.
 SLO_FACTOR_RANGE = (1.5, 2.0)
+#: The factor both executors use (the simulator and the runtime): SLO = 1.5x execution time, the low
+#: end of the papers' range (seed 001 §4.3.2, §6.3).
+SLO_FACTOR = SLO_FACTOR_RANGE[0]
+#: The least time a deadline leaves a function's transfers (a zero-length execution still gets 1 ms).
+MIN_TRANSFER_S = 1e-3
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,7 @@ def slo_rates(demands: Sequence[Demand], capacity_gbps: float, now: float) -> di
     return dict(zip(ids, rates, strict=True))
 
 
-def slo_for(exec_time_s: float, factor: float = 1.5) -> float:
+def slo_for(exec_time_s: float, factor: float = SLO_FACTOR) -> float:
     """A function's latency SLO: ``factor`` times its execution time (seed 001 §4.3.2: 1.5-2x)."""
     if not exec_time_s > 0:
         raise ConfigError(f"slo_for: exec_time_s={exec_time_s} must be > 0 seconds")
@@ -118,6 +123,19 @@ def slo_for(exec_time_s: float, factor: float = 1.5) -> float:
             f" (the papers use {SLO_FACTOR_RANGE[0]}-{SLO_FACTOR_RANGE[1]})"
         )
     return exec_time_s * factor
+
+
+def input_deadline(start: float, exec_time_s: float, factor: float = SLO_FACTOR) -> float:
+    """When the data transfers of a function that starts at ``start`` and computes for
+    ``exec_time_s`` are due: ``deadline_for(start, slo_for(exec_time_s, factor), exec_time_s)``, i.e.
+    ``start + (factor - 1) x exec_time_s``, and never less than :data:`MIN_TRANSFER_S` after ``start``.
+
+    The simulator gives this deadline to every transfer of a function (inputs and outputs) and the
+    runtime records it per function run (``FunctionRecord.deadline_s``), so both take it from here.
+    """
+    if exec_time_s <= 0:
+        return start + MIN_TRANSFER_S
+    return max(deadline_for(start, slo_for(exec_time_s, factor), exec_time_s), start + MIN_TRANSFER_S)
 
 
 class ChunkBatcher:

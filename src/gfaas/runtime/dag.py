@@ -3,7 +3,9 @@
 :class:`DagState` is fed what finished (with its scalar outputs) and answers which functions are now
 ready to run and which are skipped: a function is decided once every function it reads from is
 decided; it is skipped when one of them was skipped or one of its ``when:`` conditions is false.
-The local runtime and the Ray executor drive it; so can the simulator.
+The local runtime and the Ray executor drive it, and so does the simulator (``gfaas.sim.cluster``),
+so both executors take the same readiness and skipping decisions. ``events`` logs every decision in
+order, ``(function, "ready" | "skipped")``, which is how tests compare the two.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class DagState:
     spec: WorkflowSpec
     state: dict[str, FnState] = field(default_factory=dict)
     scalars: dict[str, dict[str, float]] = field(default_factory=dict)
+    events: list[tuple[str, FnState]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for f in self.spec.functions:
@@ -39,6 +42,33 @@ class DagState:
         self.state[function] = "done"
         self.scalars[function] = dict(scalars)
         return self._advance()
+
+    def readers(self, function: str, scalars: Mapping[str, float]) -> list[str]:
+        """The functions that read an output of ``function`` and may still run once it finishes with
+        ``scalars``: not skipped already, and no condition over ``function``'s scalars false. (Conditions
+        over functions not decided yet count as true.) Changes nothing; a producer uses it to store
+        only data someone will read."""
+        out = []
+        for f in self.spec.functions:
+            ins = [i for i in f.inputs if i.source == function]
+            if not ins or self.state[f.name] == "skipped":
+                continue
+            ok = True
+            for i in f.inputs:
+                c = i.when
+                if c is None:
+                    continue
+                if c.function == function:
+                    value = scalars.get(c.output)
+                elif self.state[c.function] == "done":
+                    value = self.scalars.get(c.function, {}).get(c.output)
+                else:
+                    continue
+                if value is None or not c.holds(value):
+                    ok = False
+            if ok:
+                out.append(f.name)
+        return out
 
     @property
     def complete(self) -> bool:
@@ -63,6 +93,7 @@ class DagState:
                     self.state[f.name] = "skipped"
                     skipped.append(f.name)
                     changed = True
+                self.events.append((f.name, self.state[f.name]))
         return ready, skipped
 
     def _runs(self, name: str) -> bool:

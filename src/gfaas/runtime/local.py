@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import ConfigError, FunctionFailed, NotFound, Overloaded, SpecError
+from ..policy.bandwidth import input_deadline, slo_for
 from ..units import GiB
 from .dag import DagState
 from .hints import Hint, QueueHinter
@@ -597,7 +598,8 @@ class LocalRuntime:
             return
         assert isinstance(reply, Done)
         rec = FunctionRecord(fn, worker.name, started - inv.enqueued[fn], reply.fn_get_s, reply.compute_s,
-                             reply.put_s)
+                             reply.put_s, slo_s=slo_for(reply.compute_s) if reply.compute_s > 0 else 0.0,
+                             deadline_s=input_deadline(0.0, reply.compute_s))
         with self._lock:
             inv.records[fn] = rec
             inv.host_s += reply.host_get_s + reply.host_put_s

@@ -34,7 +34,12 @@ class Breakdown:
 
 @dataclass(frozen=True)
 class FunctionRecord:
-    """One function's run inside an invocation (``skipped`` when a ``when:`` condition was false)."""
+    """One function's run inside an invocation (``skipped`` when a ``when:`` condition was false).
+
+    ``slo_s`` is the function's SLO and ``deadline_s`` when (seconds after it started) its data had to be
+    in, both from its measured compute time by the policy's shared rule (``gfaas.policy.slo_for``,
+    ``gfaas.policy.input_deadline``), the one the simulator applies to its profiled compute times.
+    """
 
     function: str
     worker: str = ""
@@ -43,6 +48,13 @@ class FunctionRecord:
     compute_s: float = 0.0
     put_s: float = 0.0
     skipped: bool = False
+    slo_s: float = 0.0
+    deadline_s: float = 0.0
+
+    @property
+    def met_deadline(self) -> bool:
+        """Whether the function's inputs were in by its deadline (its get took no longer)."""
+        return self.skipped or self.get_s <= self.deadline_s
 
 
 @dataclass(frozen=True)

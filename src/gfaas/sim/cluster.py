@@ -9,9 +9,16 @@ Execution model (the same for every system, so differences come from the data pl
   way a function instance is busy during its own I/O. Its inputs are the host data it starts from
   and its predecessors' objects, fetched in parallel; its outputs are one object per outgoing edge,
   stored as the system's ``store`` mode says, plus results sent back to host memory.
-- CPU functions run on the host without contention (cores are not the bottleneck studied).
-- A conditional edge is taken with its probability, drawn per request from a seeded RNG; a function
-  none of whose incoming edges is taken is skipped.
+- CPU functions run on the host without contention (cores are not the bottleneck studied). Data a
+  GPU function sends to a CPU function goes to that function's host memory as part of the put.
+- Which functions run and which are skipped is decided by the runtime's own
+  :class:`~gfaas.runtime.dag.DagState`, stepped as functions finish. A condition (``when:``) reads a
+  scalar that the simulator draws per request, at arrival, from the seeded RNG: it holds with the
+  workflow's probability for it (``gfaas.sim.workflows.CONDITION_PROBABILITY``). A producer stores an
+  output only for the consumers that can still run (``DagState.readers``).
+- Every transfer of a function is due by ``gfaas.policy.input_deadline`` of its start and compute
+  time (SLO = ``gfaas.policy.SLO_FACTOR`` x the profiled execution time), the rule the runtime
+  records per function too.
 - With a storage policy (``SystemConfig.storage``) GPU stores have a capacity and objects are
   evicted, migrated and restored by ``gfaas.sim.memory``; without one GPU memory is unlimited.
 """
@@ -21,13 +28,14 @@ from __future__ import annotations
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..policy import group_nodes, place_workflow
+from ..policy import group_nodes, input_deadline, place_workflow, slo_for
+from ..runtime.dag import DagState
 from ..topology import Topology
 from .dataplane import DataPlane
 from .kernel import Simulator
@@ -38,8 +46,6 @@ from .workflows import Workflow
 
 log = logging.getLogger(__name__)
 
-SLO_FACTOR = 1.5  # SLO = 1.5x the profiled execution time (seed 001 §4.3.2, §6.3)
-
 
 @dataclass
 class FnStats:
@@ -47,6 +53,8 @@ class FnStats:
     get_s: float = 0.0
     compute_s: float = 0.0
     put_s: float = 0.0
+    slo_s: float = 0.0       # gfaas.policy.slo_for(compute_s)
+    deadline_s: float = 0.0  # gfaas.policy.input_deadline(0, compute_s): its transfers' due time after it starts
 
 
 @dataclass
@@ -59,6 +67,8 @@ class RequestRecord:
     #: per GPU-to-GPU-function edge: the producer's put time plus the time the consumer waited for
     #: that edge's data (gFn-gFn data passing, 001 Fig. 18c)
     edges: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: the DagState decisions ``(function, "ready" | "skipped")`` in order, with ``Cluster.keep_events``
+    events: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def latency(self) -> float:
@@ -141,6 +151,10 @@ class Cluster:
         self.records: list[RequestRecord] = []
         self._ids = 0
         self.on_finish: Callable[[RequestRecord], None] | None = None
+        #: keep every request's DagState decisions in its record (tests compare them with the runtime's)
+        self.keep_events = False
+        #: (workflow, request id) -> condition scalars per function; None: drawn from the seeded RNG
+        self.condition_values: Callable[[str, int], Mapping[str, Mapping[str, float]]] | None = None
         self.memory: MemoryModel | None = None
         if cfg.storage is not None and cfg.store != "host":
             self.memory = MemoryModel(self.sim, topology, cfg.storage, self.storage_capacity,
@@ -262,49 +276,62 @@ class Cluster:
 
 
 class _Request:
-    """One request walking through its workflow's DAG."""
+    """One request walking through its workflow's DAG, as the runtime's DagState decides."""
 
     def __init__(self, cluster: Cluster, dep: Deployment, rec: RequestRecord) -> None:
         self.c = cluster
         self.dep = dep
         self.rec = rec
         wf = dep.workflow
-        self.order = wf.topological_order()
-        taken: dict[tuple[str, str], bool] = {}
-        active: set[str] = set()
-        for f in self.order:
-            preds = wf.preds(f)
-            if not preds or any(taken[(e.src, e.dst)] for e in preds):
-                active.add(f)
-            for e in wf.succs(f):
-                taken[(e.src, e.dst)] = f in active and (e.prob >= 1 or cluster.rng.random() < e.prob)
-        self.taken = taken
-        self.active = active
-        self.waiting = {f: sum(1 for e in wf.preds(f) if taken[(e.src, e.dst)]) for f in active}
+        assert wf.spec is not None
+        self.dag = DagState(wf.spec)
+        if cluster.keep_events:
+            rec.events = self.dag.events  # type: ignore[assignment]
+        if cluster.condition_values is not None:
+            self.scalars = {f: dict(v) for f, v in cluster.condition_values(wf.name, rec.ident).items()}
+        else:  # drawn at arrival, in arrival order: every system sees the same branches per request
+            self.scalars = wf.draw_scalars(cluster.rng)
         self.location: dict[tuple[str, str], str] = {}  # edge -> device holding its object
         self.objects: dict[tuple[str, str], Hashable] = {}  # edge -> its key in the memory model
         self.put_s: dict[str, float] = {}  # GPU function -> its put time
-        self.left = len(active)
 
     def start(self) -> None:
-        for f in self.order:
-            if f in self.active and self.waiting[f] == 0:
-                self._run(f)
+        self._decided(*self.dag.start())
+
+    def _decided(self, ready: list[str], skipped: list[str]) -> None:
+        mem = self.c.memory
+        for fn in skipped:  # data stored for a function that will not run is released
+            for e in self.dep.workflow.preds(fn):
+                key = self.objects.pop((e.src, e.dst), None)
+                if key is not None and mem is not None:
+                    mem.consume(key)
+        for fn in ready:
+            self._run(fn)
+        if self.dag.complete:
+            self.rec.finish = self.c.sim.now
+            if self.c.on_finish is not None:
+                self.c.on_finish(self.rec)
+
+    def _readers(self, fn: str) -> set[str]:
+        return set(self.dag.readers(fn, self.scalars.get(fn, {})))
 
     def _host(self, fn: str) -> str:
         return self.c.topo.host_of(self.dep.node[fn])
 
     def _run(self, fn: str) -> None:
-        spec = self.dep.workflow.function(fn)
+        wf = self.dep.workflow
+        spec = wf.function(fn)
         c = self.c
         mem = c.memory
         if spec.kind == "cpu":
             if mem is not None:  # a CPU function reads its inputs from where they are, off the model
-                for e in self.dep.workflow.preds(fn):
+                for e in wf.preds(fn):
                     if (e.src, e.dst) in self.objects:
                         mem.consume(self.objects[(e.src, e.dst)])
-            for e in self.dep.workflow.succs(fn):
-                self.location[(e.src, e.dst)] = self._host(fn)
+            readers = self._readers(fn)
+            for e in wf.succs(fn):
+                if e.dst in readers:
+                    self.location[(e.src, e.dst)] = self._host(fn)
             c.sim.schedule(c.profile.seconds(spec.model, None, spec.batch), self._finished, fn)
             return
         gpu = self.dep.gpu[fn]
@@ -312,27 +339,28 @@ class _Request:
         self.rec.fns[fn] = stats
         ready = c.sim.now
         compute = c.profile.seconds(spec.model, c.topo.device(gpu).model, spec.batch)
-        deadline_slack = max(compute * (SLO_FACTOR - 1.0), 1e-3)
+        stats.slo_s = slo_for(compute) if compute > 0 else 0.0
+        stats.deadline_s = input_deadline(0.0, compute)
         if mem is not None:
             mem.requested(gpu, fn)
 
         def body(release: Callable[[], None]) -> None:
             stats.queue_s = c.sim.now - ready
             t0 = c.sim.now
-            deadline = c.sim.now + deadline_slack
+            deadline = input_deadline(t0, compute)
             starts: list[Callable[[Callable[[], None]], None]] = []
             if spec.input_bytes:
                 starts.append(_mover(c, self._host(fn), gpu, spec.input_bytes, deadline))
-            for e in self.dep.workflow.preds(fn):
+            for e in wf.preds(fn):
                 edge = (e.src, e.dst)
-                if not self.taken[edge]:
+                if edge not in self.location:  # nothing stored for this edge
                     continue
                 if edge in self.objects:
                     assert mem is not None
                     start = _fetcher(mem, self.objects[edge], gpu, deadline)
                 else:
                     start = _mover(c, self.location[edge], gpu, e.nbytes, deadline)
-                if self.dep.workflow.function(e.src).kind == "gpu":
+                if wf.function(e.src).kind == "gpu":
                     start = self._timed(start, edge, t0)
                 starts.append(start)
             _all(c, starts, lambda: computed(t0, release))
@@ -348,15 +376,20 @@ class _Request:
             allocs = 0
             delay = 0.0
             stored: dict[str, int] = {}
-            for e in self.dep.workflow.succs(fn):
-                if not self.taken[(e.src, e.dst)]:
+            readers = self._readers(fn)
+            for e in wf.succs(fn):
+                if e.dst not in readers:
+                    continue
+                consumer = wf.function(e.dst)
+                if consumer.kind == "cpu":  # to the consumer's host memory, like a result
+                    where = self._host(e.dst)
+                    self.location[(e.src, e.dst)] = where
+                    moves.append((gpu, where, e.nbytes))
                     continue
                 where = c.store_device(gpu)
                 if mem is not None and c.topo.device(where).kind == "gpu":
-                    consumer = self.dep.workflow.function(e.dst)
                     key = (self.rec.ident, e.src, e.dst)
-                    obj, cost = mem.put(key, e.nbytes, where, fn, (self.rec.ident, fn),
-                                        self.dep.gpu[e.dst] if consumer.kind == "gpu" else None,
+                    obj, cost = mem.put(key, e.nbytes, where, fn, (self.rec.ident, fn), self.dep.gpu[e.dst],
                                         (self.rec.ident, e.dst), gpu, self.rec.arrival)
                     self.objects[(e.src, e.dst)] = key
                     delay += cost
@@ -378,7 +411,8 @@ class _Request:
             delay += allocs * c.alloc_s()
 
             def go() -> None:
-                starts = [_mover(c, a, b, n, c.sim.now + deadline_slack) for a, b, n in moves]
+                due = input_deadline(c.sim.now, compute)
+                starts = [_mover(c, a, b, n, due) for a, b, n in moves]
                 _all(c, starts, lambda: done_put(t1, release))
 
             c.sim.schedule(delay, go)
@@ -387,7 +421,7 @@ class _Request:
             stats.put_s = c.sim.now - t1
             self.put_s[fn] = stats.put_s
             if mem is not None:
-                for e in self.dep.workflow.succs(fn):
+                for e in wf.succs(fn):
                     if (e.src, e.dst) in self.objects:
                         mem.settle(self.objects[(e.src, e.dst)])
             release()
@@ -408,16 +442,7 @@ class _Request:
         return wrapped
 
     def _finished(self, fn: str) -> None:
-        self.left -= 1
-        for e in self.dep.workflow.succs(fn):
-            if self.taken[(e.src, e.dst)]:
-                self.waiting[e.dst] -= 1
-                if self.waiting[e.dst] == 0:
-                    self._run(e.dst)
-        if self.left == 0:
-            self.rec.finish = self.c.sim.now
-            if self.c.on_finish is not None:
-                self.c.on_finish(self.rec)
+        self._decided(*self.dag.finished(fn, self.scalars.get(fn, {})))
 
 
 def _mover(c: Cluster, src: str, dst: str, n: int, deadline: float) -> Callable[[Callable[[], None]], None]:

@@ -14,7 +14,7 @@ Other GPU types scale by a single ratio against V100 FP32:
   (938 img/s TF32 on A100 80 GB vs 367 img/s FP32 on V100 16 GB).
 - A10: taken equal to V100 (our assumption; its FP32 peak is higher, its memory bandwidth lower).
 - H100: 2x A100 (our assumption until issue 5 measures it on the lent machine).
-CPU functions (decode, aggregate) take a fixed time per batch, our assumption, stated per model.
+CPU functions take a fixed time per request, our assumption, stated per function name (``CPU_MS``).
 """
 
 from __future__ import annotations
@@ -44,8 +44,18 @@ MODEL_GFLOPS: dict[str, tuple[float, str]] = {
     "bert": (22.0, "BERT-base at sequence length 128: 2 x 110 M params x 128 tokens / 1.28 (approx.)"),
 }
 
-#: Fixed CPU function times per batch in ms (our assumptions).
-CPU_MS: dict[str, float] = {"decode": 4.0, "aggregate": 0.5, "postproc": 0.5}
+#: Fixed CPU function times per request in ms, by the specs' function names (our assumptions; CPU
+#: functions run on the host without contention, so these only add to latency).
+CPU_MS: dict[str, float] = {
+    "decode": 4.0,       # traffic: keep every 2nd frame as float32
+    "preprocess": 2.0,   # traffic: resize + normalise to the detector's input
+    "denoise": 4.0,      # driving (median filter), image (Gaussian blur)
+    "colour": 2.0,       # driving: argmax + palette blend
+    "split": 0.5,        # video: four chunks by reference, no copy
+    "ocr": 4.0,          # social: projection-profile OCR
+    "aggregate": 0.5,    # image: mean of three softmaxes
+    "postproc": 0.5,
+}
 
 #: Speed relative to V100 FP32 (see module docstring for sources).
 GPU_SPEED: dict[str, float] = {"V100-16GB": 1.0, "A100-40GB": 2.56, "A10-24GB": 1.0, "H100-80GB": 5.12}

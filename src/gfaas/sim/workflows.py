@@ -1,28 +1,82 @@
-"""The papers' reference workflows as DAGs with data sizes (seed 000 Table 1, seed 001 Fig. 12).
+"""The workflows the simulator runs: the runtime's own specs with the runtime's measured data sizes.
 
-The papers name the functions and patterns but not the tensor sizes, so sizes are derived from a
-stated input: a batch of ``FRAMES`` 1080p RGB frames (1920 x 1080 x 3 bytes = 6.2 MB each),
-detector inputs of 640 x 640 x 3 float32 (4.9 MB per image), classifier crops of 224 x 224 x 3
-float32 (0.6 MB each) and BERT inputs of 128 tokens. Each size below shows its arithmetic.
+The six reference workflows (seed 000 Table 1, seed 001 Fig. 12) are built from the specs the
+runtime deploys, ``gfaas/workflows/specs/NAME.yaml``: the same function names, kinds (cpu/gpu),
+edges, conditions, fan-out and fan-in. Each request is stepped through the runtime's own
+:class:`~gfaas.runtime.dag.DagState` (see ``gfaas.sim.cluster``), so readiness and the skipping of
+conditional branches are the runtime's decisions.
 
-A function's inputs are the outputs of its predecessors plus, for a function with ``input_bytes``,
-data that starts in host memory (decoded frames: the host-to-gFn case). ``output_bytes`` goes back
-to host memory at the end (the gFn-to-host case). A conditional edge is taken with ``prob``.
+Bytes per edge are the runtime's, measured by running each workflow at full scale (``seed=0``) and
+committed as ``gfaas/workflows/edge_sizes.json`` (``python -m gfaas.workflows.sizes --json``; the
+simulator cannot afford to run the models). Per (producer, consumer) pair the simulator moves one
+object holding the bytes of every output the consumer reads from the producer. A GPU function's
+inputs from the request (``input.NAME``) start in host memory (the host-to-gFn case) and its outputs
+returned to the caller go back to host memory (gFn-to-host). CPU functions run on the host.
+
+What the specs do not say is in two tables below, in one place: :data:`GPU_PROFILES` (which compute
+profile of ``gfaas.sim.profiles`` and which batch each GPU function runs) and
+:data:`CONDITION_PROBABILITY` (how often each condition holds; the simulator draws the scalar the
+condition reads from its seeded RNG). CPU functions take ``profiles.CPU_MS[function name]``.
+
+``moa`` (Mixture-of-Agents, seed 001 §6.4) has no runtime spec; it is built here by hand, like
+the small workflows tests build with :class:`Workflow`, and gets a spec generated from its edges.
 """
 
 from __future__ import annotations
 
+import json
+import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
 
-from ..errors import ConfigError
+from ..errors import ConfigError, SpecError
+from ..runtime.spec import Condition, WorkflowSpec, from_dict, loads
 
 MB = 10**6
-FRAMES = 8
-FRAME = 1920 * 1080 * 3          # 6.22 MB, uint8 RGB
-DET_IN = 640 * 640 * 3 * 4       # 4.92 MB, float32
-CROP = 224 * 224 * 3 * 4         # 0.60 MB, float32
-TOKENS = 128 * 768 * 4           # 0.39 MB, BERT hidden states of one sequence
+Pattern = Literal["sequence", "condition", "fan-in", "fan-out", "fan-out + fan-in", "layers"]
+
+#: The papers' pattern of each reference workflow (docs/workflows.md).
+PATTERNS: dict[str, Pattern] = {"traffic": "condition", "driving": "sequence", "video": "fan-in",
+                                "image": "fan-out + fan-in", "social": "condition", "yelp": "sequence"}
+
+#: GPU function -> (compute profile in ``gfaas.sim.profiles.MODEL_GFLOPS``, batch). The profiles are the
+#: simulator's (FLOPs-scaled from ResNet-50 on V100); where the spec's zoo model has another name the
+#: mapping says which profile stands in:
+#:
+#: - ``yolo`` -> ``yolo-det`` (traffic) and ``yolo-face`` (video, the same FLOPs);
+#: - ``fcn`` -> ``yolo-seg``: the papers' segmenter, which the zoo's FCN-ResNet50 replaces;
+#: - ``efficientnet_b0`` -> ``alexnet`` (0.72 GFLOPs, about EfficientNet-B0's 0.78) and ``vit_b16`` ->
+#:   ``resnet101``: the image ensemble's light and heavy members in the simulator's old version;
+#: - ``bert_base`` -> ``bert``.
+#:
+#: The batch is what the function processes per request at full scale (the leading dimension of its
+#: input in ``edge_sizes.json`` for ``seed=0``): frames, crops, images or token rows.
+GPU_PROFILES: dict[tuple[str, str], tuple[str, int]] = {
+    ("traffic", "detect"): ("yolo-det", 2),            # 2 decoded frames
+    ("traffic", "recog_person"): ("resnet50", 4),      # 4 person crops
+    ("traffic", "recog_vehicle"): ("resnet50", 4),     # 4 vehicle crops
+    ("driving", "segment"): ("yolo-seg", 4),           # 4 frames
+    **{("video", f"detect_face_{i}"): ("yolo-face", 2) for i in range(4)},  # 2 frames per chunk
+    ("video", "recognise"): ("resnet50", 24),          # 4 chunks x 6 face crops
+    ("image", "classify_resnet"): ("resnet50", 1),     # 1 image
+    ("image", "classify_effnet"): ("alexnet", 1),
+    ("image", "classify_vit"): ("resnet101", 1),
+    ("social", "bert"): ("bert", 1),                   # 1 token sequence
+    ("yelp", "bert_filter"): ("bert", 5),              # 5 sentences
+    ("yelp", "bert_sentiment"): ("bert", 4),           # the 4 kept
+}
+
+#: (workflow, function, scalar output) -> probability that the conditions over it hold. The simulator
+#: draws per request whether they do and hands DagState a value of the scalar that makes them true or
+#: false (``condition_value``). Traffic's rates are the simulator's earlier per-edge ones.
+CONDITION_PROBABILITY: dict[tuple[str, str, str], float] = {
+    ("traffic", "detect", "num_persons"): 0.6,
+    ("traffic", "detect", "num_vehicles"): 0.8,
+    ("social", "ocr", "num_tokens"): 0.7,
+}
 
 
 @dataclass(frozen=True)
@@ -32,13 +86,16 @@ class Function:
     name: str
     kind: Literal["gpu", "cpu"]
     model: str
-    batch: int = FRAMES
+    batch: int = 1
     input_bytes: int = 0    # bytes it reads from host memory when it starts
     output_bytes: int = 0   # bytes it writes back to host memory when it ends
 
 
 @dataclass(frozen=True)
 class DataEdge:
+    """Bytes from one function to another. ``prob`` < 1 (hand-built workflows only) becomes a condition
+    of the generated spec; workflows built from a runtime spec carry their conditions in the spec."""
+
     src: str
     dst: str
     nbytes: int
@@ -47,12 +104,19 @@ class DataEdge:
 
 @dataclass(frozen=True)
 class Workflow:
+    """Functions and edges with sizes, plus the spec DagState steps (generated when not given) and,
+    per condition scalar, the probability that it lets its conditions hold."""
+
     name: str
-    pattern: Literal["sequence", "condition", "fan-in", "fan-out", "layers"]
+    pattern: Pattern
     functions: tuple[Function, ...]
     edges: tuple[DataEdge, ...]
     source: str = ""
+    spec: WorkflowSpec | None = field(default=None, compare=False)
+    conditions: Mapping[tuple[str, str], float] = field(default_factory=dict, compare=False)
     _by_name: dict[str, Function] = field(init=False, repr=False, compare=False)
+    _preds: dict[str, list[DataEdge]] = field(init=False, repr=False, compare=False)
+    _succs: dict[str, list[DataEdge]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.functions]
@@ -65,17 +129,26 @@ class Workflow:
                     raise ConfigError(f"workflow {self.name!r}: edge {e.src}->{e.dst} names unknown function {end!r}")
             if not 0 < e.prob <= 1:
                 raise ConfigError(f"workflow {self.name!r}: edge {e.src}->{e.dst} probability {e.prob} not in (0, 1]")
-        order = self.topological_order()  # raises on cycles
-        del order
+        object.__setattr__(self, "_preds", {n: [e for e in self.edges if e.dst == n] for n in names})
+        object.__setattr__(self, "_succs", {n: [e for e in self.edges if e.src == n] for n in names})
+        self.topological_order()  # raises on cycles
+        if self.spec is None:
+            spec, conds = _generated_spec(self)
+            object.__setattr__(self, "spec", spec)
+            object.__setattr__(self, "conditions", conds)
+        else:
+            missing = sorted(set(names) ^ {f.name for f in self.spec.functions})
+            if missing:
+                raise ConfigError(f"workflow {self.name!r}: functions {missing} are not both in the spec and here")
 
     def function(self, name: str) -> Function:
         return self._by_name[name]
 
     def preds(self, name: str) -> list[DataEdge]:
-        return [e for e in self.edges if e.dst == name]
+        return self._preds[name]
 
     def succs(self, name: str) -> list[DataEdge]:
-        return [e for e in self.edges if e.src == name]
+        return self._succs[name]
 
     def topological_order(self) -> list[str]:
         indeg = {f.name: 0 for f in self.functions}
@@ -86,10 +159,11 @@ class Workflow:
         while ready:
             n = ready.pop(0)
             out.append(n)
-            for e in self.succs(n):
-                indeg[e.dst] -= 1
-                if indeg[e.dst] == 0:
-                    ready.append(e.dst)
+            for e in self.edges:
+                if e.src == n:
+                    indeg[e.dst] -= 1
+                    if indeg[e.dst] == 0:
+                        ready.append(e.dst)
         if len(out) != len(self.functions):
             raise ConfigError(f"workflow {self.name!r} has a cycle; a workflow must be a DAG")
         return out
@@ -98,91 +172,120 @@ class Workflow:
     def gpu_functions(self) -> list[str]:
         return [f.name for f in self.functions if f.kind == "gpu"]
 
+    def draw_scalars(self, rng: random.Random) -> dict[str, dict[str, float]]:
+        """One request's condition scalars, function -> {output: value}, drawn in spec order."""
+        assert self.spec is not None
+        out: dict[str, dict[str, float]] = {}
+        for (fn, output), p in self.conditions.items():
+            holds = p >= 1 or rng.random() < p
+            out.setdefault(fn, {})[output] = condition_value(_conditions_over(self.spec, fn, output)[0], holds)
+        return out
 
 
-def _f(name: str, kind: Literal["gpu", "cpu"], model: str, **kw: int) -> Function:
-    return Function(name, kind, model, **kw)
+def condition_value(c: Condition, holds: bool) -> float:
+    """A value of ``c``'s scalar for which ``c`` holds (or, with ``holds=False``, does not)."""
+    for x in (c.value + 1, c.value, c.value - 1):
+        if c.holds(x) == holds:
+            return x
+    raise ConfigError(f"no value makes condition '{c}' {'hold' if holds else 'fail'}")  # pragma: no cover
 
 
-def traffic() -> Workflow:
-    """Boggart-style traffic monitoring: detect, then recognise people and cars (condition)."""
-    return Workflow("traffic", "condition", (
-        _f("decode", "cpu", "decode"),
-        _f("preproc", "gpu", "preproc", input_bytes=FRAMES * FRAME),                 # 49.8 MB frames in
-        _f("detect", "gpu", "yolo-det"),
-        _f("person", "gpu", "resnet50", batch=24),
-        _f("car", "gpu", "resnet50", batch=24, output_bytes=1 * MB),
-    ), (
-        DataEdge("preproc", "detect", FRAMES * DET_IN),                              # 39.3 MB
-        DataEdge("detect", "person", 24 * CROP, prob=0.6),                           # 14.5 MB of crops
-        DataEdge("detect", "car", 24 * CROP, prob=0.8),
-    ), "seed 000 Table 1 / 001 Fig. 12, Boggart (Agarwal and Netravali 2023)")
+def _conditions_over(spec: WorkflowSpec, fn: str, output: str) -> list[Condition]:
+    return [i.when for f in spec.functions for i in f.inputs
+            if i.when is not None and i.when.function == fn and i.when.output == output]
 
 
-def driving() -> Workflow:
-    """AdaInf-style road segmentation: denoise, segment, colour (sequence)."""
-    return Workflow("driving", "sequence", (
-        _f("decode", "cpu", "decode"),
-        _f("denoise", "gpu", "denoise", input_bytes=FRAMES * FRAME),                 # 49.8 MB
-        _f("segment", "gpu", "yolo-seg"),
-        _f("colour", "gpu", "colour", output_bytes=FRAMES * FRAME),                  # 49.8 MB back to host
-    ), (
-        DataEdge("denoise", "segment", FRAMES * FRAME),                              # 49.8 MB
-        DataEdge("segment", "colour", FRAMES * 1920 * 1080 * 2),                     # 33.2 MB class map (int16)
-    ), "seed 000 Table 1 / 001 Fig. 12, AdaInf (Shubha and Shen 2023)")
+def _generated_spec(wf: Workflow) -> tuple[WorkflowSpec, dict[tuple[str, str], float]]:
+    """A spec with ``wf``'s functions and edges; an edge with ``prob`` < 1 reads ``src.take_DST > 0``."""
+    fns = []
+    conds: dict[tuple[str, str], float] = {}
+    for name in wf.topological_order():
+        f = wf.function(name)
+        ins: dict[str, Any] = {}
+        for e in wf.preds(name):
+            src: Any = f"{e.src}.out_{e.dst}"
+            if e.prob < 1:
+                src = {"from": src, "when": f"{e.src}.take_{e.dst} > 0"}
+                conds[(e.src, f"take_{e.dst}")] = e.prob
+            ins[f"from_{e.src}"] = src
+        if not ins:
+            ins["x"] = "input.x"
+        outs: dict[str, Any] = {"done": None}
+        for e in wf.succs(name):
+            outs[f"out_{e.dst}"] = None
+            if e.prob < 1:
+                outs[f"take_{e.dst}"] = {"shape": []}
+        fns.append({"name": f.name, "kind": f.kind, "handler": "gfaas.sim:none", "inputs": ins, "outputs": outs})
+    doc = {"name": wf.name, "inputs": {"x": None}, "functions": fns,
+           "outputs": {f"{f.name}_done": f"{f.name}.done" for f in wf.functions}}
+    try:
+        return from_dict(doc, check_handlers=False, where=f"simulated workflow {wf.name!r}"), conds
+    except SpecError as exc:
+        raise ConfigError(f"workflow {wf.name!r} cannot be stepped as a spec: {exc}") from None
 
 
-def video(chunks: int = 4) -> Workflow:
-    """Aquatope-style video processing: face detection on chunks in parallel, then recognition (fan-in)."""
-    fns = [_f("decode", "cpu", "decode")]
-    edges = []
-    for i in range(chunks):
-        fns.append(_f(f"face{i}", "gpu", "yolo-face", input_bytes=FRAMES * FRAME))   # 49.8 MB per chunk
-        edges.append(DataEdge(f"face{i}", "recognise", FRAMES * FRAME))             # frames + boxes forwarded
-    fns.append(_f("recognise", "gpu", "resnet50", batch=16, output_bytes=1 * MB))
-    return Workflow("video", "fan-in", tuple(fns), tuple(edges),
-                    "seed 000 Table 1 / 001 Fig. 12, Aquatope (Zhou et al. 2022)")
+# ---- the reference workflows, from the runtime's specs ---------------------------------------------
+@cache
+def edge_sizes() -> dict[str, list[dict[str, Any]]]:
+    """The committed ``gfaas/workflows/edge_sizes.json``: workflow -> its measured edges."""
+    text = (resources.files("gfaas.workflows") / "edge_sizes.json").read_text(encoding="utf-8")
+    doc: dict[str, list[dict[str, Any]]] = json.loads(text)["workflows"]
+    return doc
 
 
-def image() -> Workflow:
-    """Cocktail-style ensemble: denoise, several classifiers, aggregate (fan-out)."""
-    return Workflow("image", "fan-out", (
-        _f("decode", "cpu", "decode"),
-        _f("denoise", "gpu", "denoise", input_bytes=FRAMES * FRAME),                 # 49.8 MB
-        _f("resnet50", "gpu", "resnet50"),
-        _f("resnet101", "gpu", "resnet101"),
-        _f("alexnet", "gpu", "alexnet"),
-        _f("aggregate", "cpu", "aggregate"),
-    ), (
-        DataEdge("denoise", "resnet50", FRAMES * DET_IN),                            # 39.3 MB each
-        DataEdge("denoise", "resnet101", FRAMES * DET_IN),
-        DataEdge("denoise", "alexnet", FRAMES * DET_IN),
-        DataEdge("resnet50", "aggregate", FRAMES * 4000),                            # logits, 32 KB
-        DataEdge("resnet101", "aggregate", FRAMES * 4000),
-        DataEdge("alexnet", "aggregate", FRAMES * 4000),
-    ), "seed 000 Table 1 / 001 Fig. 12, Cocktail (Gunasekaran et al. 2022)")
+def from_spec(spec: WorkflowSpec, sizes: list[dict[str, Any]], pattern: Pattern = "sequence",
+              source: str = "") -> Workflow:
+    """A simulator workflow for a runtime spec with measured ``sizes`` (rows of ``edge_sizes.json``)."""
+    nbytes: dict[tuple[str, str], int] = {(r["from"], r["to"]): int(r["nbytes"]) for r in sizes}
+    kind = {f.name: f.kind for f in spec.functions}
+    input_bytes = dict.fromkeys(kind, 0)
+    output_bytes = dict.fromkeys(kind, 0)
+    pair: dict[tuple[str, str], int] = {}
+    for f in spec.functions:
+        for i in f.inputs:
+            key = (f"{i.source}.{i.output}", f"{f.name}.{i.name}")
+            if key not in nbytes:
+                raise ConfigError(f"workflow {spec.name!r}: no measured size for edge {key[0]} -> {key[1]}; "
+                                  "regenerate gfaas/workflows/edge_sizes.json (python -m gfaas.workflows.sizes --json)")
+            if i.from_workflow:
+                input_bytes[f.name] += nbytes[key]
+            else:
+                pair[(i.source, f.name)] = pair.get((i.source, f.name), 0) + nbytes[key]
+    for out, (fn, o) in spec.outputs.items():
+        key = (f"{fn}.{o}", f"caller.{out}")
+        if key not in nbytes:
+            raise ConfigError(f"workflow {spec.name!r}: no measured size for output {out!r} ({fn}.{o})")
+        output_bytes[fn] += nbytes[key]
+    fns = []
+    for f in spec.functions:
+        if f.kind == "gpu":
+            if (spec.name, f.name) not in GPU_PROFILES:
+                raise ConfigError(f"workflow {spec.name!r}: GPU function {f.name!r} has no entry in "
+                                  "gfaas.sim.workflows.GPU_PROFILES (compute profile, batch)")
+            model, batch = GPU_PROFILES[(spec.name, f.name)]
+            fns.append(Function(f.name, "gpu", model, batch, input_bytes[f.name], output_bytes[f.name]))
+        else:  # on the host: request data and results are already there
+            fns.append(Function(f.name, "cpu", f.name))
+    edges = tuple(DataEdge(s, d, n) for (s, d), n in pair.items())
+    conds = {}
+    for f in spec.functions:
+        for i in f.inputs:
+            c = i.when
+            if c is not None and (c.function, c.output) not in conds:
+                p = CONDITION_PROBABILITY.get((spec.name, c.function, c.output))
+                if p is None:
+                    raise ConfigError(f"workflow {spec.name!r}: condition '{c}' has no probability in "
+                                      "gfaas.sim.workflows.CONDITION_PROBABILITY")
+                conds[(c.function, c.output)] = p
+    return Workflow(spec.name, pattern, tuple(fns), edges, source, spec, conds)
 
 
-def social() -> Workflow:
-    """InferLine-style social media: OCR, then BERT on posts with text (condition)."""
-    return Workflow("social", "condition", (
-        _f("decode", "cpu", "decode"),
-        _f("preproc", "gpu", "preproc", input_bytes=FRAMES * FRAME),
-        _f("ocr", "gpu", "ocr"),
-        _f("bert", "gpu", "bert", output_bytes=FRAMES * 4000),
-    ), (
-        DataEdge("preproc", "ocr", FRAMES * DET_IN),
-        DataEdge("ocr", "bert", FRAMES * TOKENS, prob=0.7),
-    ), "seed 000 Table 1, InferLine (Crankshaw et al. 2020)")
+def reference(name: str) -> Workflow:
+    """One of the six reference workflows, from its runtime spec and measured sizes."""
+    from .. import workflows as runtime_workflows
 
-
-def yelp() -> Workflow:
-    """Astraea-style comment handling: BERT then BERT (sequence); small text tensors."""
-    return Workflow("yelp", "sequence", (
-        _f("classify", "gpu", "bert", input_bytes=FRAMES * 128 * 8),
-        _f("reply", "gpu", "bert", output_bytes=FRAMES * 4000),
-    ), (DataEdge("classify", "reply", FRAMES * TOKENS),),
-        "seed 000 Table 1, Astraea (Zhang et al. 2022)")
+    spec = loads(runtime_workflows.spec_text(name), check_handlers=False, where=f"specs/{name}.yaml")
+    return from_spec(spec, edge_sizes()[name], PATTERNS[name], f"gfaas/workflows/specs/{name}.yaml")
 
 
 def moa(layers: int = 3, agents: int = 3, kv_bytes: int = 4096 * 2 * 32 * 4096 * 2) -> Workflow:
@@ -195,18 +298,25 @@ def moa(layers: int = 3, agents: int = 3, kv_bytes: int = 4096 * 2 * 32 * 4096 *
     edges = []
     for layer in range(layers):
         for a in range(agents):
-            fns.append(_f(f"l{layer}a{a}", "gpu", "bert", batch=1,
-                          input_bytes=4096 * 8 if layer == 0 else 0))
+            fns.append(Function(f"l{layer}a{a}", "gpu", "bert", batch=1,
+                                input_bytes=4096 * 8 if layer == 0 else 0))
             if layer:
                 edges += [DataEdge(f"l{layer - 1}a{p}", f"l{layer}a{a}", kv_bytes) for p in range(agents)]
     return Workflow("moa", "layers", tuple(fns), tuple(edges), "seed 001 §6.4, Mixture-of-Agents (Wang et al. 2024)")
 
 
-WORKFLOWS = {"traffic": traffic, "driving": driving, "video": video, "image": image, "social": social,
-             "yelp": yelp, "moa": moa}
+REFERENCE = tuple(PATTERNS)
+WORKFLOWS = (*REFERENCE, "moa")
 
 
 def workflow(name: str) -> Workflow:
-    if name not in WORKFLOWS:
+    if name == "moa":
+        return moa()
+    if name not in PATTERNS:
         raise ConfigError(f"unknown workflow {name!r}; choose one of {', '.join(WORKFLOWS)}")
-    return WORKFLOWS[name]()
+    return _reference(name)
+
+
+@cache
+def _reference(name: str) -> Workflow:
+    return reference(name)
