@@ -335,3 +335,44 @@ functions:
     for hints in seen.values():
         assert all(a != b for a, b in zip(hints, hints[1:], strict=False)), hints
     assert before >= len(sent) - 1 >= 3  # the daemon counted what reached it (one may race the end)
+
+
+def test_a_functions_inputs_are_fetched_with_the_deadline_its_slo_leaves(rt_handlers: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first run of a function has no estimate (best effort); later runs fetch their inputs
+    with the budget policy.bandwidth.input_deadline derives from its last compute time, minus what
+    has elapsed, so the data plane's copies are ordered by the function's SLO."""
+    from gfaas.policy.bandwidth import input_deadline
+    from gfaas.runtime.transport import GfaasTransport
+
+    seen: list[float | None] = []
+    real = GfaasTransport.get
+
+    def spy(self: GfaasTransport, ref: str, deadline_s: float | None = None) -> np.ndarray:
+        seen.append(deadline_s)
+        return real(self, ref, deadline_s)
+
+    monkeypatch.setattr(GfaasTransport, "get", spy)
+    spec = f"""
+name: timed
+inputs: {{x: null}}
+outputs: {{out: s.y}}
+functions:
+  - {{name: d, kind: cpu, handler: "{H}:double", inputs: {{x: input.x}}, outputs: {{y: null, n_pos: {{shape: []}}}}}}
+  - {{name: s, kind: cpu, handler: "{H}:read_then_sleep", params: {{seconds: 0.2}}, inputs: {{x: d.y}},
+     outputs: {{y: null}}}}
+"""
+    with LocalRuntime(RuntimeConfig(executor="inproc")) as r:
+        r.deploy(spec)
+        first = r.invoke("timed", {"x": np.ones(4)})
+        n_first = len(seen)
+        second = r.invoke("timed", {"x": np.ones(4)})
+    assert first.ok and second.ok
+    assert seen[:n_first] == [None] * n_first  # nothing measured yet
+    budgets = {f.function: input_deadline(0.0, f.compute_s) for f in first.functions}
+    later = seen[n_first:]
+    assert len(later) == 3 and later[2] is None, later  # the last: the runtime collecting the result
+    assert all(d is not None and d > 0 for d in later[:2]), later
+    # d reads at once: nearly its whole (small) budget is left; s reads first thing, before its 0.2 s
+    assert later[0] <= budgets["d"]  # type: ignore[operator]
+    assert budgets["s"] - 0.05 < later[1] <= budgets["s"], (later, budgets)  # type: ignore[operator]

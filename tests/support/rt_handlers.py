@@ -72,3 +72,12 @@ def emit(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     scalars = ctx.params.get("scalars", {})
     return {o: (np.float64(scalars.get(o, 1.0)) if o in ctx.params.get("scalar_outputs", []) else np.zeros(2))
             for o in ctx.params["outputs"]}
+
+
+def read_then_sleep(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Reads its input first, then computes (sleeps): a function whose inputs are fetched on time."""
+    import time
+
+    x = ctx.get(inputs["x"]) + 0
+    time.sleep(float(ctx.params.get("seconds", 0.2)))
+    return {"y": x}

@@ -154,6 +154,9 @@ class _Pool:
         self.init = Init(spec.name, function, spec.text, rt.config.scale, rt.transport_settings(self.node),
                          rt.config.threads_per_worker, "cpu")
         self.queue: deque[tuple[_Invocation, str]] = deque()
+        # The function's last compute time: what its SLO and its inputs' deadline derive from
+        # (policy.bandwidth; 0 until it has run once).
+        self.compute_s = 0.0
         self.cv = threading.Condition()
         self.closed = False
         self.slots: list[Any] = [None] * rt.config.workers_per_function
@@ -584,8 +587,9 @@ class LocalRuntime:
                 readers.append(GATEWAY)
             if readers:
                 consumers[out] = readers
+        budget = input_deadline(0.0, pool.compute_s) if pool.compute_s > 0 else 0.0
         task = Task(inv.id, inv.tokens.get(fn, ""), inputs, [i.name for i in f.inputs if i.from_workflow], consumers,
-                    self.transport_settings(pool.node, inv.kind))
+                    self.transport_settings(pool.node, inv.kind), deadline_s=budget)
         try:
             reply = worker.run(task)
         except WorkerDied as exc:
@@ -597,6 +601,8 @@ class LocalRuntime:
             self.failed(inv, fn, reply.message)
             return
         assert isinstance(reply, Done)
+        if reply.compute_s > 0:
+            pool.compute_s = reply.compute_s
         rec = FunctionRecord(fn, worker.name, started - inv.enqueued[fn], reply.fn_get_s, reply.compute_s,
                              reply.put_s, slo_s=slo_for(reply.compute_s) if reply.compute_s > 0 else 0.0,
                              deadline_s=input_deadline(0.0, reply.compute_s))

@@ -38,7 +38,7 @@ class TransportConfig:
 
 
 class Transport(Protocol):
-    def get(self, ref: str) -> np.ndarray: ...
+    def get(self, ref: str, deadline_s: float | None = None) -> np.ndarray: ...
     def put(self, value: np.ndarray, consumers: Sequence[str] | None) -> str: ...
     def close(self) -> None: ...
 
@@ -49,8 +49,8 @@ class GfaasTransport:
 
         self._c = connect(socket_path=cfg.socket_path, token=token)
 
-    def get(self, ref: str) -> np.ndarray:
-        return np.asarray(self._c.get(ref))
+    def get(self, ref: str, deadline_s: float | None = None) -> np.ndarray:
+        return np.asarray(self._c.get(ref, deadline_s=deadline_s))
 
     def put(self, value: np.ndarray, consumers: Sequence[str] | None) -> str:
         return str(self._c.put(np.asarray(value), consumers=list(consumers) if consumers else None))
@@ -74,7 +74,8 @@ class RedisTransport:
         self._prefix = f"gfaas:{invocation}:{function}:"
         self._n = 0
 
-    def get(self, ref: str) -> np.ndarray:
+    def get(self, ref: str, deadline_s: float | None = None) -> np.ndarray:
+        del deadline_s  # Redis has no notion of one: the host-centric baseline
         key, dtype, shape = parse_redis_ref(ref)
         data = self._r.get(key)
         if not isinstance(data, bytes):

@@ -63,6 +63,9 @@ class Task(_Ctl):
     host_inputs: list[str]  # the input names that came from the request (host -> function passing)
     consumers: dict[str, list[str]]  # output -> data-plane readers; outputs not listed are not stored
     transport: dict[str, str] = {}  # this invocation's transport; empty: the worker's default
+    # Seconds after the task starts by which its inputs are due (policy.bandwidth.input_deadline of
+    # the function's last compute time); 0: no estimate yet, best effort.
+    deadline_s: float = 0.0
 
 
 class Done(_Ctl):
@@ -133,13 +136,20 @@ class FunctionHost:
     def _call(self, t: Transport, task: Task) -> Done:
         host_refs = {task.inputs[n] for n in task.host_inputs}
         host_get = [0.0]
+        started = time.monotonic()
+
+        def left() -> float | None:
+            """What is left of the inputs' time budget (a passed deadline is the most urgent)."""
+            if task.deadline_s <= 0:
+                return None
+            return max(task.deadline_s - (time.monotonic() - started), 1e-6)
 
         def getter(ref: Any) -> np.ndarray:
             if ref not in host_refs:
-                return t.get(ref)
+                return t.get(ref, left())
             t0 = time.perf_counter()
             try:
-                return t.get(ref)
+                return t.get(ref, left())
             finally:
                 host_get[0] += time.perf_counter() - t0
 
