@@ -165,3 +165,65 @@ def test_slo_and_deadline_come_from_one_function_and_agree(rt: LocalRuntime, mon
         assert s.slo_s == r.slo_s == r.compute_s * policy.SLO_FACTOR
         assert s.deadline_s == r.deadline_s == policy.input_deadline(0.0, r.compute_s)
         assert ("runtime", r.compute_s, r.slo_s) in calls and ("sim", s.compute_s, s.slo_s) in calls
+
+
+# ---- placement ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["traffic", "video", "image"])
+def test_runtime_and_simulator_place_gpu_functions_alike(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a node with several GPUs, the runtime's placement and the simulator's deployment call
+    place_workflow with the same functions, edge bytes and free GPUs, and get the same mapping."""
+    import gfaas.runtime.placement as rt_placement
+    from gfaas.runtime.spec import loads
+    from gfaas.workflows.measured import edge_sizes
+
+    calls: list[tuple[str, Any, dict[str, str]]] = []
+    real = policy.place_workflow
+
+    def spy(who: str) -> Any:
+        def call(topology: Any, functions: Any, edges: Any, free: Any, **kw: Any) -> dict[str, str]:
+            out = real(topology, functions, edges, free, **kw)
+            calls.append((who, (topology.name, list(functions), list(edges), list(free),
+                                kw.get("topology_aware", True)), out))
+            return out
+        return call
+
+    monkeypatch.setattr(rt_placement, "place_workflow", spy("runtime"))
+    monkeypatch.setattr(sim_cluster, "place_workflow", spy("sim"))
+    spec = loads(W.spec_text(name), check_handlers=False)
+    rt_placement.place_gpu_functions(spec, V100, list(V100.gpus), edge_sizes()[name])
+    Cluster(V100, system("gfaas"), seed=1).deploy(workflow(name))
+    (w1, args1, out1), (w2, args2, out2) = calls
+    assert (w1, w2) == ("runtime", "sim")
+    assert args1 == args2 and out1 == out2
+
+
+def test_the_runtime_runs_gpu_functions_where_it_placed_them(rt_handlers: str) -> None:
+    """A runtime given a multi-GPU topology places a workflow's GPU functions (heavy edges on one
+    GPU or an NVLink pair) and each worker sees its GPU; a second workflow gets the GPUs left."""
+    from gfaas.runtime.placement import place_gpu_functions
+    from gfaas.runtime.spec import loads
+
+    spec = f"""
+name: gpus
+inputs: {{x: null}}
+outputs: {{out: c.y}}
+functions:
+  - {{name: a, kind: gpu, handler: "{rt_handlers}:which_gpu", inputs: {{x: input.x}},
+     outputs: {{y: {{dtype: float64, shape: [1000000]}}, gpu: {{shape: []}}}}}}
+  - {{name: b, kind: gpu, handler: "{rt_handlers}:which_gpu", inputs: {{x: a.y}},
+     outputs: {{y: {{dtype: float64, shape: [1000000]}}, gpu: {{shape: []}}}}}}
+  - {{name: c, kind: gpu, handler: "{rt_handlers}:which_gpu", inputs: {{x: b.y}},
+     outputs: {{y: {{dtype: float64, shape: [1000000]}}, gpu: {{shape: []}}}}}}
+"""
+    with LocalRuntime(RuntimeConfig(executor="inproc", topology="dgx-v100")) as r:
+        r.deploy(spec)
+        placed = r.placement("gpus")
+        assert placed == place_gpu_functions(loads(spec), V100, list(V100.gpus))
+        res = r.invoke("gpus", {"x": np.ones(1_000_000)})
+        assert res.ok
+        assert {f: f"gpu{int(res.scalars[f'{f}.gpu'])}" for f in "abc"} == placed
+        r.deploy(spec.replace("name: gpus", "name: gpus2"))
+        assert not set(r.placement("gpus2").values()) & set(placed.values())
+    with LocalRuntime(RuntimeConfig(executor="inproc")) as r:  # no topology: nothing is placed
+        r.deploy(spec)
+        assert r.placement("gpus") == {} and r.invoke("gpus", {"x": np.ones(1_000_000)}).scalars["a.gpu"] == -1

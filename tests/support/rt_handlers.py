@@ -81,3 +81,8 @@ def read_then_sleep(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     x = ctx.get(inputs["x"]) + 0
     time.sleep(float(ctx.params.get("seconds", 0.2)))
     return {"y": x}
+
+
+def which_gpu(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Passes its input on and reports the GPU index it was placed on (-1: none)."""
+    return {"y": ctx.get(inputs["x"]) + 0, "gpu": int(ctx.gpu[3:]) if ctx.gpu else -1}

@@ -30,17 +30,18 @@ Getter = Callable[[Any], np.ndarray]
 class Context:
     """The per-invocation view a handler gets of the platform."""
 
-    __slots__ = ("_getter", "_model", "device", "function", "get_s", "invocation", "log", "params", "scale",
+    __slots__ = ("_getter", "_model", "device", "function", "get_s", "gpu", "invocation", "log", "params", "scale",
                  "workflow")
 
     def __init__(self, *, workflow: str, function: str, invocation: str, getter: Getter,
                  params: Mapping[str, Any] | None = None, model: Any = None, device: str = "cpu",
-                 scale: str = "small") -> None:
+                 scale: str = "small", gpu: str = "") -> None:
         self.workflow = workflow
         self.function = function
         self.invocation = invocation
         self.params: Mapping[str, Any] = dict(params or {})
         self.device = device
+        self.gpu = gpu  # the GPU the runtime placed this function on ("" on a CPU-only node)
         self.scale = scale
         self.log = logging.getLogger(f"gfaas.fn.{workflow}.{function}")
         self.get_s = 0.0  # seconds spent fetching inputs (data passing, not compute)

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import ConfigError, FunctionFailed, NotFound, Overloaded, SpecError
 from ..policy.bandwidth import input_deadline, slo_for
+from ..topology import Topology
 from ..units import GiB
 from .dag import DagState
 from .hints import Hint, QueueHinter
@@ -67,6 +68,10 @@ class RuntimeConfig:
         queue_hints: tell the node daemons where each invocation's functions wait whenever queues
             change (coalesced, see :mod:`gfaas.runtime.hints`), so their eviction is queue-aware.
         queue_hint_interval_s: the least time between two rounds of queue hints.
+        topology: the node's GPUs and links (a preset name such as ``dgx-v100``, or a topology YAML
+            file; ``""``: none). With two or more GPUs on the first node, each workflow's GPU
+            functions are placed on them by :func:`gfaas.policy.place_workflow`, the decision the
+            simulator makes (:mod:`gfaas.runtime.placement`); a worker sees its GPU as ``ctx.gpu``.
     """
 
     transport: Literal["gfaas", "redis"] = "gfaas"
@@ -85,6 +90,7 @@ class RuntimeConfig:
     ray_cpus_per_worker: float = 0.25
     queue_hints: bool = True
     queue_hint_interval_s: float = 0.05
+    topology: str = ""
 
     def __post_init__(self) -> None:
         if self.transport not in ("gfaas", "redis"):
@@ -152,7 +158,7 @@ class _Pool:
         self.key = f"{spec.name}/{function}"
         self.node = rt.node_of(spec.name, function)
         self.init = Init(spec.name, function, spec.text, rt.config.scale, rt.transport_settings(self.node),
-                         rt.config.threads_per_worker, "cpu")
+                         rt.config.threads_per_worker, "cpu", rt.gpu_of(spec.name, function))
         self.queue: deque[tuple[_Invocation, str]] = deque()
         # The function's last compute time: what its SLO and its inputs' deadline derive from
         # (policy.bandwidth; 0 until it has run once).
@@ -262,6 +268,8 @@ class LocalRuntime:
         self._admin_lock = threading.Lock()  # Admin connections are shared by many threads
         self._redis_url = self.config.redis_url
         self._hinter: QueueHinter | None = None
+        self._gpus: dict[str, dict[str, str]] = {}  # workflow -> GPU function -> GPU (see _place)
+        self._topo: Topology | None = None
         try:
             self._start_backends()
         except BaseException:
@@ -351,6 +359,11 @@ class LocalRuntime:
             if spec.name in self._specs:
                 raise SpecError(f"workflow {spec.name!r} is already deployed; pick another name")
             self._specs[spec.name] = spec
+            try:
+                self._place(spec)
+            except BaseException:
+                del self._specs[spec.name]
+                raise
         pools = [_Pool(self, spec, f.name) for f in spec.functions]
         try:
             # Workers start (and load their models) side by side: a deploy takes about as long as
@@ -363,12 +376,52 @@ class LocalRuntime:
                 p.close()
             with self._lock:
                 del self._specs[spec.name]
+                self._gpus.pop(spec.name, None)
             raise
         with self._lock:
             for p in pools:
                 self._pools[p.key] = p
         log.info("deployed %s (%d functions)", spec.name, len(spec.functions))
         return spec.name
+
+    def _place(self, spec: WorkflowSpec) -> None:
+        """GPUs for the spec's GPU functions on the first node (call under the lock): the free ones
+        first, all of them once every GPU holds some function (functions then share GPUs)."""
+        topo = self._topology()
+        gpus = [g for g in topo.gpus if topo.device(g).node == topo.device(topo.gpus[0]).node] if topo else []
+        if len(gpus) < 2 or not any(f.kind == "gpu" for f in spec.functions):
+            return
+        from .. import workflows as reference
+        from .placement import place_gpu_functions
+
+        sizes = None
+        if spec.name in reference.names():
+            from ..workflows.measured import edge_sizes
+
+            sizes = edge_sizes().get(spec.name)
+        used = {g for m in self._gpus.values() for g in m.values()}
+        free = [g for g in gpus if g not in used] or gpus
+        self._gpus[spec.name] = place_gpu_functions(spec, topo, free, sizes)  # type: ignore[arg-type]
+        log.info("placed %s on %s", spec.name, self._gpus[spec.name])
+
+    def _topology(self) -> Topology | None:
+        if not self.config.topology:
+            return None
+        if self._topo is None:
+            from ..topology.io import resolve
+
+            self._topo = resolve(self.config.topology)  # a preset name (dgx-v100, NAME*N) or a file
+        return self._topo
+
+    def gpu_of(self, workflow: str, function: str) -> str:
+        """The GPU ``function`` of ``workflow`` is placed on (``""``: none, a CPU-only node)."""
+        return self._gpus.get(workflow, {}).get(function, "")
+
+    def placement(self, workflow: str) -> dict[str, str]:
+        """GPU function -> GPU of a deployed workflow (empty without a multi-GPU topology)."""
+        self._spec(workflow)  # NotFound for an unknown workflow
+        with self._lock:
+            return dict(self._gpus.get(workflow, {}))
 
     def workflows(self) -> list[str]:
         with self._lock:

@@ -49,6 +49,7 @@ class Init(_Ctl):
     transport: dict[str, str] = {}
     threads: int = 1
     device: str = "cpu"
+    gpu: str = ""  # the GPU the runtime placed this function on (runtime.placement); "": none
 
 
 class Ready(_Ctl):
@@ -110,6 +111,7 @@ class FunctionHost:
         self.handler = self.fn.load_handler()
         self.scale = init.scale
         self.device = init.device
+        self.gpu = init.gpu
         self.transport = TransportConfig(**init.transport)  # type: ignore[arg-type]
         self.model: Any = None
         if self.fn.model:
@@ -154,7 +156,7 @@ class FunctionHost:
                 host_get[0] += time.perf_counter() - t0
 
         ctx = Context(workflow=self.workflow, function=self.fn.name, invocation=task.invocation, getter=getter,
-                      params=self.fn.params, model=self.model, device=self.device, scale=self.scale)
+                      params=self.fn.params, model=self.model, device=self.device, scale=self.scale, gpu=self.gpu)
         t0 = time.perf_counter()
         out = self.handler(ctx, dict(task.inputs))
         handler_s = time.perf_counter() - t0

@@ -24,16 +24,16 @@ the small workflows tests build with :class:`Workflow`, and gets a spec generate
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 from ..errors import ConfigError, SpecError
+from ..runtime.placement import function_edges
 from ..runtime.spec import Condition, WorkflowSpec, from_dict, loads
+from ..workflows.measured import edge_sizes as edge_sizes
 
 MB = 10**6
 Pattern = Literal["sequence", "condition", "fan-in", "fan-out", "fan-out + fan-in", "layers"]
@@ -225,14 +225,6 @@ def _generated_spec(wf: Workflow) -> tuple[WorkflowSpec, dict[tuple[str, str], f
 
 
 # ---- the reference workflows, from the runtime's specs ---------------------------------------------
-@cache
-def edge_sizes() -> dict[str, list[dict[str, Any]]]:
-    """The committed ``gfaas/workflows/edge_sizes.json``: workflow -> its measured edges."""
-    text = (resources.files("gfaas.workflows") / "edge_sizes.json").read_text(encoding="utf-8")
-    doc: dict[str, list[dict[str, Any]]] = json.loads(text)["workflows"]
-    return doc
-
-
 def from_spec(spec: WorkflowSpec, sizes: list[dict[str, Any]], pattern: Pattern = "sequence",
               source: str = "") -> Workflow:
     """A simulator workflow for a runtime spec with measured ``sizes`` (rows of ``edge_sizes.json``)."""
@@ -240,17 +232,17 @@ def from_spec(spec: WorkflowSpec, sizes: list[dict[str, Any]], pattern: Pattern 
     kind = {f.name: f.kind for f in spec.functions}
     input_bytes = dict.fromkeys(kind, 0)
     output_bytes = dict.fromkeys(kind, 0)
-    pair: dict[tuple[str, str], int] = {}
+    # Between functions: the runtime's own description, which its placement uses too.
+    pair = {(u, v): n for u, v, n in function_edges(spec, sizes, strict=True)}
     for f in spec.functions:
         for i in f.inputs:
             key = (f"{i.source}.{i.output}", f"{f.name}.{i.name}")
-            if key not in nbytes:
-                raise ConfigError(f"workflow {spec.name!r}: no measured size for edge {key[0]} -> {key[1]}; "
-                                  "regenerate gfaas/workflows/edge_sizes.json (python -m gfaas.workflows.sizes --json)")
             if i.from_workflow:
+                if key not in nbytes:
+                    raise ConfigError(f"workflow {spec.name!r}: no measured size for input {key[0]} -> {key[1]};"
+                                      " regenerate gfaas/workflows/edge_sizes.json"
+                                      " (python -m gfaas.workflows.sizes --json)")
                 input_bytes[f.name] += nbytes[key]
-            else:
-                pair[(i.source, f.name)] = pair.get((i.source, f.name), 0) + nbytes[key]
     for out, (fn, o) in spec.outputs.items():
         key = (f"{fn}.{o}", f"caller.{out}")
         if key not in nbytes:
