@@ -1,7 +1,8 @@
 """The simulated data plane: turns "move N bytes from device A to device B" into flows.
 
-It is driven by the very policy objects the real runtime uses: a :class:`~gfaas.policy.Router`
-picks the paths (its reservations steer the paths later transfers get),
+It is driven by the policy objects of :mod:`gfaas.policy`: a :class:`~gfaas.policy.Router` picks
+the paths (its reservations steer the paths later transfers get; the daemon does not route across
+GPUs yet),
 :func:`~gfaas.policy.slo_rates` shares host links by SLO, and :meth:`~gfaas.policy.Plan.split`
 sizes each path's share. The simulator only adds physics: the :class:`~gfaas.sim.network.Network`
 decides how fast bytes actually move, max-min fairly over the chosen paths, so bandwidth a finished
