@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: Paths whose changes do not make a tree "dirty" for a measurement: results being written by the
-#: same batch of runs.
-_NOT_MEASURED = ":(exclude)benchmarks/results"
+#: What a measurement runs: an uncommitted change here makes the tree "dirty" for it. Docs and
+#: the result files a batch of runs is writing do not.
+_MEASURED = ("src", "benchmarks/*.py", "pyproject.toml", "Makefile")
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
@@ -40,7 +40,7 @@ def git_state(root: Path | None = None) -> dict[str, Any]:
     sha = _git(["rev-parse", "HEAD"], root)
     if sha is None:
         return {"commit": None, "dirty": None}
-    status = _git(["status", "--porcelain", "--untracked-files=no", "--", ".", _NOT_MEASURED], root)
+    status = _git(["status", "--porcelain", "--untracked-files=no", "--", *_MEASURED], root)
     return {"commit": sha, "dirty": bool(status) if status is not None else None}
 
 

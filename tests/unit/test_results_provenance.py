@@ -64,3 +64,21 @@ def test_provenance_of_this_checkout(tmp_path: Path) -> None:
     assert p["commit"] == head and p["command"] == "gfaas bench" and isinstance(p["dirty"], bool)
     assert git_state(tmp_path) == {"commit": None, "dirty": None}
     assert machine()["cores"] >= 1
+
+
+def test_only_changes_to_what_runs_make_a_tree_dirty(tmp_path: Path) -> None:
+    """Docs and result files do not change a measurement; source, benchmark scripts and the build do."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True, timeout=30)
+
+    git("init", "-q")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "m.py").write_text("x = 1\n")
+    (tmp_path / "README.md").write_text("hello\n")
+    git("add", "-A")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    assert git_state(tmp_path)["dirty"] is False
+    (tmp_path / "README.md").write_text("changed\n")
+    assert git_state(tmp_path)["dirty"] is False
+    (tmp_path / "src" / "m.py").write_text("x = 2\n")
+    assert git_state(tmp_path)["dirty"] is True
