@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
+from doc_blocks import write_blocks
+
 from gfaas.bench.dataplane import SYSTEMS
 from gfaas.units import format_bytes
-
-BEGIN, END = "<!-- dataplane-tables -->", "<!-- /dataplane-tables -->"
 
 
 def _cell(r: dict[str, Any] | None, key: str, fmt: str) -> str:
@@ -63,16 +62,6 @@ def tables(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write(page: str, text: str) -> None:
-    with open(page) as f:
-        body = f.read()
-    pat = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    if not pat.search(body):
-        raise SystemExit(f"{page} has no {BEGIN} ... {END} block to replace")
-    with open(page, "w") as f:
-        f.write(pat.sub(lambda _: f"{BEGIN}\n{text}\n{END}", body))
-
-
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("result")
@@ -81,6 +70,6 @@ if __name__ == "__main__":
     with open(a.result) as f:
         text = tables(json.load(f))
     if a.write:
-        write(a.write, text)
+        write_blocks(a.write, {"dataplane-tables": text})
     else:
         print(text)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from typing import Any
+
+from doc_blocks import write_blocks
 
 from gfaas.sim.experiments.base import Comparison, Result
 
@@ -47,19 +48,6 @@ def tables(doc: dict[str, Any]) -> str:
     return "\n".join(r.markdown() for r in _results(doc)).rstrip()
 
 
-def write(page: str, blocks: dict[str, str]) -> None:
-    with open(page) as f:
-        body = f.read()
-    for name, text in blocks.items():
-        begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
-        pat = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
-        if not pat.search(body):
-            raise SystemExit(f"{page} has no {begin} ... {end} block to replace")
-        body = pat.sub(lambda _, b=begin, e=end, t=text: f"{b}\n{t}\n{e}", body)
-    with open(page, "w") as f:
-        f.write(body)
-
-
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("result")
@@ -69,6 +57,6 @@ if __name__ == "__main__":
         doc = json.load(f)
     blocks = {"sim-summary": summary(doc), "sim-tables": tables(doc)}
     if a.write:
-        write(a.write, blocks)
+        write_blocks(a.write, blocks)
     else:
         print(blocks["sim-summary"] + "\n\n" + blocks["sim-tables"])

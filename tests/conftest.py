@@ -12,10 +12,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -206,3 +208,25 @@ def rt_handlers(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.syspath_prepend(support)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (support, os.environ.get("PYTHONPATH")) if p))
     return "rt_handlers"
+
+
+@contextlib.contextmanager
+def _daemon_in_thread(config: gfaas.NodeConfig) -> Iterator[Any]:
+    from gfaas.dataplane.daemon import Daemon
+
+    d = Daemon(config)
+    d.bind()
+    t = threading.Thread(target=d.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield d
+    finally:
+        d.stop()
+        t.join(10)
+
+
+@pytest.fixture
+def thread_daemon() -> Any:
+    """``with thread_daemon(config) as d:`` a node daemon serving on a thread of this process, for
+    tests that reach into it (its store, its devices' logs) or patch it; stopped on exit."""
+    return _daemon_in_thread

@@ -928,18 +928,13 @@ def test_clean_shutdown_removes_socket_and_pid_file(node) -> None:  # type: igno
         gfaas.connect(node.credentials("f"))
 
 
-def test_internal_error_in_an_asynchronous_request_does_not_desynchronise_replies(make_config, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_internal_error_in_an_asynchronous_request_does_not_desynchronise_replies(make_config, monkeypatch, thread_daemon) -> None:  # type: ignore[no-untyped-def]
     """If handling an asynchronous Seal fails with an unexpected exception, the client gets that error on
     its next call and every later call gets its own reply (no reply is sent for the Seal itself)."""
-    from gfaas.dataplane.daemon import Daemon
     from gfaas.dataplane.store import Store
 
     cfg = make_config()
-    d = Daemon(cfg)
-    d.bind()
-    t = threading.Thread(target=d.serve_forever, daemon=True)
-    t.start()
-    try:
+    with thread_daemon(cfg):
         admin = gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir)
         inv = admin.open_invocation("wf", ["f", "g"])
         f, g = gfaas.connect(inv.credentials("f")), gfaas.connect(inv.credentials("g"))
@@ -966,6 +961,3 @@ def test_internal_error_in_an_asynchronous_request_does_not_desynchronise_replie
         f.close()
         g.close()
         admin.close()
-    finally:
-        d.stop()
-        t.join(10)

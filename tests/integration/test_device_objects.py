@@ -178,23 +178,17 @@ def test_the_welcome_names_the_nodes_gpus(node: Any) -> None:
     assert node.connect("f", device_mapper=FakeMapper()).devices == frozenset({0, 1})
 
 
-def test_a_readers_deadline_reaches_the_copy_into_its_gpu(make_config: Any) -> None:
+def test_a_readers_deadline_reaches_the_copy_into_its_gpu(make_config: Any, thread_daemon: Any) -> None:
     """get(device=k, deadline_s=...) hands the reader's deadline to the GPU's copy (the ring's
     SLO-aware sharing orders copies by it); without one the copy is best effort (inf). Bad values
     are refused before anything is read."""
     import math
-    import threading
     import time
 
     import gfaas
-    from gfaas.dataplane.daemon import Daemon
 
     cfg = make_config(devices="null:0", device_capacity_bytes=64 * MiB)
-    d = Daemon(cfg)
-    d.bind()
-    t = threading.Thread(target=d.serve_forever, daemon=True)
-    t.start()
-    try:
+    with thread_daemon(cfg) as d:
         admin = gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir)
         inv = admin.open_invocation("wf", ["f", "g"])
         f = gfaas.connect(inv.credentials("f"))
@@ -215,9 +209,6 @@ def test_a_readers_deadline_reaches_the_copy_into_its_gpu(make_config: Any) -> N
         g.close()
         f.close()
         admin.close()
-    finally:
-        d.stop()
-        t.join(10)
 
 
 def test_the_daemon_refuses_a_bad_deadline_on_the_wire(node: Any) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import array
 import os
 import socket
-import threading
 from typing import Any
 
 import numpy as np
@@ -103,16 +102,11 @@ def test_a_forged_directory_entry_is_not_read_locally(node) -> None:  # type: ig
         g.get(DataRef(bytes(16), "n0"))
 
 
-def test_a_failed_seal_surfaces_at_the_next_call_or_at_close(make_config, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from gfaas.dataplane.daemon import Daemon
+def test_a_failed_seal_surfaces_at_the_next_call_or_at_close(make_config, monkeypatch, thread_daemon) -> None:  # type: ignore[no-untyped-def]
     from gfaas.dataplane.store import Store
 
     cfg = make_config()
-    d = Daemon(cfg)
-    d.bind()
-    t = threading.Thread(target=d.serve_forever, daemon=True)
-    t.start()
-    try:
+    with thread_daemon(cfg):
         admin = gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir)
         inv = admin.open_invocation("wf", ["f", "g"])
         f, g = gfaas.connect(inv.credentials("f")), gfaas.connect(inv.credentials("g"))
@@ -134,9 +128,6 @@ def test_a_failed_seal_surfaces_at_the_next_call_or_at_close(make_config, monkey
         f2.close()
         g.close()
         admin.close()
-    finally:
-        d.stop()
-        t.join(10)
 
 
 class Raw:

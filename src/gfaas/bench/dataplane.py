@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from ..provenance import provenance
+from ..provenance import machine, provenance
 from ..units import GiB, KiB, MiB, format_bytes
 
 SYSTEMS = ("gfaas-zero-copy", "gfaas-copy", "gfaas-copy-into", "ray", "redis", "pipe")
@@ -452,17 +452,6 @@ def _summarize(system: str, size: int, series: dict[str, list[float]]) -> dict[s
     return row
 
 
-def _read_first(path: str, key: str) -> str | None:
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(key):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -471,22 +460,15 @@ def _version(dist: str) -> str | None:
 
 
 def machine_info(redis_binary: str | None = None) -> dict[str, Any]:
-    mem = _read_first("/proc/meminfo", "MemTotal")
+    """:func:`gfaas.provenance.machine` plus the versions of the peers this benchmark measures."""
     info: dict[str, Any] = {
-        "cpu_model": _read_first("/proc/cpuinfo", "model name") or platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "mem_bytes": int(mem.split()[0]) * 1024 if mem else None,
-        "kernel": platform.release(),
+        **machine(),
         "os": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
         "gfaas": _version("gfaas"),
         "ray": _version("ray"),
         "redis_py": _version("redis"),
         "hiredis": _version("hiredis"),
         "redis_server": None,
-        "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
     if redis_binary:
         try:

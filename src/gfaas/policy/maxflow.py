@@ -92,6 +92,22 @@ def _bottleneck(hops: Sequence[str], weight: Callable[[str, str], float]) -> flo
     return min(weight(a, b) for a, b in zip(hops, hops[1:], strict=False))
 
 
+def _fill_first(net: _Net, first: Sequence[Hops]) -> tuple[list[tuple[Hops, float]], float]:
+    """Push each of ``first`` (routes whose every edge exists) to its bottleneck, in order: the
+    routes a flow keeps whole (the direct link first). Returns them with their rates, and the total."""
+    fixed: list[tuple[Hops, float]] = []
+    value = 0.0
+    for hops in first:
+        if len(hops) < 2 or any((a, b) not in net.cap for a, b in zip(hops, hops[1:], strict=False)):
+            continue
+        b = _bottleneck(hops, net.residual)
+        if b > FLOW_EPS:
+            net.push(hops, b)
+            fixed.append((tuple(hops), b))
+            value += b
+    return fixed, value
+
+
 def max_flow(edges: Iterable[tuple[str, str, float]], src: str, dst: str,
              first: Sequence[Hops] = ()) -> tuple[float, list[tuple[Hops, float]]]:
     """Maximum flow ``src -> dst`` over directed ``edges`` ``(a, b, capacity)``, as paths.
@@ -104,16 +120,7 @@ def max_flow(edges: Iterable[tuple[str, str, float]], src: str, dst: str,
     number of edges (shortest first).
     """
     net = _Net(edges)
-    value = 0.0
-    fixed: list[tuple[Hops, float]] = []
-    for hops in first:
-        if len(hops) < 2 or any((a, b) not in net.cap for a, b in zip(hops, hops[1:], strict=False)):
-            continue
-        b = _bottleneck(hops, net.residual)
-        if b > FLOW_EPS:
-            net.push(hops, b)
-            fixed.append((tuple(hops), b))
-            value += b
+    fixed, value = _fill_first(net, first)
     # The fixed routes are taken out of the graph: augmenting paths may not cancel them.
     for hops, b in fixed:
         for a, c in zip(hops, hops[1:], strict=False):
@@ -150,16 +157,7 @@ def min_cost_max_flow(edges: Iterable[tuple[str, str, float]], src: str, dst: st
     then widest), so a caller that stops early keeps the short ones.
     """
     net = _Net(edges)
-    value = 0.0
-    fixed: list[tuple[Hops, float]] = []
-    for hops in first:
-        if len(hops) < 2 or any((a, b) not in net.cap for a, b in zip(hops, hops[1:], strict=False)):
-            continue
-        g = _bottleneck(hops, net.residual)
-        if g > FLOW_EPS:
-            net.push(hops, g)
-            fixed.append((tuple(hops), g))
-            value += g
+    fixed, value = _fill_first(net, first)
     for hops, g in fixed:
         for a, c in zip(hops, hops[1:], strict=False):
             net.cap[(a, c)] -= g

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from ..errors import GfaasError
@@ -76,4 +77,4 @@ class QueueHinter:
             if self._stop:
                 return
             # Coalesce: changes during this pause go out together in the next flush.
-            threading.Event().wait(self._interval)
+            time.sleep(self._interval)
