@@ -1,7 +1,7 @@
 """Shared fixtures and tier handling for the gfaas test suite (see tests/README.md).
 
-* Tests under ``tests/integration`` are marked ``integration`` and those under ``tests/gpu`` are marked
-  ``gpu`` automatically, so ``-m 'not integration'`` selects the fast unit tier.
+* Tests under ``tests/integration`` are marked ``integration``, those under ``tests/gpu`` ``gpu`` and
+  those under ``tests/security`` ``security`` and ``integration`` automatically, so ``-m 'not integration'`` selects the fast unit tier.
 * ``gpu`` tests are skipped, with a reason, on machines without a CUDA GPU; ``netns`` tests are skipped
   unless running as root with ``ip`` available.
 * ``run_dir`` is a short per-test directory in /tmp (Unix socket paths must stay under 108 bytes).
@@ -50,6 +50,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if _TESTS / "gpu" in path.parents:
             item.add_marker(pytest.mark.gpu)
+        if _TESTS / "security" in path.parents:
+            item.add_marker(pytest.mark.security)
+            item.add_marker(pytest.mark.integration)
 
 
 def _has_cuda_gpu() -> bool:
@@ -67,6 +70,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("needs a CUDA GPU (no /dev/nvidia0 on this machine)")
     if item.get_closest_marker("netns") is not None and not _netns_capable():
         pytest.skip("needs root and the `ip` tool to create network namespaces")
+    if item.get_closest_marker("root") is not None and os.geteuid() != 0:
+        pytest.skip("needs root (a separate uid per tenant, or files owned by another user)")
 
 
 # ---- directories and daemons -------------------------------------------------------------------
