@@ -15,9 +15,13 @@ _FD_SPACE = socket.CMSG_SPACE(4 * 4)
 
 
 class Channel:
-    def __init__(self, socket_path: str, timeout: float | None = 60.0) -> None:
+    def __init__(self, socket_path: str, timeout: float | None = 60.0, sock: socket.socket | None = None) -> None:
+        """Connect to the daemon at ``socket_path``, or adopt ``sock``, a connection to it that a more
+        privileged process opened (a sandboxed function cannot reach the socket's directory)."""
         self.path = socket_path
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        connected = sock is not None
+        if sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.timeout = timeout
         if timeout is not None:
             # Kernel-side timeouts keep the socket in blocking mode: Python's own timeout mode would
@@ -26,7 +30,8 @@ class Channel:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
         try:
-            sock.connect(socket_path)
+            if not connected:
+                sock.connect(socket_path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             sock.close()
             raise DaemonUnavailable(

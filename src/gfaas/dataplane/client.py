@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import socket
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -211,10 +212,10 @@ class Client:
     """A function's connection to its node daemon; see :func:`connect`."""
 
     def __init__(self, socket_path: str, token: str, timeout: float | None = 60.0,
-                 device_mapper: DeviceMapper | None = None) -> None:
+                 device_mapper: DeviceMapper | None = None, sock: socket.socket | None = None) -> None:
         self._mapper = device_mapper
         self._arenas: dict[int, tuple[int, int]] = {}  # arena -> (GPU, base address here)
-        self._ch = Channel(socket_path, timeout)
+        self._ch = Channel(socket_path, timeout, sock)
         w = self._ch.handshake(P.Hello(token))
         assert isinstance(w, P.Welcome)
         self.node_id = w.node_id
@@ -811,11 +812,12 @@ class Client:
 
 def connect(credentials: Credentials | None = None, *, socket_path: str | None = None,
             token: str | None = None, timeout: float | None = 60.0,
-            device_mapper: DeviceMapper | None = None) -> Client:
+            device_mapper: DeviceMapper | None = None, sock: socket.socket | None = None) -> Client:
     """Connect a function process to its node daemon.
 
     Credentials come from the argument, or ``socket_path``/``token``, or the environment variables
     ``GFAAS_SOCKET`` and ``GFAAS_TOKEN`` that the platform sets for each function it starts.
+    ``sock``: a connection to the daemon opened by the platform (sandboxed functions cannot open one).
     """
     if credentials is not None:
         socket_path, token = credentials.socket_path, credentials.token
@@ -824,7 +826,7 @@ def connect(credentials: Credentials | None = None, *, socket_path: str | None =
         raise AuthenticationError(
             "no function credentials: pass gfaas.connect(credentials) or set GFAAS_TOKEN (and GFAAS_SOCKET)"
         )
-    return Client(socket_path or default_socket_path(), token, timeout, device_mapper)
+    return Client(socket_path or default_socket_path(), token, timeout, device_mapper, sock)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from ..units import GiB
 from .dag import DagState
 from .hints import Hint, QueueHinter
 from .result import Breakdown, FunctionRecord, InvocationResult, Status
+from .sandbox import Identity, TenantIds, sandbox_enabled
 from .spec import INPUT, WorkflowSpec, loads, name_diff
 from .transport import RedisTransport, Transport, TransportConfig, open_transport
 from .worker import GATEWAY, Done, Failed, Init, InProcessWorker, ProcessWorker, Task, WorkerDied
@@ -72,6 +73,12 @@ class RuntimeConfig:
             file; ``""``: none). With two or more GPUs on the first node, each workflow's GPU
             functions are placed on them by :func:`gfaas.policy.place_workflow`, the decision the
             simulator makes (:mod:`gfaas.runtime.placement`); a worker sees its GPU as ``ctx.gpu``.
+        sandbox: ``auto`` (default): when the runtime runs as root, each workflow's worker processes run
+            under a uid of their own, so function code cannot read the node's tokens and state or
+            other tenants' memory (:mod:`gfaas.runtime.sandbox`); without root, functions run as the
+            caller (a warning says so). ``uid``: the same, but refuse to start without root. ``none``:
+            functions run as the caller (trusted code only).
+        sandbox_uid_base: the first tenant uid (uids of existing accounts are skipped).
     """
 
     transport: Literal["gfaas", "redis"] = "gfaas"
@@ -91,6 +98,8 @@ class RuntimeConfig:
     queue_hints: bool = True
     queue_hint_interval_s: float = 0.05
     topology: str = ""
+    sandbox: Literal["auto", "uid", "none"] = "auto"
+    sandbox_uid_base: int = 200000
 
     def __post_init__(self) -> None:
         if self.transport not in ("gfaas", "redis"):
@@ -114,6 +123,9 @@ class RuntimeConfig:
         for fn, node in self.placement.items():
             if node not in names:
                 raise ConfigError(f"placement of {fn!r} names node {node!r}, which is not among nodes {names}")
+        sandbox_enabled(self.sandbox, self.executor)  # validates
+        if not isinstance(self.sandbox_uid_base, int) or self.sandbox_uid_base < 1000:
+            raise ConfigError(f"sandbox_uid_base={self.sandbox_uid_base!r} must be an integer >= 1000")
 
 
 @dataclass(frozen=True)
@@ -157,8 +169,10 @@ class _Pool:
         self.rt = rt
         self.key = f"{spec.name}/{function}"
         self.node = rt.node_of(spec.name, function)
+        ident = rt.tenant_identity(spec.name)
         self.init = Init(spec.name, function, spec.text, rt.config.scale, rt.transport_settings(self.node),
-                         rt.config.threads_per_worker, "cpu", rt.gpu_of(spec.name, function))
+                         rt.config.threads_per_worker, "cpu", rt.gpu_of(spec.name, function),
+                         ident.uid if ident else -1, ident.gid if ident else -1)
         self.queue: deque[tuple[_Invocation, str]] = deque()
         # The function's last compute time: what its SLO and its inputs' deadline derive from
         # (policy.bandwidth; 0 until it has run once).
@@ -270,6 +284,12 @@ class LocalRuntime:
         self._hinter: QueueHinter | None = None
         self._gpus: dict[str, dict[str, str]] = {}  # workflow -> GPU function -> GPU (see _place)
         self._topo: Topology | None = None
+        self._tenants: TenantIds | None = None
+        if sandbox_enabled(self.config.sandbox, self.config.executor):
+            self._tenants = TenantIds(self.config.sandbox_uid_base)
+        elif self.config.sandbox == "auto" and self.config.executor == "process":
+            log.warning("functions run as uid %d, the runtime's own: they can read what it can (the node's "
+                        "state and tokens). Run as root for a uid per tenant (docs/security.md).", os.getuid())
         try:
             self._start_backends()
         except BaseException:
@@ -334,6 +354,10 @@ class LocalRuntime:
             return {"kind": "redis", "redis_url": self._redis_url}
         endpoint = self._nodes[node] if node else next(iter(self._nodes.values()))
         return {"kind": "gfaas", "socket_path": endpoint.socket_path}
+
+    def tenant_identity(self, workflow: str) -> Identity | None:
+        """The uid and gid the workers of ``workflow`` run under; ``None`` without a sandbox."""
+        return self._tenants(workflow) if self._tenants is not None else None
 
     def start_worker(self, init: Init, node: str = "") -> Any:
         if self.config.executor == "inproc":

@@ -11,6 +11,7 @@ done. References are strings, so they cross process boundaries in the control me
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -44,10 +45,10 @@ class Transport(Protocol):
 
 
 class GfaasTransport:
-    def __init__(self, cfg: TransportConfig, token: str) -> None:
+    def __init__(self, cfg: TransportConfig, token: str, sock: socket.socket | None = None) -> None:
         from ..dataplane.client import connect
 
-        self._c = connect(socket_path=cfg.socket_path, token=token)
+        self._c = connect(socket_path=cfg.socket_path, token=token, sock=sock)
 
     def get(self, ref: str, deadline_s: float | None = None) -> np.ndarray:
         return np.asarray(self._c.get(ref, deadline_s=deadline_s))
@@ -110,8 +111,11 @@ def parse_redis_ref(ref: str) -> tuple[str, str, tuple[int, ...]]:
     return key, dtype, dims
 
 
-def open_transport(cfg: TransportConfig, invocation: str, function: str, token: str) -> Transport:
-    """A transport for one function of one invocation."""
+def open_transport(cfg: TransportConfig, invocation: str, function: str, token: str,
+                   sock: socket.socket | None = None) -> Transport:
+    """A transport for one function of one invocation (``sock``: a daemon connection to use)."""
     if cfg.kind == "gfaas":
-        return GfaasTransport(cfg, token)
+        return GfaasTransport(cfg, token, sock)
+    if sock is not None:
+        sock.close()
     return RedisTransport(cfg, invocation, function)

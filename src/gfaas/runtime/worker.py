@@ -26,8 +26,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..errors import FunctionFailed, GfaasError, SpecError
+from ..errors import DaemonUnavailable, FunctionFailed, GfaasError, SpecError
 from .context import Context
+from .sandbox import Identity, drop_privileges, worker_env
 from .spec import FunctionSpec, loads, name_diff
 from .transport import Transport, TransportConfig, open_transport
 
@@ -50,6 +51,9 @@ class Init(_Ctl):
     threads: int = 1
     device: str = "cpu"
     gpu: str = ""  # the GPU the runtime placed this function on (runtime.placement); "": none
+    # The tenant identity the worker drops to once loaded (runtime.sandbox); -1: no sandbox.
+    sandbox_uid: int = -1
+    sandbox_gid: int = -1
 
 
 class Ready(_Ctl):
@@ -67,6 +71,9 @@ class Task(_Ctl):
     # Seconds after the task starts by which its inputs are due (policy.bandwidth.input_deadline of
     # the function's last compute time); 0: no estimate yet, best effort.
     deadline_s: float = 0.0
+    # The runtime passes a connection to the node daemon with this task (SCM_RIGHTS): a sandboxed
+    # worker cannot reach the daemon's socket itself.
+    with_socket: bool = False
 
 
 class Done(_Ctl):
@@ -113,6 +120,7 @@ class FunctionHost:
         self.device = init.device
         self.gpu = init.gpu
         self.transport = TransportConfig(**init.transport)  # type: ignore[arg-type]
+        self.sandboxed = init.sandbox_uid >= 0
         self.model: Any = None
         if self.fn.model:
             from .. import models
@@ -120,16 +128,23 @@ class FunctionHost:
             self.model = models.load(self.fn.model, scale=init.scale, device=init.device, threads=init.threads)
         self.load_s = time.perf_counter() - t0
 
-    def run(self, task: Task) -> Reply:
+    def run(self, task: Task, sock: socket.socket | None = None) -> Reply:
         try:
-            return self._run(task)
+            return self._run(task, sock)
         except Exception as exc:  # a handler's failure is its invocation's, never the worker's
-            return Failed(task.invocation, type(exc).__name__, f"function {self.fn.name!r}: {exc}",
+            if sock is not None:
+                sock.close()
+            hint = ""
+            if isinstance(exc, ImportError) and self.sandboxed:
+                hint = ("; the worker runs sandboxed under another uid and can import only files it may "
+                        "read: import the module at the top of the handler's module (loaded before the "
+                        "sandbox closes), or make the Python installation readable to all users")
+            return Failed(task.invocation, type(exc).__name__, f"function {self.fn.name!r}: {exc}{hint}",
                           traceback.format_exc()[-8000:])
 
-    def _run(self, task: Task) -> Done:
+    def _run(self, task: Task, sock: socket.socket | None) -> Done:
         cfg = TransportConfig(**task.transport) if task.transport else self.transport  # type: ignore[arg-type]
-        t = open_transport(cfg, task.invocation, self.fn.name, task.token)
+        t = open_transport(cfg, task.invocation, self.fn.name, task.token, sock)
         try:
             return self._call(t, task)
         finally:
@@ -221,7 +236,10 @@ class ProcessWorker:
                  prefix: list[str] | None = None) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
-        child_env = {**os.environ, **(env or {})}
+        self._init = init
+        self.sandboxed = init.sandbox_uid >= 0
+        ident = Identity(init.sandbox_uid, init.sandbox_gid) if self.sandboxed else None
+        child_env = worker_env({**os.environ, **(env or {})}, ident)
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             child_env.setdefault(var, str(init.threads))  # numpy's BLAS would otherwise spin a thread per core
         cmd = [*(prefix or []), sys.executable, "-m", "gfaas.runtime.worker_main", str(theirs.fileno())]
@@ -254,10 +272,21 @@ class ProcessWorker:
         return _dec.decode(data)
 
     def run(self, task: Task) -> Reply:
+        cfg = task.transport or self._init.transport
+        conn = None
+        if self.sandboxed and cfg.get("kind", "gfaas") == "gfaas":
+            conn = _daemon_connection(cfg.get("socket_path", ""))
+            task = msgspec.structs.replace(task, with_socket=True)
         try:
-            self._sock.send(_enc.encode(task))
+            if conn is None:
+                self._sock.send(_enc.encode(task))
+            else:
+                socket.send_fds(self._sock, [_enc.encode(task)], [conn.fileno()])
         except OSError:
             raise WorkerDied(f"worker {self.name} is gone (status {self.proc.poll()})") from None
+        finally:
+            if conn is not None:
+                conn.close()  # the worker holds its own copy now
         reply = self._recv()
         assert isinstance(reply, Done | Failed)
         return reply
@@ -276,6 +305,34 @@ class ProcessWorker:
         self._sock.close()
 
 
+def _daemon_connection(socket_path: str) -> socket.socket:
+    """A connection to the node daemon, opened here for a sandboxed worker."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    try:
+        conn.connect(socket_path)
+    except OSError as exc:
+        conn.close()
+        raise DaemonUnavailable(f"cannot connect to the node daemon at {socket_path}: {exc}") from None
+    return conn
+
+
+def _enter_sandbox(init: Init, keep_fd: int) -> None:
+    """Drop to the tenant's uid once the handler and model are loaded (runtime.sandbox)."""
+    # What a task needs later must be imported now: the interpreter's and the project's files may be
+    # readable by root only (an interpreter under /root), and a worker no longer is root afterwards.
+    import importlib
+
+    import gfaas.dataplane.client  # noqa: F401
+
+    # The baseline transport and what redis-py imports only when it first connects.
+    for name in ("redis", "email.parser", "encodings.idna", "hmac", "secrets", "stringprep", "unicodedata"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    drop_privileges(Identity(init.sandbox_uid, init.sandbox_gid), keep_fds=[keep_fd])
+
+
 def serve_fd(fd: int) -> int:
     """Serve the runtime on the socket ``fd``: Init, then tasks until Stop or the socket closes."""
     sock = socket.socket(fileno=fd)
@@ -283,16 +340,19 @@ def serve_fd(fd: int) -> int:
     assert isinstance(init, Init)
     try:
         host = FunctionHost(init)
+        if init.sandbox_uid >= 0:
+            _enter_sandbox(init, fd)
     except Exception as exc:
         sock.send(_enc.encode(Failed("", type(exc).__name__, str(exc), traceback.format_exc()[-8000:])))
         return 1
     sock.send(_enc.encode(Ready(os.getpid(), host.load_s)))
     while True:
-        data = sock.recv(MAX_MSG)
+        data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MSG, 1)
         if not data:
             return 0  # the runtime went away
         msg = _dec.decode(data)
         if isinstance(msg, Stop):
             return 0
         assert isinstance(msg, Task)
-        sock.send(_enc.encode(host.run(msg)))
+        conn = socket.socket(fileno=fds[0]) if fds else None
+        sock.send(_enc.encode(host.run(msg, conn)))
