@@ -71,7 +71,6 @@ class GlobalDirectory:
     thread, in batches) and looks up other nodes' objects and addresses."""
 
     def __init__(self, config: NodeConfig, key: PeerKey) -> None:
-        import redis
 
         if not config.redis_url:
             raise ValueError("a global directory needs NodeConfig.redis_url")
@@ -80,7 +79,7 @@ class GlobalDirectory:
         self.address: str | None = None  # this node's transfer address, once it serves pulls
         self._key = key
         t = config.remote_timeout_s
-        self._redis: Any = redis.Redis.from_url(config.redis_url, **redis_options(config, t))
+        self._redis: Any = redis_client(config, t)
         kw = self._redis.connection_pool.connection_kwargs
         self.name = f"{kw.get('host', '?')}:{kw.get('port', '?')}"  # never the password
         if not kw.get("password"):
@@ -288,14 +287,18 @@ class GlobalDirectory:
         return None
 
 
-def redis_options(config: NodeConfig, timeout: float) -> dict[str, Any]:
-    """Keyword arguments of ``redis.Redis.from_url`` for the directory of ``config``: timeouts, the
-    password from ``redis_password_file`` (overrides one in the URL) and the CA of a TLS directory."""
+def redis_client(config: NodeConfig, timeout: float) -> Any:
+    """A client of the directory of ``config`` (connects lazily): timeouts, the password from
+    ``redis_password_file`` (over one in the URL) and the CA of a TLS (``rediss://``) directory."""
+    import redis
+
     kw: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout, "decode_responses": True}
-    if config.redis_password_file:
-        kw["password"] = read_secret_file(config.redis_password_file, "Redis password file").decode()
     if config.redis_ca_file:
         if not (config.redis_url or "").startswith("rediss://"):
             raise ConfigError(f"redis_ca_file={config.redis_ca_file!r} needs a TLS directory URL (rediss://...)")
         kw["ssl_ca_certs"] = config.redis_ca_file
-    return kw
+    r = redis.Redis.from_url(config.redis_url or "", **kw)
+    if config.redis_password_file:  # from_url lets the URL's password win over a keyword: set it after
+        r.connection_pool.connection_kwargs["password"] = read_secret_file(
+            config.redis_password_file, "Redis password file").decode()
+    return r

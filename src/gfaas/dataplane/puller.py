@@ -184,7 +184,6 @@ class Puller:
     def _connect(self, node: str, hexid: str) -> tuple[socket.socket, str, bool]:
         """A proven connection to ``node``'s transfer server (pooled if one is idle, else new), its
         address and whether it was reused; a refused cached address is looked up again."""
-        t = self.config.remote_timeout_s
         tried: str | None = None
         for fresh in (False, True):
             addr = self._directory.node_address(node, fresh)
@@ -198,14 +197,34 @@ class Puller:
             if pooled is not None:
                 return pooled, addr, True
             try:
-                sock = socket.create_connection(split_address(addr), timeout=t)
+                return self._dial(node, addr), addr, False
             except ConnectionRefusedError:
                 continue
+        raise DataLost(f"object {hexid} is held by node {node} at {tried}, which refuses connections (its"
+                       " daemon is gone); the object is lost unless the node comes back")
+
+    def _dial(self, node: str, addr: str) -> socket.socket:
+        """A new connection to ``addr`` that proved the cluster key both ways. A connection the owner
+        drops before the handshake ends (it sheds the oldest unproven ones under a flood) is dialled
+        again until ``remote_timeout_s`` has passed."""
+        t = self.config.remote_timeout_s
+        deadline = time.monotonic() + t
+        while True:
+            try:
+                sock = socket.create_connection(split_address(addr), timeout=t)
+            except ConnectionRefusedError:
+                raise
             except OSError as exc:
-                raise RemoteError(f"cannot reach node {node} at {addr} to pull object {hexid}: {exc}") from None
+                raise RemoteError(f"cannot reach node {node} at {addr}: {exc}") from None
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self._handshake(sock, node, addr)
+                return sock
+            except ConnectionError as exc:
+                sock.close()
+                if time.monotonic() + 0.01 > deadline:
+                    raise RemoteError(f"node {node} at {addr} kept closing the handshake: {exc}") from None
+                time.sleep(0.01)
             except TimeoutError:
                 sock.close()
                 raise RemoteError(f"node {node} at {addr} did not answer the handshake within {t} s") from None
@@ -215,9 +234,6 @@ class Puller:
             except BaseException:
                 sock.close()
                 raise
-            return sock, addr, False
-        raise DataLost(f"object {hexid} is held by node {node} at {tried}, which refuses connections (its"
-                       " daemon is gone); the object is lost unless the node comes back")
 
     def _handshake(self, sock: socket.socket, node: str, addr: str) -> None:
         """Mutual proof of the cluster key; the owner must prove it before we prove ours or name anything."""
