@@ -32,6 +32,9 @@ def _node_config(a: argparse.Namespace) -> NodeConfig:
         storage_policy=a.storage_policy,
         spill_dir=a.spill_dir or "",
         spill_capacity_bytes=None if a.spill_capacity is None else parse_size(a.spill_capacity),
+        cluster_key_file=a.cluster_key_file or "",
+        redis_password_file=a.redis_password_file or "",
+        redis_ca_file=a.redis_ca_file or "",
     )
 
 
@@ -50,6 +53,10 @@ def _add_node_args(p: argparse.ArgumentParser) -> None:
                    help="elastic-storage policy of every tier: gfaas (default), lru, no-pool, ...")
     p.add_argument("--spill-dir", help="disk tier under host memory (default <state-dir>/spill)")
     p.add_argument("--spill-capacity", help="most bytes on disk, e.g. 20GiB (default: no limit; 0: no disk tier)")
+    p.add_argument("--cluster-key-file", help="key shared by every node (0600; `gfaas cluster keygen PATH`);"
+                   " needed with --transfer-host or --redis-url")
+    p.add_argument("--redis-password-file", help="file (0600) with the global directory's password")
+    p.add_argument("--redis-ca-file", help="CA bundle of a TLS directory (rediss://)")
 
 
 def _print(data: Any, as_json: bool, render: Any = None) -> None:
@@ -93,8 +100,20 @@ def cmd_node(a: argparse.Namespace) -> int:
 def cmd_cluster(a: argparse.Namespace) -> int:
     from .dataplane import cluster
 
+    if a.action == "keygen":
+        if not a.path:
+            raise GfaasError("gfaas cluster keygen needs the path of the key file to create")
+        from .dataplane.peer_auth import generate_key_file
+
+        try:
+            generate_key_file(a.path)
+        except FileExistsError:
+            raise GfaasError(f"{a.path} exists; a cluster key is never overwritten (remove it first)") from None
+        _print({"cluster_key_file": a.path}, a.json)
+        return 0
     if a.action == "start":
-        info = cluster.start_cluster(a.nodes, parse_size(a.capacity), a.redis_url)
+        info = cluster.start_cluster(a.nodes, parse_size(a.capacity), a.redis_url,
+                                     redis_password_file=a.redis_password_file, cluster_key_file=a.cluster_key_file)
         nodes = [{"node_id": n["config"]["node_id"], "socket": n["config"]["socket_path"], "pid": n["pid"]}
                  for n in info["nodes"]]
         data: dict[str, Any] = {"redis_url": info["redis_url"], "nodes": nodes}
@@ -152,10 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
     n.set_defaults(func=cmd_node)
 
     c = sub.add_parser("cluster", help="a local cluster: a directory server and N node daemons on loopback")
-    c.add_argument("action", choices=["start", "stop", "status"])
+    c.add_argument("action", choices=["start", "stop", "status", "keygen"])
+    c.add_argument("path", nargs="?", help="keygen: where to create a cluster key file (0600)")
     c.add_argument("--nodes", type=int, default=2, help="start: number of node daemons (default 2)")
     c.add_argument("--capacity", default="1GiB", help="start: pool capacity per node (default 1GiB)")
     c.add_argument("--redis-url", help="start: use this directory server instead of starting one")
+    c.add_argument("--redis-password-file", help="start: file (0600) with the password of --redis-url")
+    c.add_argument("--cluster-key-file", help="start: the nodes' shared key (default: <run dir>/cluster.key,"
+                   " created if missing)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_cluster)
 

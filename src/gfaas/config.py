@@ -80,6 +80,18 @@ class NodeConfig:
             its files are removed as their objects are freed and when the daemon starts or stops.
         spill_capacity_bytes: the most bytes the disk tier holds (``None``: as much as the disk
             has; ``0``: no disk tier, so a full pool raises ``CapacityError`` as before).
+
+    Peers (docs/security/peers.md):
+        cluster_key_file: the key every node of the cluster shares (>= 32 bytes, mode 0600;
+            ``gfaas cluster keygen PATH`` makes one); required with ``transfer_host`` or
+            ``redis_url``. Nodes prove it to each other before a pull, and sign directory entries.
+        redis_password_file: file (mode 0600) with the global directory's password; the user name
+            of an ACL user goes in ``redis_url`` (``redis://user@host:port/0``).
+        redis_ca_file: CA bundle that verifies a ``rediss://`` (TLS) directory.
+        peer_handshake_timeout_s: how long a new transfer connection may take to prove the key.
+        peer_max_pending: connections still proving the key, in all; the oldest is dropped beyond.
+        peer_max_pending_per_ip: the same, per source address.
+        peer_max_connections: authenticated transfer connections served at once.
     """
 
     node_id: str = "node0"
@@ -104,6 +116,14 @@ class NodeConfig:
     storage_policy: str = "gfaas"
     spill_dir: str = ""
     spill_capacity_bytes: int | None = None
+    # ---- peers (issue 14, docs/security/peers.md) ----
+    cluster_key_file: str = ""
+    redis_password_file: str = ""
+    redis_ca_file: str = ""
+    peer_handshake_timeout_s: float = 3.0
+    peer_max_pending: int = 256
+    peer_max_pending_per_ip: int = 32
+    peer_max_connections: int = 128
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -148,6 +168,23 @@ class NodeConfig:
             raise ConfigError(f"transfer_port={self.transfer_port!r} is not a TCP port (0-65535)")
         if not isinstance(self.remote_timeout_s, int | float) or not self.remote_timeout_s > 0:
             raise ConfigError(f"remote_timeout_s={self.remote_timeout_s!r} must be a number > 0")
+        self._check_peers()
+
+    def _check_peers(self) -> None:
+        for name in ("cluster_key_file", "redis_password_file", "redis_ca_file"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be a path (a string)")
+        if (self.transfer_host is not None or self.redis_url is not None) and not self.cluster_key_file:
+            raise ConfigError(
+                "cross-node pulls (transfer_host or redis_url) need cluster_key_file: the key every node"
+                " shares; create one with `gfaas cluster keygen PATH` and give it to every node"
+            )
+        t = self.peer_handshake_timeout_s
+        if not isinstance(t, int | float) or isinstance(t, bool) or not t > 0:
+            raise ConfigError(f"peer_handshake_timeout_s={t!r} must be a number > 0")
+        _positive("peer_max_pending", self.peer_max_pending)
+        _positive("peer_max_pending_per_ip", self.peer_max_pending_per_ip)
+        _positive("peer_max_connections", self.peer_max_connections)
 
     def storage_options(self) -> StorageOptions:
         """The :class:`~gfaas.policy.storage.StorageOptions` named by :attr:`storage_policy`."""

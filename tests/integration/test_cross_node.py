@@ -1,7 +1,8 @@
 """Cross-node pulls: two node daemons, one global directory in Redis, TCP transfers between them.
 
 (a) both daemons on loopback; (b) each daemon in its own network namespace, joined by a veth pair,
-with Redis running in the first namespace.
+with Redis running in the first namespace. Every setup is authenticated as in production: a Redis
+password (``<run_dir>/redis/redis.password``) and a cluster key (``<run_dir>/cluster.key``).
 """
 
 from __future__ import annotations
@@ -29,14 +30,19 @@ from gfaas.config import KiB, MiB
 from gfaas.dataplane.directory import node_key, obj_key
 from gfaas.dataplane.ids import DataRef
 from gfaas.dataplane.local import LocalNode
+from gfaas.dataplane.peer_auth import PeerKey, generate_key_file, read_secret_file
 from gfaas.dataplane.redis_server import RedisServer, find_server_binary
 from gfaas.dataplane.transfer_wire import (
+    Challenge,
     Chunk,
     Fail,
     Header,
+    Hello,
+    Proof,
     Pull,
     Received,
     encode_frame,
+    handshake_to_puller,
     read_frame,
 )
 from gfaas.dataplane.transfer_wire import to_puller as _to_puller
@@ -51,7 +57,21 @@ pytestmark = [
 FUNCTIONS = ["a", "b", "c"]
 
 
+def cluster_key_file(run_dir: str) -> str:
+    """The cluster key of the test's nodes (created once per run directory)."""
+    path = os.path.join(run_dir, "cluster.key")
+    if not os.path.exists(path):
+        generate_key_file(path)
+    return path
+
+
+def redis_password_file(run_dir: str) -> str:
+    """Where :class:`RedisServer` ``(dir=<run_dir>/redis, password=True)`` leaves its password."""
+    return os.path.join(run_dir, "redis", "redis.password")
+
+
 def _config(run_dir: str, node: str, redis_url: str, host: str = "127.0.0.1", **kw: Any) -> gfaas.NodeConfig:
+    pw = redis_password_file(run_dir)
     return gfaas.NodeConfig(
         node_id=node,
         socket_path=os.path.join(run_dir, f"{node}.sock"),
@@ -60,8 +80,19 @@ def _config(run_dir: str, node: str, redis_url: str, host: str = "127.0.0.1", **
         slab_bytes=1 * MiB,
         transfer_host=host,
         redis_url=redis_url,
-        **{"remote_timeout_s": 1.5, **kw},
+        **{"remote_timeout_s": 1.5, "cluster_key_file": cluster_key_file(run_dir),
+           "redis_password_file": pw if os.path.exists(pw) else "", **kw},
     )
+
+
+def handshake(sock: socket.socket, key: PeerKey, server_node: str, me: str = "probe") -> None:
+    """Prove ``key`` to a transfer server as node ``me`` (and check its proof)."""
+    nonce = os.urandom(32)
+    sock.sendall(encode_frame(Hello(me, server_node, nonce)))
+    ch = read_frame(sock, handshake_to_puller)
+    assert isinstance(ch, Challenge), ch
+    assert PeerKey.check(key.proof("server", me, server_node, nonce, ch.nonce), ch.proof)
+    sock.sendall(encode_frame(Proof(key.proof("client", me, server_node, nonce, ch.nonce))))
 
 
 class Cluster:
@@ -81,7 +112,8 @@ class Cluster:
         self.inv = {"a": inv_a, "b": inv_b}
         self.stack = stack
         if directory is None:
-            r = redis.Redis.from_url(ca.redis_url or "", socket_timeout=5, decode_responses=True)
+            pw = read_secret_file(ca.redis_password_file, "pw").decode() if ca.redis_password_file else None
+            r = redis.Redis.from_url(ca.redis_url or "", password=pw, socket_timeout=5, decode_responses=True)
             stack.callback(r.close)
             directory = lambda cmd, key: r.execute_command(cmd, key)  # noqa: E731
         self.directory = directory  # (command, key) -> reply of the global directory's Redis
@@ -105,13 +137,13 @@ class Cluster:
         while (addr := self.directory("GET", node_key(node))) is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert addr is not None, f"node {node} is not registered"
-        host, _, port = addr.rpartition(":")
+        host, _, port = addr.split(" ")[0].rpartition(":")
         return host, int(port)
 
 
 @pytest.fixture
 def redis_url(run_dir: str) -> Iterator[str]:
-    with RedisServer(dir=os.path.join(run_dir, "redis")) as srv:
+    with RedisServer(dir=os.path.join(run_dir, "redis"), password=True) as srv:
         yield srv.url
 
 
@@ -248,7 +280,7 @@ def test_owner_killed_before_pull(cluster: Cluster) -> None:
 
 def test_directory_unreachable(run_dir: str) -> None:
     """With Redis gone, a remote get fails fast with RemoteError and the nodes still stop promptly."""
-    srv = RedisServer(dir=os.path.join(run_dir, "redis"))
+    srv = RedisServer(dir=os.path.join(run_dir, "redis"), password=True)
     srv.start()
     try:
         with ExitStack() as stack:
@@ -277,34 +309,44 @@ def test_transfer_server_rejects_bad_frames(cluster: Cluster) -> None:
     cl.wait_published(ref)
     addr = cl.transfer_address("a")
 
-    def conn() -> socket.socket:
+    key = PeerKey.from_file(cl.cfg["a"].cluster_key_file)
+    inv = cl.inv["a"].id
+
+    def conn(proven: bool = True) -> socket.socket:
         s = socket.create_connection(addr, timeout=5)
+        if proven:
+            handshake(s, key, "a")
         return s
 
-    def answer(payload: bytes) -> Any:
-        with conn() as s:
+    def answer(payload: bytes, proven: bool = True) -> Any:
+        with conn(proven) as s:
             s.sendall(payload)
             return read_frame(s, _to_puller)
 
-    # Oversize length prefix, garbage body, an unknown message type: typed ProtocolError answers.
+    # Before the handshake: oversize length prefix, garbage body, a pull without a proof.
     for bad in (struct.pack(">I", 1 << 30), struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1",
-                encode_frame(Received())):
-        reply = answer(bad)
-        assert isinstance(reply, Fail) and reply.code == "ProtocolError"
+                encode_frame(Pull(ref.id, inv, "b"))):
+        reply = answer(bad, proven=False)
+        assert isinstance(reply, Fail) and reply.code == "ProtocolError", reply
+    # After it: an unknown message type, typed errors for a closed invocation, a forged ID and a
+    # function that is not a consumer; nothing revealed.
+    reply = answer(encode_frame(Received()))
+    assert isinstance(reply, Fail) and reply.code == "ProtocolError"
+    reply = answer(encode_frame(Pull(ref.id, "no-such-invocation", "b")))
+    assert isinstance(reply, Fail) and reply.code == "AuthenticationError"
+    reply = answer(encode_frame(Pull(os.urandom(16), inv, "b")))
+    assert isinstance(reply, Fail) and reply.code == "AccessDenied"
+    reply = answer(encode_frame(Pull(ref.id, inv, "c")))
+    assert isinstance(reply, Fail) and reply.code == "AccessDenied"
+    reply = answer(encode_frame(Pull(ref.id, inv, "not-a-function")))
+    assert isinstance(reply, Fail) and reply.code == "AccessDenied"
     # Truncated frames and silent peers: the server just drops them.
     for partial in (b"\x00\x00", struct.pack(">I", 100) + b"abc"):
-        with conn() as s:
+        with conn(proven=False) as s:
             s.sendall(partial)
-    # Wrong token, forged ID: typed errors, nothing revealed.
-    reply = answer(encode_frame(Pull(ref.id, "0" * 32)))
-    assert isinstance(reply, Fail) and reply.code == "AuthenticationError"
-    reply = answer(encode_frame(Pull(os.urandom(16), cl.inv["a"].tokens["b"])))
-    assert isinstance(reply, Fail) and reply.code == "AccessDenied"
-    reply = answer(encode_frame(Pull(ref.id, cl.inv["a"].tokens["c"])))
-    assert isinstance(reply, Fail) and reply.code == "AccessDenied"
     # A puller that disappears mid-stream does not count as a read.
     with conn() as s:
-        s.sendall(encode_frame(Pull(ref.id, cl.inv["a"].tokens["b"])))
+        s.sendall(encode_frame(Pull(ref.id, inv, "b")))
         assert isinstance(read_frame(s, _to_puller), Header)
         assert isinstance(read_frame(s, _to_puller), Chunk)
     assert cl.stats("a")["objects"] == 1
@@ -317,8 +359,8 @@ def test_transfer_server_rejects_bad_frames(cluster: Cluster) -> None:
 _REDIS_IN_NS = """
 import json, sys, redis
 from gfaas.dataplane.redis_server import RedisServer
-with RedisServer(dir=sys.argv[1]) as srv:
-    r = redis.Redis.from_url(srv.url, decode_responses=True)
+with RedisServer(dir=sys.argv[1], password=True) as srv:
+    r = redis.Redis.from_url(srv.url, password=srv.password, decode_responses=True)
     r.config_set("bind", "127.0.0.1 " + sys.argv[2])
     r.config_set("protected-mode", "no")
     print(srv.port, flush=True)

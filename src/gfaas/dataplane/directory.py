@@ -7,9 +7,14 @@ into a local segment. The daemon calls this module only through the hooks of :cl
 
 Global directory (Redis keys, all strings)::
 
-    gfaas:node:<node_id>            -> "host:port" of the node's transfer server (set on start, removed on stop)
-    gfaas:obj:<32 hex>              -> hash {node, invocation, producer, consumers, nbytes, dtype, shape[, freed]}
+    gfaas:node:<node_id>            -> "host:port <mac>" of the node's transfer server (set on start, removed on stop)
+    gfaas:obj:<32 hex>              -> hash {node, invocation, producer, consumers, nbytes, dtype, shape[, freed], mac}
     gfaas:inv:<invocation>:<node>   -> set of <32 hex> the node published for the invocation
+
+Each ``mac`` is an HMAC under a key derived from the cluster key (:mod:`gfaas.dataplane.peer_auth`):
+an entry that someone without the key wrote is refused before any connection is made. The
+connection itself authenticates with ``redis_password_file`` (and the user name of ``redis_url``
+for an ACL user), over TLS for ``rediss://`` URLs.
 
 Writes happen on one background thread that batches whatever is queued into one pipeline, so the
 daemon's loop never waits for Redis. A deleted object keeps its entry with a ``freed`` field (so a
@@ -27,7 +32,8 @@ import time
 from typing import Any
 
 from ..config import NodeConfig
-from ..errors import RemoteError
+from ..errors import AuthenticationError, ConfigError, RemoteError
+from .peer_auth import PeerKey, read_secret_file
 from .store import ObjectRecord
 
 log = logging.getLogger("gfaas.dataplane.remote")
@@ -64,20 +70,21 @@ class GlobalDirectory:
     """One node's view of the global directory: it publishes this node's objects (on a background
     thread, in batches) and looks up other nodes' objects and addresses."""
 
-    def __init__(self, config: NodeConfig) -> None:
-        import redis
+    def __init__(self, config: NodeConfig, key: PeerKey) -> None:
 
         if not config.redis_url:
             raise ValueError("a global directory needs NodeConfig.redis_url")
         self.config = config
         self.node_id = config.node_id
         self.address: str | None = None  # this node's transfer address, once it serves pulls
+        self._key = key
         t = config.remote_timeout_s
-        self._redis: Any = redis.Redis.from_url(
-            config.redis_url, socket_timeout=t, socket_connect_timeout=t, decode_responses=True
-        )
+        self._redis: Any = redis_client(config, t)
         kw = self._redis.connection_pool.connection_kwargs
         self.name = f"{kw.get('host', '?')}:{kw.get('port', '?')}"  # never the password
+        if not kw.get("password"):
+            log.warning("the global directory at %s has no password (set redis_password_file): anyone who"
+                        " reaches it can delete entries (forged ones are refused by their MAC)", self.name)
         self._stopping = threading.Event()
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._cv = threading.Condition()
@@ -85,8 +92,27 @@ class GlobalDirectory:
         self._thread: threading.Thread | None = None
         self._addresses: dict[str, tuple[str, float]] = {}  # node -> (transfer address, when read)
 
+    def check(self) -> None:
+        """Fail at start if the directory refuses our credentials (a transient outage only warns)."""
+        import redis
+
+        try:
+            self._redis.ping()
+        except redis.AuthenticationError as exc:
+            raise AuthenticationError(f"the global directory at {self.name} refused node {self.node_id}: {exc};"
+                                      " set redis_password_file (and the user in redis_url) to its"
+                                      " credentials") from None
+        except redis.ResponseError as exc:
+            if "NOAUTH" not in str(exc) and "NOPERM" not in str(exc):
+                raise
+            raise AuthenticationError(f"the global directory at {self.name} requires a password: {exc};"
+                                      " set redis_password_file") from None
+        except redis.RedisError as exc:
+            log.warning("the global directory at %s is not reachable yet: %s", self.name, exc)
+
     def start(self, address: str | None) -> None:
         """Start publishing; ``address`` (this node's transfer server, if any) is registered first."""
+        self.check()
         self.address = address
         self._thread = threading.Thread(target=self._publisher, name="gfaas-directory", daemon=True)
         self._thread.start()
@@ -98,7 +124,7 @@ class GlobalDirectory:
         self._stopping.set()
         if self.address is not None:
             try:
-                if self._redis.get(node_key(self.node_id)) == self.address:
+                if self._redis.get(node_key(self.node_id)) == self._node_value(self.address):
                     self._redis.delete(node_key(self.node_id))
             except Exception as exc:
                 log.warning("could not remove node %s from the global directory: %s", self.node_id, exc)
@@ -156,6 +182,9 @@ class GlobalDirectory:
             "shape": json.dumps(list(rec.shape)),
         }
 
+    def _node_value(self, address: str) -> str:
+        return f"{address} {self._key.entry_mac('node', self.node_id, {'address': address})}"
+
     def _publisher(self) -> None:
         while True:
             item = self._q.get()
@@ -192,12 +221,15 @@ class GlobalDirectory:
                     kind = item[0]
                     if kind == "pub":
                         _, oid, fields = item
+                        # MACed here, off the daemon's loop; over every field, so no field of the
+                        # entry can be swapped (a removed "freed" included).
+                        fields["mac"] = self._key.entry_mac("obj", oid.hex(), fields)
                         pipe.hset(obj_key(oid), mapping=fields)
                         pipe.sadd(inv_key(fields["invocation"], self.node_id), oid.hex())
                     elif kind == "end":
                         pipe.eval(_END_SCRIPT, 1, inv_key(item[1], self.node_id), "gfaas:obj:")
                     elif kind == "node":
-                        pipe.set(node_key(self.node_id), item[1])
+                        pipe.set(node_key(self.node_id), self._node_value(item[1]))
                 pipe.execute()
                 return
             except redis.RedisError as exc:
@@ -221,6 +253,10 @@ class GlobalDirectory:
             except redis.RedisError as exc:
                 raise RemoteError(f"the global directory at {self.name} is unreachable: {exc}") from None
             if entry and "node" in entry:
+                if not self._key.entry_ok("obj", oid.hex(), entry):
+                    raise AuthenticationError(
+                        f"the global directory's entry for object {oid.hex()} failed its MAC check (written"
+                        " by someone without the cluster key, or by a node with another key); not pulling it")
                 return dict(entry)
             if time.monotonic() + delay > deadline:
                 return None
@@ -240,7 +276,29 @@ class GlobalDirectory:
         except redis.RedisError as exc:
             raise RemoteError(f"the global directory at {self.name} is unreachable: {exc}") from None
         if addr:
-            self._addresses[node] = (str(addr), now)
-            return str(addr)
+            address, _, mac = str(addr).partition(" ")
+            if not self._key.entry_ok("node", node, {"address": address, "mac": mac}):
+                raise AuthenticationError(
+                    f"the global directory's address of node {node} failed its MAC check (written by someone"
+                    " without the cluster key); not connecting to it")
+            self._addresses[node] = (address, now)
+            return address
         self._addresses.pop(node, None)
         return None
+
+
+def redis_client(config: NodeConfig, timeout: float) -> Any:
+    """A client of the directory of ``config`` (connects lazily): timeouts, the password from
+    ``redis_password_file`` (over one in the URL) and the CA of a TLS (``rediss://``) directory."""
+    import redis
+
+    kw: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout, "decode_responses": True}
+    if config.redis_ca_file:
+        if not (config.redis_url or "").startswith("rediss://"):
+            raise ConfigError(f"redis_ca_file={config.redis_ca_file!r} needs a TLS directory URL (rediss://...)")
+        kw["ssl_ca_certs"] = config.redis_ca_file
+    r = redis.Redis.from_url(config.redis_url or "", **kw)
+    if config.redis_password_file:  # from_url lets the URL's password win over a keyword: set it after
+        r.connection_pool.connection_kwargs["password"] = read_secret_file(
+            config.redis_password_file, "Redis password file").decode()
+    return r

@@ -1,22 +1,27 @@
 """The puller: fetches an object another node holds into a local segment, for a local reader.
 
 On a local miss the daemon asks the global directory (:mod:`gfaas.dataplane.directory`) where the
-object lives, refuses what the owner would refuse without contacting it, connects to the owner's
-transfer server and streams the bytes straight into a segment of its own store
-(:mod:`gfaas.dataplane.transfer_wire` has the protocol).
+object lives (refusing an entry whose MAC fails), refuses what the owner would refuse without
+contacting it, connects to the owner's transfer server, checks that it proves the cluster key before
+telling it anything, and streams the bytes straight into a segment of its own store
+(:mod:`gfaas.dataplane.transfer_wire` has the protocol). Proven connections are kept for a few
+seconds and reused by later pulls from the same node, so the handshake is paid once per connection.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 
 from ..config import NodeConfig
 from ..errors import (
     AccessDenied,
+    AuthenticationError,
     DataDeleted,
     DataLost,
     GfaasError,
@@ -31,15 +36,21 @@ from .directory import GlobalDirectory
 from .ids import ID_BYTES
 from .meta import check_meta
 from .node_access import NodeAccess, pin_for_transfer, unpin
+from .peer_auth import NONCE_BYTES, PeerKey
 from .store import DENIED_MESSAGE, SEALED, WRITING, ObjectRecord, Segment, Session
 from .transfer_wire import (
     MAX_CHUNK,
+    MAX_HANDSHAKE_FRAME,
     Chunk,
+    Consumed,
     Fail,
     Header,
+    Hello,
+    Proof,
     Pull,
     Received,
     encode_frame,
+    handshake_to_puller,
     read_frame,
     recv_exact,
     split_address,
@@ -51,6 +62,8 @@ log = logging.getLogger("gfaas.dataplane.remote")
 MAX_PULL_ROUNDS = 8
 ASSUMED_MIN_BANDWIDTH = 50e6  # bytes/s: how long a get waits for a copy another pull is writing
 LOOKUP_WAIT_S = 1.0  # how long a missing directory entry is waited for
+POOL_PER_NODE = 8  # idle proven connections kept per owner
+POOL_IDLE_S = 5.0  # ... for at most this long (the owner closes idle ones after transfer_server.IDLE_S)
 
 #: What the daemon turns a local object into for its reply (the get's ``Located`` and descriptors).
 Export = Callable[[ObjectRecord, Segment], tuple[P.Reply, list[int]]]
@@ -60,15 +73,30 @@ class _Arriving(Exception):
     """Another pull on this node is writing the object's local copy."""
 
 
+class _Stale(Exception):
+    """A reused connection turned out closed by the owner before it answered."""
+
+
 class Puller:
     """Pulls objects from other nodes for this node's readers (on daemon worker threads)."""
 
-    def __init__(self, config: NodeConfig, directory: GlobalDirectory, node: NodeAccess) -> None:
+    def __init__(self, config: NodeConfig, directory: GlobalDirectory, node: NodeAccess, key: PeerKey) -> None:
         self.config = config
         self.node_id = config.node_id
         self._directory = directory
         self._node = node
+        self._key = key
         self.stopping = False
+        self._pool: dict[tuple[str, str], list[tuple[socket.socket, float]]] = {}
+        self._pool_lock = threading.Lock()
+
+    def stop(self) -> None:
+        self.stopping = True
+        with self._pool_lock:
+            conns = [c for lst in self._pool.values() for c, _ in lst]
+            self._pool.clear()
+        for c in conns:
+            c.close()
 
     def may_fetch(self, oid: object) -> bool:
         return isinstance(oid, bytes) and len(oid) == ID_BYTES and not self.stopping
@@ -112,20 +140,26 @@ class Puller:
                 return daemon.store.get(session, oid, export)
         with daemon.lock:
             daemon.store.check_live(session)
-            token = daemon.store.registry.get(session.invocation).tokens[session.function]
-        sock, addr = self._connect(node, hexid)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(t)
-            return self._pull(sock, session, oid, token, node, export)
-        except TimeoutError:
-            raise RemoteError(f"node {node} at {addr} stopped answering while sending object {hexid}"
-                              f" (nothing for {t} s)") from None
-        except OSError as exc:
-            raise RemoteError(f"the connection to node {node} at {addr} broke while pulling object {hexid}:"
-                              f" {exc}") from None
-        finally:
-            sock.close()
+        for _ in range(2):
+            sock, addr, reused = self._connect(node, hexid)
+            keep = False
+            try:
+                out, keep = self._pull(sock, session, oid, node, export, reused)
+                return out
+            except _Stale:  # the owner closed its idle end: every pooled one is likely gone too
+                self._discard(node)
+            except TimeoutError:
+                raise RemoteError(f"node {node} at {addr} stopped answering while sending object {hexid}"
+                                  f" (nothing for {t} s)") from None
+            except OSError as exc:
+                raise RemoteError(f"the connection to node {node} at {addr} broke while pulling object {hexid}:"
+                                  f" {exc}") from None
+            finally:
+                if keep:
+                    self._checkin(node, addr, sock)
+                else:
+                    sock.close()
+        raise RemoteError(f"node {node} at {addr} keeps closing connections before answering a pull of {hexid}")
 
     def _local(self, session: Session, oid: bytes, export: Export,
                deadline: float) -> tuple[P.Reply, list[int]] | None:
@@ -147,9 +181,9 @@ class Puller:
                 raise ObjectStateError(f"object {oid.hex()} is still arriving from another node; try again")
             time.sleep(0.002)
 
-    def _connect(self, node: str, hexid: str) -> tuple[socket.socket, str]:
-        """A connection to ``node``'s transfer server; a refused cached address is looked up again."""
-        t = self.config.remote_timeout_s
+    def _connect(self, node: str, hexid: str) -> tuple[socket.socket, str, bool]:
+        """A proven connection to ``node``'s transfer server (pooled if one is idle, else new), its
+        address and whether it was reused; a refused cached address is looked up again."""
         tried: str | None = None
         for fresh in (False, True):
             addr = self._directory.node_address(node, fresh)
@@ -159,22 +193,105 @@ class Puller:
             if addr == tried:
                 break
             tried = addr
+            pooled = self._checkout(node, addr)
+            if pooled is not None:
+                return pooled, addr, True
             try:
-                return socket.create_connection(split_address(addr), timeout=t), addr
+                return self._dial(node, addr), addr, False
             except ConnectionRefusedError:
                 continue
-            except OSError as exc:
-                raise RemoteError(f"cannot reach node {node} at {addr} to pull object {hexid}: {exc}") from None
         raise DataLost(f"object {hexid} is held by node {node} at {tried}, which refuses connections (its"
                        " daemon is gone); the object is lost unless the node comes back")
 
-    def _pull(self, sock: socket.socket, session: Session, oid: bytes, token: str, node: str,
-              export: Export) -> tuple[P.Reply, list[int]]:
+    def _dial(self, node: str, addr: str) -> socket.socket:
+        """A new connection to ``addr`` that proved the cluster key both ways. A connection the owner
+        drops before the handshake ends (it sheds the oldest unproven ones under a flood) is dialled
+        again until ``remote_timeout_s`` has passed."""
+        t = self.config.remote_timeout_s
+        deadline = time.monotonic() + t
+        while True:
+            try:
+                sock = socket.create_connection(split_address(addr), timeout=t)
+            except ConnectionRefusedError:
+                raise
+            except OSError as exc:
+                raise RemoteError(f"cannot reach node {node} at {addr}: {exc}") from None
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._handshake(sock, node, addr)
+                return sock
+            except ConnectionError as exc:
+                sock.close()
+                if time.monotonic() + 0.01 > deadline:
+                    raise RemoteError(f"node {node} at {addr} kept closing the handshake: {exc}") from None
+                time.sleep(0.01)
+            except TimeoutError:
+                sock.close()
+                raise RemoteError(f"node {node} at {addr} did not answer the handshake within {t} s") from None
+            except OSError as exc:
+                sock.close()
+                raise RemoteError(f"the handshake with node {node} at {addr} broke: {exc}") from None
+            except BaseException:
+                sock.close()
+                raise
+
+    def _handshake(self, sock: socket.socket, node: str, addr: str) -> None:
+        """Mutual proof of the cluster key; the owner must prove it before we prove ours or name anything."""
+        key = self._key
+        nonce = os.urandom(NONCE_BYTES)
+        sock.sendall(encode_frame(Hello(self.node_id, node, nonce)))
+        ch = read_frame(sock, handshake_to_puller, MAX_HANDSHAKE_FRAME)
+        if isinstance(ch, Fail):
+            raise error_from_code(ch.code, f"node {node} at {addr} refused the connection: {ch.message[:500]}")
+        if ch.node != node or not PeerKey.check(key.proof("server", self.node_id, node, nonce, ch.nonce), ch.proof):
+            raise AuthenticationError(
+                f"the server at {addr}, listed as node {node} in the global directory, did not prove the cluster"
+                " key; nothing was sent to it or accepted from it")
+        sock.sendall(encode_frame(Proof(key.proof("client", self.node_id, node, nonce, ch.nonce))))
+
+    def _checkout(self, node: str, addr: str) -> socket.socket | None:
+        now = time.monotonic()
+        with self._pool_lock:
+            lst = self._pool.get((node, addr))
+            while lst:
+                sock, since = lst.pop()
+                if now - since < POOL_IDLE_S:
+                    return sock
+                sock.close()
+        return None
+
+    def _checkin(self, node: str, addr: str, sock: socket.socket) -> None:
+        with self._pool_lock:
+            lst = self._pool.setdefault((node, addr), [])
+            if not self.stopping and len(lst) < POOL_PER_NODE:
+                lst.append((sock, time.monotonic()))
+                return
+        sock.close()
+
+    def _discard(self, node: str) -> None:
+        with self._pool_lock:
+            stale = [c for (n, _), lst in self._pool.items() if n == node for c, _ in lst]
+            for k in [k for k in self._pool if k[0] == node]:
+                del self._pool[k]
+        for c in stale:
+            c.close()
+
+    def _pull(self, sock: socket.socket, session: Session, oid: bytes, node: str, export: Export,
+              reused: bool) -> tuple[tuple[P.Reply, list[int]], bool]:
+        """Pull ``oid`` over ``sock``: the reply, and whether the connection may be reused."""
         daemon = self._node
         store = daemon.store
         hexid = oid.hex()
-        sock.sendall(encode_frame(Pull(oid, token)))
-        h = read_frame(sock, to_puller)
+        sock.settimeout(self.config.remote_timeout_s)
+        try:
+            sock.sendall(encode_frame(Pull(oid, session.invocation, session.function)))
+            h = read_frame(sock, to_puller)
+        except TimeoutError:
+            raise
+        except OSError:
+            if reused:
+                raise _Stale() from None
+            raise
         if isinstance(h, Fail):
             raise error_from_code(h.code, h.message)
         if not isinstance(h, Header) or h.id != oid or h.invocation != session.invocation:
@@ -190,7 +307,7 @@ class Puller:
             cur = store.objects.get(oid)
             if cur is not None:
                 if cur.state == SEALED:  # another pull finished meanwhile: read its copy
-                    return daemon.store.get(session, oid, export)
+                    return daemon.store.get(session, oid, export), False
                 raise _Arriving()
             rec, seg = store.place(session.invocation, h.producer, cons, pending, oid, h.nbytes, h.dtype, shape)
             mapped = store.backend.host_view(seg.handle) if h.nbytes else None
@@ -217,10 +334,12 @@ class Puller:
                         store.backend.copy_in(seg.handle, rec.offset + got, buf[:n])
                 got += n
             sock.sendall(encode_frame(Received()))
+            keep = False
             try:
                 ack = read_frame(sock, to_puller)
                 if isinstance(ack, Fail):
                     log.warning("node %s could not count the read of %s: %s", node, hexid, ack.message)
+                keep = isinstance(ack, Consumed)
             except (OSError, GfaasError) as exc:  # the bytes are here; the owner frees it at the end
                 log.warning("no confirmation from node %s for the read of %s: %s", node, hexid, exc)
             with daemon.lock:
@@ -234,7 +353,7 @@ class Puller:
                     # copy is not the object, whose owner answers any later read.
                     store.forget(rec)
                 log.debug("pulled %s (%d bytes) from %s", hexid, h.nbytes, node)
-                return out
+                return out, keep
         except BaseException:
             with daemon.lock:
                 if store.objects.get(oid) is rec and rec.state == WRITING:

