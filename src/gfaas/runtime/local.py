@@ -340,9 +340,11 @@ class LocalRuntime:
                 return
             from ..dataplane.redis_server import RedisServer
 
-            srv = RedisServer().__enter__()
+            # With a password: other local users must not read or rewrite the baseline's objects. The
+            # URL carrying it travels to workers over their control socket only, never in argv.
+            srv = RedisServer(password=True).__enter__()
             self._closers.append(lambda: srv.__exit__(None, None, None))
-            self._redis_url = srv.url
+            self._redis_url = f"redis://:{srv.password}@127.0.0.1:{srv.port}/0"
 
     def node_of(self, workflow: str, function: str) -> str:
         """The node a function runs on (``placement``, else the first node)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -29,7 +29,7 @@ class TransportConfig:
 
     kind: TransportKind = "gfaas"
     socket_path: str = ""
-    redis_url: str = ""
+    redis_url: str = field(default="", repr=False)  # may carry a password
 
     def __post_init__(self) -> None:
         if self.kind not in ("gfaas", "redis"):
