@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -69,7 +70,13 @@ def start_daemon(config: NodeConfig, timeout: float = 15.0, log_path: str | None
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
     # Never through a symlink someone planted where the log goes.
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        os.close(cfg_fd)
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"log file {log_path} is a symlink; it is refused: remove it") from None
+        raise
     try:
         proc = subprocess.Popen(cmd, stdout=log_fd, stderr=log_fd, stdin=subprocess.DEVNULL,
                                 start_new_session=True, pass_fds=(cfg_fd,))

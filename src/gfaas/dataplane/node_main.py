@@ -53,7 +53,7 @@ def main(config: NodeConfig | None = None) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if config is None:
         config = read_config(sys.argv[1:])
-    raise_fd_limit()
+    log.info("node configuration: %r (descriptor limit %d)", config, raise_fd_limit())  # the repr hides passwords
     remote = None
     if config.transfer_host is not None or config.redis_url is not None:
         from .remote import Remote  # cross-node support
