@@ -77,8 +77,7 @@ def cmd_node(a: argparse.Namespace) -> int:
         if a.foreground:
             from .dataplane.node_main import main as node_main
 
-            sys.argv = [sys.argv[0], json.dumps({k: v for k, v in cfg.__dict__.items() if k != "extra"})]
-            node_main()
+            node_main(cfg)
             return 0
         proc = local.start_daemon(cfg)
         _print({"node_id": cfg.node_id, "pid": proc.pid, "socket": cfg.socket_path,

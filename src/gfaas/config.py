@@ -24,12 +24,28 @@ _NODE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def default_run_dir() -> str:
-    """Where node sockets and state live unless configured: ``$GFAAS_RUN_DIR`` or a per-user tmp dir."""
+    """Where node sockets and state live unless configured: ``$GFAAS_RUN_DIR``, else a per-user
+    directory under ``$XDG_RUNTIME_DIR``, else ``/run/gfaas`` for root, else ``/tmp/gfaas-<uid>``.
+
+    The last has a name other local users can predict; the daemon refuses it (and any run or state
+    directory) unless it is this user's, not a symlink and not writable by others
+    (:mod:`gfaas.dataplane.statefiles`)."""
     env = os.environ.get("GFAAS_RUN_DIR")
     if env:
         return env
-    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
-    return os.path.join(base, f"gfaas-{os.getuid()}")
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return os.path.join(xdg, f"gfaas-{os.getuid()}")
+    if os.geteuid() == 0 and os.path.isdir("/run"):
+        return "/run/gfaas"
+    return os.path.join("/tmp", f"gfaas-{os.getuid()}")
+
+
+def redact_url(url: str | None) -> str | None:
+    """``url`` with its password replaced by ``***`` (``redis://:***@host:6379/0``), for logs and reprs."""
+    if not url:
+        return url
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/@]*:).*@(?=[^@]*$)", r"\1***@", url)
 
 
 def default_socket_path(node_id: str = "node0") -> str:
@@ -92,6 +108,11 @@ class NodeConfig:
         peer_max_pending: connections still proving the key, in all; the oldest is dropped beyond.
         peer_max_pending_per_ip: the same, per source address.
         peer_max_connections: authenticated transfer connections served at once.
+        max_connections: the most client connections the daemon keeps open at once (lowered to a
+            quarter of its file-descriptor limit); more are refused with ``CapacityError``.
+        max_connections_per_uid: the most of those from one local user (``SO_PEERCRED``).
+        hello_timeout_s: a connection that has not presented credentials (``Hello`` or
+            ``AdminHello``) this many seconds after connecting is closed.
     """
 
     node_id: str = "node0"
@@ -124,6 +145,10 @@ class NodeConfig:
     peer_max_pending: int = 256
     peer_max_pending_per_ip: int = 32
     peer_max_connections: int = 128
+    # Connection limits (issue 14: idle connections must not exhaust the daemon's descriptors).
+    max_connections: int = 4096
+    max_connections_per_uid: int = 1024
+    hello_timeout_s: float = 5.0
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -168,6 +193,11 @@ class NodeConfig:
             raise ConfigError(f"transfer_port={self.transfer_port!r} is not a TCP port (0-65535)")
         if not isinstance(self.remote_timeout_s, int | float) or not self.remote_timeout_s > 0:
             raise ConfigError(f"remote_timeout_s={self.remote_timeout_s!r} must be a number > 0")
+        _positive("max_connections", self.max_connections)
+        _positive("max_connections_per_uid", self.max_connections_per_uid)
+        if (not isinstance(self.hello_timeout_s, int | float) or isinstance(self.hello_timeout_s, bool)
+                or not 0 < self.hello_timeout_s < float("inf")):
+            raise ConfigError(f"hello_timeout_s={self.hello_timeout_s!r} must be a number of seconds > 0")
         self._check_peers()
 
     def _check_peers(self) -> None:
@@ -185,6 +215,11 @@ class NodeConfig:
         _positive("peer_max_pending", self.peer_max_pending)
         _positive("peer_max_pending_per_ip", self.peer_max_pending_per_ip)
         _positive("peer_max_connections", self.peer_max_connections)
+
+    def __repr__(self) -> str:
+        # Never print a password: reprs end up in logs and error messages.
+        fields = ", ".join(f"{k}={redact_url(v) if k == 'redis_url' else v!r}" for k, v in self.__dict__.items())
+        return f"NodeConfig({fields})"
 
     def storage_options(self) -> StorageOptions:
         """The :class:`~gfaas.policy.storage.StorageOptions` named by :attr:`storage_policy`."""

@@ -1,5 +1,7 @@
 """Invocation registry (tokens) and the read-access rule."""
 
+import hashlib
+import hmac
 import itertools
 import json
 import re
@@ -7,7 +9,7 @@ import re
 import pytest
 
 from gfaas import AuthenticationError, ConfigError
-from gfaas.dataplane.auth import MAX_FUNCTIONS, Registry, may_read
+from gfaas.dataplane.auth import MAX_FUNCTIONS, Registry, may_read, token_hash
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 INV = "0123456789abcdef0123456789abcdef"
@@ -155,15 +157,38 @@ def test_one_token_for_two_functions_is_rejected() -> None:
 
 
 def test_json_round_trip() -> None:
-    """to_json/from_json through real JSON restores invocations and their tokens."""
-    reg = Registry()
+    """to_json/from_json (same key) through real JSON restores invocations; their tokens still authenticate."""
+    reg = Registry(b"k" * 32)
     a = reg.open("wf", ["f", "g"])
     b = reg.open("w2", ["x"], invocation_id=INV, tokens={"x": tok(3)})
-    back = Registry.from_json(json.loads(json.dumps(reg.to_json())))
+    back = Registry.from_json(json.loads(json.dumps(reg.to_json())), b"k" * 32)
     assert len(back) == 2
     assert back.get(a.id).functions == ("f", "g") and back.get(a.id).workflow == "wf"
+    assert back.get(a.id).tokens == {}  # not at rest: known again only once presented
     assert back.authenticate(a.tokens["g"])[1] == "g"
+    assert back.get(a.id).tokens == {"g": a.tokens["g"]}
     assert back.authenticate(tok(3))[0].id == b.id == INV
+
+
+def test_tokens_at_rest_are_keyed_hashes_only() -> None:
+    """The stored form names no token, only HMAC-SHA256(key, token); under another key no token authenticates."""
+    reg = Registry(b"k" * 32)
+    a = reg.open("wf", ["f", "g"])
+    text = json.dumps(reg.to_json())
+    assert all(t not in text for t in a.tokens.values())
+    assert reg.to_json()[0]["token_hashes"] == {f: token_hash(b"k" * 32, t) for f, t in a.tokens.items()}
+    assert token_hash(b"k" * 32, "ab") == hmac.new(b"k" * 32, b"ab", hashlib.sha256).hexdigest()
+    other = Registry.from_json(json.loads(text), b"j" * 32)
+    with pytest.raises(AuthenticationError, match="unknown or revoked function token"):
+        other.authenticate(a.tokens["f"])
+
+
+def test_plain_tokens_of_an_older_registry_are_hashed_on_load() -> None:
+    """A registry file with plain tokens (older versions) loads; its tokens authenticate and are stored hashed."""
+    old = [{"id": INV, "workflow": "wf", "functions": ["f"], "tokens": {"f": tok(5)}}]
+    reg = Registry.from_json(old, b"k" * 32)
+    assert reg.authenticate(tok(5))[1] == "f"
+    assert tok(5) not in json.dumps(reg.to_json())
 
 
 # ---- may_read truth table -------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """NodeConfig validation: every rejected value is named in the error."""
 
 import os
+import re
 
 import pytest
 
@@ -34,6 +35,41 @@ def test_default_paths_follow_the_environment(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("GFAAS_RUN_DIR")
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/7")
     assert default_run_dir() == f"/run/user/7/gfaas-{os.getuid()}"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert default_run_dir() == "/run/gfaas"  # root: not a name other users can pre-create in /tmp
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert default_run_dir() == f"/tmp/gfaas-{os.getuid()}"  # checked by the daemon before use
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret@h:6379/0", "redis://:***@h:6379/0"),
+        ("rediss://user:p@ss@h/1", "rediss://user:***@h/1"),
+        ("redis://h:6379/0", "redis://h:6379/0"),
+        ("redis://user@h", "redis://user@h"),
+    ],
+)
+def test_config_repr_hides_redis_passwords(url: str, shown: str) -> None:
+    """NodeConfig's repr (what logs and errors print) shows the Redis URL with its password masked."""
+    r = repr(cfg(redis_url=url))
+    assert f"redis_url={shown!r}" in r and ("***" not in shown or "s3cret" not in r and "p@ss" not in r)
+
+
+@pytest.mark.parametrize(
+    ("kw", "named"),
+    [
+        ({"max_connections": 0}, "max_connections=0 is invalid"),
+        ({"max_connections_per_uid": -1}, "max_connections_per_uid=-1 is invalid"),
+        ({"hello_timeout_s": 0}, "hello_timeout_s=0 must be a number of seconds > 0"),
+        ({"hello_timeout_s": float("inf")}, "hello_timeout_s=inf must be"),
+    ],
+)
+def test_connection_limits_are_validated(kw: dict[str, object], named: str) -> None:
+    """Connection caps are integers >= 1 and the Hello deadline a finite number of seconds > 0."""
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        NodeConfig(**kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

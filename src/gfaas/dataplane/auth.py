@@ -4,10 +4,16 @@ The platform opens a *workflow invocation* on a node through the admin interface
 token per function of the workflow. A function process presents its token when it connects; the
 connection is then bound to ``(invocation, function)`` and every request on it is checked against
 that identity (seed 001 §7: each access is authenticated by function and workflow).
+
+Tokens are kept at rest only as keyed hashes, ``HMAC-SHA256(key, token)``, under a key of the node's
+state directory: a copy of ``invocations.json`` names no token that works. A token is known in
+plain text only in memory, where the node generated it or a function presented it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -31,37 +37,57 @@ def check_hex32(kind: str, value: object) -> str:
     return value
 
 
+def token_hash(key: bytes, token: str) -> str:
+    """The keyed hash a token is stored as (hex HMAC-SHA256)."""
+    return hmac.new(key, token.encode(), hashlib.sha256).hexdigest()
+
+
 @dataclass
 class Invocation:
-    """One run of a workflow on this node, with the token of each of its functions."""
+    """One run of a workflow on this node, with the keyed hash of each of its functions' tokens.
+
+    ``tokens`` holds the plain tokens this process knows: all of them when it opened the
+    invocation, after a restart those its functions have presented since."""
 
     id: str
     workflow: str
     functions: tuple[str, ...]
     tokens: dict[str, str] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
-        return {"id": self.id, "workflow": self.workflow, "functions": list(self.functions), "tokens": self.tokens}
+        return {"id": self.id, "workflow": self.workflow, "functions": list(self.functions),
+                "token_hashes": self.hashes}
 
     @classmethod
-    def from_json(cls, d: dict[str, object]) -> Invocation:
+    def from_json(cls, d: dict[str, object], key: bytes) -> Invocation:
+        if "token_hashes" in d:
+            hashes = {str(f): str(h) for f, h in d["token_hashes"].items()}  # type: ignore[attr-defined]
+        else:  # written by a version that stored plain tokens: hash them now
+            hashes = {str(f): token_hash(key, str(t)) for f, t in d["tokens"].items()}  # type: ignore[attr-defined]
         return cls(
             id=str(d["id"]),
             workflow=str(d["workflow"]),
             functions=tuple(d["functions"]),  # type: ignore[arg-type]
-            tokens=dict(d["tokens"]),  # type: ignore[call-overload]
+            hashes=hashes,
         )
 
 
 class Registry:
-    """The open invocations of a node and the tokens that identify their functions."""
+    """The open invocations of a node and the (hashed) tokens that identify their functions.
 
-    def __init__(self) -> None:
+    ``key`` keys the token hashes; without one a random key lives as long as this registry."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self.key = key if key is not None else secrets.token_bytes(32)
         self._invocations: dict[str, Invocation] = {}
-        self._by_token: dict[str, tuple[str, str]] = {}
+        self._by_hash: dict[str, tuple[str, str]] = {}
 
     def __len__(self) -> int:
         return len(self._invocations)
+
+    def __bool__(self) -> bool:
+        return True  # an empty registry is still this registry, with its key (``registry or Registry()``)
 
     def __contains__(self, invocation_id: object) -> bool:
         return invocation_id in self._invocations
@@ -102,42 +128,50 @@ class Registry:
             toks = {f: check_hex32(f"token of {f}", t) for f, t in tokens.items()}
             if len(set(toks.values())) != len(toks):
                 raise ConfigError("two functions were given the same token; each function needs its own")
-        for t in toks.values():
-            if t in self._by_token:
+        hashes = {f: token_hash(self.key, t) for f, t in toks.items()}
+        for h in hashes.values():
+            if h in self._by_hash:
                 raise ConfigError("a token is already in use by another invocation; let the node generate tokens")
-        inv = Invocation(inv_id, workflow, fns, toks)
+        inv = Invocation(inv_id, workflow, fns, toks, hashes)
         self._add(inv)
         return inv
 
     def _add(self, inv: Invocation) -> None:
         self._invocations[inv.id] = inv
-        for f, t in inv.tokens.items():
-            self._by_token[t] = (inv.id, f)
+        for f, h in inv.hashes.items():
+            self._by_hash[h] = (inv.id, f)
 
     def end(self, invocation_id: str) -> Invocation:
         inv = self.get(invocation_id)
         del self._invocations[invocation_id]
-        for t in inv.tokens.values():
-            self._by_token.pop(t, None)
+        for h in inv.hashes.values():
+            self._by_hash.pop(h, None)
         return inv
 
     def authenticate(self, token: object) -> tuple[Invocation, str]:
         """The (invocation, function) a token belongs to; :class:`AuthenticationError` otherwise."""
-        who = self._by_token.get(token) if isinstance(token, str) else None
+        digest = token_hash(self.key, token) if isinstance(token, str) else ""
+        who = self._by_hash.get(digest)
         if who is None:
             raise AuthenticationError(
                 "unknown or revoked function token; ask the platform for the credentials of this invocation"
             )
-        return self._invocations[who[0]], who[1]
+        inv, fn = self._invocations[who[0]], who[1]
+        # The lookup found it by its digest; compare once more in constant time all the same.
+        if not hmac.compare_digest(inv.hashes[fn], digest):  # pragma: no cover - a dict lookup matched it
+            raise AuthenticationError("unknown or revoked function token")
+        inv.tokens.setdefault(fn, token)  # type: ignore[arg-type]  # pulls for it present it (puller.py)
+        return inv, fn
 
     def to_json(self) -> list[dict[str, object]]:
+        """What is stored at rest: token hashes, never tokens."""
         return [inv.to_json() for inv in self._invocations.values()]
 
     @classmethod
-    def from_json(cls, items: list[dict[str, object]]) -> Registry:
-        reg = cls()
+    def from_json(cls, items: list[dict[str, object]], key: bytes | None = None) -> Registry:
+        reg = cls(key)
         for d in items:
-            reg._add(Invocation.from_json(d))
+            reg._add(Invocation.from_json(d, reg.key))
         return reg
 
 

@@ -84,6 +84,8 @@ class Channel:
         try:
             self.sock.send(P.encode(msg))
             data, anc, _flags, _ = self.sock.recvmsg(P.MAX_FRAME, _FD_SPACE)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            self._refused(exc)
         except (TimeoutError, BlockingIOError):
             waited = self.timeout
             self.close()
@@ -106,6 +108,23 @@ class Channel:
         if isinstance(reply, P.Error):
             raise error_from_code(reply.code, reply.message)
         return reply, fds
+
+    def _refused(self, exc: OSError) -> None:
+        """The daemon closed the connection; raise the error it left first (a refused connection:
+        too many, no Hello in time, out of descriptors) if there is one."""
+        try:
+            data = self.sock.recv(P.MAX_FRAME, socket.MSG_DONTWAIT) if self.sock is not None else b""
+        except OSError:
+            data = b""
+        if data:
+            try:
+                reply = P.decode_reply(data)
+            except Exception:
+                reply = None
+            if isinstance(reply, P.Error):
+                self.close()
+                raise error_from_code(reply.code, reply.message)
+        self._broken(exc)
 
     def _broken(self, exc: BaseException | None) -> None:
         self.close()

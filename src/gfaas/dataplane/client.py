@@ -43,6 +43,7 @@ from .slabindex import (
     LIVE,
     LOG_HEADER,
 )
+from .statefiles import read_private_file
 
 log = logging.getLogger("gfaas.dataplane")
 
@@ -857,8 +858,9 @@ class Admin:
             sd = state_dir or os.path.join(default_run_dir(), f"{node_id}.state")
             path = os.path.join(sd, "admin.token")
             try:
-                with open(path) as f:
-                    admin_token = f.read().strip()
+                # Not through a symlink, and only a 0600 file of ours (or root's): another user's
+                # planted token would hand this admin connection to a daemon of theirs.
+                admin_token = read_private_file(path, "admin token file").decode().strip()
             except FileNotFoundError:
                 raise AuthenticationError(
                     f"no admin token at {path}; pass admin_token= or the node's state_dir"

@@ -14,19 +14,22 @@ drains every other connection's queued messages and only then answers.
 from __future__ import annotations
 
 import array
+import errno
 import hmac
 import json
 import logging
 import math
 import os
 import queue
+import resource
 import secrets
 import select
 import signal
 import socket
+import struct
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,13 +38,22 @@ from typing import Any
 import msgspec
 
 from ..config import NodeConfig
-from ..errors import AuthenticationError, ConfigError, DataPlaneError, GfaasError, ProtocolError, code_of
+from ..errors import (
+    AuthenticationError,
+    CapacityError,
+    ConfigError,
+    DataPlaneError,
+    GfaasError,
+    ProtocolError,
+    code_of,
+)
 from . import protocol as P
-from .auth import Registry
+from .auth import Registry, token_hash
 from .backends import make_backend, make_device_backends
 from .journal import Journal
 from .slabindex import ReadLog
 from .spill import SpillDir
+from .statefiles import create_file, load_or_create_key, private_dir, read_private_file, replace_file
 from .store import WRITING, ObjectRecord, Segment, Session, Store
 from .tiers import SpillJob
 
@@ -54,6 +66,10 @@ _EARLY_MAX = 65536  # local reads noted before their object's seal arrived (see 
 # soon after work was found, backing off while there is none.
 _SCAN_MIN_S = 0.002
 _SCAN_MAX_S = 0.25
+# Out of descriptors (EMFILE: this process; ENFILE: the system): refuse the connection or request, never exit.
+_FD_ERRNOS = (errno.EMFILE, errno.ENFILE)
+_ACCEPT_PAUSE_S = 0.1  # how long the listener rests when not even a refusal can be accepted
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 @dataclass(eq=False)
@@ -69,6 +85,7 @@ class Conn:
     pending_error: GfaasError | None = None
     read_log: ReadLog | None = None  # where it notes its local reads (slabindex.py)
     busy: bool = False  # a deferred or parked reply is outstanding: read nothing more from it yet
+    uid: int = -1  # the connecting process's user (SO_PEERCRED), for the per-user connection cap
 
 
 class Daemon:
@@ -91,6 +108,15 @@ class Daemon:
         self._draining = False
         self._parked: list[tuple[Conn, P.Get]] = []
         self._listener: socket.socket | None = None
+        # Connection limits (see _accept): per-user counts, the Hello deadlines in accept order, a
+        # spare descriptor freed to accept-and-refuse when the process has none left.
+        self._per_uid: dict[int, int] = {}
+        self._hello_due: deque[tuple[float, Conn]] = deque()
+        self._reserve_fd = -1
+        self._listen_paused_until = 0.0
+        self._refused = 0
+        self._refusal_logged = 0.0
+        self._max_conns = config.max_connections
         self._setup_state()
         self.store = Store(
             config,
@@ -137,31 +163,55 @@ class Daemon:
 
     # ---- state on disk -------------------------------------------------------------------------
     def _setup_state(self) -> None:
+        """Check (or create) the private directories, then load the node's key, admin token hash and
+        journal. Every file is created without following symlinks (statefiles.py)."""
         c = self.config
-        os.makedirs(c.state_dir, mode=0o700, exist_ok=True)
-        os.makedirs(os.path.dirname(c.socket_path) or ".", mode=0o700, exist_ok=True)
-        tok_path = os.path.join(c.state_dir, "admin.token")
-        if not os.path.exists(tok_path):
-            fd = os.open(tok_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(16))
-        with open(tok_path) as f:
-            self.admin_token = f.read().strip()
+        private_dir(c.state_dir, "state directory")
+        private_dir(os.path.dirname(os.path.abspath(c.socket_path)), "socket directory")
+        self.node_key, self._new_key = load_or_create_key(os.path.join(c.state_dir, "token.key"))
+        self._admin_hash = self._admin_token_hash()
         self.journal = Journal(os.path.join(c.state_dir, "objects.journal"))
         self._lost = self.journal.load()
+
+    def _admin_token_hash(self) -> str:
+        """The keyed hash the admin token is checked against (``admin.hash``).
+
+        ``admin.token`` is the operator's credential (0600 in the private state directory); the
+        daemon never takes its content as the verifier. A new token is made at the first start,
+        and when the operator removes ``admin.token`` to rotate it."""
+        sd = self.config.state_dir
+        tok_path, hash_path = os.path.join(sd, "admin.token"), os.path.join(sd, "admin.hash")
+        if os.path.lexists(tok_path) and not self._new_key:
+            try:
+                return read_private_file(hash_path, "admin token hash").decode().strip()
+            except FileNotFoundError:
+                pass  # written by a version that kept no hash: make a new token
+        for p in (tok_path, hash_path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+        token = secrets.token_hex(16)
+        digest = token_hash(self.node_key, token)
+        create_file(hash_path, digest.encode())
+        create_file(tok_path, token.encode())
+        return digest
 
     def _registry_path(self) -> str:
         return os.path.join(self.config.state_dir, "invocations.json")
 
     def _load_registry(self) -> Registry:
         try:
-            with open(self._registry_path()) as f:
-                reg = Registry.from_json(json.load(f))
+            reg = Registry.from_json(json.loads(read_private_file(self._registry_path(), "invocation registry")),
+                                     self.node_key)
         except FileNotFoundError:
-            reg = Registry()
-        except (ValueError, KeyError, TypeError) as exc:
+            reg = Registry(self.node_key)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("ignoring unreadable invocation registry %s: %s", self._registry_path(), exc)
-            reg = Registry()
+            reg = Registry(self.node_key)
+        if self._new_key and len(reg):
+            log.warning("the token key was missing and is new: the %d open invocations' tokens no longer"
+                        " authenticate", len(reg))
         # Objects from before a restart are lost; keep only those of invocations still open.
         self._lost = {k: v for k, v in self._lost.items() if v in reg}
         self.journal.rewrite(self._lost)
@@ -170,11 +220,11 @@ class Daemon:
         return reg
 
     def _save_registry(self) -> None:
-        tmp = self._registry_path() + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.store.registry.to_json(), f)
-        os.replace(tmp, self._registry_path())
+        """Store the open invocations (token hashes only), then let the journal drop the records of
+        the ended ones if they have come to outnumber the live ones (journal.py)."""
+        replace_file(self._registry_path(), json.dumps(self.store.registry.to_json()).encode(), sync=False)
+        if self.journal.retain(self.store.registry):
+            log.info("compacted the object journal to %d records", self.journal.records)
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def bind(self) -> None:
@@ -197,6 +247,9 @@ class Daemon:
         os.chmod(path, 0o600)
         ls.listen(256)
         ls.setblocking(False)
+        self._reserve_fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self._max_conns = min(self.config.max_connections, max(8, soft // 4))
         if self.store.spill is not None:
             self.store.spill.clear()  # files of a daemon that died: no other daemon serves this node
         self._listener = ls
@@ -223,14 +276,18 @@ class Daemon:
         try:
             while not self._stopping:
                 listen_fd = self._listener.fileno() if self._listener is not None else -1
-                for fd, _ev in self._ep.poll(self._idle_timeout()):
+                for fd, _ev in self._ep.poll(self._limits_timeout(self._idle_timeout())):
                     conn = self._conns.get(fd)
                     if conn is not None:
                         self._serve(conn)
                     elif fd == listen_fd:
-                        self._accept()
+                        try:
+                            self._accept()
+                        except Exception:  # a bug must not take the node down
+                            log.exception("internal error accepting a connection")
                     elif fd == self._wake_r:
                         self._flush_done()
+                self._enforce_limits()
                 if self.store.local_reads and time.monotonic() >= self._next_scan:
                     try:
                         found = self._scan_all()
@@ -297,7 +354,8 @@ class Daemon:
         for conn in list(self._conns.values()):
             self._drop(conn)
         if self._listener is not None:
-            self._ep.unregister(self._listener.fileno())
+            if self._listen_paused_until == 0.0:
+                self._ep.unregister(self._listener.fileno())
             self._listener.close()
             self._listener = None
             try:
@@ -311,26 +369,132 @@ class Daemon:
         with self.lock:
             self.store.close()
         self._ep.close()
+        if self._reserve_fd >= 0:
+            os.close(self._reserve_fd)
+            self._reserve_fd = -1
         for dev in self.store.devices.values():
             dev.close()
 
     # ---- connections ---------------------------------------------------------------------------
     def _accept(self) -> None:
+        """Accept every waiting connection, refusing (with an error the client reads, then closing)
+        those over the caps and, when the process is out of descriptors, all of them."""
         assert self._listener is not None
         while True:
             try:
                 sock, _ = self._listener.accept()
             except BlockingIOError:
                 return
+            except OSError as exc:
+                if exc.errno not in _FD_ERRNOS or not self._refuse_without_fds(exc):
+                    self._pause_listener(exc)
+                    return
+                continue
+            try:
+                uid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))[1]
+            except OSError:
+                uid = -1
+            c = self.config
+            if len(self._conns) >= self._max_conns:
+                self._refuse(sock, f"node {c.node_id} has {len(self._conns)} connections, its limit"
+                             f" (max_connections={self._max_conns}); close idle connections or raise the limit")
+                continue
+            if self._per_uid.get(uid, 0) >= c.max_connections_per_uid:
+                self._refuse(sock, f"node {c.node_id} has {self._per_uid[uid]} connections from uid {uid}, the"
+                             f" limit per user (max_connections_per_uid={c.max_connections_per_uid}); close idle"
+                             " connections or raise the limit")
+                continue
             sock.setblocking(False)
-            conn = Conn(sock)
+            conn = Conn(sock, uid=uid)
             self._conns[sock.fileno()] = conn
+            self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
+            self._hello_due.append((time.monotonic() + c.hello_timeout_s, conn))
             self._ep.register(sock.fileno(), select.EPOLLIN)
+
+    def _refuse(self, sock: socket.socket, why: str, code: str = "CapacityError") -> None:
+        """Answer a connection with an error and close it; its client raises the error (channel.py)."""
+        try:
+            sock.setblocking(False)
+            sock.send(P.encode(P.Error(code, why)))
+        except OSError:
+            pass
+        sock.close()
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged >= 1.0:  # at most one line a second, however many are refused
+            log.warning("refused %d connection(s): %s", self._refused, why)
+            self._refused, self._refusal_logged = 0, now
+
+    def _refuse_without_fds(self, exc: OSError) -> bool:
+        """Out of descriptors: free the spare one, accept with it and refuse. False if that failed too."""
+        if self._reserve_fd < 0:
+            return False
+        os.close(self._reserve_fd)
+        self._reserve_fd = -1
+        try:
+            sock, _ = self._listener.accept()  # type: ignore[union-attr]
+        except OSError:
+            sock = None
+        if sock is not None:
+            self._refuse(sock, f"node {self.config.node_id} is out of file descriptors ({exc.strerror});"
+                         " try again later, or raise its limit (ulimit -n) or lower max_connections")
+        try:
+            self._reserve_fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        return sock is not None
+
+    def _pause_listener(self, exc: OSError) -> None:
+        """Stop polling the listener for a while (level-triggered, it would wake the loop at once)."""
+        if self._listen_paused_until == 0.0 and self._listener is not None:
+            self._ep.unregister(self._listener.fileno())
+        self._listen_paused_until = time.monotonic() + _ACCEPT_PAUSE_S
+        log.warning("cannot accept connections (%s); pausing for %.1f s", exc, _ACCEPT_PAUSE_S)
+
+    def _enforce_limits(self) -> None:
+        """Resume a paused listener; close connections that said no Hello in time."""
+        now = time.monotonic()
+        if self._listen_paused_until and now >= self._listen_paused_until and self._listener is not None:
+            self._listen_paused_until = 0.0
+            if self._reserve_fd < 0:
+                try:
+                    self._reserve_fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    pass
+            self._ep.register(self._listener.fileno(), select.EPOLLIN)
+        due = self._hello_due
+        while due and due[0][0] <= now:
+            _, conn = due.popleft()
+            if conn.sock.fileno() >= 0 and conn.session is None and not conn.admin and not conn.busy:
+                t = self.config.hello_timeout_s
+                self._refuse_conn(conn, f"no Hello within {t:g} s of connecting (hello_timeout_s); connection"
+                                  " closed: present credentials first")
+
+    def _refuse_conn(self, conn: Conn, why: str) -> None:
+        try:
+            conn.sock.send(P.encode(P.Error("AuthenticationError", why)))
+        except OSError:
+            pass
+        self._drop(conn)
+
+    def _limits_timeout(self, wait: float) -> float:
+        """``wait`` shortened to the next Hello deadline or listener resume."""
+        now = time.monotonic()
+        nxt = [t for t in (self._hello_due[0][0] if self._hello_due else 0.0, self._listen_paused_until) if t]
+        if not nxt:
+            return wait
+        left = max(0.0, min(nxt) - now) + 0.001
+        return left if wait < 0 else min(wait, left)
 
     def _drop(self, conn: Conn) -> None:
         if self._conns.pop(conn.sock.fileno(), None) is None:
             return
         self._ep.unregister(conn.sock.fileno())
+        left = self._per_uid.get(conn.uid, 1) - 1
+        if left > 0:
+            self._per_uid[conn.uid] = left
+        else:
+            self._per_uid.pop(conn.uid, None)
         self._scan(conn)  # what it put or read before it left counts
         with self.lock:
             if conn.read_log is not None:
@@ -406,15 +570,28 @@ class Daemon:
                 log.warning("asynchronous seal failed: %s", exc)
                 return
             out = (P.Error(code_of(exc), str(exc)), [])
-        except Exception as exc:  # a bug must not take the node down
-            log.exception("internal error handling a request")
+        except Exception as exc:  # a bug, or no descriptors left, must not take the node down
+            err = self._internal_error(exc)
             if isinstance(msg, _ASYNC):  # no reply: it would be taken as the answer to the next request
-                conn.pending_error = DataPlaneError(f"internal error in the node daemon: {exc!r}")
+                conn.pending_error = err
                 return
-            out = (P.Error("DataPlaneError", f"internal error in the node daemon: {exc!r}"), [])
+            out = (P.Error(code_of(err), str(err)), [])
         if out is not None:
             self._send(conn, *out)
         self._settle()
+
+    def _internal_error(self, exc: Exception) -> GfaasError:
+        """The error a client gets for an unexpected exception: running out of descriptors (creating a
+        segment's memfd, duplicating one to send) is a ``CapacityError`` of that request alone."""
+        if isinstance(exc, OSError) and exc.errno in _FD_ERRNOS:
+            now = time.monotonic()
+            if now - self._refusal_logged >= 1.0:
+                log.warning("out of file descriptors handling a request: %s", exc)
+                self._refusal_logged = now
+            return CapacityError(f"node {self.config.node_id} is out of file descriptors ({exc.strerror}); free"
+                                 " objects or end invocations, or raise its limit (ulimit -n)")
+        log.exception("internal error handling a request")
+        return DataPlaneError(f"internal error in the node daemon: {exc!r}")
 
     def _settle(self) -> None:
         """The store's deferred tier work (evict after a restore, restore into freed memory, pool
@@ -552,7 +729,7 @@ class Daemon:
 
     def _admin_hello(self, conn: Conn, m: P.AdminHello) -> tuple[P.Reply, list[int]]:
         self._check_version(m.version)
-        if not hmac.compare_digest(m.admin_token.encode(), self.admin_token.encode()):
+        if not hmac.compare_digest(token_hash(self.node_key, m.admin_token), self._admin_hash):
             raise AuthenticationError(
                 f"wrong admin token; read it from {os.path.join(self.config.state_dir, 'admin.token')}"
             )

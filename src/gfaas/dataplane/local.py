@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -12,7 +13,8 @@ import time
 from dataclasses import asdict
 
 from ..config import NodeConfig
-from ..errors import DaemonUnavailable
+from ..errors import ConfigError, DaemonUnavailable
+from .statefiles import private_dir
 
 
 def pid_path(config: NodeConfig) -> str:
@@ -30,9 +32,26 @@ def is_serving(socket_path: str) -> bool:
         s.close()
 
 
-def daemon_command(config: NodeConfig) -> list[str]:
-    cfg = {k: v for k, v in asdict(config).items() if k != "extra"}
-    return [sys.executable, "-m", "gfaas.dataplane.node_main", json.dumps(cfg)]
+def daemon_command(config_fd: int) -> list[str]:
+    """The daemon's command line: its configuration (which may hold a Redis password) comes through
+    the inherited descriptor ``config_fd``, never in argv, which every local user can read."""
+    return [sys.executable, "-m", "gfaas.dataplane.node_main", "--config-fd", str(config_fd)]
+
+
+def _config_pipe(config: NodeConfig) -> int:
+    """A pipe's read end holding ``config`` as JSON (written whole: it fits the pipe's buffer)."""
+    data = json.dumps({k: v for k, v in asdict(config).items() if k != "extra"}).encode()
+    if len(data) > 65536:
+        raise ConfigError(f"node configuration of {len(data)} bytes is too large to pass to the daemon")
+    r, w = os.pipe2(os.O_CLOEXEC)
+    try:
+        os.write(w, data)
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
+    return r
 
 
 def start_daemon(config: NodeConfig, timeout: float = 15.0, log_path: str | None = None,
@@ -40,17 +59,30 @@ def start_daemon(config: NodeConfig, timeout: float = 15.0, log_path: str | None
     """Spawn a daemon process for ``config`` and wait until its socket answers."""
     if is_serving(config.socket_path):
         raise DaemonUnavailable(f"a node daemon already serves {config.socket_path}; stop it first")
-    os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
+    private_dir(config.state_dir, "state directory")  # ConfigError naming the fix if another user's
     try:
         os.unlink(pid_path(config))  # stale, from a daemon that was killed
     except FileNotFoundError:
         pass
     log_path = log_path or os.path.join(config.state_dir, "daemon.log")
-    cmd = daemon_command(config)
+    cfg_fd = _config_pipe(config)
+    cmd = daemon_command(cfg_fd)
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
-    with open(log_path, "ab") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True)
+    # Never through a symlink someone planted where the log goes.
+    try:
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        os.close(cfg_fd)
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"log file {log_path} is a symlink; it is refused: remove it") from None
+        raise
+    try:
+        proc = subprocess.Popen(cmd, stdout=log_fd, stderr=log_fd, stdin=subprocess.DEVNULL,
+                                start_new_session=True, pass_fds=(cfg_fd,))
+    finally:
+        os.close(log_fd)
+        os.close(cfg_fd)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -1,20 +1,59 @@
-"""Entry point of a daemon process: ``python -m gfaas.dataplane.node_main '<config json>'``."""
+"""Entry point of a daemon process: ``python -m gfaas.dataplane.node_main --config-fd N``.
+
+The configuration arrives as JSON on an inherited descriptor (a pipe, see ``local.start_daemon``),
+not in argv: a Redis password in it must not show in ``/proc/PID/cmdline``.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import resource
 import sys
 
 from ..config import NodeConfig
+from ..errors import ConfigError
 from .daemon import Daemon
+from .statefiles import replace_file
+
+log = logging.getLogger("gfaas.dataplane")
 
 
-def main() -> None:
+def read_config(argv: list[str]) -> NodeConfig:
+    """The configuration named by ``--config-fd N`` (read whole, then closed)."""
+    if len(argv) != 2 or argv[0] != "--config-fd" or not argv[1].isdigit():
+        raise ConfigError(f"usage: python -m gfaas.dataplane.node_main --config-fd N (got {len(argv)} arguments);"
+                          " the configuration is never passed in argv")
+    fd = int(argv[1])
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return NodeConfig(**json.loads(b"".join(chunks)))
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's soft descriptor limit to the hard one (every client connection and
+    segment holds one); returns the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the descriptor limit from %d to %d: %s", soft, hard, exc)
+    return soft
+
+
+def main(config: NodeConfig | None = None) -> None:
     logging.basicConfig(level=os.environ.get("GFAAS_LOG", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = NodeConfig(**json.loads(sys.argv[1]))
+    if config is None:
+        config = read_config(sys.argv[1:])
+    log.info("node configuration: %r (descriptor limit %d)", config, raise_fd_limit())  # the repr hides passwords
     remote = None
     if config.transfer_host is not None or config.redis_url is not None:
         from .remote import Remote  # cross-node support
@@ -23,8 +62,7 @@ def main() -> None:
     daemon = Daemon(config, remote)
     daemon.bind()
     pid_file = os.path.join(config.state_dir, "daemon.pid")
-    with open(pid_file, "w") as f:
-        f.write(str(os.getpid()))
+    replace_file(pid_file, str(os.getpid()).encode(), sync=False)  # never written through a symlink
     try:
         daemon.serve_forever()
     finally:
