@@ -24,6 +24,7 @@ from gfaas.dataplane import protocol as P
 from gfaas.dataplane.channel import Channel
 from gfaas.dataplane.daemon import Daemon
 from gfaas.dataplane.local import LocalNode, start_daemon
+from gfaas.dataplane.peer_auth import generate_key_file
 
 NOBODY = 65534
 
@@ -292,9 +293,11 @@ def test_admin_client_refuses_a_token_file_open_to_others(node) -> None:  # type
 
 
 # ---- row 14: secrets never in argv or logs ------------------------------------------------------
-def test_redis_password_is_not_in_argv_or_the_log(make_config) -> None:  # type: ignore[no-untyped-def]
+def test_redis_password_is_not_in_argv_or_the_log(make_config, run_dir) -> None:  # type: ignore[no-untyped-def]
     """A daemon whose redis_url holds a password shows it neither in /proc/PID/cmdline nor in its log."""
-    cfg = make_config(redis_url="redis://:s3cretpw@127.0.0.1:1/0", remote_timeout_s=0.2)
+    key = os.path.join(run_dir, "cluster.key")
+    generate_key_file(key)
+    cfg = make_config(redis_url="redis://:s3cretpw@127.0.0.1:1/0", remote_timeout_s=0.2, cluster_key_file=key)
     assert "s3cretpw" not in repr(cfg) and "redis://:***@127.0.0.1:1/0" in repr(cfg)
     with LocalNode(cfg) as n:
         assert n.proc is not None

@@ -53,7 +53,7 @@ def test_default_paths_follow_the_environment(monkeypatch: pytest.MonkeyPatch) -
 )
 def test_config_repr_hides_redis_passwords(url: str, shown: str) -> None:
     """NodeConfig's repr (what logs and errors print) shows the Redis URL with its password masked."""
-    r = repr(cfg(redis_url=url))
+    r = repr(cfg(redis_url=url, cluster_key_file="/nonexistent/cluster.key"))  # a path; not read here
     assert f"redis_url={shown!r}" in r and ("***" not in shown or "s3cret" not in r and "p@ss" not in r)
 
 

@@ -46,8 +46,9 @@ def token_hash(key: bytes, token: str) -> str:
 class Invocation:
     """One run of a workflow on this node, with the keyed hash of each of its functions' tokens.
 
-    ``tokens`` holds the plain tokens this process knows: all of them when it opened the
-    invocation, after a restart those its functions have presented since."""
+    ``tokens`` holds the plain tokens only in the process that opened the invocation, to hand them to
+    the platform once; nothing else needs them (cross-node pulls prove the cluster key and name the
+    function, docs/security/peers.md), and a restarted daemon never has them."""
 
     id: str
     workflow: str
@@ -160,7 +161,6 @@ class Registry:
         # The lookup found it by its digest; compare once more in constant time all the same.
         if not hmac.compare_digest(inv.hashes[fn], digest):  # pragma: no cover - a dict lookup matched it
             raise AuthenticationError("unknown or revoked function token")
-        inv.tokens.setdefault(fn, token)  # type: ignore[arg-type]  # pulls for it present it (puller.py)
         return inv, fn
 
     def to_json(self) -> list[dict[str, object]]:
