@@ -338,7 +338,8 @@ def decode_request(data: bytes) -> Request:
 
 
 # ---- field ranges, checked before a request reaches any handler ----------------------------------
-# (Object IDs of the wrong length are answered by the store: InvalidDataRef, as for unknown ones.)
+# Object IDs of the wrong length are answered by the store (InvalidDataRef, as for unknown ones),
+# and so are seal ranges, which depend on the slab (Store.seal_small).
 MAX_EVENT_BYTES = 64  # a CUDA IPC event handle
 _I64 = (1 << 63) - 1
 
@@ -361,11 +362,6 @@ def _check_allocate(m: Allocate) -> None:
     _range(m, "device", HOST, what=f"{HOST} (host memory) or a GPU ordinal >= 0")
 
 
-def _check_seal(m: Seal) -> None:
-    _range(m, "offset", 0)
-    _range(m, "nbytes", 0)
-
-
 def _check_seal_allocated(m: SealAllocated) -> None:
     if len(m.event) > MAX_EVENT_BYTES:
         raise ProtocolError(f"SealAllocated.event has {len(m.event)} bytes; a CUDA IPC event has {MAX_EVENT_BYTES}")
@@ -385,7 +381,6 @@ def _check_release(m: Release) -> None:
 _CHECKS: dict[type, Callable[[Any], None]] = {
     Get: _check_get,
     Allocate: _check_allocate,
-    Seal: _check_seal,
     SealAllocated: _check_seal_allocated,
     Derive: _check_derive,
     Lease: lambda m: _range(m, "min_bytes", 0),

@@ -14,7 +14,7 @@ Safety (issue 14, row 10): the directory must belong to the daemon's user and be
 nobody else (checked through an ``O_NOFOLLOW`` directory descriptor that every later call goes
 through, so a path swapped afterwards is never followed); files are created ``O_EXCL | O_NOFOLLOW``
 with mode 0600 and read back ``O_NOFOLLOW``, and only if they are the very file written (same
-device and inode, same size): a planted symlink or a swapped file reads as ``DataLost``.
+device, inode, change time and size): a planted symlink or a swapped file reads as ``DataLost``.
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ class SpillDir:
         self.bytes_on_disk = 0
         self.pending = 0  # bytes of writes in flight on a worker thread (counted against the cap)
         self._sizes: dict[int, int] = {}
-        # Identity (device, inode) of each file as written: read back only that very file.
-        self._ident: dict[int, tuple[int, int]] = {}
+        # Identity of each file as written (device, inode, change time: an inode number can be
+        # reused by a file created in its place): read back only that very file.
+        self._ident: dict[int, tuple[int, int, int]] = {}
 
     def _file(self, key: int) -> str:
         return os.path.join(self.path, f"{key}{SUFFIX}")
@@ -114,12 +115,12 @@ class SpillDir:
                 os.unlink(self._name(key), dir_fd=self._dfd)
                 fd = os.open(self._name(key), flags, 0o600, dir_fd=self._dfd)
             try:
-                st = os.fstat(fd)
-                self._ident[key] = (st.st_dev, st.st_ino)
                 view = data.cast("B")
                 done = 0
                 while done < n:
                     done += os.write(fd, view[done:])
+                st = os.fstat(fd)
+                self._ident[key] = (st.st_dev, st.st_ino, st.st_ctime_ns)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -148,7 +149,7 @@ class SpillDir:
         view = dst.cast("B")
         fd = os.open(self._name(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._dfd)
         st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != self._ident.get(key) or st.st_size != n or not stat.S_ISREG(st.st_mode):
+        if (st.st_dev, st.st_ino, st.st_ctime_ns) != self._ident.get(key) or st.st_size != n or not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise OSError(f"spill file {self._file(key)} was replaced after it was written; not reading it")
         with open(fd, "rb", buffering=0) as f:
