@@ -149,8 +149,6 @@ def test_truncate_then_get_with_device_below_minus_two_is_refused_and_daemon_sur
     (P.Allocate(8, "raw", [8], None, device=-2), "Allocate.device=-2"),
     (P.Get(b"x" * 16, expect_nbytes=-5), "Get.expect_nbytes=-5"),
     (P.Derive(-1, 0, 8, "raw", [8], None), "Derive.segment=-1"),
-    (P.MoreIds(0), "MoreIds.n=0"),
-    (P.Lease(-1), "Lease.min_bytes=-1"),
     (P.SealAllocated(b"x" * 16, b"e" * 65), "SealAllocated.event has 65 bytes"),
 ])
 def test_out_of_range_fields_are_refused_before_any_handler(node: Any, msg: P._Msg, field: str) -> None:

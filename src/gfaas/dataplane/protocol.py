@@ -339,7 +339,7 @@ def decode_request(data: bytes) -> Request:
 
 # ---- field ranges, checked before a request reaches any handler ----------------------------------
 # Object IDs of the wrong length are answered by the store (InvalidDataRef, as for unknown ones),
-# and so are seal ranges, which depend on the slab (Store.seal_small).
+# and so are ranges the store checks with the limits of this node (seals, leases, MoreIds, sizes).
 MAX_EVENT_BYTES = 64  # a CUDA IPC event handle
 _I64 = (1 << 63) - 1
 
@@ -358,7 +358,6 @@ def _check_get(m: Get) -> None:
 
 
 def _check_allocate(m: Allocate) -> None:
-    _range(m, "nbytes", 0)
     _range(m, "device", HOST, what=f"{HOST} (host memory) or a GPU ordinal >= 0")
 
 
@@ -383,8 +382,6 @@ _CHECKS: dict[type, Callable[[Any], None]] = {
     Allocate: _check_allocate,
     SealAllocated: _check_seal_allocated,
     Derive: _check_derive,
-    Lease: lambda m: _range(m, "min_bytes", 0),
-    MoreIds: lambda m: _range(m, "n", 1),
     Release: _check_release,
 }
 

@@ -139,12 +139,18 @@ class Store:
         self.tiers._hints.pop(invocation_id, None)
         self.tiers._done.pop(invocation_id, None)
         self._lost = {k: v for k, v in self._lost.items() if v != invocation_id}
+        gone: set[int] = set()
         for s in self.sessions.values():
             if s.invocation == invocation_id:
                 self._close_arena(s)
                 s.issued.clear()
                 s.slots.clear()
+                gone.add(s.id)
         self.quotas.forget(invocation_id)
+        # Warm segments only its connections could write (their writes are sealed): none can now.
+        for seg in [g for pool in self._pool.values() for g in pool
+                    if g.mapper in gone and self.backend_of(g).writes_sealed(g.handle)]:
+            self._retire(seg)
         for seg in [g for g in self.segments.values() if g.invocation == invocation_id]:
             if not seg.pooled and not seg.live and not seg.open and not seg.holds:
                 self._retire(seg)  # parked (a client still holds a view): not worth keeping
