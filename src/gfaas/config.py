@@ -94,8 +94,21 @@ class NodeConfig:
             peer migration, demand-sized pools; ``lru``, ``no-pool``, ... are the papers' baselines).
         spill_dir: directory of the disk tier under host memory (default ``<state_dir>/spill``);
             its files are removed as their objects are freed and when the daemon starts or stops.
-        spill_capacity_bytes: the most bytes the disk tier holds (``None``: as much as the disk
-            has; ``0``: no disk tier, so a full pool raises ``CapacityError`` as before).
+        spill_capacity_bytes: the most bytes the disk tier holds (``None``: the lesser of
+            ``capacity_bytes`` and a quarter of the spill filesystem's free space when the daemon
+            starts; ``0``: no disk tier, so a full pool raises ``CapacityError`` as before).
+            ``spill_dir`` must be owned by the daemon's user and not writable by group or others.
+        quota_reserved_bytes: per invocation, the most bytes held for writing at once (segments
+            of allocated, unsealed objects and open slabs; ``None``: half of ``capacity_bytes``).
+        quota_unsealed_objects: per invocation, the most objects allocated and not yet sealed.
+        quota_issued_ids: per invocation, the most IDs for small puts handed out and not used yet.
+        quota_spill_bytes: per invocation, bytes on disk above which it may not allocate more
+            (``None``: half the disk tier's capacity). Each quota raises ``QuotaExceeded`` naming it.
+        max_connections: the most client connections the daemon keeps open at once (lowered to a
+            quarter of its file-descriptor limit); more are refused with ``CapacityError``.
+        max_connections_per_uid: the most of those from one local user (``SO_PEERCRED``).
+        hello_timeout_s: a connection that has not presented credentials (``Hello`` or
+            ``AdminHello``) this many seconds after connecting is closed.
 
     Peers (docs/security/peers.md):
         cluster_key_file: the key every node of the cluster shares (>= 32 bytes, mode 0600;
@@ -108,11 +121,6 @@ class NodeConfig:
         peer_max_pending: connections still proving the key, in all; the oldest is dropped beyond.
         peer_max_pending_per_ip: the same, per source address.
         peer_max_connections: authenticated transfer connections served at once.
-        max_connections: the most client connections the daemon keeps open at once (lowered to a
-            quarter of its file-descriptor limit); more are refused with ``CapacityError``.
-        max_connections_per_uid: the most of those from one local user (``SO_PEERCRED``).
-        hello_timeout_s: a connection that has not presented credentials (``Hello`` or
-            ``AdminHello``) this many seconds after connecting is closed.
     """
 
     node_id: str = "node0"
@@ -137,6 +145,11 @@ class NodeConfig:
     storage_policy: str = "gfaas"
     spill_dir: str = ""
     spill_capacity_bytes: int | None = None
+    # ---- per-invocation quotas (issue 14; gfaas.dataplane.quota) ----
+    quota_reserved_bytes: int | None = None
+    quota_unsealed_objects: int = 1024
+    quota_issued_ids: int = 65536
+    quota_spill_bytes: int | None = None
     # ---- peers (issue 14, docs/security/peers.md) ----
     cluster_key_file: str = ""
     redis_password_file: str = ""
@@ -189,6 +202,7 @@ class NodeConfig:
         if self.spill_capacity_bytes is not None:
             _positive("spill_capacity_bytes", self.spill_capacity_bytes, 0)
         self.storage_options()  # validates
+        self._check_quotas()
         if not isinstance(self.transfer_port, int) or not (0 <= self.transfer_port <= 65535):
             raise ConfigError(f"transfer_port={self.transfer_port!r} is not a TCP port (0-65535)")
         if not isinstance(self.remote_timeout_s, int | float) or not self.remote_timeout_s > 0:
@@ -220,6 +234,15 @@ class NodeConfig:
         # Never print a password: reprs end up in logs and error messages.
         fields = ", ".join(f"{k}={redact_url(v) if k == 'redis_url' else v!r}" for k, v in self.__dict__.items())
         return f"NodeConfig({fields})"
+
+    def _check_quotas(self) -> None:
+        if self.quota_reserved_bytes is None:
+            object.__setattr__(self, "quota_reserved_bytes", max(self.capacity_bytes // 2, self.slab_bytes))
+        _positive("quota_reserved_bytes", self.quota_reserved_bytes, self.slab_bytes)  # type: ignore[arg-type]
+        _positive("quota_unsealed_objects", self.quota_unsealed_objects)
+        _positive("quota_issued_ids", self.quota_issued_ids, self.ids_per_lease)
+        if self.quota_spill_bytes is not None:
+            _positive("quota_spill_bytes", self.quota_spill_bytes, 0)
 
     def storage_options(self) -> StorageOptions:
         """The :class:`~gfaas.policy.storage.StorageOptions` named by :attr:`storage_policy`."""

@@ -55,6 +55,10 @@ class CapacityError(DataPlaneError):
     """The pool cannot hold the object (too large, or not enough free space)."""
 
 
+class QuotaExceeded(CapacityError):
+    """An invocation reached one of its per-invocation quotas on a node (the message names it)."""
+
+
 class ObjectStateError(DataPlaneError):
     """The object is in the wrong state for the call (e.g. sealing twice, writing after seal)."""
 
@@ -101,6 +105,7 @@ _BY_CODE: dict[str, type[GfaasError]] = {
         DataDeleted,
         DataLost,
         CapacityError,
+        QuotaExceeded,
         ObjectStateError,
         DaemonUnavailable,
         RemoteError,

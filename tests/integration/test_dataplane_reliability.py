@@ -839,7 +839,8 @@ def test_a_client_that_never_reads_replies_is_dropped_not_waited_for(node, raw) 
 
 # ---- (e) a full pool ---------------------------------------------------------------------------
 # No disk tier: these are about a full pool (test_elastic_daemon.py covers spilling).
-@pytest.mark.node_config(capacity_bytes=4 * MiB, slab_bytes=256 * KiB, spill_capacity_bytes=0)
+@pytest.mark.node_config(capacity_bytes=4 * MiB, slab_bytes=256 * KiB, spill_capacity_bytes=0,
+                         quota_reserved_bytes=4 * MiB)  # one tenant: the pool binds, not its quota
 def test_full_pool_capacity_errors_name_sizes_and_recover(node) -> None:  # type: ignore[no-untyped-def]
     """When the pool is full, put raises CapacityError with the request, pool, used and free bytes;
     after freeing, the same put succeeds."""
@@ -863,7 +864,8 @@ def test_full_pool_capacity_errors_name_sizes_and_recover(node) -> None:  # type
 
 
 # No disk tier: these are about a full pool (test_elastic_daemon.py covers spilling).
-@pytest.mark.node_config(capacity_bytes=4 * MiB, slab_bytes=256 * KiB, spill_capacity_bytes=0)
+@pytest.mark.node_config(capacity_bytes=4 * MiB, slab_bytes=256 * KiB, spill_capacity_bytes=0,
+                         quota_reserved_bytes=4 * MiB)  # one tenant: the pool binds, not its quota
 def test_small_put_after_a_failed_slab_lease(node) -> None:  # type: ignore[no-untyped-def]
     """When a new slab cannot be leased, the put raises CapacityError, later small puts raise it too (never
     return a reference that does not exist), and after freeing they succeed."""
@@ -888,7 +890,8 @@ def test_small_put_after_a_failed_slab_lease(node) -> None:  # type: ignore[no-u
 
 
 # No disk tier: these are about a full pool (test_elastic_daemon.py covers spilling).
-@pytest.mark.node_config(capacity_bytes=4 * MiB, slab_bytes=256 * KiB, spill_capacity_bytes=0)
+@pytest.mark.node_config(capacity_bytes=4 * MiB, slab_bytes=256 * KiB, spill_capacity_bytes=0,
+                         quota_reserved_bytes=4 * MiB)  # one tenant: the pool binds, not its quota
 def test_many_clients_filling_the_pool_recover(node) -> None:  # type: ignore[no-untyped-def]
     """Several clients racing for a full pool get CapacityErrors, never corruption; after end_invocation the
     pool is empty and usable."""

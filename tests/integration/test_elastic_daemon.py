@@ -16,7 +16,9 @@ from gfaas.config import KiB, MiB
 from gfaas.dataplane import protocol as P
 from gfaas.errors import NotFound
 
-pytestmark = pytest.mark.node_config(capacity_bytes=4 * MiB, slab_bytes=256 * KiB)
+# One tenant: the pool and the disk tier bind, not its quotas (tests/security/test_memory.py has those).
+pytestmark = pytest.mark.node_config(capacity_bytes=4 * MiB, slab_bytes=256 * KiB, quota_reserved_bytes=4 * MiB,
+                                     quota_spill_bytes=1 << 40, spill_capacity_bytes=64 * MiB)
 
 
 def _blob(i: int, n: int = 1 * MiB + 4096) -> np.ndarray:

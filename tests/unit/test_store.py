@@ -34,7 +34,8 @@ class Env:
 
     def __init__(self, tmp: str | None = None, **cfg: object) -> None:
         kw: dict[str, object] = {"node_id": "n0", "socket_path": "/tmp/unused.sock", "state_dir": "/tmp/unused",
-                                 "backend": "null", "capacity_bytes": CAP, "slab_bytes": SLAB, "ids_per_lease": 4}
+                                 "backend": "null", "capacity_bytes": CAP, "slab_bytes": SLAB, "ids_per_lease": 4,
+                                 "quota_reserved_bytes": 4 * CAP}  # the pool binds, not the quota
         kw.update(cfg)
         self.config = NodeConfig(**kw)  # type: ignore[arg-type]
         self.backend = NullBackend()

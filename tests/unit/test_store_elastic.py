@@ -211,27 +211,20 @@ def test_pinned_objects_are_never_evicted(env: Env) -> None:
     assert not env.on_disk(objs[0]) and env.read("c1", objs[0]) == Env.pattern(objs[0], OBJ)
 
 
-def test_unwritable_spill_dir_fails_the_put_and_loses_nothing(tmp_path: Path) -> None:
-    """A spill directory that cannot be created (a file is in the way; root ignores modes) gives a
-    CapacityError naming the directory and the fix; every object stays in memory, readable."""
+def test_unusable_spill_dir_is_refused_at_start(tmp_path: Path) -> None:
+    """A spill directory that cannot be created (a file is in the way) is refused when the disk
+    tier is set up, with a ConfigError naming the directory and the fix, not at the first eviction."""
     blocker = tmp_path / "blocker"
     blocker.write_text("not a directory")
-    env = Env(tmp_path, spill_dir=str(blocker / "spill"))
-    st = env.store
-    objs = [env.put(consumers=["c1"]) for _ in range(3)]
-    with pytest.raises(CapacityError) as ei:
-        env.put(consumers=["c1"])
+    with pytest.raises(ConfigError) as ei:
+        Env(tmp_path, spill_dir=str(blocker / "spill"))
     msg = str(ei.value)
-    assert f"eviction to disk failed (cannot write {OBJ} bytes to the spill directory {blocker}/spill:" in msg
-    assert "make it writable, point spill_dir elsewhere, or raise capacity_bytes), nothing was lost" in msg
-    assert st.spilled == {} and st.stats()["evictions"] == 0 and st.reserved == 3 * OBJ
-    assert len(st.objects) == 3  # the failed put's allocation left nothing behind
-    for o in objs:
-        assert env.read("c1", o) == Env.pattern(o, OBJ)
+    assert f"spill_dir '{blocker}/spill' cannot be used: Not a directory" in msg
+    assert "point spill_dir at a directory of the daemon's own user" in msg
 
 
 def test_spill_capacity_limits_the_disk_tier(tmp_path: Path) -> None:
-    env = Env(tmp_path, spill=False)
+    env = Env(tmp_path, spill=False, quota_spill_bytes=10 * OBJ)  # the tier's cap binds, not the quota
     env.spill = SpillDir(str(tmp_path / "sp"), capacity_bytes=OBJ)
     env.store.tiers.spill = env.spill
     objs = [env.put(consumers=["c1"]) for _ in range(4)]

@@ -53,7 +53,8 @@ class StoreMachine(RuleBasedStateMachine):
         super().__init__()
         self.cfg = NodeConfig(node_id="n0", socket_path="/tmp/unused.sock", state_dir="/tmp/unused",
                               backend="null", capacity_bytes=CAP, slab_bytes=SLAB, ids_per_lease=2,
-                              tombstones_per_invocation=10_000)
+                              tombstones_per_invocation=10_000,
+                              quota_reserved_bytes=4 * CAP)  # the model knows the pool, not quotas
         self.backend = NullBackend()
         self.clock = ManualClock()
         self.retired: list[int] = []

@@ -127,7 +127,8 @@ class Daemon:
             on_retire=self._on_retire,
             devices=make_device_backends(*config.device_spec(), config.device_capacity_bytes,
                                          config.device_pool_floor_bytes),
-            spill=SpillDir(config.spill_dir, config.spill_capacity_bytes) if config.spill_capacity_bytes != 0
+            spill=SpillDir(config.spill_dir, config.spill_capacity_bytes, config.capacity_bytes)
+            if config.spill_capacity_bytes != 0
             else None,
             local_reads=config.backend == "host",
         )

@@ -9,6 +9,9 @@ reply that first names the segment.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import msgspec
 
 from ..errors import ProtocolError
@@ -320,13 +323,67 @@ encode = _enc.encode
 
 
 def decode_request(data: bytes) -> Request:
-    """Decode one request frame or raise :class:`ProtocolError` saying what was wrong."""
+    """Decode one request frame or raise :class:`ProtocolError` saying what was wrong: a frame
+    that is not exactly one request, or a field outside its range (:func:`check_request`)."""
     if len(data) > MAX_FRAME:
         raise ProtocolError(f"request frame of {len(data)} bytes exceeds the {MAX_FRAME}-byte limit")
     try:
-        return _req_dec.decode(data)
+        msg = _req_dec.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"malformed request frame ({len(data)} bytes): {exc}") from None
+    check = _CHECKS.get(type(msg))
+    if check is not None:
+        check(msg)
+    return msg
+
+
+# ---- field ranges, checked before a request reaches any handler ----------------------------------
+# Object IDs of the wrong length are answered by the store (InvalidDataRef, as for unknown ones),
+# and so are ranges the store checks with the limits of this node (seals, leases, MoreIds, sizes).
+MAX_EVENT_BYTES = 64  # a CUDA IPC event handle
+_I64 = (1 << 63) - 1
+
+
+def _range(msg: _Msg, name: str, lo: int, hi: int = _I64, what: str = "") -> None:
+    v = getattr(msg, name)
+    if not lo <= v <= hi:
+        span = f">= {lo}" if hi == _I64 else f"{lo}..{hi}"
+        raise ProtocolError(f"{type(msg).__name__}.{name}={v} is out of range: give {what or span}")
+
+
+def _check_get(m: Get) -> None:
+    _range(m, "device", ANY_DEVICE, what=f"{ANY_DEVICE} (wherever it lives), {HOST} (host memory) or a GPU"
+           " ordinal >= 0")
+    _range(m, "expect_nbytes", -1, what="the object's size in bytes, or -1 (any size)")
+
+
+def _check_allocate(m: Allocate) -> None:
+    _range(m, "device", HOST, what=f"{HOST} (host memory) or a GPU ordinal >= 0")
+
+
+def _check_seal_allocated(m: SealAllocated) -> None:
+    if len(m.event) > MAX_EVENT_BYTES:
+        raise ProtocolError(f"SealAllocated.event has {len(m.event)} bytes; a CUDA IPC event has {MAX_EVENT_BYTES}")
+
+
+def _check_derive(m: Derive) -> None:
+    _range(m, "segment", 0)
+    _range(m, "offset", 0)
+    _range(m, "nbytes", 0)
+
+
+def _check_release(m: Release) -> None:
+    if any(not 0 <= x <= _I64 for x in m.segments):
+        raise ProtocolError("Release.segments names a segment out of range; give the segment numbers of replies")
+
+
+_CHECKS: dict[type, Callable[[Any], None]] = {
+    Get: _check_get,
+    Allocate: _check_allocate,
+    SealAllocated: _check_seal_allocated,
+    Derive: _check_derive,
+    Release: _check_release,
+}
 
 
 def decode_reply(data: bytes) -> Reply:

@@ -35,6 +35,7 @@ class Segment:
     limit: int = 0  # a slab with an index: objects end here, its directory follows
     described: int = 0  # directory slots already handled as seals (scan_directory)
     directory: memoryview | None = None  # the daemon's view of the slab, to read its directory
+    mapper: int = 0  # the session sent its writable descriptor (a dedicated segment; 0: none)
 
 
 @dataclass(slots=True)

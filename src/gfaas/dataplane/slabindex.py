@@ -29,6 +29,7 @@ import mmap
 import os
 import struct
 
+from . import memfd
 from .meta import _ITEMSIZE, RAW
 
 #: Directory entry: nbytes, ID, dtype code, ndim, open to the whole invocation, 4 dimensions,
@@ -73,10 +74,10 @@ class SlabIndex:
         self.entries = entries
         self.next = 0
         size = INDEX_HEADER + entries * INDEX_ENTRY
-        self.fd = os.memfd_create("gfaas-index", os.MFD_CLOEXEC)
+        self.fd = memfd.create("gfaas-index", size)
         try:
-            os.ftruncate(self.fd, size)
             self.map: mmap.mmap | None = mmap.mmap(self.fd, size)
+            memfd.seal_writes(self.fd)  # only the daemon's mapping, made just now, can write it
         except OSError:
             os.close(self.fd)
             raise
@@ -136,9 +137,8 @@ class ReadLog:
     def __init__(self, capacity: int = LOG_CAPACITY) -> None:
         self.capacity = capacity
         self.head = 0
-        self.fd = os.memfd_create("gfaas-reads", os.MFD_CLOEXEC)
+        self.fd = memfd.create("gfaas-reads", LOG_HEADER + capacity * 16)  # size sealed: no SIGBUS
         try:
-            os.ftruncate(self.fd, LOG_HEADER + capacity * 16)
             self.map: mmap.mmap | None = mmap.mmap(self.fd, LOG_HEADER + capacity * 16)
         except OSError:
             os.close(self.fd)

@@ -9,32 +9,88 @@ Spilled objects do not survive the daemon: like memory, the disk tier is a cache
 knows no other daemon serves its socket), and :meth:`SpillDir.close` removes everything on
 shutdown. After a restart, the objects that were on disk read as ``DataLost`` through the journal,
 as those that were in memory do.
+
+Safety (issue 14, row 10): the directory must belong to the daemon's user and be writable by
+nobody else (checked through an ``O_NOFOLLOW`` directory descriptor that every later call goes
+through, so a path swapped afterwards is never followed); files are created ``O_EXCL | O_NOFOLLOW``
+with mode 0600 and read back ``O_NOFOLLOW``, and only if they are the very file written (same
+device, inode, change time and size): a planted symlink or a swapped file reads as ``DataLost``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
 
-from ..errors import CapacityError
+from ..errors import CapacityError, ConfigError
 
 log = logging.getLogger("gfaas.dataplane")
 
 SUFFIX = ".spill"
+#: The default disk tier is at most this share of the spill filesystem's free space at start.
+DEFAULT_FREE_SHARE = 0.25
+
+
+def default_capacity(path: str, memory_bytes: int) -> int:
+    """The disk tier's size when none is configured: as large as the memory pool (doubling what
+    the node holds before it refuses puts), but never more than a quarter of the free space of
+    the spill filesystem at start, so a node cannot fill a disk that logs and the OS share."""
+    st = os.statvfs(path)
+    return max(0, min(memory_bytes, int(st.f_bavail * st.f_frsize * DEFAULT_FREE_SHARE)))
+
+
+def _open_dir(path: str) -> int:
+    """Create ``path`` (0700) if missing and open it without following a symlink; refuse one
+    owned by another user or writable by group or others (ConfigError naming the fix)."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(
+            f"spill_dir {path!r} cannot be used: {exc.strerror or exc} (a symlink is refused);"
+            " point spill_dir at a directory of the daemon's own user"
+        ) from None
+    st = os.fstat(fd)
+    problem = ""
+    if st.st_uid != os.geteuid():
+        problem = f"it is owned by uid {st.st_uid}, not the daemon's uid {os.geteuid()}"
+    elif st.st_mode & 0o022:
+        problem = f"its mode {stat.S_IMODE(st.st_mode):04o} lets group or others write into it"
+    if problem:
+        os.close(fd)
+        raise ConfigError(
+            f"spill_dir {path!r} is unsafe: {problem}, so another user could plant or swap spill files;"
+            f" use a directory of your own with mode 0700 (mkdir -m 700), e.g. chmod 700 {path}"
+        )
+    return fd
 
 
 class SpillDir:
-    """Files ``<key>.spill`` under ``path``; at most ``capacity_bytes`` in all (None: no limit)."""
+    """Files ``<key>.spill`` under ``path``; at most ``capacity_bytes`` in all (None: no limit).
 
-    def __init__(self, path: str, capacity_bytes: int | None = None) -> None:
+    ``memory_bytes``, when given with ``capacity_bytes`` None, sets the cap to
+    :func:`default_capacity`."""
+
+    def __init__(self, path: str, capacity_bytes: int | None = None, memory_bytes: int | None = None) -> None:
         self.path = path
+        self._dfd = _open_dir(path)
+        if capacity_bytes is None and memory_bytes is not None:
+            capacity_bytes = default_capacity(path, memory_bytes)
         self.capacity_bytes = capacity_bytes
         self.bytes_on_disk = 0
         self.pending = 0  # bytes of writes in flight on a worker thread (counted against the cap)
         self._sizes: dict[int, int] = {}
+        # Identity of each file as written (device, inode, change time: an inode number can be
+        # reused by a file created in its place): read back only that very file.
+        self._ident: dict[int, tuple[int, int, int]] = {}
 
     def _file(self, key: int) -> str:
         return os.path.join(self.path, f"{key}{SUFFIX}")
+
+    @staticmethod
+    def _name(key: int) -> str:
+        return f"{key}{SUFFIX}"
 
     def check_room(self, n: int) -> None:
         """Raise CapacityError if ``n`` more bytes (beyond those being written) would not fit."""
@@ -51,15 +107,20 @@ class SpillDir:
         worker thread may run it while the daemon's loop reads and removes other files: the caller
         asks :meth:`check_room` first and :meth:`commit` records the file after."""
         n = data.nbytes
-        path = self._file(key)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            os.makedirs(self.path, mode=0o700, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                fd = os.open(self._name(key), flags, 0o600, dir_fd=self._dfd)
+            except FileExistsError:  # left by a crash (or planted): never written through, replaced
+                os.unlink(self._name(key), dir_fd=self._dfd)
+                fd = os.open(self._name(key), flags, 0o600, dir_fd=self._dfd)
             try:
                 view = data.cast("B")
                 done = 0
                 while done < n:
                     done += os.write(fd, view[done:])
+                st = os.fstat(fd)
+                self._ident[key] = (st.st_dev, st.st_ino, st.st_ctime_ns)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -75,16 +136,23 @@ class SpillDir:
 
     def discard(self, key: int) -> None:
         """Remove a file that was written but never committed (its segment changed meanwhile)."""
+        self._ident.pop(key, None)
         try:
-            os.unlink(self._file(key))
+            os.unlink(self._name(key), dir_fd=self._dfd)
         except OSError:
             pass
 
     def read_into(self, key: int, dst: memoryview) -> None:
-        """Fill ``dst`` (at least the file's size) from the file of ``key``; raises OSError."""
+        """Fill ``dst`` (at least the file's size) from the file of ``key``; raises OSError, also
+        when the file there is not the one written (a symlink, or swapped: other inode or size)."""
         n = self._sizes[key]
         view = dst.cast("B")
-        with open(self._file(key), "rb", buffering=0) as f:
+        fd = os.open(self._name(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._dfd)
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino, st.st_ctime_ns) != self._ident.get(key) or st.st_size != n or not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise OSError(f"spill file {self._file(key)} was replaced after it was written; not reading it")
+        with open(fd, "rb", buffering=0) as f:
             got = 0
             while got < n:
                 k = f.readinto(view[got:n])
@@ -94,11 +162,12 @@ class SpillDir:
 
     def remove(self, key: int) -> None:
         n = self._sizes.pop(key, None)
+        self._ident.pop(key, None)
         if n is None:
             return
         self.bytes_on_disk -= n
         try:
-            os.unlink(self._file(key))
+            os.unlink(self._name(key), dir_fd=self._dfd)
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -108,16 +177,16 @@ class SpillDir:
         """Remove every spill file in the directory (``stale``: left by a daemon that died, which
         is worth a warning); returns how many."""
         self._sizes.clear()
+        self._ident.clear()
         self.bytes_on_disk = 0
-        try:
-            names = os.listdir(self.path)
-        except (FileNotFoundError, NotADirectoryError):
+        if self._dfd < 0:
             return 0
+        names = os.listdir(self._dfd)
         n = 0
         for name in names:
             if name.endswith(SUFFIX):
                 try:
-                    os.unlink(os.path.join(self.path, name))
+                    os.unlink(name, dir_fd=self._dfd)
                     n += 1
                 except OSError as exc:
                     log.warning("could not remove stale spill file %s: %s", name, exc)
@@ -128,6 +197,9 @@ class SpillDir:
     def close(self) -> None:
         """Remove every file and the directory itself (if it is empty then)."""
         self.clear(stale=False)
+        if self._dfd >= 0:
+            os.close(self._dfd)
+            self._dfd = -1
         try:
             os.rmdir(self.path)
         except OSError:

@@ -47,6 +47,7 @@ from .backends import Backend, DeviceBackend
 from .ids import ID_BYTES, new_id
 from .journal import Journal
 from .meta import align, check_consumers, check_meta
+from .quota import IDS, RESERVED, SPILL, UNSEALED, Limits, Quotas
 from .records import SEALED as SEALED
 from .records import WRITING as WRITING
 from .records import ObjectRecord as ObjectRecord
@@ -100,6 +101,10 @@ class Store:
         self._pool: dict[str, list[Segment]] = {}  # workflow -> free warm segments
         self.pooled_bytes = 0
         self.tiers = Tiers(self, config, spill)
+        assert config.quota_reserved_bytes is not None  # set by NodeConfig.__post_init__
+        self.quotas = Quotas(Limits(config.quota_reserved_bytes, config.quota_unsealed_objects,
+                                    config.quota_issued_ids, config.quota_spill_bytes or 0))
+        self.tiers.quotas = self.quotas
 
     # ---- invocations and sessions ----------------------------------------------------------
     def open_invocation(
@@ -134,11 +139,18 @@ class Store:
         self.tiers._hints.pop(invocation_id, None)
         self.tiers._done.pop(invocation_id, None)
         self._lost = {k: v for k, v in self._lost.items() if v != invocation_id}
+        gone: set[int] = set()
         for s in self.sessions.values():
             if s.invocation == invocation_id:
                 self._close_arena(s)
                 s.issued.clear()
                 s.slots.clear()
+                gone.add(s.id)
+        self.quotas.forget(invocation_id)
+        # Warm segments only its connections could write (their writes are sealed): none can now.
+        for seg in [g for pool in self._pool.values() for g in pool
+                    if g.mapper in gone and self.backend_of(g).writes_sealed(g.handle)]:
+            self._retire(seg)
         for seg in [g for g in self.segments.values() if g.invocation == invocation_id]:
             if not seg.pooled and not seg.live and not seg.open and not seg.holds:
                 self._retire(seg)  # parked (a client still holds a view): not worth keeping
@@ -162,9 +174,15 @@ class Store:
                 seg.recyclable = False  # half-written: give the memory back rather than keep it
             self._free(rec, None)
         self._close_arena(s)
+        self.quotas.add(s.invocation, IDS, -len(s.issued))
         s.issued.clear()
         s.slots.clear()
         self.release_all(s)
+        # Warm segments only it can write (their writes are sealed, it held the one writable
+        # mapping): no client can reuse them now, so their memory goes back at once.
+        for seg in [g for pool in self._pool.values() for g in pool
+                    if g.mapper == s.id and self.backend_of(g).writes_sealed(g.handle)]:
+            self._retire(seg)
 
     def check_live(self, s: Session) -> None:
         """Raise AuthenticationError if the session's invocation has ended."""
@@ -237,6 +255,7 @@ class Store:
         seg, s.arena = s.arena, None
         if seg is not None:
             seg.open = False
+            self.quotas.drop(("slab", seg.id))
             self._maybe_retire(seg)
 
     def _maybe_retire(self, seg: Segment) -> None:
@@ -258,6 +277,9 @@ class Store:
         if seg.owner is None and seg.recyclable and seg.workflow:
             if seg.pins:
                 return  # parked
+            if seg.mapper and seg.mapper not in self.sessions and self.backend_of(seg).writes_sealed(seg.handle):
+                self._retire(seg)  # writable only by a connection that is gone: of no use warm
+                return
             if self.pooled_bytes + seg.size <= self.tiers.warm_limit(freeing=seg.size):
                 seg.pooled = True
                 self.pooled_bytes += seg.size
@@ -294,15 +316,23 @@ class Store:
                 return
             self._retire(seg)
 
-    def _take_warm(self, invocation: str, nbytes: int) -> Segment | None:
-        """A pooled segment of this invocation's workflow that fits ``nbytes`` without wasting over half."""
+    def _take_warm(self, invocation: str, nbytes: int, writer: int | None = None) -> Segment | None:
+        """A pooled segment of this invocation's workflow that fits ``nbytes`` without wasting over half.
+
+        ``writer``: the session that will write it (None: the daemon, a restore). A segment whose
+        writes are sealed (every one that held an object) can be written only through a mapping
+        made before the seal: it goes only to the session that holds one (``mapper``), or to the
+        daemon (which has one of every segment) once no live session does. So no process ever
+        keeps a writable mapping of a segment that holds somebody else's sealed object."""
         if invocation not in self.registry:
             return None
         workflow = self.registry.get(invocation).workflow
         best = None
         for seg in self._pool.get(workflow, ()):
             if nbytes <= seg.size <= 2 * nbytes + 4096 and (best is None or seg.size < best.size):
-                best = seg
+                mapper = seg.mapper if seg.mapper in self.sessions else 0
+                if mapper == (writer or 0) or not self.backend_of(seg).writes_sealed(seg.handle):
+                    best = seg
         if best is not None:
             self._pool[workflow].remove(best)
             best.pooled = False
@@ -343,10 +373,27 @@ class Store:
 
     def _issue(self, s: Session, n: int) -> list[bytes]:
         """``n`` fresh IDs for the session, in consecutive slots of its slab's index if it has room."""
+        self.quotas.check(s.invocation, IDS, n)
         ids = [self._new_journalled_id(s.invocation) for _ in range(n)]
         s.issued.update(ids)
+        self.quotas.add(s.invocation, IDS, n)
         self._index_ids(s, ids)
         return ids
+
+    def _check_reserved(self, invocation: str, nbytes: int) -> None:
+        if nbytes <= self.config.capacity_bytes:  # larger: _reserve says it exceeds the whole pool
+            self.quotas.check(invocation, RESERVED, max(nbytes, 1))
+
+    def _check_spill_quota(self, invocation: str) -> None:
+        """No new memory for an invocation whose objects on disk are at its quota already (the
+        evictions that put them there are never refused: they run for whoever needs memory)."""
+        limit = self.config.quota_spill_bytes
+        if limit is None:  # half the disk tier, whatever it is now
+            spill = self.tiers.spill
+            if spill is None or spill.capacity_bytes is None:
+                return
+            limit = spill.capacity_bytes // 2
+        self.quotas.check(invocation, SPILL, 0, limit)
 
     def _index_ids(self, s: Session, ids: list[bytes]) -> int:
         seg = s.arena
@@ -380,8 +427,13 @@ class Store:
                 f"a slab lease is for objects up to {self.config.small_object_max} bytes, asked for"
                 f" {min_bytes}; allocate larger objects individually"
             )
+        need = max(0, self.config.ids_per_lease - len(s.issued))
+        self.quotas.check(s.invocation, IDS, need)
+        self._check_spill_quota(s.invocation)
         self._close_arena(s)
+        self.quotas.check(s.invocation, RESERVED, self.config.slab_bytes)
         seg = self._new_segment(s.invocation, s.id, self.config.slab_bytes, "slab lease")
+        self.quotas.hold(("slab", seg.id), s.invocation, RESERVED, seg.size, check=False)
         s.arena, s.arena_next = seg, 0
         seg.limit = seg.size
         if self.local_reads and seg.device < 0:
@@ -389,7 +441,6 @@ class Store:
             seg.limit = seg.size - directory_bytes(seg.size)
             seg.index = SlabIndex(slots)
             seg.directory = self.backend.host_view(seg.handle)
-        need = max(0, self.config.ids_per_lease - len(s.issued))
         return seg, self._lease_ids(s, need)
 
     def _lease_ids(self, s: Session, need: int) -> list[bytes]:
@@ -398,6 +449,7 @@ class Store:
         old = list(s.issued)
         fresh = [self._new_journalled_id(s.invocation) for _ in range(need)]
         s.issued.update(fresh)
+        self.quotas.add(s.invocation, IDS, need)
         for sid, slot in s.slots.values():
             prev = self.segments.get(sid)
             if prev is not None and prev.index is not None:
@@ -456,6 +508,7 @@ class Store:
         shp = check_meta(nbytes, dtype, shape)
         cons = check_consumers(consumers, s.functions)
         s.issued.discard(oid)
+        self.quotas.add(s.invocation, IDS, -1)
         s.arena_next = offset + nbytes
         rec = self._record(oid, s.invocation, s.function, cons, seg, offset, nbytes, dtype, shp, SEALED, None)
         where = s.slots.pop(oid, None)
@@ -521,19 +574,29 @@ class Store:
         self.check_live(s)
         shp = check_meta(nbytes, dtype, shape)
         cons = check_consumers(consumers, s.functions)
+        self.quotas.check(s.invocation, UNSEALED, 1)
+        self._check_spill_quota(s.invocation)
         seg = s.arena
         off = align(s.arena_next)
-        if device >= 0:
+        own = True  # a segment of its own, charged to the reserved-bytes quota until sealed
+        if device >= 0:  # a GPU pool has a cap of its own; the quota is on host memory
+            own = False
             seg, off = self._new_segment(s.invocation, None, max(nbytes, 1), "allocation", device), 0
         elif nbytes <= self.config.small_object_max and seg is not None and off + nbytes <= (seg.limit or seg.size):
             s.arena_next = off + nbytes
+            own = False  # in its slab, charged as the slab
         else:
-            seg = self._take_warm(s.invocation, nbytes) or self._new_segment(
+            self._check_reserved(s.invocation, nbytes)
+            seg = self._take_warm(s.invocation, nbytes, s.id) or self._new_segment(
                 s.invocation, None, max(nbytes, 1), "allocation")
+            seg.mapper = s.id  # its writable descriptor goes to this session (Daemon._export)
             off = 0
         oid = self._new_journalled_id(s.invocation)
         rec = self._record(oid, s.invocation, s.function, cons, seg, off, nbytes, dtype, shp, WRITING, s.id)
         s.writing.add(oid)
+        self.quotas.hold(("w", oid), s.invocation, UNSEALED, 1, check=False)
+        if own:
+            self.quotas.hold(("r", oid), s.invocation, RESERVED, seg.size, check=False)
         return rec, seg
 
     def seal(self, s: Session | None, oid: bytes, event: bytes = b"") -> ObjectRecord:
@@ -549,8 +612,12 @@ class Store:
         if rec.writer is not None and (w := self.sessions.get(rec.writer)) is not None:
             w.writing.discard(oid)
         rec.state, rec.writer = SEALED, None
-        if rec.segment in self.segments:
-            self.tiers._stored(rec, self.segments[rec.segment])
+        self.quotas.drop(("w", oid))
+        self.quotas.drop(("r", oid))
+        if (seg := self.segments.get(rec.segment)) is not None:
+            self.tiers._stored(rec, seg)
+            if seg.owner is None and seg.device < 0:
+                self.backend.seal_writes(seg.handle)  # immutable: no new writable mapping, by anyone
         if event:
             if self.segments[rec.segment].device < 0:
                 raise ProtocolError("a seal with a CUDA event is for device objects; this one is in host memory")
@@ -671,6 +738,9 @@ class Store:
 
     def _free(self, rec: ObjectRecord, reason: str | None) -> None:
         del self.objects[rec.id]
+        if rec.state == WRITING:
+            self.quotas.drop(("w", rec.id))
+            self.quotas.drop(("r", rec.id))
         if rec.writer is not None and (w := self.sessions.get(rec.writer)) is not None:
             w.writing.discard(rec.id)
         ids = self._by_inv.get(rec.invocation)
@@ -687,6 +757,7 @@ class Store:
             sp.objects.discard(rec.id)
             if not sp.objects:
                 del self.tiers.spilled[sp.id]
+                self.quotas.drop(("spill", sp.id))
                 if self.tiers.spill is not None:
                     self.tiers.spill.remove(sp.id)
             tier = sp.home

@@ -33,6 +33,7 @@ from ..policy.storage import (
 )
 from .auth import Registry
 from .backends import Backend, DeviceBackend
+from .quota import SPILL, Quotas
 from .records import ObjectRecord, Segment
 from .spill import SpillDir
 
@@ -133,6 +134,7 @@ class Tiers:
         self.spill_runner: Callable[[SpillJob], None] | None = None
         self.spilling: dict[int, SpillJob] = {}  # segment id -> write in flight
         self.spilling_bytes = 0
+        self.quotas: Quotas | None = None  # set by the store: spilled bytes count per invocation
 
     def _why_full(self) -> str:
         if self.spill_error:
@@ -454,6 +456,8 @@ class Tiers:
         sp = Spilled(job.key, seg.invocation, seg.workflow, seg.size, job.length, seg.home, seg.recyclable,
                      {r.id for r in objs})
         self.spilled[sp.id] = sp
+        if self.quotas is not None:  # never refused: the eviction runs for whoever needed memory
+            self.quotas.hold(("spill", sp.id), sp.invocation, SPILL, sp.length, check=False)
         for rec in objs:
             rec.segment = sp.id
         self._seg_objs.pop(seg.id, None)
@@ -493,6 +497,8 @@ class Tiers:
         self._seg_objs[seg.id] = set(sp.objects)
         seg.live = len(sp.objects)
         del self.spilled[sp.id]
+        if self.quotas is not None:
+            self.quotas.drop(("spill", sp.id))
         self.spill.remove(sp.id)
         self.counters["restores"] += len(sp.objects)
         self.counters["bytes_restored"] += sp.length

@@ -54,6 +54,14 @@ class Backend(ABC):
         """An OS handle for another process to map the segment, or ``None`` if not shareable."""
         return None
 
+    def seal_writes(self, handle: Any) -> None:
+        """Make the segment's bytes immutable for every mapping made from now on (host memfds:
+        ``F_SEAL_FUTURE_WRITE``); mappings that exist keep working. A no-op where nothing is shared."""
+
+    def writes_sealed(self, handle: Any) -> bool:
+        """Whether :meth:`seal_writes` ran: nobody can map the segment writable any more."""
+        return False
+
     def host_view(self, handle: Any) -> memoryview | None:
         """A byte view of the segment in this process's memory, if the backend has one (so a
         transfer can send from or receive into it directly); ``None`` means use the copy hooks."""

@@ -3,7 +3,10 @@
 Segments have no name in ``/dev/shm``: a process can map one only if the daemon handed it the file
 descriptor, so a function never reaches segments of another invocation. Writers receive a
 read-write descriptor; readers receive a descriptor reopened read-only through ``/proc``, so a
-``PROT_WRITE`` shared mapping of it fails in the kernel. A segment's memory is returned when the
+``PROT_WRITE`` shared mapping of it fails in the kernel. Segments are sealed memfds
+(:mod:`gfaas.dataplane.memfd`): their size is fixed at allocation, and their writes are sealed
+(``F_SEAL_FUTURE_WRITE``) when their object is sealed or before a reader first gets a descriptor,
+so reopening that descriptor read-write through ``/proc/self/fd/N`` gains nothing. A segment's memory is returned when the
 daemon and every process mapping it have let go, also when the daemon is killed: nothing stale is
 left behind in the filesystem.
 """
@@ -16,7 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import CapacityError
+from ...errors import CapacityError, DataPlaneError
+from .. import memfd
 from .base import Backend
 
 
@@ -26,10 +30,13 @@ class HostSegment:
     size: int
     ro_fd: int = -1
     _map: mmap.mmap | None = field(default=None, repr=False)
+    sealed: bool = False  # F_SEAL_FUTURE_WRITE is set: no new writable mapping, by anyone
 
     def view(self) -> memoryview:
         if self._map is None:
-            self._map = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            # Normally mapped at allocation: a writable mapping made after the write seal fails.
+            prot = mmap.PROT_READ | (0 if self.sealed else mmap.PROT_WRITE)
+            self._map = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, prot)
         return memoryview(self._map)
 
 
@@ -46,12 +53,19 @@ class HostBackend(Backend):
     def _alloc(self, nbytes: int) -> Any:
         size = _round_page(nbytes)
         try:
-            fd = os.memfd_create("gfaas-seg", os.MFD_CLOEXEC)
-            os.ftruncate(fd, size)
+            fd = memfd.create("gfaas-seg", size)
         except OSError as exc:
             raise CapacityError(f"cannot create a {size}-byte shared segment: {exc}") from exc
+        seg = HostSegment(fd, size)
+        try:
+            # The daemon's own writable mapping, made before any write seal: it keeps working after
+            # one (restores, pulls and deliveries write through it), where a new one would not.
+            seg.view().release()
+        except OSError as exc:
+            os.close(fd)
+            raise CapacityError(f"cannot map a {size}-byte shared segment: {exc}") from exc
         self.live += 1
-        return HostSegment(fd, size)
+        return seg
 
     def _free(self, handle: Any) -> None:
         if handle._map is not None:
@@ -79,9 +93,20 @@ class HostBackend(Backend):
     def host_view(self, handle: Any) -> memoryview | None:
         return handle.view().cast("B")
 
+    def seal_writes(self, handle: Any) -> None:
+        if not handle.sealed and handle.fd >= 0:
+            memfd.seal_writes(handle.fd)
+            handle.sealed = True
+
+    def writes_sealed(self, handle: Any) -> bool:
+        return bool(handle.sealed)
+
     def export(self, handle: Any, writable: bool) -> int | None:
         if writable:
+            if handle.sealed:
+                raise DataPlaneError("internal error: a write-sealed segment cannot be handed out for writing")
             return int(handle.fd)
+        self.seal_writes(handle)  # readers never get a descriptor of a segment that can still be written
         if handle.ro_fd < 0:
             # Reopening through /proc yields an independent read-only open file description.
             handle.ro_fd = os.open(f"/proc/self/fd/{handle.fd}", os.O_RDONLY | os.O_CLOEXEC)
