@@ -104,6 +104,11 @@ class NodeConfig:
         quota_issued_ids: per invocation, the most IDs for small puts handed out and not used yet.
         quota_spill_bytes: per invocation, bytes on disk above which it may not allocate more
             (``None``: half the disk tier's capacity). Each quota raises ``QuotaExceeded`` naming it.
+        seal_writes: also seal the writes of each large object's segment when it is sealed
+            (``F_SEAL_FUTURE_WRITE``). Slabs always are, and no reader can reopen a segment for
+            writing when functions run sandboxed (the memfd is the daemon's, mode 0400). Sealed
+            segments can be reused only by the connection that wrote them, so runtime workers (a
+            connection per task) lose warm reuse: 256 MiB puts 2-6x slower (docs/security/memory.md).
         max_connections: the most client connections the daemon keeps open at once (lowered to a
             quarter of its file-descriptor limit); more are refused with ``CapacityError``.
         max_connections_per_uid: the most of those from one local user (``SO_PEERCRED``).
@@ -150,6 +155,7 @@ class NodeConfig:
     quota_unsealed_objects: int = 1024
     quota_issued_ids: int = 65536
     quota_spill_bytes: int | None = None
+    seal_writes: bool = False
     # ---- peers (issue 14, docs/security/peers.md) ----
     cluster_key_file: str = ""
     redis_password_file: str = ""
@@ -236,6 +242,8 @@ class NodeConfig:
         return f"NodeConfig({fields})"
 
     def _check_quotas(self) -> None:
+        if not isinstance(self.seal_writes, bool):
+            raise ConfigError(f"seal_writes={self.seal_writes!r} must be true or false")
         if self.quota_reserved_bytes is None:
             object.__setattr__(self, "quota_reserved_bytes", max(self.capacity_bytes // 2, self.slab_bytes))
         _positive("quota_reserved_bytes", self.quota_reserved_bytes, self.slab_bytes)  # type: ignore[arg-type]

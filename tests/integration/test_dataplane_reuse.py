@@ -82,8 +82,29 @@ def test_disconnect_releases_pins(node) -> None:  # type: ignore[no-untyped-def]
     assert node.stats()["bytes_pooled"] >= BIG
 
 
+def test_warm_segments_serve_the_workflows_next_invocation(node) -> None:  # type: ignore[no-untyped-def]
+    """Ending the invocation keeps its free segments warm; the workflow's next invocation reuses
+    them (no new segment), while a parked one stays untouched until its view is gone."""
+    prod, cons = node.connect("f"), node.connect("g")
+    kept = _cycle(prod, cons, 9, keep=True)
+    for i in range(3):
+        _cycle(prod, cons, i)
+    prod.put(b"x")  # carries the producer's releases
+    node.admin.end_invocation(node.inv)
+    st = node.stats()
+    assert st["objects"] == 0 and st["segments_pooled"] >= 1 and st["bytes_pooled"] >= BIG
+    warm = st["segments"]
+    inv = node.open()
+    p2, c2 = node.connect("f", inv), node.connect("g", inv)
+    for i in range(5):
+        _cycle(p2, c2, 50 + i)
+    assert node.stats()["segments"] <= warm + 1
+    assert int(kept[0]) == 9 and int(kept[-1]) == 9  # the parked segment was never handed out
+
+
+@pytest.mark.node_config(seal_writes=True)
 def test_warm_segments_serve_only_the_connection_that_wrote_them(node) -> None:  # type: ignore[no-untyped-def]
-    """A freed segment's writes are sealed, so only the connection holding its pre-seal mapping
+    """With seal_writes, a freed segment's writes are sealed, so only the connection holding its pre-seal mapping
     reuses it: ending the invocation returns its warm segments, the next invocation gets fresh
     ones (then reuses those), and a parked one stays untouched until its view is gone."""
     prod, cons = node.connect("f"), node.connect("g")

@@ -77,9 +77,54 @@ def reopen_rw(fd: int) -> int:
         return os.open(path, os.O_RDWR)
 
 
+def _reopen_as(uid: int, fd: int) -> int:
+    """In a child that has become ``uid`` (as the sandbox does: dumpable, so /proc/self is its own),
+    try to reopen ``fd`` read-write, then read-only; returns the errno of the first failure, 0 if both open."""
+    import ctypes
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 99
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE, as runtime.sandbox does
+            code = 0
+            for flags in (os.O_RDWR, os.O_RDONLY):
+                os.close(os.open(f"/proc/self/fd/{fd}", flags))
+        except OSError as exc:
+            code = exc.errno or 98
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@pytest.mark.root
+def test_a_sandboxed_reader_cannot_reopen_its_descriptor_at_all(node: Any) -> None:
+    """Row 2 with the function sandbox (default settings, writes of the segment not sealed): a
+    reader under another uid cannot reopen its read-only descriptor, neither read-write nor
+    read-only (the memfd is the daemon's, mode 0400). The same reopen of a memfd left at its
+    default mode succeeds, so the probe can tell."""
+    data = np.arange(BIG // 8, dtype=np.int64)
+    ref = node.connect("f").put(data, consumers=["g", "h"])
+    g = Client(node, "g")
+    assert isinstance(g.call(P.Get(ref.id)), P.Located) and len(g.fds) == 1
+    assert memfd.seals(g.fds[0]) & memfd.F_SEAL_FUTURE_WRITE == 0  # reusable when warm
+    assert _reopen_as(65534, g.fds[0]) == errno.EACCES
+    plain = os.memfd_create("control", os.MFD_CLOEXEC)
+    os.fchmod(plain, 0o666)
+    assert _reopen_as(65534, plain) == 0
+    os.close(plain)
+    g.close()
+    np.testing.assert_array_equal(node.connect("h").get(ref), data)
+
+
+@pytest.mark.node_config(seal_writes=True)
 def test_reader_reopening_a_sealed_object_cannot_write_or_truncate_it(node: Any) -> None:
-    """A reader's read-only memfd reopened O_RDWR: write, pwrite, a shared writable mmap and
-    ftruncate all fail; another reader still gets the producer's bytes."""
+    """With seal_writes (the defence without the sandbox): a reader's read-only memfd reopened
+    O_RDWR: write, pwrite, a shared writable mmap and ftruncate all fail; another reader still
+    gets the producer's bytes."""
     data = np.arange(BIG // 8, dtype=np.int64)
     ref = node.connect("f").put(data, consumers=["g", "h"])
     g = Client(node, "g")
@@ -101,6 +146,7 @@ def test_reader_reopening_a_sealed_object_cannot_write_or_truncate_it(node: Any)
     np.testing.assert_array_equal(node.connect("h").get(ref), data)
 
 
+@pytest.mark.node_config(seal_writes=True)
 def test_producer_cannot_resize_and_writes_only_through_its_own_mapping(node: Any) -> None:
     """The producer's read-write descriptor cannot truncate or grow its segment, before or after
     the seal; after the seal, write() and new writable mappings fail; what remains true is that

@@ -774,6 +774,10 @@ class Daemon:
             return []
         if seg.device >= 0:
             return []  # device segments travel as a DeviceRef in the reply (see _device_ref)
+        if not writable and (seg.owner is not None or self.config.seal_writes):
+            # A slab is never reused: its writes are sealed before any reader sees it (its owner
+            # keeps writing through the mapping it already has). Dedicated segments, see seal_writes.
+            self.store.backend.seal_writes(seg.handle)
         fd = self.store.backend.export(seg.handle, writable)
         if fd is None:
             return []

@@ -616,7 +616,7 @@ class Store:
         self.quotas.drop(("r", oid))
         if (seg := self.segments.get(rec.segment)) is not None:
             self.tiers._stored(rec, seg)
-            if seg.owner is None and seg.device < 0:
+            if seg.owner is None and seg.device < 0 and self.config.seal_writes:
                 self.backend.seal_writes(seg.handle)  # immutable: no new writable mapping, by anyone
         if event:
             if self.segments[rec.segment].device < 0:

@@ -106,7 +106,6 @@ class HostBackend(Backend):
             if handle.sealed:
                 raise DataPlaneError("internal error: a write-sealed segment cannot be handed out for writing")
             return int(handle.fd)
-        self.seal_writes(handle)  # readers never get a descriptor of a segment that can still be written
         if handle.ro_fd < 0:
             # Reopening through /proc yields an independent read-only open file description.
             handle.ro_fd = os.open(f"/proc/self/fd/{handle.fd}", os.O_RDONLY | os.O_CLOEXEC)
