@@ -42,8 +42,8 @@ class InvocationRequest(BaseModel):
     inputs: dict[str, ArrayDoc] = Field(None, json_schema_extra=_no_default)  # type: ignore[arg-type]
     seed: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] = Field(  # type: ignore[assignment]
         None, json_schema_extra=_no_default)
-    transport: Literal["gfaas", "redis"] = Field(  # type: ignore[arg-type]
-        None, json_schema_extra=_no_default,
+    transport: Literal["gfaas", "redis"] = Field(
+        None, json_schema_extra=_no_default,  # type: ignore[arg-type]
         description="how data passes between functions for this invocation (default: the runtime's)")
 
     @model_validator(mode="after")
