@@ -472,7 +472,7 @@ _X = arr_doc(np.arange(6, dtype=np.float32))
     ({"inputs": {"x": {**_X, "dtype": "object"}}}, 422, "inputs.x.dtype", "'bool'"),
     ({"inputs": {"x": {**_X, "shape": [-6]}}}, 422, "inputs.x.shape.0", "greater than or equal to 0"),
     ({"inputs": {"x": {**_X, "shape": "6"}}}, 422, "inputs.x.shape", "list"),
-    ({"inputs": {"x": {**_X, "shape": [6.0]}}}, 422, "inputs.x.shape.0", "integer"),
+    ({"inputs": {"x": {**_X, "shape": [6.5]}}}, 422, "inputs.x.shape.0", "integer"),
     ({"inputs": {"x": {**_X, "shape": [1] * 33}}}, 422, "inputs.x.shape", "at most 32"),
     ({"inputs": {"x": {"dtype": "float32", "shape": [6]}}}, 422, "inputs.x.data_b64", "required"),
     ({"inputs": {"x": {**_X, "extra": 1}}}, 422, "inputs.x.extra", "not permitted"),

@@ -52,15 +52,14 @@ async def _invalid(request: Request, exc: RequestValidationError) -> JSONRespons
     return error_response(422, "invalid_request", text, errors=errors)
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
+
+
 def _allowed_methods(request: Request) -> str:
-    """Every method some route of the app answers on this path (Starlette's 405 names only the first
+    """Every method some route of the app serves on this path (Starlette's 405 names only the first
     route's: ``POST`` where ``GET`` is served too)."""
-    methods: set[str] = set()
-    for route in request.app.routes:
-        match, _ = route.matches({**request.scope, "method": "\0"})
-        if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return ", ".join(sorted(methods))
+    return ", ".join(m for m in _METHODS if any(
+        route.matches({**request.scope, "method": m})[0] == Match.FULL for route in request.app.routes))
 
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -68,7 +67,7 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
             415: "unsupported_media_type"}.get(exc.status_code, "http_error")
     message = str(exc.detail) if exc.status_code != 404 else \
         f"no such endpoint: {request.method} {request.url.path} (see /docs or docs/gateway.md)"
-    headers = dict(exc.headers or {})
+    headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() != "allow"}
     if exc.status_code == 405:
         headers["allow"] = _allowed_methods(request)
         message = f"{request.method} is not served on {request.url.path}; allowed: {headers['allow']}"

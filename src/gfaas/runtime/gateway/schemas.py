@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr, model_validator
 
 DType = Literal["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                 "float16", "float32", "float64", "complex64", "complex128"]
+
+
+def _json_integer(value: Any) -> Any:
+    """An integer as JSON Schema has it: ``3`` and ``3.0`` (a number with no fraction), not ``"3"`` or ``true``
+    (row 15 of issue 14: ``1.0`` was schema-valid but refused)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("Input should be a valid integer")
+    return value
 
 
 class ArrayDoc(BaseModel):
@@ -15,7 +25,7 @@ class ArrayDoc(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     dtype: DType
-    shape: list[Annotated[StrictInt, Field(ge=0)]] = Field(max_length=32, description="[] for a 0-d array")
+    shape: list[Annotated[int, Field(ge=0), BeforeValidator(_json_integer)]] = Field(max_length=32, description="[] for a 0-d array")
     data_b64: StrictStr
 
 
@@ -40,7 +50,7 @@ class InvocationRequest(BaseModel):
         "oneOf": [{"required": ["inputs"]}, {"required": ["seed"]}]})
     # Not Optional: a field is left out, never null (the default None is what "left out" reads as).
     inputs: dict[str, ArrayDoc] = Field(None, json_schema_extra=_no_default)  # type: ignore[arg-type]
-    seed: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] = Field(  # type: ignore[assignment]
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1), BeforeValidator(_json_integer)] = Field(  # type: ignore[assignment]
         None, json_schema_extra=_no_default)
     transport: Literal["gfaas", "redis"] = Field(
         None, json_schema_extra=_no_default,  # type: ignore[arg-type]
