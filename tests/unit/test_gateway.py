@@ -1021,3 +1021,82 @@ def test_gateway_package_stays_untied(rt: FakeRuntime) -> None:
     for exc, handler in app.exception_handlers.items():
         if exc not in (500,) and not handler.__module__.startswith("fastapi"):
             assert module_level(handler), f"the handler for {exc} is not a module-level function"
+
+
+# ---------------------------------------------------------------- security pieces (issue 14)
+
+
+def test_token_is_compared_whole_and_only_as_bearer() -> None:
+    """Only `Bearer <the token>` passes: not a prefix, not another scheme, not a missing header."""
+    from gfaas.runtime.gateway.auth import token_matches
+
+    t = TOKEN.encode()
+    assert token_matches(b"Bearer " + t, t) and token_matches(b"bearer  " + t + b" ", t)
+    assert not any(token_matches(h, t) for h in (None, b"", b"Bearer", b"Bearer " + t[:-1], b"Basic " + t,
+                                                 b"Bearer " + t + b"x", t))
+
+
+def test_rate_limiter_lets_a_burst_through_then_one_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst of 3, then one record per second; the next one through reports how many were held back."""
+    from gfaas.runtime.gateway import ratelog
+
+    now = [100.0]
+    monkeypatch.setattr(ratelog.time, "monotonic", lambda: now[0])
+    lim = ratelog.RateLimiter(burst=3, per_s=1.0)
+    assert [lim.allow() for _ in range(5)] == [(True, 0)] * 3 + [(False, 0)] * 2
+    now[0] += 1.0
+    assert lim.allow() == (True, 2) and lim.allow() == (False, 0)
+
+
+def test_gateway_limits_name_the_bad_setting() -> None:
+    """Bad limits fail at construction with the field's name."""
+    from gfaas.runtime.gateway import GatewayLimits
+
+    with pytest.raises(ConfigError, match="max_functions=0"):
+        GatewayLimits(max_functions=0)
+    with pytest.raises(ConfigError, match="not the string 'gfaas'"):
+        GatewayLimits(handler_packages="gfaas")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="header_timeout_s"):
+        GatewayLimits(header_timeout_s=0)
+
+
+def test_spec_parsing_is_bounded() -> None:
+    """Anchors, aliases and deep nesting are SpecErrors; a 1,500-function chain sorts without recursion."""
+    from gfaas.runtime import spec
+
+    with pytest.raises(SpecError, match=r"YAML alias \*a at line 2"):
+        spec.parse("x: 1\ny: *a\n")
+    with pytest.raises(SpecError, match="anchor &a"):
+        spec.parse("x: &a [1]\n")
+    with pytest.raises(SpecError, match="nesting deeper than 32"):
+        spec.parse("[" * 33 + "]" * 33)
+    assert spec.parse("[" * 32 + "]" * 32) is not None
+    with pytest.raises(SpecError, match="nesting deeper than 32"):
+        spec.parse('{"a": ' * 40 + "1" + "}" * 40)
+    fns = "".join(f"  - {{name: f{k}, kind: cpu, handler: 'm:f', inputs: {{x: {'input.x' if k == 0 else f'f{k - 1}.y'}}}, "
+                  "outputs: {y: null}}\n" for k in range(1500))
+    s = spec.loads(f"name: c\ninputs: {{x: null}}\noutputs: {{o: f1499.y}}\nfunctions:\n{fns}", check_handlers=False)
+    assert [f.name for f in s.functions] == [f"f{k}" for k in range(1500)]
+    with pytest.raises(SpecError, match="cycle: a -> b -> a"):
+        spec.loads("name: c\ninputs: {x: null}\noutputs: {o: a.y}\nfunctions:\n"
+                   "  - {name: a, kind: cpu, handler: 'm:f', inputs: {x: b.y}, outputs: {y: null}}\n"
+                   "  - {name: b, kind: cpu, handler: 'm:f', inputs: {x: a.y}, outputs: {y: null}}\n",
+                   check_handlers=False)
+
+
+def test_screen_checks_handlers_by_name_before_importing() -> None:
+    """Handlers outside the allowed packages fail by name; an allowed module's re-exported foreign
+    callable fails after the import; the shipped workflows' own handlers pass."""
+    from gfaas.runtime import spec
+
+    def doc(handler: str) -> str:
+        return f"name: w\nfunctions: [{{name: f, handler: '{handler}'}}]\n"
+
+    with pytest.raises(SpecError, match="'os:system' is not in an allowed package"):
+        spec.screen(doc("os:system"), handler_packages=["gfaas.workflows"], max_functions=4)
+    with pytest.raises(SpecError, match="defined in 'gfaas.runtime.context', outside the allowed packages"):
+        spec.screen(doc("gfaas.workflows.traffic:Context"), handler_packages=["gfaas.workflows"], max_functions=4)
+    text = __import__("gfaas.workflows", fromlist=["spec_text"]).spec_text("traffic")
+    assert spec.screen(text, handler_packages=["gfaas.workflows"], max_functions=64)["name"] == "traffic"
+    with pytest.raises(SpecError, match="max_functions=1"):
+        spec.screen(text, handler_packages=["gfaas.workflows"], max_functions=1)
