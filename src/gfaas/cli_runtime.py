@@ -22,6 +22,16 @@ def add_parsers(sub: Any) -> None:
                    help="default transport of invocations (default gfaas)")
     s.add_argument("--executor", choices=["process", "ray"], default="process", help="where functions run")
     s.add_argument("--workers", type=int, default=1, help="warm workers per function (default 1)")
+    s.add_argument("--state-dir", default="", metavar="DIR",
+                   help="where the gateway keeps its token file (default: $GFAAS_RUN_DIR/gateway, made 0700)")
+    s.add_argument("--token-file", default="", metavar="FILE",
+                   help="use the bearer token in this file (yours, mode 0600) instead of the state dir's")
+    s.add_argument("--no-auth", action="store_true",
+                   help="serve without a token (refused unless --host is a loopback address)")
+    s.add_argument("--allow-handlers", action="append", default=[], metavar="PACKAGE",
+                   help="a package deployed specs may take handlers from (repeatable; default gfaas.workflows)")
+    s.add_argument("--max-workflows", type=int, default=64, help="workflows deployed at once (default 64)")
+    s.add_argument("--max-functions", type=int, default=64, help="functions per spec (default 64)")
     s.set_defaults(func=cmd_serve)
 
     w = sub.add_parser("workflows", help="the reference workflows: list them or print one's spec")
@@ -51,9 +61,24 @@ def cmd_workflows(a: argparse.Namespace) -> int:
     return 0
 
 
+def _token(a: argparse.Namespace) -> tuple[str | None, str]:
+    """The gateway's token and where it is kept (the operator's file, or the state dir's, made on first use)."""
+    import os
+
+    from .config import default_run_dir
+    from .runtime.gateway import load_or_create_token, read_token_file
+
+    if a.no_auth:
+        return None, ""
+    if a.token_file:
+        return read_token_file(a.token_file), a.token_file
+    token, path = load_or_create_token(a.state_dir or os.path.join(default_run_dir(), "gateway"))
+    return token, str(path)
+
+
 def cmd_serve(a: argparse.Namespace) -> int:
     from . import workflows
-    from .runtime.gateway import serve
+    from .runtime.gateway import DEFAULT_HANDLER_PACKAGES, GatewayLimits, serve
     from .runtime.local import LocalRuntime, RuntimeConfig
 
     names = [] if a.workflows == "none" else workflows.names() if a.workflows == "all" else \
@@ -62,16 +87,22 @@ def cmd_serve(a: argparse.Namespace) -> int:
     for path in a.spec:
         with open(path) as f:
             texts.append(f.read())
+    limits = GatewayLimits(handler_packages=tuple(a.allow_handlers) or DEFAULT_HANDLER_PACKAGES,
+                           max_workflows=a.max_workflows, max_functions=a.max_functions)
+    token, token_path = _token(a)  # before anything starts: a bad token file fails fast
     cfg = RuntimeConfig(transport=a.transport, executor=a.executor, scale=a.scale, workers_per_function=a.workers)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with LocalRuntime(cfg, input_generator=workflows.make_inputs) as rt:
-        for text in texts:
+        for text in texts:  # the operator's own specs: trusted, not screened like a client's
             name = rt.deploy(text)
             print(f"deployed {name}", file=sys.stderr, flush=True)
-        with serve(rt, host=a.host, port=a.port) as gw:
-            print(f"gfaas gateway at {gw.url} (OpenAPI: {gw.url}/docs); Ctrl-C stops", file=sys.stderr, flush=True)
+        with serve(rt, host=a.host, port=a.port, token=token, authenticate=token is not None, limits=limits) as gw:
+            where = "" if gw.url.endswith("//" + gw.bind) else f" (from this machine: {gw.url})"
+            auth = f"bearer token in {token_path}" if token else "NO authentication"
+            print(f"gfaas gateway listening on {gw.bind}{where}; {auth}; OpenAPI: {gw.url}/docs; Ctrl-C stops",
+                  file=sys.stderr, flush=True)
             stop.wait()
     print("stopped", file=sys.stderr)
     return 0

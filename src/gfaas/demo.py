@@ -164,7 +164,7 @@ def run_demo(a: argparse.Namespace) -> int:
     # runtime's put of the request's inputs, and the generator is not part of it.
     inputs = functools.lru_cache(maxsize=None)(workflows.make_inputs)
     with LocalRuntime(cfg, input_generator=inputs) as rt, serve(rt) as gw, \
-            httpx.Client(base_url=gw.url, timeout=120) as http:
+            httpx.Client(base_url=gw.url, timeout=120, headers={"authorization": f"Bearer {gw.token}"}) as http:
         def deploy(name: str) -> str | None:
             t0 = time.perf_counter()
             r = http.post("/v1/workflows", content=workflows.spec_text(name),

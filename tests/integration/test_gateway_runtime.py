@@ -15,10 +15,14 @@ import pytest
 from test_runtime_local import FAIL, SEQ  # pytest puts this directory on sys.path
 
 from gfaas import GatewayClient, NotFound, Overloaded, SpecError, serve_gateway
+from gfaas.runtime.gateway import GatewayLimits
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
 
 N_INVOCATIONS = 1000
 CONCURRENCY = 32
+TOKEN = "integration-test-token-0123456789"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+RT_HANDLERS = GatewayLimits(handler_packages=("rt_handlers",))  # tests/support/rt_handlers.py
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +33,8 @@ def gateway() -> Iterator[tuple[LocalRuntime, str]]:
     mp.setenv("PYTHONPATH", support)
     rt = LocalRuntime(RuntimeConfig(workers_per_function=2, max_queue=4096, node_capacity_bytes=256 << 20))
     try:
-        with serve_gateway(rt, access_log=False, max_body_bytes=1 << 20) as gw:
-            with GatewayClient(gw.url) as c:
+        with serve_gateway(rt, access_log=False, max_body_bytes=1 << 20, token=TOKEN, limits=RT_HANDLERS) as gw:
+            with GatewayClient(gw.url, token=TOKEN) as c:
                 c.deploy(SEQ)
                 c.deploy(FAIL)
             yield rt, gw.url
@@ -49,7 +53,7 @@ def test_a_thousand_invocations_from_32_clients_none_lost_or_duplicated(gateway:
     before = _done_count(url)
 
     def client(ks: list[int]) -> None:
-        with GatewayClient(url, timeout=120) as c:
+        with GatewayClient(url, timeout=120, token=TOKEN) as c:
             for k in ks:
                 try:
                     res = c.invoke("seq", {"x": np.array([float(k)])})
@@ -76,7 +80,7 @@ def test_a_thousand_invocations_from_32_clients_none_lost_or_duplicated(gateway:
 
 
 def _done_count(url: str) -> float:
-    text = httpx.get(f"{url}/metrics").text
+    text = httpx.get(f"{url}/metrics", headers=AUTH).text
     m = re.search(r'^gfaas_invocations_total\{[^}]*status="done"[^}]*workflow="seq"[^}]*\} (\S+)$', text, re.M) or \
         re.search(r'^gfaas_invocations_total\{[^}]*workflow="seq"[^}]*status="done"[^}]*\} (\S+)$', text, re.M)
     return float(m.group(1)) if m else 0.0
@@ -84,7 +88,7 @@ def _done_count(url: str) -> float:
 
 def test_error_paths_through_the_real_runtime(gateway: tuple[LocalRuntime, str]) -> None:
     _, url = gateway
-    with GatewayClient(url) as c:
+    with GatewayClient(url, token=TOKEN) as c:
         with pytest.raises(NotFound, match="no workflow 'nope'"):
             c.invoke("nope", {"x": np.zeros(1)})
         with pytest.raises(SpecError, match="cycle|depends"):
@@ -102,12 +106,12 @@ def test_error_paths_through_the_real_runtime(gateway: tuple[LocalRuntime, str])
         ok = c.invoke("failing", {"x": np.array([1.0])})  # the failure stayed in its invocation
         assert ok.ok and float(ok.outputs["out"][0]) == 2.0
     r = httpx.post(f"{url}/v1/workflows/seq/invocations", content=b"{not json", headers={"content-type":
-                                                                                          "application/json"})
+                                                                                          "application/json", **AUTH})
     assert r.status_code in (400, 422) and "error" in r.json()
     big = {"inputs": {"x": {"dtype": "uint8", "shape": [2 << 20], "data_b64": "A" * (3 << 20)}}}
-    r = httpx.post(f"{url}/v1/workflows/seq/invocations", json=big)
+    r = httpx.post(f"{url}/v1/workflows/seq/invocations", json=big, headers=AUTH)
     assert r.status_code == 413 and r.json()["error"] == "payload_too_large"
-    r = httpx.get(f"{url}/v1/invocations/..%2Fetc/result")
+    r = httpx.get(f"{url}/v1/invocations/..%2Fetc/result", headers=AUTH)
     assert r.status_code in (404, 422)
 
 
@@ -120,7 +124,8 @@ def test_a_full_queue_is_429_with_retry_after(rt_handlers: str) -> None:
             "  - {name: s, kind: cpu, handler: 'rt_handlers:slow', params: {seconds: 0.5}, inputs: {x: input.x},"
             " outputs: {y: null}}\n")
     with LocalRuntime(RuntimeConfig(executor="inproc", max_queue=1)) as rt, \
-            serve_gateway(rt, access_log=False) as gw, GatewayClient(gw.url) as c:
+            serve_gateway(rt, access_log=False, token=TOKEN, limits=RT_HANDLERS) as gw, \
+            GatewayClient(gw.url, token=TOKEN) as c:
         c.deploy(slow)
         first = c.submit("slowpoke", {"x": np.array([1.0])})
         wait_for(lambda: c.status(first) == "running", what="the first request to start")
@@ -130,6 +135,6 @@ def test_a_full_queue_is_429_with_retry_after(rt_handlers: str) -> None:
         from gfaas.runtime.wire import encode_array
 
         r = httpx.post(f"{gw.url}/v1/workflows/slowpoke/invocations", params={"mode": "async"},
-                       json={"inputs": {"x": encode_array(np.array([4.0]))}})
+                       json={"inputs": {"x": encode_array(np.array([4.0]))}}, headers=AUTH)
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1, r.text
         assert [float(c.result(i, timeout=30).outputs["o"][0]) for i in (first, second)] == [1.0, 2.0]

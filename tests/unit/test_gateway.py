@@ -33,6 +33,8 @@ from gfaas.runtime.wire import DTYPES, WireError, decode_array, encode_array, js
 
 BREAKDOWN = Breakdown(queue_s=0.5, host_pass_s=0.25, fn_pass_s=0.125, compute_s=2.0, total_s=3.0)
 SPEC = "name: double\ninputs: [x]\n"
+TOKEN = "unit-test-token-0123456789abcdef"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 
 # ---------------------------------------------------------------- the fake runtime
@@ -85,6 +87,11 @@ class FakeRuntime:
                 raise SpecError(f"workflow {spec['name']!r} is already deployed; pick another name")
             self.specs[spec["name"]] = spec
         return str(spec["name"])
+
+    def undeploy(self, workflow: str) -> None:
+        with self.lock:
+            if self.specs.pop(workflow, None) is None:
+                raise NotFound(f"no workflow {workflow!r} is deployed")
 
     def workflows(self) -> list[str]:
         with self.lock:
@@ -191,12 +198,12 @@ def rt() -> FakeRuntime:
 
 @pytest.fixture
 def app(rt: FakeRuntime) -> FastAPI:
-    return create_app(rt, sweep_interval_s=3600)
+    return create_app(rt, token=TOKEN, sweep_interval_s=3600)
 
 
 @pytest.fixture
 def client(app: FastAPI) -> Iterator[TestClient]:
-    with TestClient(app) as c:
+    with TestClient(app, headers=AUTH) as c:
         yield c
 
 
@@ -410,16 +417,17 @@ def test_openapi_schema_has_typed_models(client: TestClient) -> None:
 
 
 def test_bad_specs_are_400_with_the_runtime_message(client: TestClient) -> None:
+    """Text that is not YAML is refused by the gateway's screen; the rest of the checks are the runtime's."""
     r = client.post("/v1/workflows", content="name: [unclosed", headers={"content-type": "application/yaml"})
     assert r.status_code == 400 and r.json()["error"] == "bad_request"
-    assert r.json()["message"].startswith("spec is not YAML")
+    assert r.json()["message"].startswith("spec: not valid YAML/JSON")
     r = client.post("/v1/workflows", content="just a string", headers={"content-type": "text/plain"})
     assert r.status_code == 400 and "needs `name`" in r.json()["message"]
     r = client.post("/v1/workflows", content=SPEC, headers={"content-type": "application/yaml"})
     assert (r.status_code, r.json()) == (400, {"error": "bad_request", "message":
                                                "workflow 'double' is already deployed; pick another name"})
     r = client.post("/v1/workflows", content="  \n", headers={"content-type": "application/yaml"})
-    assert r.status_code == 400 and "empty" in r.json()["message"]
+    assert r.status_code == 422 and r.json()["error"] == "invalid_request" and "empty" in r.json()["message"]
     r = client.post("/v1/workflows", content=b"name: \xff\xfe", headers={"content-type": "application/yaml"})
     assert r.status_code == 400 and "UTF-8" in r.json()["message"]
     r = client.post("/v1/workflows", content=SPEC, headers={"content-type": "application/x-www-form-urlencoded"})
@@ -464,7 +472,7 @@ _X = arr_doc(np.arange(6, dtype=np.float32))
     ({"inputs": {"x": {**_X, "dtype": "object"}}}, 422, "inputs.x.dtype", "'bool'"),
     ({"inputs": {"x": {**_X, "shape": [-6]}}}, 422, "inputs.x.shape.0", "greater than or equal to 0"),
     ({"inputs": {"x": {**_X, "shape": "6"}}}, 422, "inputs.x.shape", "list"),
-    ({"inputs": {"x": {**_X, "shape": [6.0]}}}, 422, "inputs.x.shape.0", "integer"),
+    ({"inputs": {"x": {**_X, "shape": [6.5]}}}, 422, "inputs.x.shape.0", "integer"),
     ({"inputs": {"x": {**_X, "shape": [1] * 33}}}, 422, "inputs.x.shape", "at most 32"),
     ({"inputs": {"x": {"dtype": "float32", "shape": [6]}}}, 422, "inputs.x.data_b64", "required"),
     ({"inputs": {"x": {**_X, "extra": 1}}}, 422, "inputs.x.extra", "not permitted"),
@@ -482,7 +490,8 @@ _X = arr_doc(np.arange(6, dtype=np.float32))
     ({"seed": True}, 422, "seed", "integer"),
     ({"seed": 1, "sede": 2}, 422, "sede", "not permitted"),
     ({"inputs": {"y": _X}}, 400, None, "takes inputs ['x']; got ['y']"),
-    ({"seed": 1, "transport": "carrier-pigeon"}, 400, None, "transport 'carrier-pigeon'"),
+    ({"seed": 1, "transport": "carrier-pigeon"}, 422, "transport", "'gfaas' or 'redis'"),
+    ({"seed": 1, "inputs": None}, 422, "inputs", "dictionary"),
 ])
 def test_malformed_invocation_bodies(client: TestClient, rt: FakeRuntime, body: dict[str, Any], status: int,
                                      field: str | None, words: str) -> None:
@@ -535,7 +544,7 @@ def test_bad_wait_is_422(client: TestClient) -> None:
 
 def test_oversize_bodies_are_413(rt: FakeRuntime) -> None:
     limit = 1000
-    with TestClient(create_app(rt, max_body_bytes=limit)) as c:
+    with TestClient(create_app(rt, token=TOKEN, max_body_bytes=limit), headers=AUTH) as c:
         big = {"inputs": {"x": arr_doc(np.zeros(300, np.float32))}}  # ~1.6 kB of JSON
         r = c.post("/v1/workflows/double/invocations", json=big)
         assert r.status_code == 413 and r.json()["error"] == "payload_too_large"
@@ -557,7 +566,7 @@ def test_oversize_bodies_are_413(rt: FakeRuntime) -> None:
 
 
 def test_declared_oversize_bodies_are_refused_before_the_app_sees_them(rt: FakeRuntime) -> None:
-    with TestClient(create_app(rt, max_body_bytes=100)) as c:
+    with TestClient(create_app(rt, token=TOKEN, max_body_bytes=100), headers=AUTH) as c:
         # the deploy endpoint would answer 415 for this content type; 413 shows it never ran
         r = c.post("/v1/workflows", content=b"x" * 101, headers={"content-type": "application/x-www-form-urlencoded"})
         assert r.status_code == 413
@@ -569,7 +578,7 @@ def test_declared_oversize_bodies_are_refused_before_the_app_sees_them(rt: FakeR
 
 def test_overloaded_is_429_with_retry_after(rt: FakeRuntime) -> None:
     rt.overloaded = True
-    with TestClient(create_app(rt, retry_after_s=7)) as c:
+    with TestClient(create_app(rt, token=TOKEN, retry_after_s=7), headers=AUTH) as c:
         r = invoke(c, "double", {"seed": 1})
         assert r.status_code == 429
         assert r.headers["retry-after"] == "7"
@@ -750,8 +759,8 @@ def test_unfetched_async_invocations_are_counted_by_the_sweep(app: FastAPI, clie
 
 
 def test_sweeper_thread_runs_while_the_app_does(rt: FakeRuntime) -> None:
-    app = create_app(rt, sweep_interval_s=0.01)
-    with TestClient(app) as c:
+    app = create_app(rt, token=TOKEN, sweep_interval_s=0.01)
+    with TestClient(app, headers=AUTH) as c:
         invoke(c, "held", {"seed": 0}, mode="async")
         rt.release()
         tracker = app.state.gateway.tracker
@@ -846,7 +855,7 @@ def test_gateway_client_against_the_app(client: TestClient, rt: FakeRuntime) -> 
 
 @pytest.fixture
 def server(rt: FakeRuntime) -> Iterator[Any]:
-    with serve(rt, sweep_interval_s=3600, access_log=False) as gw:
+    with serve(rt, token=TOKEN, sweep_interval_s=3600, access_log=False) as gw:
         yield gw
 
 
@@ -857,7 +866,7 @@ def test_serve_binds_loopback_on_a_free_port(server: Any) -> None:
 
 def test_serve_answers_small_requests_without_nagle_delays(server: Any) -> None:
     """Without TCP_NODELAY on the server's connections every answer waits ~40 ms for a delayed ACK."""
-    with httpx.Client(base_url=server.url) as http:
+    with httpx.Client(base_url=server.url, headers=AUTH) as http:
         http.get("/healthz")
         t0 = time.perf_counter()
         for _ in range(20):
@@ -883,7 +892,7 @@ def test_serve_with_concurrent_clients_loses_and_duplicates_nothing(server: Any,
         return k, doc["invocation_id"]
 
     def worker(ks: list[int]) -> list[tuple[int, str]]:
-        with httpx.Client(base_url=server.url, timeout=60) as http:
+        with httpx.Client(base_url=server.url, timeout=60, headers=AUTH) as http:
             return [one(k, http) for k in ks]
 
     with ThreadPoolExecutor(threads) as ex:
@@ -892,20 +901,20 @@ def test_serve_with_concurrent_clients_loses_and_duplicates_nothing(server: Any,
     ids = [inv for _, inv in results]
     assert len(set(ids)) == n and rt.submits == n
     assert sorted(ids) == sorted(rt.invs)
-    s = parse_metrics(httpx.get(server.url + "/metrics").text)
+    s = parse_metrics(httpx.get(server.url + "/metrics", headers=AUTH).text)
     assert metric(s, "gfaas_invocations_total", workflow="double", status="done") == n
     assert metric(s, "gfaas_invocation_latency_seconds_count", workflow="double") == n
 
 
 def test_serve_survives_a_runtime_bug_and_stops_cleanly(rt: FakeRuntime) -> None:
-    gw = serve(rt, access_log=False)
+    gw = serve(rt, token=TOKEN, access_log=False)
     try:
         rt.bug = "describe"
-        r = httpx.get(gw.url + "/v1/workflows/double")
+        r = httpx.get(gw.url + "/v1/workflows/double", headers=AUTH)
         assert r.status_code == 500 and r.json()["error"] == "internal"
         rt.bug = ""
-        assert httpx.get(gw.url + "/v1/workflows/double").status_code == 200
-        with GatewayClient(gw.url) as c:
+        assert httpx.get(gw.url + "/v1/workflows/double", headers=AUTH).status_code == 200
+        with GatewayClient(gw.url, token=TOKEN) as c:
             assert c.invoke("double", seed=2).ok
         big = {"inputs": {"x": encode_array(np.zeros(10_000, np.float64))}}
         assert gw.running
@@ -918,11 +927,11 @@ def test_serve_survives_a_runtime_bug_and_stops_cleanly(rt: FakeRuntime) -> None
 
 
 def test_stop_does_not_hang_on_a_request_still_waiting(rt: FakeRuntime) -> None:
-    gw = serve(rt, access_log=False, graceful_s=1)
+    gw = serve(rt, token=TOKEN, access_log=False, graceful_s=1)
 
     def request() -> None:
         with contextlib.suppress(httpx.HTTPError):  # the server goes away under it
-            httpx.post(gw.url + "/v1/workflows/held/invocations", params={"timeout": 600}, json={"seed": 1},
+            httpx.post(gw.url + "/v1/workflows/held/invocations", params={"timeout": 600}, json={"seed": 1}, headers=AUTH,
                        timeout=60)
 
     waiting = threading.Thread(target=request)
@@ -937,9 +946,9 @@ def test_stop_does_not_hang_on_a_request_still_waiting(rt: FakeRuntime) -> None:
 
 
 def test_serve_enforces_the_body_limit_on_a_real_socket(rt: FakeRuntime) -> None:
-    with serve(rt, max_body_bytes=4096, access_log=False) as gw:
+    with serve(rt, token=TOKEN, max_body_bytes=4096, access_log=False) as gw:
         body = {"inputs": {"x": encode_array(np.zeros(1000, np.float64))}}  # ~10.7 kB of JSON
-        r = httpx.post(gw.url + "/v1/workflows/double/invocations", json=body)
+        r = httpx.post(gw.url + "/v1/workflows/double/invocations", json=body, headers=AUTH)
         assert r.status_code == 413
         assert httpx.get(gw.url + "/healthz").status_code == 200
 
@@ -955,13 +964,13 @@ def test_serve_refuses_a_port_in_use(server: Any, rt: FakeRuntime) -> None:
 def test_waits_are_bounded_per_app(rt: FakeRuntime) -> None:
     """``max_timeout_s`` bounds ``timeout``/``wait`` per app (schema and 422), not once per process."""
     for bound in (30.0, 600.0):
-        app = create_app(rt, max_timeout_s=bound, default_timeout_s=1.0, sweep_interval_s=3600)
+        app = create_app(rt, token=TOKEN, max_timeout_s=bound, default_timeout_s=1.0, sweep_interval_s=3600)
         paths = app.openapi()["paths"]
         for path, method, param in (("/v1/workflows/{name}/invocations", "post", "timeout"),
                                     ("/v1/invocations/{invocation_id}/result", "get", "wait")):
             (p,) = [p for p in paths[path][method]["parameters"] if p["name"] == param]
             assert json.dumps(p["schema"]).count(f'"maximum": {bound}') == 1, p
-        with TestClient(app) as c:
+        with TestClient(app, headers=AUTH) as c:
             r = c.post(f"/v1/workflows/double/invocations?timeout={bound + 1:g}", json={"seed": 1})
             assert r.status_code == 422 and r.json()["errors"][0]["field"] == "query.timeout"
             assert c.post(f"/v1/workflows/double/invocations?timeout={bound:g}", json={"seed": 1}).status_code == 200
@@ -1012,3 +1021,82 @@ def test_gateway_package_stays_untied(rt: FakeRuntime) -> None:
     for exc, handler in app.exception_handlers.items():
         if exc not in (500,) and not handler.__module__.startswith("fastapi"):
             assert module_level(handler), f"the handler for {exc} is not a module-level function"
+
+
+# ---------------------------------------------------------------- security pieces (issue 14)
+
+
+def test_token_is_compared_whole_and_only_as_bearer() -> None:
+    """Only `Bearer <the token>` passes: not a prefix, not another scheme, not a missing header."""
+    from gfaas.runtime.gateway.auth import token_matches
+
+    t = TOKEN.encode()
+    assert token_matches(b"Bearer " + t, t) and token_matches(b"bearer  " + t + b" ", t)
+    assert not any(token_matches(h, t) for h in (None, b"", b"Bearer", b"Bearer " + t[:-1], b"Basic " + t,
+                                                 b"Bearer " + t + b"x", t))
+
+
+def test_rate_limiter_lets_a_burst_through_then_one_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst of 3, then one record per second; the next one through reports how many were held back."""
+    from gfaas.runtime.gateway import ratelog
+
+    now = [100.0]
+    monkeypatch.setattr(ratelog.time, "monotonic", lambda: now[0])
+    lim = ratelog.RateLimiter(burst=3, per_s=1.0)
+    assert [lim.allow() for _ in range(5)] == [(True, 0)] * 3 + [(False, 0)] * 2
+    now[0] += 1.0
+    assert lim.allow() == (True, 2) and lim.allow() == (False, 0)
+
+
+def test_gateway_limits_name_the_bad_setting() -> None:
+    """Bad limits fail at construction with the field's name."""
+    from gfaas.runtime.gateway import GatewayLimits
+
+    with pytest.raises(ConfigError, match="max_functions=0"):
+        GatewayLimits(max_functions=0)
+    with pytest.raises(ConfigError, match="not the string 'gfaas'"):
+        GatewayLimits(handler_packages="gfaas")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="header_timeout_s"):
+        GatewayLimits(header_timeout_s=0)
+
+
+def test_spec_parsing_is_bounded() -> None:
+    """Anchors, aliases and deep nesting are SpecErrors; a 1,500-function chain sorts without recursion."""
+    from gfaas.runtime import spec
+
+    with pytest.raises(SpecError, match=r"YAML alias \*a at line 2"):
+        spec.parse("x: 1\ny: *a\n")
+    with pytest.raises(SpecError, match="anchor &a"):
+        spec.parse("x: &a [1]\n")
+    with pytest.raises(SpecError, match="nesting deeper than 32"):
+        spec.parse("[" * 33 + "]" * 33)
+    assert spec.parse("[" * 32 + "]" * 32) is not None
+    with pytest.raises(SpecError, match="nesting deeper than 32"):
+        spec.parse('{"a": ' * 40 + "1" + "}" * 40)
+    fns = "".join(f"  - {{name: f{k}, kind: cpu, handler: 'm:f', inputs: {{x: {'input.x' if k == 0 else f'f{k - 1}.y'}}}, "
+                  "outputs: {y: null}}\n" for k in range(1500))
+    s = spec.loads(f"name: c\ninputs: {{x: null}}\noutputs: {{o: f1499.y}}\nfunctions:\n{fns}", check_handlers=False)
+    assert [f.name for f in s.functions] == [f"f{k}" for k in range(1500)]
+    with pytest.raises(SpecError, match="cycle: a -> b -> a"):
+        spec.loads("name: c\ninputs: {x: null}\noutputs: {o: a.y}\nfunctions:\n"
+                   "  - {name: a, kind: cpu, handler: 'm:f', inputs: {x: b.y}, outputs: {y: null}}\n"
+                   "  - {name: b, kind: cpu, handler: 'm:f', inputs: {x: a.y}, outputs: {y: null}}\n",
+                   check_handlers=False)
+
+
+def test_screen_checks_handlers_by_name_before_importing() -> None:
+    """Handlers outside the allowed packages fail by name; an allowed module's re-exported foreign
+    callable fails after the import; the shipped workflows' own handlers pass."""
+    from gfaas.runtime import spec
+
+    def doc(handler: str) -> str:
+        return f"name: w\nfunctions: [{{name: f, handler: '{handler}'}}]\n"
+
+    with pytest.raises(SpecError, match="'os:system' is not in an allowed package"):
+        spec.screen(doc("os:system"), handler_packages=["gfaas.workflows"], max_functions=4)
+    with pytest.raises(SpecError, match="defined in 'gfaas.runtime.context', outside the allowed packages"):
+        spec.screen(doc("gfaas.workflows.traffic:Context"), handler_packages=["gfaas.workflows"], max_functions=4)
+    text = __import__("gfaas.workflows", fromlist=["spec_text"]).spec_text("traffic")
+    assert spec.screen(text, handler_packages=["gfaas.workflows"], max_functions=64)["name"] == "traffic"
+    with pytest.raises(SpecError, match="max_functions=1"):
+        spec.screen(text, handler_packages=["gfaas.workflows"], max_functions=1)

@@ -35,6 +35,11 @@ class RuntimeAPI(Protocol):
         """Deploy a workflow from its YAML or JSON spec text and return its name; ``SpecError`` if bad."""
         ...
 
+    def undeploy(self, workflow: str) -> None:
+        """Remove a deployed workflow and stop its workers; its unfinished invocations fail.
+        ``NotFound`` if it is not deployed."""
+        ...
+
     def workflows(self) -> list[str]:
         """The names of the deployed workflows."""
         ...

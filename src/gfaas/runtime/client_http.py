@@ -4,7 +4,7 @@
 
     from gfaas.runtime.client_http import GatewayClient
 
-    with GatewayClient("http://127.0.0.1:8080") as gw:
+    with GatewayClient("http://127.0.0.1:8080", token_file="/run/user/1000/gfaas-1000/gateway/gateway.token") as gw:
         name = gw.deploy(open("spec.yaml").read())
         res = gw.invoke(name, {"x": np.arange(4, dtype=np.float32)})   # sync: an InvocationResult
         inv = gw.invoke(name, seed=3, mode="async")                     # async: the invocation ID
@@ -12,14 +12,21 @@
 
 HTTP errors become the runtime's own exceptions: 400/415/422 :class:`~gfaas.errors.SpecError`, 404
 :class:`~gfaas.errors.NotFound`, 429 :class:`~gfaas.errors.Overloaded`, 504 :class:`InvocationTimeout`
-(a :class:`TimeoutError` that carries the invocation ID); anything else :class:`GatewayHTTPError`.
+(a :class:`TimeoutError` that carries the invocation ID); anything else :class:`GatewayHTTPError`
+(401: no or a wrong token).
+
+The gateway wants ``Authorization: Bearer TOKEN``: the client sends ``token``, or the token in
+``token_file``, or ``$GFAAS_GATEWAY_TOKEN``, or the token in ``$GFAAS_GATEWAY_TOKEN_FILE``, the first
+given of these (``gfaas serve`` prints the path of the file it keeps the token in).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -71,9 +78,25 @@ def _check(r: httpx.Response) -> Any:
         raise NotFound(text)
     if r.status_code == 429:
         raise Overloaded(text + f" (retry after {r.headers.get('retry-after', '?')} s)")
+    if r.status_code == 401:
+        raise GatewayHTTPError(401, body, text + " (pass token= or token_file=, or set GFAAS_GATEWAY_TOKEN)")
     if r.status_code == 504 and isinstance(body, dict) and "invocation_id" in body:
         raise InvocationTimeout(str(body["invocation_id"]), text)
     raise GatewayHTTPError(r.status_code, body, text)
+
+
+def _token(token: str | None, token_file: str | Path | None) -> str | None:
+    if token:
+        return token
+    path = token_file or None
+    if path is None and os.environ.get("GFAAS_GATEWAY_TOKEN"):
+        return os.environ["GFAAS_GATEWAY_TOKEN"]
+    path = path or os.environ.get("GFAAS_GATEWAY_TOKEN_FILE") or None
+    if path is None:
+        return None
+    from .gateway.auth import read_token_file
+
+    return read_token_file(path)
 
 
 class GatewayClient:
@@ -84,15 +107,25 @@ class GatewayClient:
         timeout: seconds for each HTTP request beyond any wait the request itself asks the gateway for.
         client: an ``httpx.Client`` to use instead (e.g. FastAPI's ``TestClient``); its own timeouts apply
             (make them longer than the waits you ask for) and :meth:`close` leaves it open.
+        token: the gateway's bearer token; token_file: a file that holds it (see the module docstring for
+            the environment variables read when neither is given). Not with ``client``, which sends its own
+            headers.
     """
 
-    def __init__(self, url: str = "", *, timeout: float = 30.0, client: httpx.Client | None = None) -> None:
+    def __init__(self, url: str = "", *, timeout: float = 30.0, client: httpx.Client | None = None,
+                 token: str | None = None, token_file: str | Path | None = None) -> None:
         if client is None and not url:
             raise ValueError("GatewayClient needs the gateway's url (or an httpx client)")
+        token = _token(token, token_file) if client is None or token or token_file else None
+        headers = {"authorization": f"Bearer {token}"} if token else {}
         self._own = client is None
         if client is None:  # TCP_NODELAY: a request's headers and body go out without waiting for an ACK
             nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-            client = httpx.Client(base_url=url, timeout=timeout, transport=httpx.HTTPTransport(socket_options=nodelay))
+            client = httpx.Client(base_url=url, timeout=timeout, headers=headers,
+                                  transport=httpx.HTTPTransport(socket_options=nodelay))
+        elif headers:
+            raise ValueError("GatewayClient(client=...) sends what that client sends: give it the header "
+                             "Authorization: Bearer TOKEN instead of token=/token_file=")
         self._http = client
         self._timeout = timeout
 
@@ -123,6 +156,10 @@ class GatewayClient:
         r = self._http.post("/v1/workflows", content=spec_text.encode("utf-8"),
                             headers={"content-type": content_type})
         return str(_check(r)["workflow"])
+
+    def undeploy(self, workflow: str) -> None:
+        """Undeploy ``workflow``: its workers stop; ``NotFound`` if it is not deployed."""
+        _check(self._http.delete(f"/v1/workflows/{workflow}"))
 
     def workflows(self) -> list[str]:
         return [str(n) for n in _check(self._http.get("/v1/workflows"))["workflows"]]

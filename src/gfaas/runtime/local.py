@@ -410,6 +410,33 @@ class LocalRuntime:
         log.info("deployed %s (%d functions)", spec.name, len(spec.functions))
         return spec.name
 
+    def undeploy(self, workflow: str) -> None:
+        """Remove a deployed workflow and stop its workers (``NotFound`` if it is not deployed).
+
+        New submits are refused at once; a task already running finishes (its worker is stopped right
+        after); the workflow's unfinished invocations fail with "undeployed" and their data is freed.
+        """
+        prefix = f"{workflow}/"
+        with self._lock:
+            if self._specs.pop(workflow, None) is None:
+                raise NotFound(f"no workflow {workflow!r} is deployed; deployed: {sorted(self._specs)}")
+            self._gpus.pop(workflow, None)
+            pools = [p for key, p in self._pools.items() if key.startswith(prefix)]
+        for p in pools:
+            p.close()  # joins its dispatch threads (a running task ends first) and stops its workers
+        with self._lock:
+            for p in pools:
+                self._pools.pop(p.key, None)
+                while p.queue:  # queued tasks never run: they no longer count against their invocation
+                    inv, _ = p.queue.popleft()
+                    inv.running -= 1
+                    self._maybe_release(inv)
+            for inv in [i for i in self._invs.values() if i.spec.name == workflow and i.result is None]:
+                inv.running += 1  # _fail_locked counts one task as ending
+                self._fail_locked(inv, f"workflow {workflow!r} was undeployed before this invocation finished")
+        self.queues_changed()
+        log.info("undeployed %s (%d functions)", workflow, len(pools))
+
     def _place(self, spec: WorkflowSpec) -> None:
         """GPUs for the spec's GPU functions on the first node (call under the lock): the free ones
         first, all of them once every GPU holds some function (functions then share GPUs)."""
@@ -646,8 +673,11 @@ class LocalRuntime:
                 inv.running += 1
                 inv.enqueued[fn] = time.perf_counter()
             try:
-                self._pools[f"{inv.spec.name}/{fn}"].submit(inv, fn)
-            except Overloaded:
+                pool = self._pools.get(f"{inv.spec.name}/{fn}")
+                if pool is None:  # undeployed while the invocation ran
+                    raise NotFound(f"workflow {inv.spec.name!r} was undeployed")
+                pool.submit(inv, fn)
+            except (Overloaded, NotFound):
                 with self._lock:
                     inv.running -= 1
                 raise
@@ -703,7 +733,7 @@ class LocalRuntime:
             complete = self._note(inv, skipped)
         try:
             self._schedule(inv, ready, complete)
-        except Overloaded as exc:
+        except (Overloaded, NotFound) as exc:
             self._fail(inv, str(exc))
 
     def failed(self, inv: _Invocation, fn: str, message: str) -> None:

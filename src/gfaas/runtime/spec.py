@@ -10,6 +10,12 @@ has a full example.
 Everything is checked here, once, with errors that name the function, the field and the fix: unknown
 keys, bad names, unknown sources, cycles (the cycle is printed), functions nothing reads, handlers that
 do not import, conditions over non-scalar outputs, and dtype/shape mismatches where both ends declare one.
+
+Parsing is bounded for text from untrusted clients: YAML anchors and aliases are refused (an alias bomb
+of a few hundred bytes expands into gigabytes), documents deeper than :data:`MAX_DEPTH` are refused
+before anything recurses over them, and the topological sort is iterative. :func:`screen` adds what
+only a public endpoint needs: caps on size and functions, and handlers only from allowed packages,
+checked before anything is imported.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import importlib
 import json
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -37,6 +43,12 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
 }
 INPUT = "input"  # the source name of the workflow's own inputs
+# Nesting of a spec document (mappings and lists). A real spec is about 6 deep (functions -> entry ->
+# inputs -> input -> shape); handler params get the rest. Deeper documents are refused before any
+# code recurses over them (a RecursionError would otherwise surface as an internal error).
+MAX_DEPTH = 32
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_ATTR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -181,11 +193,86 @@ def load(path: str | Path, *, check_handlers: bool = True) -> WorkflowSpec:
 
 def loads(text: str, *, check_handlers: bool = True, where: str = "spec") -> WorkflowSpec:
     """Parse and validate a spec (YAML, of which JSON is a subset)."""
+    return from_dict(parse(text, where), check_handlers=check_handlers, where=where, text=text)
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` without anchors and aliases, and with a bound on nesting."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            kind = "alias *" if isinstance(event, yaml.AliasEvent) else "anchor &"
+            raise SpecError(f"YAML {kind}{event.anchor} at line {event.start_mark.line + 1}: anchors and aliases "
+                            "are not accepted in specs; write the repeated part out")
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise SpecError(f"nesting deeper than {MAX_DEPTH} levels at line {event.start_mark.line + 1}; "
+                            "a spec needs about 6")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def parse(text: str, where: str = "spec") -> Any:
+    """The spec text as a plain document (YAML, or JSON when it starts with ``{``), bounded: no YAML
+    anchors or aliases, nesting at most :data:`MAX_DEPTH`; :class:`SpecError` otherwise."""
     try:
-        doc = yaml.safe_load(text) if text.lstrip()[:1] != "{" else json.loads(text)
+        if text.lstrip()[:1] != "{":
+            loader = _SpecLoader(text)
+            try:
+                return loader.get_single_data()
+            finally:
+                loader.dispose()
+        doc = json.loads(text)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise SpecError(f"{where}: not valid YAML/JSON: {exc}") from None
-    return from_dict(doc, check_handlers=check_handlers, where=where, text=text)
+    except RecursionError:
+        raise SpecError(f"{where}: nesting deeper than {MAX_DEPTH} levels; a spec needs about 6") from None
+    _check_depth(doc, where)
+    return doc
+
+
+def _check_depth(doc: Any, where: str) -> None:
+    stack = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > MAX_DEPTH:
+                raise SpecError(f"{where}: nesting deeper than {MAX_DEPTH} levels; a spec needs about 6")
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+
+
+def screen(text: str, *, handler_packages: Sequence[str], max_functions: int, where: str = "spec") -> Any:
+    """Check a spec from an untrusted client before a runtime sees it; returns the parsed document.
+
+    Beyond :func:`parse`'s bounds: at most ``max_functions`` functions, and every ``handler`` names a
+    function of a module inside one of ``handler_packages`` (``pkg`` allows ``pkg`` and ``pkg.sub``),
+    checked by name before the module is imported; the imported object must be a callable defined
+    in an allowed package too (not, say, ``os.system`` imported into an allowed module). The rest
+    of the validation is the runtime's (:func:`loads`).
+    """
+    doc = parse(text, where)
+    fns = doc.get("functions") if isinstance(doc, dict) else None
+    if not isinstance(fns, list):
+        return doc
+    if len(fns) > max_functions:
+        raise SpecError(f"{where}: {len(fns)} functions, more than this gateway's max_functions={max_functions}; "
+                        "split the workflow or start the gateway with a larger max_functions")
+    for k, f in enumerate(fns):
+        handler = f.get("handler") if isinstance(f, dict) else None
+        if isinstance(handler, str):
+            name = f.get("name")
+            _import_handler(handler, f"function {name!r}" if isinstance(name, str) else f"{where}: functions[{k}]",
+                            handler_packages)
+    return doc
 
 
 def from_dict(doc: Any, *, check_handlers: bool = True, where: str = "spec", text: str = "") -> WorkflowSpec:
@@ -326,8 +413,20 @@ def _name(raw: Any, pattern: re.Pattern[str], where: str) -> str:
     return raw
 
 
-def _import_handler(handler: str, where: str) -> Callable[..., Any]:
+def _allowed(module: str, packages: Sequence[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _import_handler(handler: str, where: str, packages: Sequence[str] | None = None) -> Callable[..., Any]:
+    """Import ``module:function``; with ``packages``, only from modules inside them (checked first)."""
     module, _, attr = handler.partition(":")
+    if not _MODULE.match(module) or not _ATTR.match(attr) or attr.startswith("__"):
+        raise SpecError(f"{where}: handler {handler!r} must be 'package.module:function' (Python names, "
+                        "no dunder attributes)")
+    if packages is not None and not _allowed(module, packages):
+        raise SpecError(f"{where}: handler {handler!r} is not in an allowed package; this gateway loads handlers "
+                        f"only from {sorted(packages)} (the handler_packages setting, gfaas serve "
+                        "--allow-handlers PACKAGE)")
     try:
         fn = getattr(importlib.import_module(module), attr)
     except ImportError as exc:
@@ -336,6 +435,10 @@ def _import_handler(handler: str, where: str) -> Callable[..., Any]:
         raise SpecError(f"{where}: module {module!r} has no handler {attr!r}") from None
     if not callable(fn):
         raise SpecError(f"{where}: handler {handler!r} is not callable")
+    defined_in = getattr(fn, "__module__", None)
+    if packages is not None and not (isinstance(defined_in, str) and _allowed(defined_in, packages)):
+        raise SpecError(f"{where}: handler {handler!r} is defined in {defined_in!r}, outside the allowed packages "
+                        f"{sorted(packages)} (the handler_packages setting)")
     return fn
 
 
@@ -365,24 +468,30 @@ def _check_edges(ctx: str, fns: Mapping[str, FunctionSpec], inputs: Mapping[str,
 
 
 def _topological(ctx: str, fns: Mapping[str, FunctionSpec]) -> list[str]:
+    """Dependencies first, in a depth-first order; iterative, so a long chain cannot exhaust the stack."""
     deps = {n: sorted({i.source for i in f.inputs if not i.from_workflow}) for n, f in fns.items()}
     order: list[str] = []
     state: dict[str, int] = {}  # 1 visiting, 2 done
-
-    def visit(n: str, path: list[str]) -> None:
-        if state.get(n) == 2:
-            return
-        if state.get(n) == 1:
-            cyc = path[path.index(n):] + [n]
-            raise SpecError(f"{ctx}: the functions form a cycle: {' -> '.join(reversed(cyc))}; a workflow must be a DAG")
-        state[n] = 1
-        for d in deps[n]:
-            visit(d, path + [n])
-        state[n] = 2
-        order.append(n)
-
-    for n in fns:
-        visit(n, [])
+    for root in fns:
+        if state.get(root):
+            continue
+        state[root] = 1
+        path, stack = [root], [iter(deps[root])]
+        while stack:
+            d = next(stack[-1], None)
+            if d is None:
+                stack.pop()
+                n = path.pop()
+                state[n] = 2
+                order.append(n)
+            elif state.get(d) == 1:
+                cyc = path[path.index(d):] + [d]
+                raise SpecError(f"{ctx}: the functions form a cycle: {' -> '.join(reversed(cyc))}; "
+                                "a workflow must be a DAG")
+            elif not state.get(d):
+                state[d] = 1
+                path.append(d)
+                stack.append(iter(deps[d]))
     return order
 
 

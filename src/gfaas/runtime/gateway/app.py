@@ -8,39 +8,51 @@ from ...errors import ConfigError
 from ...units import MiB
 from ..api import RuntimeAPI
 from . import invocations, ops, workflows
+from .auth import new_token
 from .errors import add_error_handlers
-from .state import _Gateway, _Guard, lifespan
+from .guard import OPEN_PATHS, Guard
+from .limits import GatewayLimits
+from .schemas import document_security
+from .state import _Gateway, lifespan
 
 
-def create_app(runtime: RuntimeAPI, *, max_body_bytes: int = 256 * MiB, default_timeout_s: float = 60.0,
+def create_app(runtime: RuntimeAPI, *, token: str | None = None, authenticate: bool = True,
+               limits: GatewayLimits | None = None, max_body_bytes: int = 256 * MiB, default_timeout_s: float = 60.0,
                max_timeout_s: float = 600.0, retry_after_s: int = 1, max_waiters: int = 256,
                sweep_interval_s: float = 1.0, max_pending: int = 1_000_000) -> FastAPI:
     """The gateway's FastAPI application in front of ``runtime``.
 
     Args:
         runtime: what deploys and runs workflows (see :class:`~gfaas.runtime.api.RuntimeAPI`).
+        token: the bearer token every request but ``/healthz`` and the API description must carry;
+            ``None`` makes a random one (``app.state.gateway.token``).
+        authenticate: ``False`` serves without a token (``serve`` allows that on loopback only).
+        limits: caps and timeouts (:class:`~.limits.GatewayLimits`: allowed handler packages, spec size,
+            functions, workflows, requests in progress, body time).
         max_body_bytes: larger request bodies are refused with 413 before they are read in full.
         default_timeout_s: how long a sync invocation waits when the request gives no ``timeout``.
         max_timeout_s: the most a request may ask to wait (``timeout``, ``wait``); more is a 422.
-        retry_after_s: the ``Retry-After`` of 429 answers.
+        retry_after_s: the ``Retry-After`` of 429 and 503 answers.
         max_waiters: requests that may wait for results at the same time (threads); more queue up.
         sweep_interval_s: how often finished-but-unfetched invocations are counted in the metrics.
         max_pending: unfinished invocations tracked for the metrics (the oldest beyond it go uncounted).
-
-    ``app.state.gateway`` holds the shared state (``.tracker.sweep()`` counts finished invocations now).
     """
+    limits = limits or GatewayLimits()
     if max_body_bytes < 0 or default_timeout_s < 0 or max_timeout_s < default_timeout_s or retry_after_s < 0 \
             or max_waiters < 1 or sweep_interval_s <= 0:
         raise ConfigError("create_app: sizes and timeouts must be non-negative, max_timeout_s >= default_timeout_s, "
                           "max_waiters >= 1 and sweep_interval_s > 0")
+    token = (token or new_token()) if authenticate else None
     app = FastAPI(title="gfaas gateway", version="1", lifespan=lifespan,
                   description="Deploy and invoke gfaas workflows; see docs/gateway.md.")
-    app.state.gateway = _Gateway(runtime, max_waiters=max_waiters, max_pending=max_pending,
-                                 default_timeout_s=default_timeout_s, max_timeout_s=max_timeout_s,
-                                 retry_after_s=retry_after_s, sweep_interval_s=sweep_interval_s)
-    app.add_middleware(_Guard, max_body_bytes=max_body_bytes)
+    app.state.gateway = gw = _Gateway(runtime, max_waiters=max_waiters, max_pending=max_pending, limits=limits,
+                                      default_timeout_s=default_timeout_s, max_timeout_s=max_timeout_s,
+                                      retry_after_s=retry_after_s, sweep_interval_s=sweep_interval_s)
+    gw.token = token
+    app.add_middleware(Guard, max_body_bytes=max_body_bytes, limits=limits, token=token, retry_after_s=retry_after_s)
     add_error_handlers(app)
     app.include_router(ops.router)
     app.include_router(workflows.router)
     app.include_router(invocations.router(max_timeout_s))
+    document_security(app, OPEN_PATHS if authenticate else frozenset(OPEN_PATHS | {getattr(r, "path", "") for r in app.routes}))
     return app

@@ -14,10 +14,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ...errors import ConfigError, GfaasError, NotFound, Overloaded
+from .ratelog import RateLimitedLog
 
-log = logging.getLogger("gfaas.gateway")
+log = RateLimitedLog(logging.getLogger("gfaas.gateway"))
 
 _BODY_HINT = ('expected a JSON body {"inputs": {NAME: {"dtype": ..., "shape": [...], "data_b64": ...}}} '
               'or {"seed": INT}')
@@ -50,12 +52,26 @@ async def _invalid(request: Request, exc: RequestValidationError) -> JSONRespons
     return error_response(422, "invalid_request", text, errors=errors)
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route of the app serves on this path (Starlette's 405 names only the first
+    route's: ``POST`` where ``GET`` is served too)."""
+    return ", ".join(m for m in _METHODS if any(
+        route.matches({**request.scope, "method": m})[0] == Match.FULL for route in request.app.routes))
+
+
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large",
             415: "unsupported_media_type"}.get(exc.status_code, "http_error")
     message = str(exc.detail) if exc.status_code != 404 else \
         f"no such endpoint: {request.method} {request.url.path} (see /docs or docs/gateway.md)"
-    return error_response(exc.status_code, code, message, exc.headers)
+    headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() != "allow"}
+    if exc.status_code == 405:
+        headers["allow"] = _allowed_methods(request)
+        message = f"{request.method} is not served on {request.url.path}; allowed: {headers['allow']}"
+    return error_response(exc.status_code, code, message, headers)
 
 
 async def _not_found(request: Request, exc: Exception) -> JSONResponse:

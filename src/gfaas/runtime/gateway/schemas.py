@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr, model_validator
 
 DType = Literal["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                 "float16", "float32", "float64", "complex64", "complex128"]
+
+
+def _json_integer(value: Any) -> Any:
+    """An integer as JSON Schema has it: ``3`` and ``3.0`` (a number with no fraction), not ``"3"`` or ``true``
+    (row 15 of issue 14: ``1.0`` was schema-valid but refused)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("Input should be a valid integer")
+    return value
 
 
 class ArrayDoc(BaseModel):
@@ -15,7 +25,7 @@ class ArrayDoc(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     dtype: DType
-    shape: list[Annotated[StrictInt, Field(ge=0)]] = Field(max_length=32, description="[] for a 0-d array")
+    shape: list[Annotated[int, Field(ge=0), BeforeValidator(_json_integer)]] = Field(max_length=32, description="[] for a 0-d array")
     data_b64: StrictStr
 
 
@@ -27,14 +37,24 @@ class ArrayDigest(BaseModel):
     sha256: str
 
 
-class InvocationRequest(BaseModel):
-    """Exactly one of ``inputs`` (an array per declared input) or ``seed`` (the workflow's own generator)."""
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)  # an absent field is not a null one: the schema shows no null default
 
-    model_config = ConfigDict(extra="forbid")
-    inputs: dict[str, ArrayDoc] | None = None
-    seed: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | None = None
-    transport: Annotated[StrictStr, Field(max_length=32)] | None = Field(
-        None, description="how data passes between functions (runtime-specific, e.g. gfaas or redis)")
+
+class InvocationRequest(BaseModel):
+    """Exactly one of ``inputs`` (an array per declared input) or ``seed`` (the workflow's own generator).
+
+    The schema says so (``oneOf``), and fields are left out rather than sent as ``null``."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "oneOf": [{"required": ["inputs"]}, {"required": ["seed"]}]})
+    # Not Optional: a field is left out, never null (the default None is what "left out" reads as).
+    inputs: dict[str, ArrayDoc] = Field(None, json_schema_extra=_no_default)  # type: ignore[arg-type]
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1), BeforeValidator(_json_integer)] = Field(  # type: ignore[assignment]
+        None, json_schema_extra=_no_default)
+    transport: Literal["gfaas", "redis"] = Field(
+        None, json_schema_extra=_no_default,  # type: ignore[arg-type]
+        description="how data passes between functions for this invocation (default: the runtime's)")
 
     @model_validator(mode="after")
     def _one_source(self) -> InvocationRequest:
@@ -47,6 +67,11 @@ class InvocationRequest(BaseModel):
 
 class DeployResponse(BaseModel):
     workflow: str
+
+
+class UndeployResponse(BaseModel):
+    workflow: str
+    status: Literal["undeployed"]
 
 
 class WorkflowList(BaseModel):
@@ -120,3 +145,35 @@ class ErrorBody(BaseModel):
 def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorBody} for code in codes}
 
+
+
+def document_security(app: Any, open_paths: frozenset[str]) -> None:
+    """Make ``app``'s OpenAPI schema state the guard's rules (:mod:`.guard`): a bearer token on every
+    operation but those of ``open_paths``, and the guard's answers (401, 503; 408 and 413 where there is
+    a body), so a schema-driven client knows every status it can get."""
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return dict(app.openapi_schema)
+        schema = original()
+        error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+        schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+            "type": "http", "scheme": "bearer",
+            "description": "the gateway's token (gfaas serve prints the file that holds it)"}
+        schema["security"] = [{"bearer": []}]
+        for path, ops in schema.get("paths", {}).items():
+            for op in ops.values():
+                if path in open_paths:
+                    op["security"] = []
+                    continue
+                responses = op.setdefault("responses", {})
+                responses.setdefault("401", {"description": "no or a wrong bearer token", **error})
+                responses.setdefault("503", {"description": "too many requests in progress; retry", **error})
+                if "requestBody" in op:
+                    responses.setdefault("408", {"description": "the body did not arrive in time", **error})
+                    responses.setdefault("413", {"description": "the body is over the limit", **error})
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import math
+import resource
 import socket
 import threading
 from typing import Any
@@ -14,25 +16,36 @@ from fastapi import FastAPI
 from ...errors import ConfigError
 from ..api import RuntimeAPI
 from .app import create_app
+from .limits import GatewayLimits
+from .protocol import bounded
+from .ratelog import RateLimitFilter
 
 log = logging.getLogger("gfaas.gateway")
+# uvicorn logs a warning per malformed request; a flood of them must not become a flood of log.
+_UVICORN_FILTER = RateLimitFilter()
 
 
 class GatewayServer:
     """The gateway served by uvicorn in a background thread; use :func:`serve` to make one.
 
-    ``url`` is ``http://HOST:PORT``; :meth:`stop` (or leaving the ``with`` block) shuts it down.
+    ``bind`` is the address it listens on (``0.0.0.0:8080`` for every interface); ``url`` is where a
+    client on this machine reaches it (``http://127.0.0.1:8080`` then); ``token`` is the bearer token
+    clients must send (``None`` when authentication is off). :meth:`stop` (or leaving the ``with`` block)
+    shuts it down.
     """
 
     def __init__(self, app: FastAPI, sock: socket.socket, host: str, *, access_log: bool = True,
-                 graceful_s: float = 5.0) -> None:
+                 graceful_s: float = 5.0, limits: GatewayLimits | None = None) -> None:
         import uvicorn
 
+        limits = limits or GatewayLimits()
         self.app = app
         self.host = host
-        self.port: int = sock.getsockname()[1]
-        shown = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else \
-            f"[{host}]" if ":" in host else host
+        self.token: str | None = app.state.gateway.token
+        address, self.port = sock.getsockname()[:2]
+        self.bind = f"[{address}]:{self.port}" if ":" in address else f"{address}:{self.port}"
+        shown = "127.0.0.1" if address == "0.0.0.0" else "[::1]" if address == "::" else \
+            f"[{address}]" if ":" in address else address
         self.url = f"http://{shown}:{self.port}"
         self._sock = sock
         self._ready = threading.Event()
@@ -46,8 +59,14 @@ class GatewayServer:
                 ready.set()
 
         # log_config/log_level None: the library leaves logging configuration to the application
+        # h11 with a header deadline and a connection cap (protocol.py); a header block over 16 KiB is a 400
+        protocol = bounded(limits.header_timeout_s, _connection_cap(limits.max_connections))
         config = uvicorn.Config(app, log_config=None, log_level=None, access_log=access_log, lifespan="on",
-                                timeout_graceful_shutdown=math.ceil(graceful_s))
+                                timeout_graceful_shutdown=math.ceil(graceful_s), http=protocol,
+                                timeout_keep_alive=5, h11_max_incomplete_event_size=16 * 1024)
+        uv_log = logging.getLogger("uvicorn.error")
+        if _UVICORN_FILTER not in uv_log.filters:
+            uv_log.addFilter(_UVICORN_FILTER)
         self._server = _Server(config)
         self._thread = threading.Thread(target=self._run, name=f"gfaas-gateway-{self.port}", daemon=True)
 
@@ -67,7 +86,9 @@ class GatewayServer:
             self.stop()
             raise ConfigError(f"the gateway did not start on {self.url}: {self._error!r}; see the gfaas.gateway "
                               "and uvicorn.error logs")
-        log.info("gateway listening on %s", self.url)
+        where = "" if self.url.endswith("//" + self.bind) else f" (from this machine: {self.url})"
+        log.info("gateway listening on %s%s, %s", self.bind, where,
+                 "bearer token required" if self.token else "NO authentication (loopback only)")
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -93,6 +114,20 @@ class GatewayServer:
         self.stop()
 
 
+def _connection_cap(wanted: int) -> int:
+    """``wanted``, but at most half the open-file limit: accept must never fail with EMFILE."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return wanted if soft == resource.RLIM_INFINITY else max(16, min(wanted, soft // 2))
+
+
+def is_loopback(sock: socket.socket) -> bool:
+    """Whether ``sock`` listens on a loopback address only (``0.0.0.0`` and ``::`` are every interface)."""
+    try:
+        return ipaddress.ip_address(sock.getsockname()[0].split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
 def _bind(host: str, port: int) -> socket.socket:
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, addr = infos[0]
@@ -110,19 +145,31 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(runtime: RuntimeAPI, host: str = "127.0.0.1", port: int = 0, *, access_log: bool = True,
+def serve(runtime: RuntimeAPI, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None,
+          authenticate: bool = True, limits: GatewayLimits | None = None, access_log: bool = True,
           graceful_s: float = 5.0, **app_options: Any) -> GatewayServer:
     """Serve the gateway for ``runtime`` on ``host:port`` in a background thread and return it, started.
 
     Binds loopback unless told otherwise; ``port=0`` picks a free port (see ``.port``/``.url``).
-    ``app_options`` go to :func:`~gfaas.runtime.gateway.create_app` (``max_body_bytes``, ``default_timeout_s``, ...).
+    ``token``: the bearer token clients must send (``None`` makes a random one: ``.token``);
+    ``authenticate=False`` serves without one, which is refused on any address but loopback.
+    ``limits`` (:class:`~.limits.GatewayLimits`) and ``app_options`` go to
+    :func:`~gfaas.runtime.gateway.create_app` (``max_body_bytes``, ``default_timeout_s``, ...).
     ``access_log=False`` makes uvicorn detach its ``uvicorn.access`` logger's handlers (its own behaviour).
     """
-
-    app = create_app(runtime, **app_options)
+    limits = limits or GatewayLimits()
     try:
         sock = _bind(host, port)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port} ({exc}); pick another port, or 0 for a free one") from exc
-    return GatewayServer(app, sock, host, access_log=access_log, graceful_s=graceful_s).start()
-
+    if not authenticate and not is_loopback(sock):
+        where = sock.getsockname()[0]
+        sock.close()
+        raise ConfigError(f"refusing to serve on {where} without authentication: anyone who reaches that address "
+                          "could deploy and run code; bind 127.0.0.1, or serve with a token (the default)")
+    try:
+        app = create_app(runtime, token=token, authenticate=authenticate, limits=limits, **app_options)
+        return GatewayServer(app, sock, host, access_log=access_log, graceful_s=graceful_s, limits=limits).start()
+    except BaseException:
+        sock.close()
+        raise

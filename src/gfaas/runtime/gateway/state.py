@@ -1,5 +1,5 @@
-"""The gateway's per-app state (:class:`_Gateway`, ``app.state.gateway``), the metrics accounting, the
-sweep that runs while the app does, and the ASGI guard (body size limit, last-resort 500)."""
+"""The gateway's per-app state (:class:`_Gateway`, ``app.state.gateway``), the metrics accounting and
+the sweep that runs while the app does. The ASGI guard in front of it all is :mod:`.guard`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import secrets
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable
@@ -15,14 +14,12 @@ from typing import Annotated, TypeVar
 
 import anyio
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...errors import NotFound
 from ..api import RuntimeAPI
 from ..metrics import LATENCY_BUCKETS, Registry
 from ..result import InvocationResult
-from .errors import error_response
+from .limits import GatewayLimits
 
 log = logging.getLogger("gfaas.gateway")
 T = TypeVar("T")
@@ -127,8 +124,13 @@ class _Gateway:
     (see :func:`~gfaas.runtime.gateway.create_app` for what they mean)."""
 
     def __init__(self, runtime: RuntimeAPI, *, max_waiters: int, max_pending: int, default_timeout_s: float,
-                 max_timeout_s: float, retry_after_s: int, sweep_interval_s: float) -> None:
+                 max_timeout_s: float, retry_after_s: int, sweep_interval_s: float,
+                 limits: GatewayLimits | None = None) -> None:
         self.runtime = runtime
+        self.limits = limits or GatewayLimits()
+        self.token: str | None = None  # the bearer token (None: no authentication)
+        self.deploying = 0  # deploys in progress (they count against max_workflows); under deploy_lock
+        self.deploy_lock = threading.Lock()
         self.default_timeout_s = default_timeout_s
         self.max_timeout_s = max_timeout_s
         self.retry_after_s = retry_after_s
@@ -191,77 +193,3 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         stop.set()
         t.join(timeout=5)
-
-
-# -- the ASGI guard: body size limit and the last line of defence against unexpected exceptions
-
-
-class _TooLarge(Exception):
-    pass
-
-
-class _Guard:
-    """Answers 413 for bodies over the limit and 500 (logged) for anything the app let escape."""
-
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
-        self.app = app
-        self.max_body_bytes = max_body_bytes
-
-    def _too_large(self) -> JSONResponse:
-        return error_response(413, "payload_too_large",
-                      f"the request body is over the gateway's limit of {self.max_body_bytes} bytes; send smaller "
-                      "inputs or start the gateway with a larger max_body_bytes", {"connection": "close"})
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    length = int(value)
-                except ValueError:
-                    await error_response(400, "bad_request", "the Content-Length header is not an integer")(
-                        scope, receive, send)
-                    return
-                if length > self.max_body_bytes:
-                    await self._too_large()(scope, receive, send)
-                    return
-        received = 0
-        too_large = False
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal received, too_large
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    too_large = True
-                    raise _TooLarge()
-            return message
-
-        async def guarded_send(message: Message) -> None:
-            nonlocal started
-            if too_large:
-                return  # whatever the app answers to the cut-off body, the answer is 413
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, guarded_send)
-        except Exception as exc:
-            if not too_large:
-                ref = secrets.token_hex(4)
-                log.error("unexpected error (reference %s) answering %s %s", ref, scope.get("method"),
-                          scope.get("path"), exc_info=exc)
-                if started:
-                    return  # too late for a 500; the server closes the connection
-                await error_response(500, "internal", f"internal error (reference {ref}); see the gateway log")(
-                    scope, receive, send)
-                return
-        if too_large and not started:
-            await self._too_large()(scope, receive, send)
-
-

@@ -1,0 +1,156 @@
+"""The ASGI guard in front of every route: authentication, request and body bounds, the last-resort 500.
+
+In this order, before the app reads anything of the body:
+
+* **authentication**: every path except :data:`OPEN_PATHS` needs ``Authorization: Bearer TOKEN``
+  (compared in constant time); otherwise 401. New routes are protected without doing anything.
+* **requests in progress**: at most ``max_requests`` (``/healthz`` aside); more are 503 with ``Retry-After``.
+* **body size**: a ``Content-Length`` over the route's limit (``max_spec_bytes`` for a deploy,
+  ``max_body_bytes`` otherwise) is 413 at once; a chunked body is cut off with 413 as it passes the limit.
+* **body time**: the whole body must arrive within ``body_timeout_s`` of the headers; otherwise 408
+  and the connection is closed (slow-body clients cannot hold a request slot for ever).
+
+Errors that escape the app are answered 500 and logged, at most at a bounded rate.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+
+import anyio
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .auth import token_matches
+from .errors import error_response
+from .limits import GatewayLimits
+from .ratelog import RateLimitedLog
+
+log = RateLimitedLog(logging.getLogger("gfaas.gateway"))
+
+# Open without a token: liveness (a probe knows no secrets) and the API's own description (static; the
+# schema-driven clients and /docs need it). Everything else, /metrics included, needs the token.
+OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+UNAUTHORIZED = ("this endpoint needs the header `Authorization: Bearer TOKEN`; the token is in the gateway's "
+                "token file (gfaas serve prints its path; GatewayClient reads $GFAAS_GATEWAY_TOKEN or "
+                "$GFAAS_GATEWAY_TOKEN_FILE)")
+
+
+class _Cut(Exception):
+    """The body was cut off (too large or too slow): the answer is the guard's, whatever the app says."""
+
+
+class Guard:
+    """The ASGI middleware described in the module docstring; ``token=None`` turns authentication off."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, limits: GatewayLimits, token: str | None,
+                 retry_after_s: int = 1) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.limits = limits
+        self.token = None if token is None else token.encode()
+        self.retry_after_s = retry_after_s
+        self.active = 0  # requests in progress (one event loop: no lock needed)
+
+    def _limit(self, method: str, path: str) -> tuple[int, str]:
+        if method == "POST" and path == "/v1/workflows" and self.limits.max_spec_bytes < self.max_body_bytes:
+            return self.limits.max_spec_bytes, "max_spec_bytes"
+        return self.max_body_bytes, "max_body_bytes"
+
+    def _refusal(self, scope: Scope, path: str) -> JSONResponse | None:
+        """The answer to a request refused on its headers alone, or None."""
+        headers = dict(scope.get("headers") or ())
+        if self.token is not None and path not in OPEN_PATHS and \
+                not token_matches(headers.get(b"authorization"), self.token):
+            message = UNAUTHORIZED if b"authorization" not in headers else \
+                "the bearer token is not this gateway's (see the gateway's token file)"
+            return error_response(401, "unauthorized", message, {"www-authenticate": 'Bearer realm="gfaas"'})
+        if path != "/healthz" and self.active >= self.limits.max_requests:
+            return error_response(503, "busy", f"the gateway has {self.active} requests in progress (max_requests="
+                                  f"{self.limits.max_requests}); retry later", {"retry-after": str(self.retry_after_s)},
+                                  retry_after_s=self.retry_after_s)
+        limit, knob = self._limit(scope.get("method", ""), path)
+        length = headers.get(b"content-length")
+        if length is not None:
+            try:
+                n = int(length)
+            except ValueError:
+                return error_response(400, "bad_request", "the Content-Length header is not an integer")
+            if n > limit:
+                return self._too_large(limit, knob)
+        return None
+
+    @staticmethod
+    def _too_large(limit: int, knob: str) -> JSONResponse:
+        return error_response(413, "payload_too_large",
+                              f"the request body is over the gateway's limit of {limit} bytes ({knob}); send less "
+                              f"or start the gateway with a larger {knob}", {"connection": "close"})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"].removeprefix(scope.get("root_path", "")) or "/"
+        refusal = self._refusal(scope, path)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        self.active += 1
+        try:
+            await self._guarded(scope, receive, send, path)
+        finally:
+            self.active -= 1
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        limit, knob = self._limit(scope.get("method", ""), path)
+        deadline = time.monotonic() + self.limits.body_timeout_s
+        received = 0
+        cut: JSONResponse | None = None
+        body_done = False
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, cut, body_done
+            if body_done:  # after the body: only http.disconnect is left to wait for
+                return await receive()
+            try:
+                with anyio.fail_after(max(0.0, deadline - time.monotonic())):
+                    message = await receive()
+            except TimeoutError:
+                cut = error_response(408, "request_timeout", f"the request body did not arrive within "
+                                     f"{self.limits.body_timeout_s:g} s (body_timeout_s)", {"connection": "close"})
+                raise _Cut() from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
+                if received > limit:
+                    cut = self._too_large(limit, knob)
+                    raise _Cut()
+            else:
+                body_done = True
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if cut is not None:
+                return  # whatever the app answers to the cut-off body, the answer is the guard's
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception as exc:
+            if cut is None:
+                ref = secrets.token_hex(4)
+                log.error("unexpected error (reference %s) answering %s %s", ref, scope.get("method"),
+                          scope.get("path"), exc_info=exc)
+                if started:
+                    return  # too late for a 500; the server closes the connection
+                await error_response(500, "internal", f"internal error (reference {ref}); see the gateway log")(
+                    scope, receive, send)
+                return
+        if cut is not None and not started:
+            await cut(scope, receive, send)

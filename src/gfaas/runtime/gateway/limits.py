@@ -1,0 +1,55 @@
+"""What the gateway accepts: :class:`GatewayLimits`, the knobs of its caps and timeouts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...errors import ConfigError
+from ...units import KiB
+
+# Where the shipped workflows' handlers live: the only package a default gateway loads handlers from.
+DEFAULT_HANDLER_PACKAGES = ("gfaas.workflows",)
+
+
+@dataclass(frozen=True)
+class GatewayLimits:
+    """Caps and timeouts of a gateway, each answered with a clear 4xx (or a closed connection for the
+    server-level ones) that names the setting.
+
+    Attributes:
+        handler_packages: modules (and their submodules) deployed specs may name as handlers; any other
+            handler is a 400 naming it, checked before anything is imported.
+        max_spec_bytes: the largest spec body (413; the shipped specs are under 3 KiB).
+        max_functions: functions per spec (400).
+        max_workflows: workflows deployed at once (409; undeploy one with ``DELETE /v1/workflows/NAME``).
+        max_requests: requests in progress at once, waits included (more: 503 with ``Retry-After``).
+        body_timeout_s: the whole request body must arrive within this many seconds of the headers (408).
+        header_timeout_s: a request's headers must arrive within this many seconds of the connection
+            (or of the request's first byte on a kept-alive one); then the connection is closed.
+        max_connections: open connections at once; newer ones are closed at once. ``serve`` lowers it to
+            half the process's open-file limit.
+    """
+
+    handler_packages: tuple[str, ...] = DEFAULT_HANDLER_PACKAGES
+    max_spec_bytes: int = 64 * KiB
+    max_functions: int = 64
+    max_workflows: int = 64
+    max_requests: int = 512
+    body_timeout_s: float = 30.0
+    header_timeout_s: float = 10.0
+    max_connections: int = 2048
+
+    def __post_init__(self) -> None:
+        if isinstance(self.handler_packages, str):
+            raise ConfigError(f"handler_packages must be a tuple of package names, not the string "
+                              f"{self.handler_packages!r}")
+        for p in self.handler_packages:
+            if not isinstance(p, str) or not p or p.startswith(".") or p.endswith(".") or ":" in p:
+                raise ConfigError(f"handler_packages: {p!r} is not a package name such as 'gfaas.workflows'")
+        for name in ("max_spec_bytes", "max_functions", "max_workflows", "max_requests", "max_connections"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"GatewayLimits.{name}={value!r} is invalid: give an integer >= 1")
+        for name in ("body_timeout_s", "header_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"GatewayLimits.{name}={getattr(self, name)!r} is invalid: give seconds > 0")
