@@ -44,6 +44,7 @@ results: $(STAMP)
 	$(BIN)/python benchmarks/machine_probes.py --try-shmem-thp --json $(R)/machine-probes-cpu.json > /dev/null
 	$(BIN)/python benchmarks/pool_alloc.py --json $(R)/pool-alloc-cpu.json
 	$(BIN)/python benchmarks/eviction_blocking.py --samples 200 --json $(R)/eviction-blocking-cpu.json
+	$(BIN)/python benchmarks/seal_writes.py --json $(R)/seal-writes-cpu.json > /dev/null
 	$(BIN)/gfaas bench sim --json --out $(R)/sim-cpu.json > /dev/null
 	$(BIN)/gfaas sim run all --save $(R)/sim-experiments.json > /dev/null
 	$(BIN)/gfaas demo --out out/demo --json > $(R)/demo-cpu.json

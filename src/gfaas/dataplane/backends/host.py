@@ -34,7 +34,7 @@ class HostSegment:
 
     def view(self) -> memoryview:
         if self._map is None:
-            # Normally mapped at allocation: a writable mapping made after the write seal fails.
+            # Mapped before any write seal (seal_writes); a writable mapping made after one fails.
             prot = mmap.PROT_READ | (0 if self.sealed else mmap.PROT_WRITE)
             self._map = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, prot)
         return memoryview(self._map)
@@ -56,16 +56,8 @@ class HostBackend(Backend):
             fd = memfd.create("gfaas-seg", size)
         except OSError as exc:
             raise CapacityError(f"cannot create a {size}-byte shared segment: {exc}") from exc
-        seg = HostSegment(fd, size)
-        try:
-            # The daemon's own writable mapping, made before any write seal: it keeps working after
-            # one (restores, pulls and deliveries write through it), where a new one would not.
-            seg.view().release()
-        except OSError as exc:
-            os.close(fd)
-            raise CapacityError(f"cannot map a {size}-byte shared segment: {exc}") from exc
         self.live += 1
-        return seg
+        return HostSegment(fd, size)
 
     def _free(self, handle: Any) -> None:
         if handle._map is not None:
@@ -95,6 +87,11 @@ class HostBackend(Backend):
 
     def seal_writes(self, handle: Any) -> None:
         if not handle.sealed and handle.fd >= 0:
+            # The daemon's own writable mapping, made before the seal: it keeps working after it
+            # (a restore into a reused sealed segment writes through it), where a new one would not.
+            # Made only here, not at allocation: Python's mmap holds a duplicate descriptor, and a
+            # segment never sealed needs no mapping until the daemon copies (issue 14 row 8: fds).
+            handle.view().release()
             memfd.seal_writes(handle.fd)
             handle.sealed = True
 
