@@ -29,7 +29,7 @@ def default_run_dir() -> str:
 
     The last has a name other local users can predict; the daemon refuses it (and any run or state
     directory) unless it is this user's, not a symlink and not writable by others
-    (:mod:`gfaas.dataplane.statefiles`)."""
+    (:mod:`gfaas.secfiles`)."""
     env = os.environ.get("GFAAS_RUN_DIR")
     if env:
         return env

@@ -165,18 +165,19 @@ def test_row4_token_files_of_others_or_symlinks_are_refused(tmp_path: Path) -> N
     loose = tmp_path / "loose"
     loose.write_text("x" * 32)
     loose.chmod(0o644)
-    with pytest.raises(ConfigError, match="mode 0644; others may read it: chmod 600"):
+    with pytest.raises(ConfigError, match=rf"gateway token file {loose} has mode 0644: group or others may read or change it; run chmod 600"):
         read_token_file(loose)
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     (state / "gateway.token").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(ConfigError, match="it is a symlink"):
+    with pytest.raises(ConfigError, match=r"gateway token file .*gateway.token is a symlink \(to .*elsewhere'\); it is never followed"):
         load_or_create_token(state)
     assert not (tmp_path / "elsewhere").exists()
     open_dir = tmp_path / "open"
     open_dir.mkdir()
-    open_dir.chmod(0o777)
-    with pytest.raises(ConfigError, match="others may enter it: chmod 700"):
+    open_dir.chmod(0o755)  # no one else may even enter it (stricter than the data plane's 0o022)
+    with pytest.raises(ConfigError, match=rf"gateway state directory {open_dir} has mode 0755, open to group or"
+                                          rf" others; run chmod 700 {open_dir}, or pick a directory of your own"):
         load_or_create_token(open_dir)
 
 

@@ -265,15 +265,15 @@ def test_group_writable_spill_dir_is_refused(tmp_path: Any) -> None:
     with pytest.raises(ConfigError) as ei:
         SpillDir(str(d))
     msg = str(ei.value)
-    assert f"spill_dir '{d}' is unsafe: its mode 0770 lets group or others write into it" in msg
-    assert f"chmod 700 {d}" in msg
+    assert f"spill_dir {d} has mode 0770, writable by group or others; run chmod 700 {d}" in msg
+    assert "another user could plant or swap spill files there" in msg
 
 
 def test_symlinked_spill_dir_is_refused(tmp_path: Any) -> None:
     """A spill_dir that is a symlink is not followed."""
     (tmp_path / "real").mkdir(mode=0o700)
     os.symlink(tmp_path / "real", tmp_path / "link")
-    with pytest.raises(ConfigError, match=r"cannot be used: Not a directory \(a symlink is refused\)"):
+    with pytest.raises(ConfigError, match=rf"spill_dir {tmp_path}/link is a symlink \(to '{tmp_path}/real'\); it is refused"):
         SpillDir(str(tmp_path / "link"))
 
 
@@ -283,7 +283,7 @@ def test_spill_dir_of_another_user_is_refused(tmp_path: Any) -> None:
     d = tmp_path / "theirs"
     d.mkdir(mode=0o700)
     os.chown(d, 65534, 65534)
-    with pytest.raises(ConfigError, match=f"owned by uid 65534, not the daemon's uid {os.geteuid()}"):
+    with pytest.raises(ConfigError, match=f"spill_dir {d} is owned by uid 65534, not by this user \\(uid {os.geteuid()}\\)"):
         SpillDir(str(d))
 
 

@@ -28,7 +28,7 @@ def test_secret_files_must_be_private_regular_files(tmp_path: object) -> None:
     os.chmod(path, 0o600)
     link = os.path.join(d, "link")
     os.symlink(path, link)
-    with pytest.raises(ConfigError, match="cannot open the cluster key file"):
+    with pytest.raises(ConfigError, match=rf"cluster key file {link} is a symlink \(to '{path}'\); it is never followed"):
         PeerKey.from_file(link)
     short = os.path.join(d, "short")
     with open(short, "w", opener=lambda p, f: os.open(p, f, 0o600)) as f:

@@ -22,6 +22,7 @@ from ..errors import (
     ObjectStateError,
     ProtocolError,
 )
+from ..secfiles import read_private_file
 from . import protocol as P
 from .backends.host import attach
 from .channel import Channel
@@ -43,7 +44,6 @@ from .slabindex import (
     LIVE,
     LOG_HEADER,
 )
-from .statefiles import read_private_file
 
 log = logging.getLogger("gfaas.dataplane")
 
@@ -860,7 +860,7 @@ class Admin:
             try:
                 # Not through a symlink, and only a 0600 file of ours (or root's): another user's
                 # planted token would hand this admin connection to a daemon of theirs.
-                admin_token = read_private_file(path, "admin token file").decode().strip()
+                admin_token = read_private_file(path, "admin token file", must_exist=False).decode().strip()
             except FileNotFoundError:
                 raise AuthenticationError(
                     f"no admin token at {path}; pass admin_token= or the node's state_dir"

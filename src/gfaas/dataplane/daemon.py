@@ -47,13 +47,13 @@ from ..errors import (
     ProtocolError,
     code_of,
 )
+from ..secfiles import create_file, load_or_create, private_dir, read_private_file, replace_file
 from . import protocol as P
 from .auth import Registry, token_hash
 from .backends import make_backend, make_device_backends
 from .journal import Journal
 from .slabindex import ReadLog
 from .spill import SpillDir
-from .statefiles import create_file, load_or_create_key, private_dir, read_private_file, replace_file
 from .store import WRITING, ObjectRecord, Segment, Session, Store
 from .tiers import SpillJob
 
@@ -165,14 +165,23 @@ class Daemon:
     # ---- state on disk -------------------------------------------------------------------------
     def _setup_state(self) -> None:
         """Check (or create) the private directories, then load the node's key, admin token hash and
-        journal. Every file is created without following symlinks (statefiles.py)."""
+        journal. Every file is created without following symlinks (gfaas.secfiles)."""
         c = self.config
         private_dir(c.state_dir, "state directory")
         private_dir(os.path.dirname(os.path.abspath(c.socket_path)), "socket directory")
-        self.node_key, self._new_key = load_or_create_key(os.path.join(c.state_dir, "token.key"))
+        self.node_key, self._new_key = self._token_key()
         self._admin_hash = self._admin_token_hash()
         self.journal = Journal(os.path.join(c.state_dir, "objects.journal"))
         self._lost = self.journal.load()
+
+    def _token_key(self) -> tuple[bytes, bool]:
+        """The key token hashes are made with (``token.key``, created once), and whether it is new."""
+        path = os.path.join(self.config.state_dir, "token.key")
+        key, new = load_or_create(path, "key file", secrets.token_bytes(32))
+        if len(key) < 16:
+            raise ConfigError(f"key file {path} holds {len(key)} bytes, too few for a key; remove it and restart"
+                              " the node (open invocations' tokens then stop working)")
+        return key, new
 
     def _admin_token_hash(self) -> str:
         """The keyed hash the admin token is checked against (``admin.hash``).
@@ -184,7 +193,7 @@ class Daemon:
         tok_path, hash_path = os.path.join(sd, "admin.token"), os.path.join(sd, "admin.hash")
         if os.path.lexists(tok_path) and not self._new_key:
             try:
-                return read_private_file(hash_path, "admin token hash").decode().strip()
+                return read_private_file(hash_path, "admin token hash", must_exist=False).decode().strip()
             except FileNotFoundError:
                 pass  # written by a version that kept no hash: make a new token
         for p in (tok_path, hash_path):
@@ -203,7 +212,8 @@ class Daemon:
 
     def _load_registry(self) -> Registry:
         try:
-            reg = Registry.from_json(json.loads(read_private_file(self._registry_path(), "invocation registry")),
+            reg = Registry.from_json(json.loads(read_private_file(self._registry_path(), "invocation registry",
+                                                                  must_exist=False)),
                                      self.node_key)
         except FileNotFoundError:
             reg = Registry(self.node_key)

@@ -14,7 +14,7 @@ from dataclasses import asdict
 
 from ..config import NodeConfig
 from ..errors import ConfigError, DaemonUnavailable
-from .statefiles import private_dir
+from ..secfiles import private_dir
 
 
 def pid_path(config: NodeConfig) -> str:

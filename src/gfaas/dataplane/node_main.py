@@ -14,8 +14,8 @@ import sys
 
 from ..config import NodeConfig
 from ..errors import ConfigError
+from ..secfiles import replace_file
 from .daemon import Daemon
-from .statefiles import replace_file
 
 log = logging.getLogger("gfaas.dataplane")
 

@@ -20,11 +20,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import secrets
-import stat
 
 from ..errors import ConfigError
+from ..secfiles import create_file, read_private_file
 
 KEY_MIN_BYTES = 32
 NONCE_BYTES = 32
@@ -33,42 +32,18 @@ _LABEL = b"gfaas-peer-v1"
 
 def read_secret_file(path: str, what: str, min_bytes: int = 1) -> bytes:
     """The stripped contents of a secret file, refused unless it is a regular file of this user that
-    nobody else can read or write (not followed through a symlink)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ConfigError(f"cannot open the {what} {path!r}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"the {what} {path!r} is not a regular file")
-        if st.st_uid != os.geteuid():
-            raise ConfigError(f"the {what} {path!r} belongs to uid {st.st_uid}, not to this user"
-                              f" (uid {os.geteuid()}); chown it")
-        if st.st_mode & 0o077:
-            raise ConfigError(f"the {what} {path!r} has mode {stat.S_IMODE(st.st_mode):04o}: group or others"
-                              f" may read it; run chmod 600 {path}")
-        data = os.read(fd, 1 << 16).strip()
-    finally:
-        os.close(fd)
+    nobody else can read or write (not followed through a symlink: :mod:`gfaas.secfiles`)."""
+    data = read_private_file(path, what, limit=1 << 16).strip()
     if len(data) < min_bytes:
-        raise ConfigError(f"the {what} {path!r} holds {len(data)} bytes; it needs at least {min_bytes}"
+        raise ConfigError(f"{what} {path} holds {len(data)} bytes; it needs at least {min_bytes}"
                           " (generate one with `gfaas cluster keygen PATH`)")
     return data
 
 
-def write_secret_file(path: str, data: bytes) -> None:
-    """Create ``path`` (mode 0600, never through a symlink, never over an existing file) with ``data``."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, data + b"\n")
-    finally:
-        os.close(fd)
-
-
 def generate_key_file(path: str) -> None:
-    """Write a fresh cluster key (32 random bytes, hex) to ``path``; copy it to every node."""
-    write_secret_file(path, secrets.token_hex(KEY_MIN_BYTES).encode())
+    """Write a fresh cluster key (32 random bytes, hex) to ``path`` (0600, synced, never through a
+    symlink; ``FileExistsError`` rather than overwrite one); copy it to every node."""
+    create_file(path, secrets.token_hex(KEY_MIN_BYTES).encode() + b"\n")
 
 
 class PeerKey:

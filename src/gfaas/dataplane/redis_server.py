@@ -142,7 +142,7 @@ class RedisServer:
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         conf: list[str] = []
         if self.password is not None:
-            from .peer_auth import write_secret_file
+            from ..secfiles import create_file
 
             conf_path = os.path.join(self.dir, "server.conf")
             self.password_file = os.path.join(self.dir, "redis.password")
@@ -151,8 +151,9 @@ class RedisServer:
                     os.unlink(path)  # a stale one from an earlier run in this directory
                 except FileNotFoundError:
                     pass
-            write_secret_file(conf_path, f"requirepass {self.password}".encode())
-            write_secret_file(self.password_file, self.password.encode())
+            # 0600, never through a symlink; not synced: both are made anew each start
+            create_file(conf_path, f"requirepass {self.password}\n".encode(), sync=False)
+            create_file(self.password_file, f"{self.password}\n".encode(), sync=False)
             conf = [conf_path]  # the first argument of redis-server: its configuration file
         fixed = self.port != 0
         last = ""

@@ -11,8 +11,8 @@ shutdown. After a restart, the objects that were on disk read as ``DataLost`` th
 as those that were in memory do.
 
 Safety (issue 14, row 10): the directory must belong to the daemon's user and be writable by
-nobody else (checked through an ``O_NOFOLLOW`` directory descriptor that every later call goes
-through, so a path swapped afterwards is never followed); files are created ``O_EXCL | O_NOFOLLOW``
+nobody else (:func:`gfaas.secfiles.open_private_dir`: checked on an ``O_NOFOLLOW`` directory
+descriptor that every later call goes through, so a path swapped afterwards is never followed); files are created ``O_EXCL | O_NOFOLLOW``
 with mode 0600 and read back ``O_NOFOLLOW``, and only if they are the very file written (same
 device, inode, change time and size): a planted symlink or a swapped file reads as ``DataLost``.
 """
@@ -23,7 +23,8 @@ import logging
 import os
 import stat
 
-from ..errors import CapacityError, ConfigError
+from ..errors import CapacityError
+from ..secfiles import open_private_dir
 
 log = logging.getLogger("gfaas.dataplane")
 
@@ -43,27 +44,8 @@ def default_capacity(path: str, memory_bytes: int) -> int:
 def _open_dir(path: str) -> int:
     """Create ``path`` (0700) if missing and open it without following a symlink; refuse one
     owned by another user or writable by group or others (ConfigError naming the fix)."""
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ConfigError(
-            f"spill_dir {path!r} cannot be used: {exc.strerror or exc} (a symlink is refused);"
-            " point spill_dir at a directory of the daemon's own user"
-        ) from None
-    st = os.fstat(fd)
-    problem = ""
-    if st.st_uid != os.geteuid():
-        problem = f"it is owned by uid {st.st_uid}, not the daemon's uid {os.geteuid()}"
-    elif st.st_mode & 0o022:
-        problem = f"its mode {stat.S_IMODE(st.st_mode):04o} lets group or others write into it"
-    if problem:
-        os.close(fd)
-        raise ConfigError(
-            f"spill_dir {path!r} is unsafe: {problem}, so another user could plant or swap spill files;"
-            f" use a directory of your own with mode 0700 (mkdir -m 700), e.g. chmod 700 {path}"
-        )
-    return fd
+    return open_private_dir(path, "spill_dir", "another user could plant or swap spill files there: point"
+                            " spill_dir at a directory of the daemon's own user (mkdir -m 700)")
 
 
 class SpillDir:
