@@ -45,9 +45,10 @@ def run(samples: int = 60, policy: str = "gfaas") -> dict[str, Any]:
     d = tempfile.mkdtemp(prefix="gfaas-evict-")
     cfg = gfaas.NodeConfig(node_id="bench", socket_path=os.path.join(d, "node.sock"), state_dir=os.path.join(d, "s"),
                            capacity_bytes=128 * MiB, slab_bytes=1 * MiB, storage_policy=policy,
-                           # One tenant whose objects are meant to spill: its disk quota is the whole
-                           # tier (the default, half of it, keeps room for other tenants).
-                           spill_capacity_bytes=1 * GiB, quota_spill_bytes=1 * GiB)
+                           # One tenant whose objects are meant to spill, without end (the loader never
+                           # deletes: ~2 GiB at 200 samples): a disk tier that holds them all, all its
+                           # own (the per-invocation default, half of the tier, keeps room for others).
+                           spill_capacity_bytes=16 * GiB, quota_spill_bytes=16 * GiB)
     small = np.random.default_rng(0).integers(0, 256, 4 * MiB, dtype=np.uint8)
     big = np.random.default_rng(1).integers(0, 256, 16 * MiB, dtype=np.uint8)
     out: dict[str, list[float]] = {"resident": [], "restore": [], "under-load": [], "under-eviction": []}
