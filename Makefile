@@ -50,6 +50,7 @@ results: $(STAMP)
 	$(BIN)/gfaas demo --out out/demo --json > $(R)/demo-cpu.json
 	$(BIN)/python benchmarks/dataplane_tables.py $(R)/dataplane-cpu.json --write docs/benchmarks.md
 	$(BIN)/python benchmarks/sim_tables.py $(R)/sim-experiments.json --write docs/results/README.md
+	$(BIN)/python benchmarks/simbench_table.py $(R)/sim-cpu.json --write docs/benchmarks.md
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests
