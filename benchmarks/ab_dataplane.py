@@ -4,7 +4,7 @@ On a shared 2-core VM, two runs of ``gfaas bench dataplane`` an hour apart diffe
 system, the pipe peer included, so a committed result of the base commit is no yardstick for a new
 one. This script checks the base commit out into a temporary worktree and runs the benchmark
 alternately on the base and on this checkout (``PYTHONPATH`` picks the tree; the daemon and its
-clients are started from it too), ``--pairs`` times. For each system and size it reports the median
+clients are started from it too), ``--pairs`` times, base first in odd pairs and last in even ones. For each system and size it reports the median
 over pairs of ``p50(new) / p50(base)``, raw and with each run's pipe as the yardstick
 (``(new / new pipe) / (base / base pipe)``), so drift that hits both halves of a pair cancels.
 
@@ -46,8 +46,14 @@ def run(base: str, pairs: int, systems: str) -> dict[str, Any]:
     runs: list[tuple[dict[tuple[str, int], float], dict[tuple[str, int], float]]] = []
     try:
         for k in range(pairs):
-            b = bench(os.path.join(wt, "src"), systems)
-            n = bench(os.path.join(ROOT, "src"), systems)
+            # Alternate which half runs first (ABBA): the second run of a pair is systematically
+            # slower or faster on this VM, the pipe peer included, whose code is the same in both.
+            if k % 2 == 0:
+                b = bench(os.path.join(wt, "src"), systems)
+                n = bench(os.path.join(ROOT, "src"), systems)
+            else:
+                n = bench(os.path.join(ROOT, "src"), systems)
+                b = bench(os.path.join(wt, "src"), systems)
             runs.append((b, n))
             print(f"pair {k + 1}/{pairs} done", file=sys.stderr, flush=True)
     finally:
