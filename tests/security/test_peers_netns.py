@@ -118,9 +118,9 @@ def test_an_impostor_at_a_nodes_address_learns_nothing(netns_cluster: tuple[Clus
     assert host == ip_a
     cl.nodes["a"].kill()
     capture = os.path.join(run_dir, "impostor.bin")
-    with _in_netns(ns_a, _IMPOSTOR, ip_a, str(port), capture):
-        with pytest.raises(gfaas.AuthenticationError, match="did not prove the cluster key"):
-            cons.get(ref)
+    with _in_netns(ns_a, _IMPOSTOR, ip_a, str(port), capture), \
+            pytest.raises(gfaas.AuthenticationError, match="did not prove the cluster key"):
+        cons.get(ref)
     with open(capture, "rb") as f:
         data = f.read()
     connections, got = int.from_bytes(data[:4], "little"), data[4:]
