@@ -13,8 +13,9 @@ of milliseconds at every cold start); bubblewrap or user namespaces would add mo
 hiding paths is not what protects the node: their owners and modes are.
 
 A worker starts as root, imports its handler and loads its model (the interpreter and the model
-cache may live where only root can read, such as ``/root/.pyenv``), closes every descriptor it does
-not need, and only then drops to the tenant uid, before it receives any task. Since it can no longer
+cache may live where only root can read, such as ``/root/.pyenv``), and only then drops to the
+tenant uid, before it receives any task; it was started with no descriptor but stdio and its
+control socket. Since it can no longer
 reach the daemon's socket, the runtime connects for it and passes the connected socket with each
 task. Without root (a developer machine) there is no uid to drop to: functions run as the user who
 started the runtime and can read that user's files, including the node's state; the runtime logs a
@@ -27,7 +28,6 @@ import ctypes
 import logging
 import os
 import pwd
-import resource
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -121,20 +121,14 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(err, f"prctl({option}, {value}): {os.strerror(err)}")
 
 
-def drop_privileges(identity: Identity, keep_fds: Iterable[int] = ()) -> None:
+def drop_privileges(identity: Identity) -> None:
     """Become ``identity`` for good (in the worker, before it serves any task).
 
-    Closes every descriptor but stdio and ``keep_fds`` first: anything opened while root (the
-    model's files aside, which are closed once loaded) must not outlive the drop. Raises ``OSError``
-    if the kernel refuses any step, so a worker never runs a task with more rights than intended.
+    The worker was started with no descriptor but stdio and its control socket (``close_fds``);
+    what it opened since is its libraries' own (thread pools' event descriptors, model files), and
+    closing those under them would hang or corrupt them. Raises ``OSError`` if the kernel refuses
+    any step, so a worker never runs a task with more rights than intended.
     """
-    keep = sorted({0, 1, 2, *keep_fds})
-    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    lo = 0
-    for fd in [*keep, limit]:
-        if fd > lo:
-            os.closerange(lo, fd)
-        lo = fd + 1
     os.setgroups([])
     os.setresgid(identity.gid, identity.gid, identity.gid)
     os.setresuid(identity.uid, identity.uid, identity.uid)

@@ -316,7 +316,7 @@ def _daemon_connection(socket_path: str) -> socket.socket:
     return conn
 
 
-def _enter_sandbox(init: Init, keep_fd: int) -> None:
+def _enter_sandbox(init: Init) -> None:
     """Drop to the tenant's uid once the handler and model are loaded (runtime.sandbox)."""
     # What a task needs later must be imported now: the interpreter's and the project's files may be
     # readable by root only (an interpreter under /root), and a worker no longer is root afterwards.
@@ -330,7 +330,7 @@ def _enter_sandbox(init: Init, keep_fd: int) -> None:
             importlib.import_module(name)
         except ImportError:
             pass
-    drop_privileges(Identity(init.sandbox_uid, init.sandbox_gid), keep_fds=[keep_fd])
+    drop_privileges(Identity(init.sandbox_uid, init.sandbox_gid))
 
 
 def serve_fd(fd: int) -> int:
@@ -341,7 +341,7 @@ def serve_fd(fd: int) -> int:
     try:
         host = FunctionHost(init)
         if init.sandbox_uid >= 0:
-            _enter_sandbox(init, fd)
+            _enter_sandbox(init)
     except Exception as exc:
         sock.send(_enc.encode(Failed("", type(exc).__name__, str(exc), traceback.format_exc()[-8000:])))
         return 1
