@@ -319,6 +319,14 @@ def test_sync_invocation_with_seed_and_transport(client: TestClient, rt: FakeRun
     assert rt.invs["inv-000000"].transport == "redis"
 
 
+def test_seed_bound_is_exact_in_json(client: TestClient) -> None:
+    """Seeds go up to 2^53 - 1, where every JSON number is an exact integer (a schema fuzzer sent the
+    float 9.2e18, within 2^63 - 1 as a float, refused as an int above it); 2^53 is a 422."""
+    assert invoke(client, "double", {"seed": 2**53 - 1}, mode="sync", timeout=5).status_code == 200
+    for bad in (2**53, 9.223372036854776e18):
+        assert invoke(client, "double", {"seed": bad}, mode="sync", timeout=5).status_code == 422
+
+
 def test_outputs_digest_instead_of_data(client: TestClient) -> None:
     """?outputs=digest answers dtype, shape and the SHA-256 of the bytes data_b64 would carry, on the
     sync answer and on the result endpoint alike; anything but full/digest is a 422."""

@@ -219,7 +219,7 @@ def test_unusable_spill_dir_is_refused_at_start(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as ei:
         Env(tmp_path, spill_dir=str(blocker / "spill"))
     msg = str(ei.value)
-    assert f"spill_dir '{blocker}/spill' cannot be used: Not a directory" in msg
+    assert f"spill_dir {blocker}/spill is not a directory" in msg
     assert "point spill_dir at a directory of the daemon's own user" in msg
 
 

@@ -50,7 +50,7 @@ class InvocationRequest(BaseModel):
         "oneOf": [{"required": ["inputs"]}, {"required": ["seed"]}]})
     # Not Optional: a field is left out, never null (the default None is what "left out" reads as).
     inputs: dict[str, ArrayDoc] = Field(None, json_schema_extra=_no_default)  # type: ignore[arg-type]
-    seed: Annotated[int, Field(ge=0, le=2**63 - 1), BeforeValidator(_json_integer)] = Field(  # type: ignore[assignment]
+    seed: Annotated[int, Field(ge=0, le=2**53 - 1), BeforeValidator(_json_integer)] = Field(  # type: ignore[assignment]
         None, json_schema_extra=_no_default)
     transport: Literal["gfaas", "redis"] = Field(
         None, json_schema_extra=_no_default,  # type: ignore[arg-type]
