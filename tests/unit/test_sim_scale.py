@@ -47,3 +47,20 @@ def test_spread_layout_keeps_one_replica_over_several_nodes() -> None:
         assert {d.node[f] for f in wf.gpu_functions} == {0, 1}
     packed = Cluster(topo, system("gfaas")).deploy(wf, 2, nodes=[0, 1])
     assert [{d.node[f] for f in wf.gpu_functions} for d in packed] == [{0}, {1}]
+
+
+def test_simscale_bench_prints_the_issue_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    """``gfaas bench simscale --quick --json``: one row per size with the fields of issue 24, the
+    same simulated p50 at 1 and 8 nodes, requests growing with the nodes."""
+    import json
+
+    from gfaas.cli import main
+
+    assert main(["bench", "simscale", "--quick", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["nodes"], r["gpus"]) for r in rows] == [(1, 8), (8, 64)]
+    for r in rows:
+        assert set(r) == {"nodes", "gpus", "requests", "wall_s", "us_per_request", "p50_ms"}
+        assert r["us_per_request"] == pytest.approx(r["wall_s"] / r["requests"] * 1e6, abs=0.1)
+    assert rows[1]["requests"] > 5 * rows[0]["requests"]
+    assert rows[1]["p50_ms"] == pytest.approx(rows[0]["p50_ms"], rel=0.10)
