@@ -153,6 +153,10 @@ def cmd_bench(a: argparse.Namespace) -> int:
         from .cli_sim import bench_sim
 
         return bench_sim(a)
+    if a.what == "simscale":
+        from .cli_sim import bench_simscale
+
+        return bench_simscale(a)
     print(f"gfaas bench {a.what}: not built yet (later issues)", file=sys.stderr)
     return 2
 
@@ -194,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser("bench", help="benchmarks against real peers, in one run")
-    b.add_argument("what", choices=["dataplane", "pipeline", "sim", "accel", "dedup", "scale"])
+    b.add_argument("what", choices=["dataplane", "pipeline", "sim", "simscale", "accel", "dedup", "scale"])
     b.add_argument("--json", action="store_true")
     b.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (smoke test)")
     b.add_argument("--systems", help="comma-separated subset of systems to run ('none': no CPU rows)")

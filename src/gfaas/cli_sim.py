@@ -191,6 +191,23 @@ def bench_sim(a: argparse.Namespace) -> int:
     return 0
 
 
+def bench_simscale(a: argparse.Namespace) -> int:
+    from .bench.simscale import NODES, run
+
+    res = run((1, 8), 1.0) if a.quick else run(NODES)
+    res["provenance"] = provenance()
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=2)
+    if a.json:
+        _emit(res)
+        return 0
+    for r in res["rows"]:  # type: ignore[attr-defined]
+        print(f"{r['nodes']:>4} nodes {r['gpus']:>5} GPUs {r['requests']:>7} requests  {r['wall_s']:>8.2f} s wall"
+              f"  {r['us_per_request']:>7.1f} us/request  p50 {r['p50_ms']:.2f} ms")
+    return 0
+
+
 def add_parsers(sub: Any) -> None:
     t = sub.add_parser("topo", help="topology presets and multi-path plans")
     t.add_argument("action", choices=["show", "paths"])

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gfaas.errors import ConfigError
-from gfaas.policy import group_nodes, pair_gbps, place_workflow, placement_cost
+from gfaas.policy import group_nodes, pair_gbps, place_replicas, place_workflow, placement_cost
 from gfaas.topology import Topology, preset
 
 MB = 10**6
@@ -152,3 +152,91 @@ def test_group_nodes_errors() -> None:
         group_nodes(["a", "b"], [("a", "b", 1), ("b", "a", 1)], {0: 2})
     with pytest.raises(ConfigError, match="slots must be >= 0"):
         group_nodes(["a"], [], {0: -1, 1: 2})
+
+
+# ---- place_replicas -----------------------------------------------------------------------------
+CHAIN = (["a", "b", "c"], [("a", "b", 10), ("b", "c", 10)])
+
+
+def test_replicas_go_to_the_least_loaded_node_first_ties_lowest_id() -> None:
+    """3-function replicas on four 8-slot nodes, node 0 half full (load 4/8): nodes 1, 2, 3 (load
+    0), then 1 and 2 again (3/8 < 4/8) -- each replica whole on one node."""
+    fns, edges = CHAIN
+    plan = place_replicas(fns, edges, 5, {0: 8, 1: 8, 2: 8, 3: 8}, used={0: 4})
+    assert [set(p.values()) for p in plan] == [{1}, {2}, {3}, {1}, {2}]
+
+
+def test_a_full_cluster_shares_gpus_on_the_least_loaded_node() -> None:
+    """Two 4-slot nodes with 3 used each: no node has 3 free slots, yet a replica that fits a node
+    is still not split across the network."""
+    fns, edges = CHAIN
+    plan = place_replicas(fns, edges, 2, {0: 4, 1: 4}, used={0: 3, 1: 3})
+    assert [set(p.values()) for p in plan] == [{0}, {1}]
+
+
+def test_a_replica_larger_than_any_node_is_cut_once() -> None:
+    """5-chain over 4-slot nodes: one cut, the rest kept together."""
+    fns = ["a", "b", "c", "d", "e"]
+    edges = [(fns[i], fns[i + 1], 1) for i in range(4)]
+    (p,) = place_replicas(fns, edges, 1, {0: 4, 1: 4})
+    assert sum(p[u] != p[v] for u, v, _ in edges) == 1
+
+
+def test_spread_layout_is_group_nodes_over_even_shares() -> None:
+    """The inter-node experiments' layout: every replica the same, over all given nodes."""
+    fns = ["a", "b", "c", "d"]
+    edges = [(fns[i], fns[i + 1], 1) for i in range(3)]
+    plan = place_replicas(fns, edges, 3, {0: 8, 1: 8}, used={0: 8}, layout="spread")
+    assert plan == [group_nodes(fns, edges, {0: 2, 1: 2})] * 3
+    assert {p for p in plan[0].values()} == {0, 1}
+
+
+def test_replica_input_errors_name_the_value() -> None:
+    fns, edges = CHAIN
+    with pytest.raises(ConfigError, match="replicas=-1"):
+        place_replicas(fns, edges, -1, {0: 8})
+    with pytest.raises(ConfigError, match="layout='round'"):
+        place_replicas(fns, edges, 1, {0: 8}, layout="round")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="node 0 has -1 slots"):
+        place_replicas(fns, edges, 1, {0: -1})
+    with pytest.raises(ConfigError, match="used names node 7"):
+        place_replicas(fns, edges, 1, {0: 8}, used={7: 1})
+    with pytest.raises(ConfigError, match="no node has a slot"):
+        place_replicas(fns, edges, 1, {0: 0})
+    assert place_replicas([], [], 2, {0: 8}) == [{}, {}]
+
+
+@settings(max_examples=150, deadline=None)
+@given(workflows, st.integers(0, 12), st.lists(st.integers(0, 8), min_size=1, max_size=6),
+       st.lists(st.integers(0, 8), max_size=6))
+def test_every_replica_placed_no_node_overfull_and_fitting_replicas_whole(
+        wf: tuple[list[str], list[tuple[int, int, int]]], replicas: int, sizes: list[int], taken: list[int]) -> None:
+    """Every function of every replica on a node with slots; no node given more functions than it
+    has free slots while the cluster has room; a replica that fits some node's free slots is not
+    split; the least-loaded fitting node is taken."""
+    fns, raw = wf
+    edges = [(fns[a], fns[b], nbytes) for a, b, nbytes in raw if a < b]  # a DAG
+    slots = dict(enumerate(sizes))
+    used = {n: min(t, slots[n]) for n, t in enumerate(taken) if n in slots}
+    if not any(sizes):
+        with pytest.raises(ConfigError):
+            place_replicas(fns, edges, max(replicas, 1), slots, used=used)
+        return
+    plan = place_replicas(fns, edges, replicas, slots, used=used)
+    assert len(plan) == replicas
+    load = {n: used.get(n, 0) for n in slots}
+    for p in plan:
+        assert set(p) == set(fns) and all(slots[n] > 0 for n in p.values())
+        free = {n: slots[n] - load[n] for n in slots}
+        fitting = [n for n in slots if free[n] >= len(fns)]
+        if fitting:
+            (node,) = set(p.values())
+            assert node == min(fitting, key=lambda n: (load[n] / slots[n], n))
+        elif sum(max(f, 0) for f in free.values()) >= len(fns) and len(fns) > max(sizes):
+            for n in set(p.values()):  # cut over the free slots only: nobody over capacity
+                assert list(p.values()).count(n) <= free[n]
+        elif len(fns) <= max(sizes):
+            assert len(set(p.values())) == 1
+        for n in p.values():
+            load[n] += 1
+    assert place_replicas(fns, edges, replicas, slots, used=used) == plan  # deterministic

@@ -15,7 +15,7 @@ from .bandwidth import (
     slo_for,
     slo_rates,
 )
-from .placement import group_nodes, pair_gbps, place_workflow, placement_cost
+from .placement import group_nodes, pair_gbps, place_replicas, place_workflow, placement_cost
 from .pooling import Grant, PoolModel
 from .routing import MiB, Path, Plan, Router, RoutingOptions
 from .storage import (
@@ -67,6 +67,7 @@ __all__ = [
     "group_nodes",
     "input_deadline",
     "pair_gbps",
+    "place_replicas",
     "place_workflow",
     "placement_cost",
     "rate_least",

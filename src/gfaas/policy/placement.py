@@ -10,6 +10,12 @@ node of 8 GPUs is small), with a cap on the work done.
 ``group_nodes`` splits a workflow across nodes the FaaSFlow way (seed 000 §9.3): keep it on one
 node if it fits, else cut its topological order into consecutive pieces so that as few edges as
 possible -- ideally one -- cross the network.
+
+``place_replicas`` places many replicas of a workflow on a cluster: each replica whole on one node
+where it fits (no bytes cross the network), replicas dealt to the least-loaded node first, so a
+cluster of N nodes at N times the load sees the same per-node layout as one node. The
+``spread`` layout instead spreads every replica over all the given nodes (the inter-node
+experiments of seed 001 study exactly that case).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from ..errors import ConfigError
 from ..topology import GB, Topology
@@ -254,4 +261,77 @@ def group_nodes(functions: Sequence[str], edges: Sequence[tuple[str, str, int]],
         for f in order[q:p]:
             out[f] = nodes[k - 1]
         p = q
+    return out
+
+
+Layout = Literal["pack", "spread"]
+
+
+def place_replicas(functions: Sequence[str], edges: Sequence[tuple[str, str, int]], replicas: int,
+                   slots: Mapping[int, int], *, used: Mapping[int, int] | None = None,
+                   layout: Layout = "pack") -> list[dict[str, int]]:
+    """Node per function for each of ``replicas`` copies of a workflow (pure, no clock).
+
+    ``slots``: node -> GPU slots it has; ``used``: node -> slots already taken (default none).
+    Within a node, :func:`place_workflow` then picks the GPUs.
+
+    ``layout="pack"``, one replica at a time:
+
+    1. on a node with enough free slots for the whole replica, the least loaded one (taken / slots,
+       ties: lower id), so replicas spread across nodes and none of their bytes crosses the network;
+    2. else, if the replica is larger than every node, cut by :func:`group_nodes` over the free
+       slots (over all slots, GPUs shared evenly, when the free ones are too few);
+    3. else (the cluster is full) whole on the least-loaded node that could hold it, sharing GPUs.
+
+    ``layout="spread"``: every replica cut by :func:`group_nodes` into even shares of all the
+    given nodes, whatever they run already.
+    """
+    _check(functions, edges)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise ConfigError(f"replicas={replicas!r}; give a whole number >= 0")
+    if layout not in ("pack", "spread"):
+        raise ConfigError(f"layout={layout!r}; use 'pack' or 'spread'")
+    for node, n in slots.items():
+        if n < 0:
+            raise ConfigError(f"node {node} has {n} slots; slots must be >= 0")
+    taken = dict.fromkeys(slots, 0)
+    for node, n in (used or {}).items():
+        if node not in slots:
+            raise ConfigError(f"used names node {node}, which is not in slots {sorted(slots)}; list it in slots")
+        if n < 0:
+            raise ConfigError(f"node {node} has {n} slots used; it must be >= 0")
+        taken[node] = n
+    nodes = sorted(nd for nd, n in slots.items() if n > 0)
+    if not functions or replicas == 0:
+        return [{} for _ in range(replicas)]
+    if not nodes:
+        raise ConfigError(f"no node has a slot for {len(functions)} functions; give slots > 0")
+    f = len(functions)
+    if layout == "spread":
+        share = -(-f // len(nodes))
+        one = group_nodes(functions, edges, {nd: share for nd in nodes})
+        return [dict(one) for _ in range(replicas)]
+
+    def load(nd: int) -> tuple[float, int]:
+        return taken[nd] / slots[nd], nd
+
+    out: list[dict[str, int]] = []
+    biggest = max(slots[nd] for nd in nodes)
+    for _ in range(replicas):
+        fits = [nd for nd in nodes if slots[nd] - taken[nd] >= f]
+        if fits:
+            nd = min(fits, key=load)
+            placed = dict.fromkeys(functions, nd)
+        elif f > biggest:
+            free = {nd: max(0, slots[nd] - taken[nd]) for nd in nodes}
+            if sum(free.values()) < f:  # GPUs are shared: each slot takes up to k functions
+                k = -(-f // sum(slots[nd] for nd in nodes))
+                free = {nd: slots[nd] * k for nd in nodes}
+            placed = group_nodes(functions, edges, free)
+        else:
+            nd = min((nd for nd in nodes if slots[nd] >= f), key=load)
+            placed = dict.fromkeys(functions, nd)
+        for nd in placed.values():
+            taken[nd] += 1
+        out.append(placed)
     return out

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ConfigError
-from ..policy import group_nodes, input_deadline, place_workflow, slo_for
+from ..policy import input_deadline, place_replicas, place_workflow, slo_for
+from ..policy.placement import Layout
 from ..runtime.dag import DagState
 from ..topology import Topology
 from .dataplane import DataPlane
@@ -173,20 +174,35 @@ class Cluster:
 
     # ---- deployment -----------------------------------------------------------------------------
     def deploy(self, wf: Workflow, replicas: int = 1, gpus: Sequence[str] | None = None,
-               nodes: Sequence[int] | None = None) -> list[Deployment]:
-        """Place ``replicas`` copies of ``wf``; each takes GPUs not yet used, sharing when they run out."""
+               nodes: Sequence[int] | None = None, layout: Layout = "pack") -> list[Deployment]:
+        """Place ``replicas`` copies of ``wf`` on ``nodes`` (default: every node holding one of
+        ``gpus``, or of the topology's GPUs) by :func:`gfaas.policy.place_replicas`: with ``layout="pack"``
+        each replica whole on one node, replicas to the least-loaded node first; with
+        ``layout="spread"`` each replica over all ``nodes`` (the inter-node experiments). Within a node
+        a replica takes GPUs not yet used, sharing when they run out."""
         if not self.topo.gpus:
             raise ConfigError(f"topology {self.topo.name!r} has no GPU to deploy {wf.name!r} on")
+        allowed = list(gpus or self.topo.gpus)
+        use = list(nodes) if nodes is not None else sorted({self.topo.device(g).node for g in allowed})
+        pools = {n: [g for g in allowed if self.topo.device(g).node == n] for n in use}
+        used_gpus = {g for ds in self.deployments.values() for d in ds for g in d.gpu.values()}
+        order = wf.topological_order()
+        gpu_fns = [f for f in order if f in wf.gpu_functions]
+        fn_edges = [(e.src, e.dst, e.nbytes) for e in wf.edges if e.src in gpu_fns and e.dst in gpu_fns]
+        slots = {n: len(pools[n]) for n in use}
+        used = {n: sum(g in used_gpus for g in pools[n]) for n in use}
+        if not any(slots.values()):
+            raise ConfigError(f"nodes {use} hold none of the GPUs {allowed!r}; name nodes that have GPUs")
+        plan = place_replicas(gpu_fns, fn_edges, replicas, slots, used=used, layout=layout)
         out: list[Deployment] = []
-        for r in range(replicas):
-            node_of = self._group(wf, nodes)
+        for r, placed in enumerate(plan):
+            node_of = self._with_cpu_functions(wf, order, placed, use)
             gpu_of: dict[str, str] = {}
-            for node in sorted(set(node_of.values())):
+            for node in sorted(set(placed.values())):
                 fns = [f for f in wf.gpu_functions if node_of[f] == node]
-                pool = [g for g in (gpus or self.topo.gpus) if self.topo.device(g).node == node]
-                used = {g for ds in self.deployments.values() for d in ds for g in d.gpu.values()}
-                used |= {g for d in out for g in d.gpu.values()} | set(gpu_of.values())
-                free = [g for g in pool if g not in used] or pool
+                pool = pools[node]
+                used_now = used_gpus | {g for d in out for g in d.gpu.values()} | set(gpu_of.values())
+                free = [g for g in pool if g not in used_now] or pool
                 edges = [(e.src, e.dst, e.nbytes) for e in wf.edges if e.src in fns and e.dst in fns]
                 gpu_of.update(place_workflow(self.topo, fns, edges, free,
                                              topology_aware=self.cfg.placement == "mapa",
@@ -195,21 +211,19 @@ class Cluster:
         self.deployments.setdefault(wf.name, []).extend(out)
         return out
 
-    def _group(self, wf: Workflow, nodes: Sequence[int] | None) -> dict[str, int]:
-        """Nodes per function. Given several nodes, a replica is spread evenly over them (the
-        inter-node experiments study exactly that case) with group_nodes keeping the cut small."""
-        use = list(nodes) if nodes is not None else self.topo.nodes[:1]
-        if len(use) == 1:
-            return {f.name: use[0] for f in wf.functions}
-        order = wf.topological_order()
-        gpu_fns = [f for f in order if f in wf.gpu_functions]
-        share = -(-len(gpu_fns) // len(use))
-        slots = {n: share for n in use}
-        edges = [(e.src, e.dst, e.nbytes) for e in wf.edges if e.src in gpu_fns and e.dst in gpu_fns]
-        placed = group_nodes(gpu_fns, edges, slots)
+    @staticmethod
+    def _with_cpu_functions(wf: Workflow, order: Sequence[str], placed: Mapping[str, int],
+                            use: Sequence[int]) -> dict[str, int]:
+        """Nodes per function: a CPU function runs on the host of the node of the function before
+        it in topological order (of the first GPU function, at the start)."""
+        gpu_nodes = {placed[f] for f in placed}
+        if len(gpu_nodes) <= 1:
+            only = next(iter(gpu_nodes), use[0])
+            return {f.name: only for f in wf.functions}
         out: dict[str, int] = {}
-        last = placed[gpu_fns[0]] if gpu_fns else use[0]
-        for f in order:  # CPU functions run on the host of the node of the next GPU function
+        gpu_fns = [f for f in order if f in placed]
+        last = placed[gpu_fns[0]]
+        for f in order:
             out[f] = placed.get(f, last)
             last = out[f]
         return out

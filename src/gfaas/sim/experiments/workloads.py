@@ -40,7 +40,8 @@ def _cluster(topo: Topology, cfg: SystemConfig, names: tuple[str, ...], seed: in
         wf = workflow(name)
         per_replica = max(len(wf.gpu_functions), 1)
         replicas = max(1, gpus // (per_replica * len(names)))
-        c.deploy(wf, replicas, nodes=use)
+        # Several nodes: each replica spread over all of them, the case seed 001's inter-node runs study.
+        c.deploy(wf, replicas, nodes=use, layout="spread")
     return c
 
 

@@ -1,0 +1,71 @@
+"""Benchmark: the simulator at cluster scale, constant load per GPU (issue 24).
+
+The ``traffic`` workflow on ``dgx-a100`` x N nodes (8 GPUs each), ``system("gfaas")``, replicas =
+GPUs // GPU functions placed by :func:`gfaas.policy.place_replicas` (each replica on one node, the
+least-loaded first), Poisson arrivals at ``RATE_PER_NODE`` requests/s per node for ``seconds``
+simulated seconds (``gfaas.sim.arrivals.poisson``, seed 1). So the load per GPU is the same at every
+N and the simulated p50 should not move; what grows is the simulator's work.
+
+Per row: ``requests`` simulated, ``wall_s`` from building the cluster to the last event
+(``time.perf_counter``; the simulator never reads the clock, only this benchmark does),
+``us_per_request = wall_s / requests`` and the simulated ``p50_ms``. Wall times depend on the CPU
+and what else runs on it; compare rows of one run, or runs on one machine.
+
+Run ``gfaas bench simscale --json`` (``--quick``: 1 and 8 nodes, 1 simulated second) or
+``python -m gfaas.bench.simscale [--nodes 1,8] [--seconds S]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..sim.arrivals import poisson
+from ..sim.cluster import Cluster
+from ..sim.systems import system
+from ..sim.workflows import workflow
+from ..topology import preset
+
+WORKFLOW = "traffic"
+MACHINE = "dgx-a100"
+RATE_PER_NODE = 20.0  # requests/s: 2.5 per GPU
+NODES = (1, 8, 32, 128)
+SECONDS = 5.0
+
+
+def row(nodes: int, seconds: float = SECONDS, seed: int = 1) -> dict[str, object]:
+    """One cluster size: build, deploy, run; the figures of the module docstring."""
+    t0 = time.perf_counter()
+    topo = preset(MACHINE if nodes == 1 else f"{MACHINE}*{nodes}")
+    c = Cluster(topo, system("gfaas"), seed=0)
+    wf = workflow(WORKFLOW)
+    c.deploy(wf, max(1, len(topo.gpus) // max(len(wf.gpu_functions), 1)))
+    c.submit_many(WORKFLOW, poisson(RATE_PER_NODE * nodes, seconds, seed))
+    recs = c.run()
+    wall = time.perf_counter() - t0
+    lat = [r.latency for r in recs if r.finish >= 0]
+    return {"nodes": nodes, "gpus": len(topo.gpus), "requests": len(recs), "wall_s": round(wall, 6),
+            "us_per_request": round(wall / len(recs) * 1e6, 1) if recs else float("nan"),
+            "p50_ms": round(float(np.median(lat)) * 1e3, 3) if lat else float("nan")}
+
+
+def run(nodes: Sequence[int] = NODES, seconds: float = SECONDS) -> dict[str, object]:
+    return {"workflow": WORKFLOW, "machine": MACHINE, "rate_per_node": RATE_PER_NODE, "seconds": seconds,
+            "rows": [row(n, seconds) for n in nodes]}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", default=",".join(map(str, NODES)), help="comma-separated cluster sizes")
+    p.add_argument("--seconds", type=float, default=SECONDS, help="simulated seconds per size")
+    a = p.parse_args(argv)
+    print(json.dumps(run([int(n) for n in a.nodes.split(",")], a.seconds), indent=2))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
