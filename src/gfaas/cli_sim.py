@@ -167,6 +167,18 @@ def _show_result(res: Any, seconds: float) -> None:
     Console().print(t)
 
 
+def _save_or_emit(res: dict[str, Any], a: argparse.Namespace) -> bool:
+    """Stamp a benchmark result with its provenance, write it to ``--out``, and print it as JSON if
+    ``--json`` asked for that (True: the caller prints nothing else)."""
+    res["provenance"] = provenance()
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=2)
+    if a.json:
+        _emit(res)
+    return bool(a.json)
+
+
 def bench_sim(a: argparse.Namespace) -> int:
     from .bench.sim import run
 
@@ -177,12 +189,7 @@ def bench_sim(a: argparse.Namespace) -> int:
         res["policy_decision"] = policy_run(n=500 if a.quick else 20_000)
     except ImportError:  # pragma: no cover - the policy benchmark ships with the policy package
         pass
-    res["provenance"] = provenance()
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(res, f, indent=2)
-    if a.json:
-        _emit(res)
+    if _save_or_emit(res, a):
         return 0
     print(f"event kernel: gfaas {res['gfaas_events_per_s']:,.0f} events/s, SimPy {res['simpy_events_per_s']:,.0f} "
           f"events/s; ratio {res['ratio']:.2f}x (same M/M/1 jobs)")
@@ -195,12 +202,7 @@ def bench_simscale(a: argparse.Namespace) -> int:
     from .bench.simscale import NODES, run
 
     res = run((1, 8), 1.0) if a.quick else run(NODES)
-    res["provenance"] = provenance()
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(res, f, indent=2)
-    if a.json:
-        _emit(res)
+    if _save_or_emit(res, a):
         return 0
     for r in res["rows"]:  # type: ignore[attr-defined]
         print(f"{r['nodes']:>4} nodes {r['gpus']:>5} GPUs {r['requests']:>7} requests  {r['wall_s']:>8.2f} s wall"
