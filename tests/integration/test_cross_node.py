@@ -402,16 +402,29 @@ def _two_hosts() -> Iterator[tuple[str, str, str, str]]:
 
 
 @contextmanager
+def _script_in_netns(ns: str, script: str, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``python -c script args`` inside ``ns``: the process and the first line it prints (its
+    readiness); on exit its stdin is closed, which tells it to finish, and it is waited for."""
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", script, *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        yield proc, proc.stdout.readline().decode().strip()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
 def _redis_in_netns(ns: str, ip: str, run_dir: str) -> Iterator[tuple[str, Callable[[str, str], Any]]]:
     """A Redis server (the project's helper) started inside ``ns``, also listening on ``ip``: its URL
     and a query function (the test process cannot reach into the namespace itself)."""
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", ns, sys.executable, "-c", _REDIS_IN_NS, os.path.join(run_dir, "redis"), ip],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().decode().strip()
+    with _script_in_netns(ns, _REDIS_IN_NS, os.path.join(run_dir, "redis"), ip) as (proc, line):
         if not line.isdigit():
             proc.kill()
             raise RuntimeError(f"Redis did not start in {ns}: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
@@ -423,14 +436,6 @@ def _redis_in_netns(ns: str, ip: str, run_dir: str) -> Iterator[tuple[str, Calla
             return json.loads(proc.stdout.readline())
 
         yield f"redis://{ip}:{line}/0", query
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.netns

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
-from test_cross_node import Cluster, _config, _redis_in_netns, _two_hosts  # noqa: E402
+from test_cross_node import Cluster, _config, _redis_in_netns, _script_in_netns, _two_hosts  # noqa: E402
 
 import gfaas  # noqa: E402
 from gfaas.config import MiB  # noqa: E402
@@ -78,21 +78,9 @@ sys.stdin.read()
 
 @contextmanager
 def _in_netns(ns: str, script: str, *args: str) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", script, *args],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().decode().strip()
+    with _script_in_netns(ns, script, *args) as (proc, line):
         assert line == "ready", f"attacker did not start in {ns}: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
         yield proc
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture
