@@ -9,9 +9,7 @@ import pytest
 
 from gfaas.errors import ConfigError
 from gfaas.sim import arrivals as A
-
-TRACES = Path("/work/shared/traces")
-_needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=f"shared traces not present at {TRACES}")
+from gfaas.sim.bundled import BUNDLED_TRACES, trace_path
 
 
 def _cv(times: np.ndarray) -> float:
@@ -277,13 +275,12 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         A.load_rate_series(missing)
 
 
-# ---- the shared traces --------------------------------------------------------------------------
+# ---- the bundled traces (gfaas/sim/data, copies of the public traces named in SOURCES.md) --------------------------------------------------------------------------
 
 
-@_needs_traces
 def test_shared_azure_functions_example() -> None:
     """The 3-function schema example (4 rows): triggers, totals and a full day of minutes."""
-    fns = A.load_azure_functions_invocations(TRACES / "azure_functions_2019_format" / "invocations.csv")
+    fns = A.load_azure_functions_invocations(trace_path("azure-functions-example"))
     assert [f.trigger for f in fns] == ["queue", "queue", "queue", "timer"]
     assert [f.total for f in fns] == [1150, 1125, 1125, 1125]
     assert {f.minutes for f in fns} == {1440}
@@ -291,10 +288,9 @@ def test_shared_azure_functions_example() -> None:
     assert fns[3].arrivals(seed=0).size == 1125
 
 
-@_needs_traces
 def test_shared_azure_llm_code_trace() -> None:
     """The Azure LLM code trace: 8819 requests over ~57 min, first gap 52 ms."""
-    tr = A.load_azure_llm_trace(TRACES / "AzureLLMInferenceTrace_code.csv")
+    tr = A.load_azure_llm_trace(trace_path("azure-llm-code"))
     assert len(tr) == 8819
     assert tr.arrivals[0] == 0.0 and tr.arrivals[1] == pytest.approx(0.052, abs=1e-9)
     assert tr.duration == pytest.approx(3435.948056, abs=1e-6)
@@ -302,9 +298,19 @@ def test_shared_azure_llm_code_trace() -> None:
     assert np.all(np.diff(tr.arrivals) >= 0)
 
 
-@_needs_traces
 def test_shared_lambdascale_rates() -> None:
     """lambda-scale Burst.txt: 1007 rates, max 14.3, mean about 4.05."""
-    rs = A.load_rate_series(TRACES / "lambdascale_burst_rates.txt")
+    rs = A.load_rate_series(trace_path("lambdascale-burst"))
     assert rs.rates.size == 1007 and rs.rates.max() == 14.3 and rs.rates.min() == 0.0
     assert rs.mean_rate == pytest.approx(4.05, abs=0.005)
+
+
+def test_bundled_traces_match_their_sources_and_reject_unknown_names() -> None:
+    """Every bundled trace exists in the package; an unknown name names the choices."""
+    for name in BUNDLED_TRACES:
+        assert trace_path(name).is_file()
+    sources = (trace_path("azure-llm-code").parent / "SOURCES.md").read_text()
+    for rel in BUNDLED_TRACES.values():
+        assert rel.split("/")[0] in sources
+    with pytest.raises(ConfigError, match="azure-llm-code"):
+        trace_path("nope")
