@@ -7,17 +7,25 @@ are finite but meaningless; use the zoo to measure compute and data movement, ne
 ``scale="full"`` is the published architecture (parameter counts equal to the references; BERT adds
 its 1,538-parameter classification head; sources in docs/models.md); ``scale="small"`` is the same
 family shrunk so that each model builds and runs a forward pass in well under a second on one core.
+
+:mod:`gfaas.models.llm` is apart from the zoo: a Llama-style decoder in numpy (torch optional), split
+into tensor-packed blocks for multicast and pipelined execution (docs/scaling.md, "The model").
 """
 
 from .cache import path, resolve_cache_dir
+from .llm import LlamaConfig, LlamaModel, LlamaStage, RequestState, pack_block, unpack_block
 from .runtime import Model, load
 from .vision import ANCHORS, NUM_ANCHORS, NUM_CLASSES, STRIDES, yolo_anchors
 from .zoo import SCALES, VERSION, ModelInfo, build, info, names, param_count
 
 __all__ = [
     "ANCHORS",
+    "LlamaConfig",
+    "LlamaModel",
+    "LlamaStage",
     "NUM_ANCHORS",
     "NUM_CLASSES",
+    "RequestState",
     "SCALES",
     "STRIDES",
     "VERSION",
@@ -27,8 +35,10 @@ __all__ = [
     "info",
     "load",
     "names",
+    "pack_block",
     "param_count",
     "path",
     "resolve_cache_dir",
+    "unpack_block",
     "yolo_anchors",
 ]
