@@ -13,11 +13,14 @@ Layout (little-endian)::
     56  data length               u64  (buffer length - H)
     64  n table entries of 84 bytes: name (48 bytes, UTF-8, NUL-padded), dtype code u8, ndim u8,
         2 reserved bytes, 4 x u32 shape (unused dims 0), data offset u64, data bytes u64
-    H   tensor data, each tensor starting at a multiple of 64 from the buffer start
+    H   tensor data: each tensor at the first multiple of 64 after the previous one (the layout is
+        canonical, so any other offset is corrupt); the buffer ends with the last tensor
 
 Unpacking returns ``numpy.frombuffer`` views into the buffer (no copy; read-only when the buffer is
-``bytes``). Every header field is checked before any view is made; a receiver that places the buffer
-at a 64-byte-aligned address (:func:`aligned_buffer`) gets every tensor 64-byte aligned in memory.
+``bytes``). No header byte is ignored: a change to any of them is refused with a :class:`ProtocolError`
+(or a :class:`ConfigError` when the block is well formed but of another model). A receiver that places
+the buffer at a 64-byte-aligned address (:func:`aligned_buffer`, pre-allocated from
+:func:`packed_size`) gets every tensor 64-byte aligned in memory.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ MAGIC = b"GFLB"
 VERSION = 1
 ALIGN = 64
 _HEAD = struct.Struct("<4sHHII32sIIQ")  # 64 bytes
-_ENTRY = struct.Struct("<48sBB2x4IQQ")  # 84 bytes
+_ENTRY = struct.Struct("<48sBBH4IQQ")  # 84 bytes
 _NAME_BYTES = 48
 _MAX_DIMS = 4
 _DTYPES: dict[int, np.dtype] = {1: np.dtype("<f4"), 2: np.dtype("<f2")}
@@ -82,7 +85,7 @@ def pack_block(cfg: LlamaConfig, index: int, num_blocks: int, tensors: Mapping[s
             raise ConfigError(f"tensor {name!r} has shape {arr.shape}, the config needs {shape}")
         offset = _align(offset)
         dims = list(shape) + [0] * (_MAX_DIMS - len(shape))
-        entries.append(_ENTRY.pack(name.encode(), _CODES[dtype], len(shape), *dims, offset, arr.nbytes))
+        entries.append(_ENTRY.pack(name.encode(), _CODES[dtype], len(shape), 0, *dims, offset, arr.nbytes))
         chunks.append((offset, arr))
         offset += arr.nbytes
     buf = bytearray(offset)
@@ -141,17 +144,20 @@ def unpack_block(buf: bytes | bytearray | memoryview, cfg: LlamaConfig,
     if n != len(expected):
         raise ProtocolError(f"packed block {index}/{count} lists {n} tensors, the config needs {len(expected)}")
     head_len = header_length(n)
+    table_end = _HEAD.size + n * _ENTRY.size
+    if any(mv[table_end:head_len]):
+        raise ProtocolError(f"packed block {index}: header padding bytes {table_end}..{head_len} are not zero")
     out: dict[str, np.ndarray] = {}
     prev_end = head_len
     for i, (want_name, want_shape) in enumerate(expected.items()):
-        raw_name, code, ndim, *rest = _ENTRY.unpack_from(mv, _HEAD.size + i * _ENTRY.size)
+        raw_name, code, ndim, reserved, *rest = _ENTRY.unpack_from(mv, _HEAD.size + i * _ENTRY.size)
         dims, offset, nbytes = rest[:_MAX_DIMS], rest[_MAX_DIMS], rest[_MAX_DIMS + 1]
-        try:
-            name = raw_name.rstrip(b"\0").decode()
-        except UnicodeDecodeError:
-            raise ProtocolError(f"packed block {index}: tensor {i} has a name that is not UTF-8") from None
-        if name != want_name:
-            raise ProtocolError(f"packed block {index}: tensor {i} is {name!r}, expected {want_name!r}")
+        if raw_name != want_name.encode().ljust(_NAME_BYTES, b"\0"):
+            raise ProtocolError(f"packed block {index}: tensor {i} is named {raw_name.rstrip(bytes(1))!r}, "
+                                f"expected {want_name!r}")
+        name = want_name
+        if reserved:
+            raise ProtocolError(f"packed block {index}: tensor {name!r} has reserved field {reserved}, must be 0")
         dtype = _DTYPES.get(code)
         if dtype is None or dtype != np.dtype(cfg.dtype):
             raise ProtocolError(f"packed block {index}: tensor {name!r} has dtype code {code}, expected "
@@ -160,13 +166,17 @@ def unpack_block(buf: bytes | bytearray | memoryview, cfg: LlamaConfig,
         if shape != want_shape or any(dims[ndim:]):
             raise ProtocolError(f"packed block {index}: tensor {name!r} has ndim {ndim} dims {tuple(dims)}, "
                                 f"expected shape {want_shape}")
-        if offset % ALIGN or offset < prev_end:
-            raise ProtocolError(f"packed block {index}: tensor {name!r} at offset {offset} is unaligned or "
-                                f"overlaps what precedes it (must be a multiple of {ALIGN}, >= {prev_end})")
+        if offset != _align(prev_end):
+            # The layout is canonical (each tensor at the first 64-byte boundary after the previous one),
+            # so an offset is either exactly right or corrupt.
+            raise ProtocolError(f"packed block {index}: tensor {name!r} at offset {offset}, expected "
+                                f"{_align(prev_end)} (the first multiple of {ALIGN} after the previous tensor)")
         if nbytes != int(np.prod(want_shape)) * dtype.itemsize or offset + nbytes > len(mv):
             raise ProtocolError(f"packed block {index}: tensor {name!r} spans bytes {offset}..{offset + nbytes}"
                                 f" of a {len(mv)}-byte buffer; expected {int(np.prod(want_shape))} x "
                                 f"{dtype.itemsize} bytes inside it")
         out[name] = np.frombuffer(mv, dtype=dtype, count=int(np.prod(want_shape)), offset=offset).reshape(want_shape)
         prev_end = offset + nbytes
+    if prev_end != len(mv):
+        raise ProtocolError(f"packed block {index}: {len(mv) - prev_end} bytes after the last tensor")
     return index, out
