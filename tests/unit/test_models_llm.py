@@ -374,14 +374,27 @@ def test_any_single_byte_change_in_the_header_is_refused(data: st.DataObject) ->
 
 
 # ---- torch ---------------------------------------------------------------------------------------------
-def test_torch_path_names_the_extra_or_matches_numpy() -> None:
-    """With torch and a GPU the torch stage decodes the numpy tokens; without, the error names the extra."""
-    from gfaas.models import llm_torch
+def test_torch_path_matches_numpy_or_names_the_extra() -> None:
+    """The torch stage (GPU if there is one, else CPU) decodes the numpy tokens, also across a switch
+    between torch and numpy stages; without torch the error names the extra to install."""
+    from gfaas.models.llm_torch import TorchStage
 
     try:
-        stage = llm_torch.TorchStage.from_packed(DEEP, _packed(1), device="cuda")
-    except DependencyMissing as exc:
-        assert "pip install 'gfaas[torch]'" in str(exc) or "CUDA GPU" in str(exc)
-        pytest.skip(f"torch path not available here: {exc}")
+        import torch
+    except ImportError:
+        with pytest.raises(DependencyMissing, match=r"install the extra with: pip install 'gfaas\[torch\]'"):
+            TorchStage.from_packed(DEEP, _packed(1))
+        pytest.skip("torch is not installed (the torch extra): the torch path is not run here")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     prompt = [5, 6, 7]
-    assert generate([stage], "t", prompt, 16) == _model().generate(prompt, 16)
+    want = _model().generate(prompt, 16)
+    whole = TorchStage.from_packed(DEEP, _packed(1), device=device)
+    np.testing.assert_allclose(whole.forward("l", np.array(prompt)), _model().forward("l", np.array(prompt)),
+                               rtol=1e-3, atol=1e-4)
+    assert generate([whole], "t", prompt, 16) == want
+    torch_pipe = [TorchStage.from_packed(DEEP, [b], device=device) for b in _packed(2)]
+    first = generate(torch_pipe, "p", prompt, 6)
+    state = RequestState.merge(prompt + first, [s.export_kv("p") for s in torch_pipe])
+    local = LlamaStage.from_packed(DEEP, _packed(1))
+    local.import_kv("p", state)
+    assert first + generate([local], "p", state.tokens, 10) == want

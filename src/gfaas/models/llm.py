@@ -21,6 +21,7 @@ import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -35,6 +36,7 @@ __all__ = [
     "LlamaModel",
     "LlamaStage",
     "RequestState",
+    "Stage",
     "aligned_buffer",
     "block_shapes",
     "generate",
@@ -154,6 +156,24 @@ class RequestState:
             kv[layer] = (k, v)
             pos += 1 + 2 * per
         return cls(tokens, kv)
+
+
+class Stage(Protocol):
+    """What :func:`generate` needs of a stage: the numpy :class:`LlamaStage` and the torch
+    :class:`gfaas.models.llm_torch.TorchStage` both provide it."""
+
+    first: int
+    last: int
+
+    @property
+    def is_first(self) -> bool: ...
+
+    @property
+    def is_last(self) -> bool: ...
+
+    def cached_len(self, request_id: object) -> int: ...
+
+    def forward(self, request_id: object, x: np.ndarray, last_only: bool = False) -> np.ndarray: ...
 
 
 class _Cache:
@@ -338,7 +358,7 @@ class LlamaModel(LlamaStage):
                 self.release(rid)
 
 
-def generate(stages: Sequence[LlamaStage], request_id: object, tokens: Sequence[int], n: int) -> list[int]:
+def generate(stages: Sequence[Stage], request_id: object, tokens: Sequence[int], n: int) -> list[int]:
     """Greedy decoding of ``n`` more tokens through a chain of stages covering the whole model.
 
     ``tokens`` is the request's sequence so far; the stages' caches must already hold the same prefix
