@@ -184,14 +184,14 @@ def test_weights_and_tokens_are_determined_by_the_seed() -> None:
 
 
 def test_activations_stay_finite_and_bounded_over_many_layers() -> None:
-    """With the scaled init the residual stream's RMS stays within 0.5..4 over 48 layers."""
+    """With the scaled init the residual stream's RMS stays within 0.5..2 over 48 layers."""
     cfg = LlamaConfig(vocab=64, dim=64, n_layers=48, n_heads=4, n_kv_heads=1, hidden=128, max_seq=64)
     stages = [LlamaStage(cfg, 48, {b: random_block(cfg, 0, b, 48)}) for b in range(48)]
     x: np.ndarray = np.arange(32) % cfg.vocab
     for s in stages[:-1]:
         x = s.forward("r", x)
         rms = float(np.sqrt(np.mean(np.square(x))))
-        assert np.isfinite(x).all() and 0.5 < rms < 4.0, (s.first, rms)
+        assert np.isfinite(x).all() and 0.5 < rms < 2.0, (s.first, rms)
     assert np.isfinite(stages[-1].forward("r", x)).all()
 
 
@@ -371,6 +371,20 @@ def test_any_single_byte_change_in_the_header_is_refused(data: st.DataObject) ->
     bad[pos] = (bad[pos] + delta) % 256
     with pytest.raises(GfaasError):
         unpack_block(bytes(bad), DEEP, 4)
+
+
+def test_the_llm_loads_without_the_zoo_and_is_exported_from_gfaas_models() -> None:
+    """``import gfaas.models.llm`` does not import onnx (the zoo's dependency); the package exports the
+    LLM names lazily next to the zoo's, and its __all__ matches what it can resolve."""
+    import subprocess
+    import sys
+
+    import gfaas.models as models
+
+    code = "import sys, gfaas.models.llm; assert 'onnx' not in sys.modules and 'gfaas.models.zoo' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert sorted(models.__all__) == sorted(models._EXPORTS)
+    assert models.LlamaModel is LlamaModel and models.pack_block is pack_block and callable(models.build)
 
 
 # ---- torch ---------------------------------------------------------------------------------------------
