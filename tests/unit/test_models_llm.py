@@ -232,6 +232,33 @@ def test_pipelined_execution_gives_the_tokens_of_one_process(num_blocks: int, cu
     assert got == want
 
 
+def test_float16_storage_gives_the_same_tokens_built_or_unpacked() -> None:
+    """With float16 storage, the model built from the seed and 3 stages unpacked from float16 blocks
+    (half the bytes) decode the same tokens."""
+    cfg = LlamaConfig(**{**DEEP.__dict__, "dtype": "float16"})
+    bufs = random_blocks(cfg, 7, 3)
+    assert sum(map(len, bufs)) < 0.55 * sum(map(len, _packed(3)))
+    stages = [LlamaStage.from_packed(cfg, [b]) for b in bufs]
+    assert generate(stages, "h", [1, 2, 3], 12) == LlamaModel(cfg, 7).generate([1, 2, 3], 12)
+
+
+@cache
+def _state_bytes() -> bytes:
+    m = LlamaStage.from_packed(DEEP, _packed(1))
+    tokens = [4, 5, *generate([m], "tr", [4, 5], 3)]
+    return RequestState(tokens, m.export_kv("tr")).to_bytes(DEEP)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cut=st.integers(0, 10_000), extra=st.binary(min_size=1, max_size=8))
+def test_a_truncated_or_extended_request_state_is_refused(cut: int, extra: bytes) -> None:
+    """Every strict prefix of an encoded state, and the state with bytes appended, raise ProtocolError."""
+    buf = _state_bytes()
+    for bad in (buf[:cut % len(buf)], buf + extra):
+        with pytest.raises(ProtocolError):
+            RequestState.from_bytes(bad, DEEP)
+
+
 def test_a_request_state_can_also_move_from_local_execution_into_a_pipeline() -> None:
     """Exported from the whole model after 5 tokens and imported into 3 stages, decoding continues the same."""
     prompt, m = [9, 8, 7], LlamaStage.from_packed(DEEP, _packed(1))

@@ -68,16 +68,18 @@ def _init_std(cfg: LlamaConfig, name: str) -> float:
 
 
 def random_block(cfg: LlamaConfig, seed: int, index: int, num_blocks: int) -> dict[str, np.ndarray]:
-    """The weights of block ``index`` of ``num_blocks`` (float32), drawn from seed and tensor name."""
+    """The weights of block ``index`` of ``num_blocks`` in the config's storage dtype, drawn from the
+    seed and each tensor's name (drawn in float32, then rounded once for float16 storage, so that a
+    model built here and one unpacked from packed blocks hold the same values)."""
     out: dict[str, np.ndarray] = {}
     for name, shape in block_shapes(cfg, index, num_blocks).items():
         if name.endswith("norm"):
-            out[name] = np.ones(shape, dtype=np.float32)
+            out[name] = np.ones(shape, dtype=cfg.dtype)
             continue
         rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
         w = rng.standard_normal(shape, dtype=np.float32)
         w *= np.float32(_init_std(cfg, name))
-        out[name] = w
+        out[name] = w if cfg.dtype == "float32" else w.astype(cfg.dtype)
     return out
 
 
@@ -140,7 +142,8 @@ class RequestState:
         tokens = [int(t) for t in u[1:1 + n_tok]]
         n_layers, cached = int(u[1 + n_tok]), int(u[2 + n_tok])
         per = cfg.n_kv_heads * cached * cfg.head_dim
-        if n_layers > cfg.n_layers or cached > cfg.max_seq or words != 3 + n_tok + n_layers * (1 + 2 * per):
+        if (n_layers > cfg.n_layers or cached > cfg.max_seq or (n_layers == 0 and cached != 0)
+                or words != 3 + n_tok + n_layers * (1 + 2 * per)):
             raise ProtocolError(f"request state of {len(buf)} bytes does not hold {n_layers} layers of "
                                 f"{cached} cached tokens for this config")
         kv: dict[int, tuple[np.ndarray, np.ndarray]] = {}
