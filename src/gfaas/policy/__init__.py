@@ -1,4 +1,5 @@
-"""Data-plane policy: path routing, SLO-aware bandwidth shares, workflow placement, elastic storage.
+"""Policy: path routing, SLO-aware bandwidth shares, workflow placement, elastic storage, and
+model scaling (block multicast schedules, execution pipelines).
 
 Everything here is pure decision logic (no clock, no I/O, no threads, randomness only through an
 explicit seed); the simulator and the real runtime call the same objects.
@@ -15,6 +16,8 @@ from .bandwidth import (
     slo_for,
     slo_rates,
 )
+from .multicast import Schedule, Transfer
+from .multicast import plan as plan_multicast
 from .placement import group_nodes, pair_gbps, place_replicas, place_workflow, placement_cost
 from .pooling import Grant, PoolModel
 from .routing import MiB, Path, Plan, Router, RoutingOptions
@@ -47,8 +50,10 @@ __all__ = [
     "PoolModel",
     "Reservation",
     "Resident",
+    "Schedule",
     "SlidingQuantile",
     "StorageOptions",
+    "Transfer",
     "eviction_order",
     "migration_target",
     "plan_eviction",
@@ -70,6 +75,7 @@ __all__ = [
     "place_replicas",
     "place_workflow",
     "placement_cost",
+    "plan_multicast",
     "rate_least",
     "slo_for",
     "slo_rates",
