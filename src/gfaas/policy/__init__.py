@@ -18,6 +18,7 @@ from .bandwidth import (
 )
 from .multicast import Schedule, Transfer
 from .multicast import plan as plan_multicast
+from .pipelines import Pipeline, PipelineChange, PipelinePlanner, Stage, assign_stages, pipeline_changes
 from .placement import group_nodes, pair_gbps, place_replicas, place_workflow, placement_cost
 from .pooling import Grant, PoolModel
 from .routing import MiB, Path, Plan, Router, RoutingOptions
@@ -47,12 +48,17 @@ __all__ = [
     "DemandTracker",
     "Grant",
     "Peer",
+    "Pipeline",
+    "PipelineChange",
+    "PipelinePlanner",
     "PoolModel",
     "Reservation",
     "Resident",
     "Schedule",
     "SlidingQuantile",
+    "Stage",
     "StorageOptions",
+    "assign_stages",
     "Transfer",
     "eviction_order",
     "migration_target",
@@ -72,6 +78,7 @@ __all__ = [
     "group_nodes",
     "input_deadline",
     "pair_gbps",
+    "pipeline_changes",
     "place_replicas",
     "place_workflow",
     "placement_cost",
