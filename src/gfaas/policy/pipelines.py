@@ -31,8 +31,11 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from .multicast import Schedule
 
-#: Branches the exact fewest-stages search may try before it keeps the greedy cover.
-SEARCH_BUDGET = 5_000
+#: Branches the fewest-stages search may try per call before it keeps the best cover found so far.
+SEARCH_BUDGET = 2_000
+#: Nodes reaching equally far that the search tries at one position (the others differ only in
+#: which node is left for later; with many candidates, trying them all would only burn the budget).
+TIES = 3
 
 
 @dataclass(frozen=True)
@@ -82,9 +85,10 @@ def assign_stages(candidates: Sequence[int], holdings: Mapping[int, int], blocks
     shrinks -- so a depth-first search over "which unused node covers the next block" decides
     whether ``m`` stages of at most ``S`` blocks exist. Iterative deepening on ``m`` (from a
     lower bound that lets nodes serve twice) gives the fewest stages, then a binary search on
-    ``S`` the balance. The search tries at most :data:`SEARCH_BUDGET` branches per call and keeps
-    the best cover found so far when that runs out (the greedy one, furthest reach first, at
-    worst).
+    ``S`` the balance. Exact for small candidate sets (checked against brute force); with many
+    candidates the search tries at most :data:`TIES` equally far-reaching nodes per position and
+    :data:`SEARCH_BUDGET` branches per call, then keeps the best cover found so far (the greedy
+    one, furthest reach first, at worst).
     """
     full = (1 << blocks) - 1
     order = list(dict.fromkeys(candidates))
@@ -95,6 +99,17 @@ def assign_stages(candidates: Sequence[int], holdings: Mapping[int, int], blocks
     if union != full:
         return None
     budget = [SEARCH_BUDGET]
+    holders: dict[int, list[tuple[int, list[int]]]] = {}
+
+    def reach(pos: int) -> list[tuple[int, list[int]]]:
+        """Candidates holding ``pos`` grouped by the end of their run from there, furthest first."""
+        if pos not in holders:
+            by_end: dict[int, list[int]] = {}
+            for n in order:
+                if masks[n] >> pos & 1:
+                    by_end.setdefault(min(_run_end(masks[n], pos), blocks), []).append(n)
+            holders[pos] = sorted(by_end.items(), reverse=True)
+        return holders[pos]
 
     def search(cap: int, depth: int) -> list[tuple[int, int]] | None:
         failed: set[tuple[int, frozenset[int], int]] = set()
@@ -104,13 +119,19 @@ def assign_stages(candidates: Sequence[int], holdings: Mapping[int, int], blocks
                 return []
             if left == 0 or budget[0] <= 0 or (pos, used, left) in failed:
                 return None
-            reach = sorted(((min(_run_end(masks[n], pos), pos + cap), n) for n in order
-                            if n not in used and masks[n] >> pos & 1), key=lambda e: -e[0])
-            for end, n in reach:  # furthest first; stable, so ties keep the candidates' order
-                budget[0] -= 1
-                rest = dfs(end, used | {n}, left - 1)
-                if rest is not None:
-                    return [(n, pos), *rest]
+            tried: dict[int, int] = {}
+            for run_end, nodes in reach(pos):
+                end = min(run_end, pos + cap)
+                for n in nodes:
+                    if tried.get(end, 0) >= TIES:
+                        break
+                    if n in used:
+                        continue
+                    tried[end] = tried.get(end, 0) + 1
+                    budget[0] -= 1
+                    rest = dfs(end, used | {n}, left - 1)
+                    if rest is not None:
+                        return [(n, pos), *rest]
             failed.add((pos, used, left))
             return None
 
