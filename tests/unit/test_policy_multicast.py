@@ -183,6 +183,15 @@ def test_twin_construction_three_nodes() -> None:
     assert s.num_steps == 4
 
 
+@pytest.mark.parametrize("n", [65, 127, 129, 200, 255, 257, 383, 511])
+def test_binomial_twins_beyond_64(n: int) -> None:
+    """Past the exhaustive grid: B + floor(log2 N) steps and a valid plan for B = 1, 3, 17."""
+    for b in (1, 3, 17):
+        s = plan_multicast(n, b)
+        replay(s)
+        assert s.num_steps == b + math.floor(math.log2(n))
+
+
 def test_one_node_needs_no_step() -> None:
     """N=1 or N=k: nothing to send, zero steps."""
     assert plan_multicast(1, 5).num_steps == 0
