@@ -210,10 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
 
     from .cli_runtime import add_parsers as add_runtime
+    from .cli_scale import add_parsers as add_scale
     from .cli_sim import add_parsers
 
     add_parsers(sub)
     add_runtime(sub)
+    add_scale(sub)
     return p
 
 

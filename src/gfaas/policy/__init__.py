@@ -1,4 +1,5 @@
-"""Data-plane policy: path routing, SLO-aware bandwidth shares, workflow placement, elastic storage.
+"""Policy: path routing, SLO-aware bandwidth shares, workflow placement, elastic storage, and
+model scaling (block multicast schedules, execution pipelines).
 
 Everything here is pure decision logic (no clock, no I/O, no threads, randomness only through an
 explicit seed); the simulator and the real runtime call the same objects.
@@ -15,6 +16,9 @@ from .bandwidth import (
     slo_for,
     slo_rates,
 )
+from .multicast import Schedule, Transfer
+from .multicast import plan as plan_multicast
+from .pipelines import Pipeline, PipelineChange, PipelinePlanner, Stage, assign_stages, pipeline_changes
 from .placement import group_nodes, pair_gbps, place_replicas, place_workflow, placement_cost
 from .pooling import Grant, PoolModel
 from .routing import MiB, Path, Plan, Router, RoutingOptions
@@ -44,11 +48,18 @@ __all__ = [
     "DemandTracker",
     "Grant",
     "Peer",
+    "Pipeline",
+    "PipelineChange",
+    "PipelinePlanner",
     "PoolModel",
     "Reservation",
     "Resident",
+    "Schedule",
     "SlidingQuantile",
+    "Stage",
     "StorageOptions",
+    "assign_stages",
+    "Transfer",
     "eviction_order",
     "migration_target",
     "plan_eviction",
@@ -67,9 +78,11 @@ __all__ = [
     "group_nodes",
     "input_deadline",
     "pair_gbps",
+    "pipeline_changes",
     "place_replicas",
     "place_workflow",
     "placement_cost",
+    "plan_multicast",
     "rate_least",
     "slo_for",
     "slo_rates",
