@@ -172,6 +172,10 @@ def _show_result(res: Any, seconds: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    if not res.paper:  # no paper figure to compare with (cluster-day): its own table
+        print(res.markdown() + f"({seconds:.1f} s)")
+        return
+
     t = Table(title=f"{res.title}  ({seconds:.1f} s)")
     for col in ("metric", "paper", "ours", "tolerance", "within", "direction"):
         t.add_column(col)

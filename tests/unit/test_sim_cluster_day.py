@@ -211,3 +211,23 @@ def test_cluster_day_is_listed_but_not_in_all(capsys: pytest.CaptureFixture[str]
     assert "--set applies to one experiment" in capsys.readouterr().err
     assert main(["sim", "run", "a10", "--set", "nodes=4"]) == 1
     assert "experiment 'a10' has no parameter 'nodes'; it takes: none" in capsys.readouterr().err
+
+
+def test_doc_block_is_generated_from_a_saved_result(quick: Result, monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    """benchmarks/sim_tables.py fills docs/results/cluster-day.md's block from a --save file."""
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))
+    import sim_tables  # type: ignore[import-not-found]
+    from doc_blocks import write_blocks  # type: ignore[import-not-found]
+
+    doc = {"provenance": {"commit": "c" * 40, "utc": "T", "machine": {"cpu_model": "cpu", "cores_usable": 2}},
+           "experiments": [quick.as_json()]}
+    block = sim_tables.cluster_day(doc)
+    g = _rows(quick)[("gfaas", "all")]
+    assert f"| P50 / P99 end-to-end (ms) | {g['p50_ms']:.1f} / {g['p99_ms']:.1f} |" in block
+    assert "4 x dgx-a100 (32 GPUs), 2 minutes" in block and f"| gfaas | all | {g['replicas']} | 32 |" in block
+    page = tmp_path / "page.md"
+    page.write_text((root / "docs" / "results" / "cluster-day.md").read_text())
+    write_blocks(str(page), {"cluster-day": block})
+    assert block in page.read_text()
