@@ -378,7 +378,7 @@ def plot(res: Result, plt: Any) -> Any:
     for n, counts in per_min.items():
         ax[0][0].step(range(1, len(counts) + 1), counts, where="mid", label=n, lw=1)
     ax[0][0].set(title="arrivals per minute (the trace)", xlabel="minute", ylabel="requests")
-    ax[0][0].legend(fontsize=7, ncol=2)
+    ax[0][0].legend(fontsize=6, ncol=3, loc="upper center", framealpha=0.6)
     width = 0.8 / max(len(systems), 1)
     xs = np.arange(len(wfs))
 
