@@ -76,6 +76,7 @@ def cluster_day(doc: dict[str, Any]) -> str:
         f"| busy GPU-hours (of {g['gpu_alloc_h']:.4g} allocated) | {g['gpu_busy_h']:.3g} | {b['gpu_busy_h']:.3g} |",
         f"| wall time of the run (us per simulated request) | {wall['gfaas']:.0f} s ({d['us_per_request']['gfaas']:.0f})"
         f" | {wall['infless+']:.0f} s ({d['us_per_request']['infless+']:.0f}) |",
+        f"| of which building the cluster and deploying | {d['build_s']['gfaas']:.1f} s | {d['build_s']['infless+']:.1f} s |",
         "",
         f"Machine: {m.get('cpu_model', '?')}, {m.get('cores_usable', '?')} cores usable, load average "
         f"{m.get('loadavg', '?')} at the end. Per workflow:",

@@ -106,12 +106,12 @@ def test_replica_rule_fills_the_gpus_in_proportion_to_gpu_work() -> None:
     assert cd.gpus_to_fill(rates, 1024, "A100-40GB", 0.01) == int(np.ceil(need / 0.01))
     assert cd.gpus_to_fill(rates, 1024, "A100-40GB", 1.0) == sum(SIZE.values())  # one replica each at least
     budget = cd.replica_plan(rates, SLOTS_128, "A100-40GB", budget=100)
-    assert 100 - min(SIZE.values()) < sum(SIZE[n] for n in budget) <= 100
+    assert 100 - min(SIZE.values()) < sum(SIZE[n] for n, _ in budget) <= 100
 
 
 def test_replica_plan_never_shares_a_gpu_when_deployed() -> None:
     """A mix whose three-GPU replicas cannot all fit whole (image-heavy, 2 nodes) gets no shared GPU:
-    deploying the plan replica by replica uses as many distinct GPUs as the replicas take."""
+    deploying the plan replica by replica lets the cluster choose the plan's nodes, on distinct GPUs."""
     from gfaas.sim.cluster import Cluster
     from gfaas.sim.systems import system
     from gfaas.topology import preset
@@ -119,10 +119,11 @@ def test_replica_plan_never_shares_a_gpu_when_deployed() -> None:
     rates = {**dict.fromkeys(REFERENCE, 0.1), "image": 50.0}
     plan = cd.replica_plan(rates, {0: 8, 1: 8}, "A100-40GB")
     c = Cluster(preset("dgx-a100*2"), system("gfaas"))
-    for n in plan:
-        c.deploy(workflow(n), 1, layout="pack")
+    for n, node in plan:
+        (d,) = c.deploy(workflow(n), 1, layout="pack")  # the cluster's own choice of node
+        assert set(d.node.values()) == {node}
     used = [g for ds in c.deployments.values() for d in ds for g in d.gpu.values()]
-    assert len(used) == len(set(used)) == sum(SIZE[n] for n in plan) == 16
+    assert len(used) == len(set(used)) == sum(SIZE[n] for n, _ in plan) == 16
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +170,7 @@ def test_quick_run_writes_json_table_and_figure(quick: Result, tmp_path: Path) -
     paths = quick.write(str(tmp_path))
     assert sorted(Path(p).name for p in paths) == ["cluster-day.json", "cluster-day.md", "cluster-day.png"]
     doc = json.loads((tmp_path / "cluster-day.json").read_text())
-    assert doc["data"]["setup"]["nodes"] == 4 and set(doc["data"]["wall_s"]) == set(cd.SYSTEMS)
+    assert doc["data"]["setup"]["nodes"] == 4 and set(doc["data"]["wall_s"]) == set(doc["data"]["build_s"]) == set(cd.SYSTEMS)
     assert (tmp_path / "cluster-day.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -46,7 +46,9 @@ Measures, per system and per workflow (``all``: every request):
   holding one) x the run's span (the trace's minutes, or until the last request ends if later).
   Busy <= allocated by construction.
 
-The wall time of each system's run (``time.perf_counter``, deploy to last event) is in ``data``.
+The wall time of each system's run (``time.perf_counter``, from building its cluster to the last
+event) is in ``data``, with the part spent building and deploying the cluster (``build_s``: the
+first cluster on a topology also plans its routes).
 """
 
 from __future__ import annotations
@@ -185,12 +187,12 @@ def gpu_work_s(name: str, gpu_model: str, profile: Profile | None = None) -> flo
 
 
 def replica_plan(rates: Mapping[str, float], slots: Mapping[int, int], gpu_model: str,
-                 budget: int | None = None) -> list[str]:
-    """Workflows in the order their replicas are deployed, one entry per replica (module docstring).
+                 budget: int | None = None) -> list[tuple[str, int]]:
+    """(workflow, node) per replica, in deployment order (the rule of the module docstring).
 
     ``slots``: node -> GPUs; ``budget``: GPUs to fill (default all). A replica is added only where
     one fits whole on a node, the node :func:`gfaas.policy.place_replicas` picks (``pack``), so that
-    no GPU is shared; deploying one replica at a time in this order reproduces that placement.
+    no GPU is shared.
     """
     size = {n: len(workflow(n).gpu_functions) for n in rates}
     gpus = sum(slots.values()) if budget is None else budget
@@ -203,7 +205,7 @@ def replica_plan(rates: Mapping[str, float], slots: Mapping[int, int], gpu_model
     ideal = {n: (gpus * work[n] / total / size[n]) if total > 0 else 0.0 for n in rates}
     taken = dict.fromkeys(slots, 0)
     order = sorted(rates, key=lambda n: -size[n])  # the first round: larger replicas first
-    plan: list[str] = []
+    plan: list[tuple[str, int]] = []
     count = dict.fromkeys(rates, 0)
     left = gpus
 
@@ -215,7 +217,7 @@ def replica_plan(rates: Mapping[str, float], slots: Mapping[int, int], gpu_model
         node = place_replicas(fns, [], 1, slots, used=taken, layout="pack")[0][fns[0]]
         taken[node] += size[n]
         left -= size[n]
-        plan.append(n)
+        plan.append((n, node))
         count[n] += 1
         return True
 
@@ -245,9 +247,9 @@ def replica_plan(rates: Mapping[str, float], slots: Mapping[int, int], gpu_model
     return plan
 
 
-def replica_counts(plan: list[str]) -> dict[str, int]:
+def replica_counts(plan: list[tuple[str, int]]) -> dict[str, int]:
     out: dict[str, int] = {}
-    for n in plan:
+    for n, _ in plan:
         out[n] = out.get(n, 0) + 1
     return out
 
@@ -282,14 +284,16 @@ def _finished(acc: dict[str, _Acc]) -> Callable[[RequestRecord], None]:
     return done
 
 
-def simulate(topo: Topology, name: str, plan: list[str], times: Mapping[str, np.ndarray],
-             minutes: int, seed: int, tick: Callable[[int], None]) -> tuple[dict[str, _Acc], dict[str, int], float]:
-    """Run one system minute by minute; (per-workflow sums, GPUs per workflow, wall seconds)."""
+def simulate(topo: Topology, name: str, plan: list[tuple[str, int]], times: Mapping[str, np.ndarray],
+             minutes: int, seed: int, tick: Callable[[int], None]) -> tuple[dict[str, _Acc], dict[str, int], float, float]:
+    """Run one system minute by minute; (per-workflow sums, GPUs per workflow, wall seconds in all,
+    of which building and deploying the cluster)."""
     t0 = time.perf_counter()
     c = Cluster(topo, system(name), seed=seed)
     wfs = {n: workflow(n) for n in times}
-    for n in plan:  # one replica at a time, in the plan's order: the placement the plan assumed
-        c.deploy(wfs[n], 1, layout="pack")
+    for n, node in plan:  # on the node the plan's place_replicas call picked (one node: a fast deploy)
+        c.deploy(wfs[n], 1, nodes=[node], layout="pack")
+    built = time.perf_counter() - t0
     acc = {n: _Acc() for n in times}
     c.on_finish = _finished(acc)
     edges = 60.0 * np.arange(minutes + 1)
@@ -303,7 +307,7 @@ def simulate(topo: Topology, name: str, plan: list[str], times: Mapping[str, np.
     c.run()
     gpus = {n: len({g for d in c.deployments[n] for g in d.gpu.values()}) for n in wfs}
     gpus["all"] = len({g for ds in c.deployments.values() for d in ds for g in d.gpu.values()})
-    return acc, gpus, time.perf_counter() - t0
+    return acc, gpus, time.perf_counter() - t0, built
 
 
 def _row(name: str, wf: str, reps: int, gpus: int, accs: list[_Acc], span_s: float) -> dict[str, Any]:
@@ -343,11 +347,12 @@ def cluster_day(quick: bool, progress: Progress, **params: str) -> Result:
     total = setup.minutes * len(SYSTEMS)
     rows: list[dict[str, Any]] = []
     wall: dict[str, float] = {}
+    build: dict[str, float] = {}
     for k, name in enumerate(SYSTEMS):
         def tick(m: int, k: int = k, name: str = name) -> None:
             progress(k * setup.minutes + m, total, f"{name}: minute {m}/{setup.minutes}")
 
-        acc, gpus, wall[name] = simulate(topo, name, plan, times, setup.minutes, setup.seed, tick)
+        acc, gpus, wall[name], build[name] = simulate(topo, name, plan, times, setup.minutes, setup.seed, tick)
         span = max(horizon, max(a.last for a in acc.values()))
         rows += [_row(name, n, replicas[n], gpus[n], [acc[n]], span) for n in times]
         rows.append(_row(name, "all", sum(replicas.values()), gpus["all"], list(acc.values()), span))
@@ -359,6 +364,7 @@ def cluster_day(quick: bool, progress: Progress, **params: str) -> Result:
             "arrivals_per_minute": {n: np.bincount((t // 60).astype(np.int64), minlength=setup.minutes).tolist()
                                     for n, t in times.items()},
             "wall_s": {n: round(w, 3) for n, w in wall.items()},
+            "build_s": {n: round(w, 3) for n, w in build.items()},
             "us_per_request": {n: round(w / max(n_req, 1) * 1e6, 1) for n, w in wall.items()}}
     notes = (f"{setup.nodes} x {MACHINE} ({len(topo.gpus)} GPUs), {setup.minutes} minutes, {n_req} requests per "
              f"system ({'synthetic bursty trace, seed ' + str(setup.seed) if setup.trace is None else setup.trace}). "
