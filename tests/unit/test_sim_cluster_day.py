@@ -59,7 +59,7 @@ def test_arrivals_per_minute_equal_the_trace_counts(tmp_path: Path) -> None:
     """Rows named after the workflows drive them; each minute's count lands inside that minute."""
     counts = {n: [(i + 1) * 3, 0, i + 2] for i, n in enumerate(reversed(REFERENCE))}
     setup = cd.Setup.parse(False, {"trace": str(_trace(tmp_path, counts)), "minutes": "3"})
-    assert setup.requests is None  # a user trace is replayed as it is
+    assert setup.rate is None and setup.requests is None  # a user trace is replayed as it is
     times = cd.arrivals(setup, str(setup.trace))
     assert list(times) == list(REFERENCE)
     for n, t in times.items():
@@ -78,7 +78,7 @@ def test_unnamed_rows_map_busiest_first_and_traces_are_only_thinned(tmp_path: Pa
     thinned = cd.thin(rows, 2, 100.0, seed=0)
     assert all(np.all(thinned[n].counts <= rows[n].counts) for n in rows)
     assert thinned["traffic"].counts.tolist() == cd.thin(rows, 2, 100.0, seed=0)["traffic"].counts.tolist()
-    with pytest.raises(ConfigError, match="exceeds the 231 invocations"):
+    with pytest.raises(ConfigError, match="232 requests exceed the 231 invocations"):
         cd.thin(rows, 2, 232.0, seed=0)
     with pytest.raises(ConfigError, match="the trace has 5 functions; the 6 workflows need 6 rows"):
         cd.workflow_rows(fns[1:6], 2)
@@ -175,20 +175,24 @@ def test_quick_run_writes_json_table_and_figure(quick: Result, tmp_path: Path) -
 
 
 def test_a_user_trace_drives_a_small_run(tmp_path: Path) -> None:
-    """trace= replays a file as it is (requests per workflow = its counts); requests= thins it."""
+    """trace= replays a file as it is (requests per workflow = its counts); rate= thins it."""
     counts = {n: [2, 1] for n in REFERENCE}
     path = str(_trace(tmp_path, counts))
     res = run_experiment("cluster-day", params={"trace": path, "nodes": "2", "minutes": "2"})
     assert {r["workflow"]: r["requests"] for r in res.rows if r["system"] == "gfaas"} == {
         **dict.fromkeys(REFERENCE, 3), "all": 18}
-    thinned = run_experiment("cluster-day", params={"trace": path, "nodes": "2", "minutes": "2", "requests": "9"})
-    assert thinned.data["requests_per_system"] <= 18
+    params = {"trace": path, "nodes": "2", "minutes": "2", "rate": "0.075"}
+    thinned = run_experiment("cluster-day", params=params)
+    setup = cd.Setup.parse(False, params)
+    assert setup.requests == pytest.approx(9.0)
+    rows = cd.thin(cd.workflow_rows(load_azure_functions_invocations(path), 2), 2, setup.requests, setup.seed)
+    assert thinned.data["requests_per_system"] == sum(f.total for f in rows.values()) <= 18
 
 
 @pytest.mark.parametrize("args,needle", [
     (["--set", "nodes=0"], "nodes='0': give a whole number >= 1"),
     (["--set", "minutes=x"], "minutes='x': give a whole number >= 1"),
-    (["--set", "requests=-5"], "requests='-5'"),
+    (["--set", "rate=-5"], "rate='-5': give the mean number of requests per second"),
     (["--set", "util=2"], "util='2'"),
     (["--set", "trace=/nonexistent/inv.csv"], "trace='/nonexistent/inv.csv' is not a file"),
     (["--set", "colour=red"], "experiment 'cluster-day' has no parameter 'colour'"),

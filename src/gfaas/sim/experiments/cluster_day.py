@@ -8,13 +8,14 @@ Setup, every choice stated:
 * **Cluster**: ``dgx-a100`` x ``nodes`` (default 128: 1,024 A100 GPUs), every GPU holding a replica.
 * **Arrivals**: an invocations file in the Azure Functions 2019 format (``HashOwner, HashApp,
   HashFunction, Trigger, 1..N`` per-minute counts). By default :mod:`gfaas.sim.synthetic` writes one
-  (bursty on/off model, ``requests`` expected in total, ``seed``) to a temporary file; ``trace=PATH``
+  (bursty on/off model, ``rate`` requests per second on average, ``seed``) to a temporary file; ``trace=PATH``
   replays a real one instead. Either way it is read back by
   :func:`~gfaas.sim.arrivals.load_azure_functions_invocations`. Rows drive workflows by name when
   the file has a row whose ``HashFunction`` is each workflow's name (the synthetic file does);
   otherwise its six busiest functions over the first ``minutes`` drive the workflows in
-  ``REFERENCE`` order (traffic the busiest). With ``trace=`` and ``requests=`` both given, every
-  minute's count is thinned binomially (seeded) to that expected total; traces are never inflated.
+  ``REFERENCE`` order (traffic the busiest). With ``trace=`` and ``rate=`` both given, every
+  minute's count is thinned binomially (seeded) to an expected total of ``rate`` x the run's
+  seconds; traces are never inflated.
   Each minute's count is spread uniformly at random within its minute
   (``FunctionTrace.arrivals``, seed ``seed + 1000 + row``). Both systems get the same arrival times.
 * **Replicas** (one rule, the same deployment for both systems): a replica takes one GPU per GPU
@@ -76,12 +77,12 @@ from .base import Progress, Result, register
 
 MACHINE = "dgx-a100"
 SYSTEMS = ("gfaas", "infless+")
-#: The full run: 128 nodes, one hour, 600,000 requests expected per system (167/s on average). At
-#: ~300 us of wall time per simulated request that is 2 x 600,000 x 300 us = 6 minutes on one core.
-FULL = {"nodes": 128, "minutes": 60, "requests": 600_000.0}
-#: ``--quick``: 4 nodes (32 GPUs), 2 minutes, 1,200 requests: a few seconds.
-QUICK = {"nodes": 4, "minutes": 2, "requests": 1_200.0}
-PARAMS = ("nodes", "minutes", "requests", "seed", "trace", "util")
+#: The full run: 128 nodes, one hour, 600,000 requests expected (166.7/s on average; both systems get
+#: the same). At ~300 us of wall time per simulated request: 2 x 600,000 x 300 us = 6 minutes on one core.
+FULL = {"nodes": 128, "minutes": 60, "rate": 600_000 / 3600}
+#: ``--quick``: 4 nodes (32 GPUs), 2 minutes at 10 requests/s (1,200 expected): a few seconds.
+QUICK = {"nodes": 4, "minutes": 2, "rate": 10.0}
+PARAMS = ("nodes", "minutes", "rate", "seed", "trace", "util")
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ class Setup:
 
     nodes: int
     minutes: int
-    requests: float | None  # None: replay ``trace`` as it is
+    rate: float | None  # mean requests/s over all workflows; None: replay ``trace`` as it is
     seed: int = 0
     trace: str | None = None  # None: the synthetic trace of gfaas.sim.synthetic
     util: float | None = None  # None: replicas fill the cluster
@@ -102,15 +103,15 @@ class Setup:
         nodes = _int("nodes", params.get("nodes"), int(base["nodes"]))
         minutes = _int("minutes", params.get("minutes"), int(base["minutes"]))
         seed = _int("seed", params.get("seed"), 0, low=0)
-        requests: float | None = base["requests"] if trace is None else None
-        if params.get("requests"):
+        rate: float | None = base["rate"] if trace is None else None
+        if params.get("rate"):
             try:
-                requests = float(params["requests"])
+                rate = float(params["rate"])
             except ValueError:
-                requests = math.nan
-            if not (math.isfinite(requests) and requests > 0):
-                raise ConfigError(f"requests={params['requests']!r}: give the expected total number of "
-                                  "requests, a number > 0")
+                rate = math.nan
+            if not (math.isfinite(rate) and rate > 0):
+                raise ConfigError(f"rate={params['rate']!r}: give the mean number of requests per second over "
+                                  "all workflows, a number > 0")
         util: float | None = None
         if params.get("util"):
             try:
@@ -123,7 +124,12 @@ class Setup:
         if trace is not None and not Path(trace).is_file():
             raise ConfigError(f"trace={trace!r} is not a file; give the path of an Azure Functions 2019 "
                               "invocations CSV (HashOwner,HashApp,HashFunction,Trigger,1,2,...)")
-        return cls(nodes, minutes, requests, seed, trace, util)
+        return cls(nodes, minutes, rate, seed, trace, util)
+
+    @property
+    def requests(self) -> float | None:
+        """The expected number of requests of the run (None: whatever the trace holds)."""
+        return None if self.rate is None else self.rate * 60.0 * self.minutes
 
 
 def _int(what: str, text: str | None, default: int, low: int = 1) -> int:
@@ -156,13 +162,13 @@ def workflow_rows(fns: list[FunctionTrace], minutes: int) -> dict[str, FunctionT
 
 
 def thin(rows: Mapping[str, FunctionTrace], minutes: int, requests: float, seed: int) -> dict[str, FunctionTrace]:
-    """Every minute's count thinned binomially so that the expected total is ``requests``."""
+    """Every minute's count thinned binomially so that the expected total is ``requests`` (``rate`` x seconds)."""
     total = sum(int(f.counts[:minutes].sum()) for f in rows.values())
     if total == 0:
         raise ConfigError(f"the trace's rows hold no invocation in the first {minutes} minutes")
     if requests > total:
-        raise ConfigError(f"requests={requests:g} exceeds the {total} invocations of the trace's rows in "
-                          f"its first {minutes} minutes; traces are thinned, never inflated: leave requests "
+        raise ConfigError(f"{requests:g} requests exceed the {total} invocations of the trace's rows in "
+                          f"its first {minutes} minutes; traces are thinned, never inflated: lower rate or leave it "
                           "unset to replay it as is")
     rng = np.random.default_rng(seed)
     p = requests / total
@@ -358,7 +364,7 @@ def cluster_day(quick: bool, progress: Progress, **params: str) -> Result:
         rows.append(_row(name, "all", sum(replicas.values()), gpus["all"], list(acc.values()), span))
     n_req = sum(int(t.size) for t in times.values())
     data = {"setup": {"machine": MACHINE, "nodes": setup.nodes, "gpus": len(topo.gpus), "minutes": setup.minutes,
-                      "requests_expected": setup.requests, "seed": setup.seed, "util": setup.util,
+                      "rate": setup.rate, "requests_expected": setup.requests, "seed": setup.seed, "util": setup.util,
                       "trace": setup.trace or "synthetic (gfaas.sim.synthetic)"},
             "requests_per_system": n_req,
             "arrivals_per_minute": {n: np.bincount((t // 60).astype(np.int64), minlength=setup.minutes).tolist()
