@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench check setup clean test-gpu bench-gpu results
+.PHONY: demo test bench check setup clean test-gpu bench-gpu results cluster-day
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -51,6 +51,14 @@ results: $(STAMP)
 	$(BIN)/python benchmarks/dataplane_tables.py $(R)/dataplane-cpu.json --write docs/benchmarks.md
 	$(BIN)/python benchmarks/sim_tables.py $(R)/sim-experiments.json --write docs/results/README.md
 	$(BIN)/python benchmarks/simbench_table.py $(R)/sim-cpu.json --write docs/benchmarks.md
+
+# The cluster-scale experiment on its own (not in `sim run all` or `results`: ~10 minutes at full
+# size): its result file, the figure docs/results/cluster-day.png and the block of docs/results/cluster-day.md.
+cluster-day: $(STAMP)
+	@git diff --quiet -- src benchmarks/*.py || { echo "make cluster-day: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/gfaas sim run cluster-day --save $(R)/cluster-day.json --out out/cluster-day
+	cp out/cluster-day/cluster-day.png docs/results/cluster-day.png
+	$(BIN)/python benchmarks/sim_tables.py $(R)/cluster-day.json --write docs/results/cluster-day.md
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests

@@ -7,6 +7,10 @@
 of headline comparisons within their tolerance and in the paper's direction, per experiment) and
 ``<!-- sim-tables -->`` / ``<!-- /sim-tables -->`` (every experiment's table), so the numbers on
 the page are always those of the committed result file.
+
+The cluster-scale experiment is run and saved on its own (``make cluster-day``); given its file,
+``--write docs/results/cluster-day.md`` replaces that page's ``<!-- cluster-day -->`` block (the
+run's setup, headline numbers, wall time and table) instead.
 """
 
 from __future__ import annotations
@@ -48,6 +52,40 @@ def tables(doc: dict[str, Any]) -> str:
     return "\n".join(r.markdown() for r in _results(doc)).rstrip()
 
 
+def cluster_day(doc: dict[str, Any]) -> str:
+    """The cluster-day page's block: what ran, the headline numbers of the 'all' rows, the table."""
+    (e,) = doc["experiments"]
+    res = _results(doc)[0]
+    prov = doc.get("provenance", {})
+    d = e["data"]
+    setup = d["setup"]
+    rows = {r["system"]: r for r in e["rows"] if r["workflow"] == "all"}
+    g, b = rows["gfaas"], rows["infless+"]
+    wall = d["wall_s"]
+    m = prov.get("machine") or {}
+    lines = [
+        f"Run of commit `{str(prov.get('commit'))[:10]}` ({prov.get('utc', '?')}): {setup['nodes']} x "
+        f"{setup['machine']} ({setup['gpus']} GPUs), {setup['minutes']} minutes, {d['requests_per_system']:,} "
+        f"requests per system, trace: {setup['trace']}, seed {setup['seed']}"
+        + (f", util {setup['util']}" if setup.get("util") else "") + ".",
+        "",
+        "| all requests | gfaas | infless+ |",
+        "|---|---:|---:|",
+        f"| P50 / P99 end-to-end (ms) | {g['p50_ms']:.1f} / {g['p99_ms']:.1f} | {b['p50_ms']:.1f} / {b['p99_ms']:.1f} |",
+        f"| data-passing share of GPU busy time | {g['passing_pct']:.1f}% | {b['passing_pct']:.1f}% |",
+        f"| busy GPU-hours (of {g['gpu_alloc_h']:.4g} allocated) | {g['gpu_busy_h']:.3g} | {b['gpu_busy_h']:.3g} |",
+        f"| wall time of the run (us per simulated request) | {wall['gfaas']:.0f} s ({d['us_per_request']['gfaas']:.0f})"
+        f" | {wall['infless+']:.0f} s ({d['us_per_request']['infless+']:.0f}) |",
+        f"| of which building the cluster and deploying | {d['build_s']['gfaas']:.1f} s | {d['build_s']['infless+']:.1f} s |",
+        "",
+        f"Machine: {m.get('cpu_model', '?')}, {m.get('cores_usable', '?')} cores usable, load average "
+        f"{m.get('loadavg', '?')} at the end. Per workflow:",
+        "",
+    ]
+    table = res.markdown().split("\n", 2)[2]  # without the title line
+    return "\n".join(lines) + "\n" + table.rstrip()
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("result")
@@ -55,8 +93,11 @@ if __name__ == "__main__":
     a = ap.parse_args()
     with open(a.result) as f:
         doc = json.load(f)
-    blocks = {"sim-summary": summary(doc), "sim-tables": tables(doc)}
+    if [e["experiment"] for e in doc["experiments"]] == ["cluster-day"]:
+        blocks = {"cluster-day": cluster_day(doc)}
+    else:
+        blocks = {"sim-summary": summary(doc), "sim-tables": tables(doc)}
     if a.write:
         write_blocks(a.write, blocks)
     else:
-        print(blocks["sim-summary"] + "\n\n" + blocks["sim-tables"])
+        print("\n\n".join(blocks.values()))

@@ -103,23 +103,28 @@ def cmd_sim(a: argparse.Namespace) -> int:
     from .sim.experiments import REGISTRY
 
     if a.action == "list":
-        rows = [{"name": e.name, "title": e.title, "paper": e.paper_ref} for e in REGISTRY.values()]
         if a.json:
-            _emit(rows)
+            _emit([{"name": e.name, "title": e.title, "paper": e.paper_ref, "params": list(e.params),
+                    "in_all": e.in_all} for e in REGISTRY.values()])
         else:
-            for r in rows:
-                print(f"{r['name']:16} {r['title']}  [{r['paper']}]")
+            for e in REGISTRY.values():
+                extra = f"  --set {'|'.join(e.params)}" if e.params else ""
+                extra += "" if e.in_all else "  (not in 'all')"
+                print(f"{e.name:16} {e.title}  [{e.paper_ref}]{extra}")
         return 0
     if not a.name:
         raise ConfigError(f"sim run needs an experiment name: one of {', '.join(REGISTRY)} or 'all'")
-    names = list(REGISTRY) if a.name == "all" else [a.name]
+    names = [n for n, e in REGISTRY.items() if e.in_all] if a.name == "all" else [a.name]
     for n in names:
         if n not in REGISTRY:
             raise ConfigError(f"unknown experiment {n!r}; `gfaas sim list` shows: {', '.join(REGISTRY)}")
+    params = _params(a.set or [])
+    if params and a.name == "all":
+        raise ConfigError("--set applies to one experiment; name it instead of 'all'")
     results = []
     for n in names:
         t0 = time.monotonic()
-        res = _with_progress(n, a.quick, quiet=a.json)
+        res = _with_progress(n, a.quick, quiet=a.json, params=params)
         results.append(res)
         if a.out:
             paths = res.write(a.out)
@@ -136,11 +141,21 @@ def cmd_sim(a: argparse.Namespace) -> int:
     return 0
 
 
-def _with_progress(name: str, quick: bool, quiet: bool) -> Any:
+def _params(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"--set {pair!r}: write KEY=VALUE, e.g. --set nodes=16")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _with_progress(name: str, quick: bool, quiet: bool, params: dict[str, str] | None = None) -> Any:
     from .sim.experiments import run_experiment
 
     if quiet or not sys.stderr.isatty():
-        return run_experiment(name, quick)
+        return run_experiment(name, quick, params=params)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -150,12 +165,16 @@ def _with_progress(name: str, quick: bool, quiet: bool) -> Any:
         def cb(done: int, total: int, what: str) -> None:
             prog.update(task, completed=done, total=total, description=f"{name}: {what}")
 
-        return run_experiment(name, quick, cb)
+        return run_experiment(name, quick, cb, params)
 
 
 def _show_result(res: Any, seconds: float) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    if not res.paper:  # no paper figure to compare with (cluster-day): its own table
+        print(res.markdown() + f"({seconds:.1f} s)")
+        return
 
     t = Table(title=f"{res.title}  ({seconds:.1f} s)")
     for col in ("metric", "paper", "ours", "tolerance", "within", "direction"):
@@ -227,5 +246,7 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--out", help="write NAME.json, NAME.md and NAME.png here")
     s.add_argument("--save", metavar="FILE",
                    help="write every experiment's result to FILE with its provenance (commit, machine)")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="run: an experiment parameter (repeatable; `gfaas sim list` names them)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_sim)

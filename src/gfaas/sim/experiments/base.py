@@ -90,15 +90,23 @@ class Result:
     paper: list[Comparison]
     figure: dict[str, Any] = field(default_factory=dict)  # {"x": key, "y": key, "series": key, "logy": bool}
     notes: str = ""
+    #: Data beside the rows (written to the JSON as "data" when there is any), e.g. a time series.
+    data: dict[str, Any] = field(default_factory=dict)
+    #: An experiment's own figure, ``plotter(result, plt) -> matplotlib Figure``, instead of the generic
+    #: one that ``figure`` describes (not written to the JSON).
+    plotter: Callable[[Result, Any], Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def within_tolerance(self) -> bool:
         return all(c.within for c in self.paper)
 
     def as_json(self) -> dict[str, Any]:
-        return {"experiment": self.experiment, "title": self.title, "rows": self.rows,
-                "paper": [c.as_dict() for c in self.paper], "within_tolerance": self.within_tolerance,
-                "notes": self.notes}
+        out = {"experiment": self.experiment, "title": self.title, "rows": self.rows,
+               "paper": [c.as_dict() for c in self.paper], "within_tolerance": self.within_tolerance,
+               "notes": self.notes}
+        if self.data:
+            out["data"] = self.data
+        return out
 
     def markdown(self) -> str:
         lines = [f"## {self.title} (`gfaas sim run {self.experiment}`)", ""]
@@ -135,7 +143,7 @@ class Result:
         return paths
 
     def _plot(self, path: str) -> str | None:
-        if not self.figure or not self.rows:
+        if not (self.figure or self.plotter) or not self.rows:
             return None
         try:
             import matplotlib
@@ -145,6 +153,11 @@ class Result:
         except ImportError:
             log.warning("matplotlib is not installed, so no PNG for %s (pip install 'gfaas[plot]')", self.experiment)
             return None
+        if self.plotter is not None:
+            own = self.plotter(self, plt)
+            own.savefig(path, dpi=110)
+            plt.close(own)
+            return path
         fig_spec = self.figure
         panels = sorted({r.get(fig_spec.get("panel", ""), "") for r in self.rows}, key=str)
         fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
@@ -199,23 +212,33 @@ def mean(xs: Sequence[float]) -> float:
 class Experiment:
     name: str
     title: str
-    run: Callable[[bool, Progress], Result]
+    run: Callable[..., Result]  # run(quick, progress, **params)
     paper_ref: str
+    #: the ``KEY=VALUE`` parameters it takes (``gfaas sim run NAME --set KEY=VALUE``), as strings
+    params: tuple[str, ...] = ()
+    #: part of ``gfaas sim run all`` (heavy experiments are run and saved on their own)
+    in_all: bool = True
 
 
 REGISTRY: dict[str, Experiment] = {}
 
 
-def register(name: str, title: str, paper_ref: str) -> Callable[[Callable[[bool, Progress], Result]],
-                                                                Callable[[bool, Progress], Result]]:
-    def deco(fn: Callable[[bool, Progress], Result]) -> Callable[[bool, Progress], Result]:
-        REGISTRY[name] = Experiment(name, title, fn, paper_ref)
+def register(name: str, title: str, paper_ref: str, *, params: tuple[str, ...] = (),
+             in_all: bool = True) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
+    def deco(fn: Callable[..., Result]) -> Callable[..., Result]:
+        REGISTRY[name] = Experiment(name, title, fn, paper_ref, params, in_all)
         return fn
 
     return deco
 
 
-def run_experiment(name: str, quick: bool = False, progress: Progress | None = None) -> Result:
+def run_experiment(name: str, quick: bool = False, progress: Progress | None = None,
+                   params: dict[str, str] | None = None) -> Result:
     if name not in REGISTRY:
         raise ConfigError(f"unknown experiment {name!r}; `gfaas sim list` shows: {', '.join(REGISTRY)}")
-    return REGISTRY[name].run(quick, progress or _quiet)
+    exp = REGISTRY[name]
+    unknown = sorted(set(params or {}) - set(exp.params))
+    if unknown:
+        takes = ", ".join(exp.params) if exp.params else "none"
+        raise ConfigError(f"experiment {name!r} has no parameter {', '.join(map(repr, unknown))}; it takes: {takes}")
+    return exp.run(quick, progress or _quiet, **(params or {}))
