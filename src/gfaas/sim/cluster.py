@@ -234,8 +234,9 @@ class Cluster:
         self.sim.at(at, self._arrive, workflow)
 
     def submit_many(self, workflow: str, times: Sequence[float] | np.ndarray) -> None:
-        for t in times:
-            self.submit(workflow, float(t))
+        """``submit(workflow, t)`` for every ``t`` in ``times``: the same order of events, but the
+        arrivals wait outside the event heap until their turn (``Simulator.at_many``)."""
+        self.sim.at_many(times, self._arrive, workflow)
 
     def run(self, until: float | None = None) -> list[RequestRecord]:
         self.sim.run(until)
