@@ -35,7 +35,6 @@ import bisect
 import operator
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from types import MappingProxyType
 
 from ..errors import ConfigError
@@ -282,6 +281,10 @@ class Router:
         # first planned instead, the same set, so that building a Router on a 128-node cluster
         # does not solve a maximum flow for every pair of every node up front.
         self._pre = node_route_sets(topology, self.options) if precompute else {}
+        # Identical nodes share route sets (see _twin_route_set); per Router, not in a global
+        # cache, because looking up an equal but distinct Topology compares all of it.
+        self._twins: Mapping[int, tuple[str, str]] | None = None
+        self._canon: dict[tuple[str, str], RouteSet] = {}
 
     # ---- public -------------------------------------------------------------------------------
     @property
@@ -404,7 +407,9 @@ class Router:
         if cs is None:
             rs = self._pre.get((src, dst))
             if rs is None:
-                rs = _twin_route_set(self.topology, src, dst, self.options)
+                if self._twins is None:
+                    self._twins = _twin_nodes(self.topology)
+                rs = _twin_route_set(self.topology, src, dst, self.options, self._twins, self._canon)
             if rs is None:
                 rs = route_set(self.topology, src, dst, self.options)
             cs = self._sets[(src, dst)] = _CSet(rs, self._index)
@@ -816,7 +821,6 @@ class Router:
 # is node 0's with every name renamed (names compare within one node as they do on node 0, since they
 # share the prefix), so it is computed once per shape instead of solving the same maximum flows on
 # every node. tests/unit/test_policy_routing_twins.py checks the renamed sets against route_set.
-@lru_cache(maxsize=32)
 def _twin_nodes(topo: Topology) -> Mapping[int, tuple[str, str]]:
     """node -> (prefix of an earlier node it copies, its own prefix), for nodes that are renamed
     copies (devices, their attributes and out-edges in the same order) of an earlier node."""
@@ -846,30 +850,28 @@ def _twin_nodes(topo: Topology) -> Mapping[int, tuple[str, str]]:
     return MappingProxyType(out)
 
 
-@lru_cache(maxsize=4096)
-def _canonical_route_set(topo: Topology, src: str, dst: str, opts: RoutingOptions) -> RouteSet:
-    return route_set(topo, src, dst, opts)
-
-
-def _twin_route_set(topo: Topology, src: str, dst: str, opts: RoutingOptions) -> RouteSet | None:
+def _twin_route_set(topo: Topology, src: str, dst: str, opts: RoutingOptions,
+                    twins: Mapping[int, tuple[str, str]] | None = None,
+                    canon_sets: dict[tuple[str, str], RouteSet] | None = None) -> RouteSet | None:
     """The route set of a same-node pair on a node that copies an earlier one, renamed from that
-    node's; None where that does not apply (then ``route_set`` computes it)."""
+    node's (kept in ``canon_sets``); None where that does not apply (then ``route_set`` computes it)."""
     if src == dst or src not in topo or dst not in topo:
         return None
     node = topo.device(src).node
-    twin = _twin_nodes(topo).get(node)
+    twin = (twins if twins is not None else _twin_nodes(topo)).get(node)
     if twin is None or topo.device(dst).node != node:
         return None
     canon, own = twin
     k = len(own)
-
-    def back(n: str) -> str:
-        return canon + n[k:]
-
-    try:
-        rs = _canonical_route_set(topo, back(src), back(dst), opts)
-    except ConfigError:
-        return None  # let route_set raise it with this pair's names
+    key = (canon + src[k:], canon + dst[k:])
+    rs = None if canon_sets is None else canon_sets.get(key)
+    if rs is None:
+        try:
+            rs = route_set(topo, key[0], key[1], opts)
+        except ConfigError:
+            return None  # let route_set raise it with this pair's names
+        if canon_sets is not None:
+            canon_sets[key] = rs
     kc = len(canon)
 
     def fwd(n: str) -> str:
@@ -880,7 +882,8 @@ def _twin_route_set(topo: Topology, src: str, dst: str, opts: RoutingOptions) ->
 
 def _renamed(rs: RouteSet, f: Callable[[str], str]) -> RouteSet:
     def route(r: Route) -> Route:
-        return replace(r, hops=tuple(map(f, r.hops)), group=None if r.group is None else f(r.group))
+        return Route(tuple(map(f, r.hops)), r.tier, None if r.group is None else f(r.group), r.cap, r.direct,
+                     r.share)
 
     def tier(t: tuple[Route, ...]) -> tuple[Route, ...]:
         return tuple(map(route, t))

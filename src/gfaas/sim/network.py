@@ -78,17 +78,21 @@ class Network:
         self._depth = 0  # open begin() calls
         self._finish: list[tuple[float, int, Flow]] = []  # (finish time, ident, flow); stale entries skipped
         self._next: Event | None = None
+        self._paths: dict[tuple[str, ...], tuple[EdgeKey, ...]] = {}  # hops -> checked edges
 
     # ---- public ---------------------------------------------------------------------------------
     def start(self, hops: Sequence[str], nbytes: float, on_done: Callable[[], None],
               cap_gbps: float | None = None) -> Flow:
         """Start moving ``nbytes`` along ``hops``; ``on_done()`` runs when the last byte arrives."""
-        edges = tuple(zip(hops[:-1], hops[1:], strict=True))
-        capacity = self.capacity
-        for e in edges:
-            if e not in capacity:
-                raise ConfigError(f"path {'->'.join(hops)} uses {e[0]}->{e[1]}, which is not a link of "
-                                  f"topology {self.topology.name!r}")
+        key = tuple(hops)
+        edges = self._paths.get(key)
+        if edges is None:  # a path seen for the first time: check its links once
+            edges = tuple(zip(key[:-1], key[1:], strict=True))
+            for e in edges:
+                if e not in self.capacity:
+                    raise ConfigError(f"path {'->'.join(hops)} uses {e[0]}->{e[1]}, which is not a link of "
+                                      f"topology {self.topology.name!r}")
+            self._paths[key] = edges
         if nbytes < 0:
             raise ConfigError(f"a flow cannot carry {nbytes} bytes; give a size >= 0")
         self._seq += 1
