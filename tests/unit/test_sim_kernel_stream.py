@@ -84,3 +84,26 @@ def test_at_many_rejects_past_nan_and_infinite_times_before_scheduling_any() -> 
         with pytest.raises(ConfigError, match="not before now"):
             sim.at_many(bad, lambda: None)
     assert sim.pending == 0
+
+
+def test_cluster_submit_many_runs_as_one_submit_per_arrival() -> None:
+    """The same requests, event for event: ``submit_many`` against a loop of ``submit`` on 2 nodes."""
+    from gfaas.sim.arrivals import poisson
+    from gfaas.sim.cluster import Cluster
+    from gfaas.sim.systems import system
+    from gfaas.sim.workflows import workflow
+    from gfaas.topology import preset
+
+    out = []
+    for many in (False, True):
+        c = Cluster(preset("dgx-a100*2"), system("gfaas"), seed=3)
+        c.deploy(workflow("traffic"), 4)
+        ts = poisson(60.0, 1.0, seed=2)
+        if many:
+            c.submit_many("traffic", ts)
+        else:
+            for t in ts:
+                c.submit("traffic", float(t))
+        recs = c.run()
+        out.append(([(r.ident, r.arrival, r.finish, sorted(r.edges.items())) for r in recs], c.sim.events_run))
+    assert out[0] == out[1] and len(out[0][0]) > 30
