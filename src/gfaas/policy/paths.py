@@ -199,7 +199,8 @@ def flow_edge_ok(topo: Topology, e: Edge, kind: FlowKind, node: int) -> bool:
 
 def flow_edges(topo: Topology, kind: FlowKind, node: int) -> list[tuple[str, str, float]]:
     """The directed edges ``(a, b, GB/s)`` a maximum flow of ``kind`` on ``node`` runs over."""
-    return [(e.src, e.dst, e.gbps) for e in topo.edges() if flow_edge_ok(topo, e, kind, node)]
+    # Only same-node edges can qualify; scanning just those keeps a cluster's Router build linear.
+    return [(e.src, e.dst, e.gbps) for e in topo.node_edges(node) if flow_edge_ok(topo, e, kind, node)]
 
 
 @lru_cache(maxsize=4096)

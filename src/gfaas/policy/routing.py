@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import bisect
 import operator
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from ..errors import ConfigError
@@ -256,7 +256,8 @@ class Router:
     exact capacity when the last one leaves (no float drift across releases).
     """
 
-    def __init__(self, topology: Topology, options: RoutingOptions | None = None) -> None:
+    def __init__(self, topology: Topology, options: RoutingOptions | None = None, *,
+                 precompute: bool = True) -> None:
         self.topology = topology
         self.options = options if options is not None else RoutingOptions()
         edges = sorted(topology.edges(), key=lambda e: (e.src, e.dst))
@@ -276,7 +277,14 @@ class Router:
         self._multipath = self.options.multipath
         # Route sets (maximum flows included) of every same-node pair, computed once per topology
         # and options and shared by every Router on them; compiled to candidates on first use.
-        self._pre = node_route_sets(topology, self.options)
+        # precompute=False (the simulator on a cluster): compile each pair's route set when it is
+        # first planned instead, the same set, so that building a Router on a 128-node cluster
+        # does not solve a maximum flow for every pair of every node up front.
+        self._pre = node_route_sets(topology, self.options) if precompute else {}
+        # Identical nodes share route sets (see _twin_route_set); per Router, not in a global
+        # cache, because looking up an equal but distinct Topology compares all of it.
+        self._twins: Mapping[int, tuple[str, str]] | None = None
+        self._canon: dict[tuple[str, str], RouteSet] = {}
 
     # ---- public -------------------------------------------------------------------------------
     @property
@@ -398,6 +406,10 @@ class Router:
         cs = self._sets.get((src, dst))
         if cs is None:
             rs = self._pre.get((src, dst))
+            if rs is None:
+                if self._twins is None:
+                    self._twins = _twin_nodes(self.topology)
+                rs = _twin_route_set(self.topology, src, dst, self.options, self._twins, self._canon)
             if rs is None:
                 rs = route_set(self.topology, src, dst, self.options)
             cs = self._sets[(src, dst)] = _CSet(rs, self._index)
@@ -802,3 +814,81 @@ class Router:
             self._reserve(h, c, g)
         self._mark(v)
         return True
+
+
+# ---- route sets of identical nodes ------------------------------------------------------------------
+# A cluster built by Topology.replicate has N identical nodes: a same-node pair's route set on node i
+# is node 0's with every name renamed (names compare within one node as they do on node 0, since they
+# share the prefix), so it is computed once per shape instead of solving the same maximum flows on
+# every node. tests/unit/test_policy_routing_twins.py checks the renamed sets against route_set.
+def _twin_nodes(topo: Topology) -> Mapping[int, tuple[str, str]]:
+    """node -> (prefix of an earlier node it copies, its own prefix), for nodes that are renamed
+    copies (devices, their attributes and out-edges in the same order) of an earlier node."""
+    by_node: dict[int, list[str]] = {}
+    for d in topo.devices:
+        by_node.setdefault(d.node, []).append(d.name)
+    first: dict[tuple[object, ...], str] = {}
+    out: dict[int, tuple[str, str]] = {}
+    for node, names in by_node.items():
+        prefix = f"n{node}."
+        if not all(n.startswith(prefix) for n in names):
+            continue
+        k = len(prefix)
+
+        def strip(n: str, prefix: str = prefix, k: int = k) -> str:
+            return n[k:] if n.startswith(prefix) else "/" + n  # "/": a name outside the node
+
+        shape: list[object] = []
+        for n in names:
+            d = topo.device(n)
+            shape.append((n[k:], d.kind, d.model, d.memory_bytes))
+            shape += [(strip(e.dst), e.kind, e.gbps, e.bricks) for e in topo.out_edges(n)]
+        key = tuple(shape)
+        canon = first.setdefault(key, prefix)
+        if canon != prefix:
+            out[node] = (canon, prefix)
+    return MappingProxyType(out)
+
+
+def _twin_route_set(topo: Topology, src: str, dst: str, opts: RoutingOptions,
+                    twins: Mapping[int, tuple[str, str]] | None = None,
+                    canon_sets: dict[tuple[str, str], RouteSet] | None = None) -> RouteSet | None:
+    """The route set of a same-node pair on a node that copies an earlier one, renamed from that
+    node's (kept in ``canon_sets``); None where that does not apply (then ``route_set`` computes it)."""
+    if src == dst or src not in topo or dst not in topo:
+        return None
+    node = topo.device(src).node
+    twin = (twins if twins is not None else _twin_nodes(topo)).get(node)
+    if twin is None or topo.device(dst).node != node:
+        return None
+    canon, own = twin
+    k = len(own)
+    key = (canon + src[k:], canon + dst[k:])
+    rs = None if canon_sets is None else canon_sets.get(key)
+    if rs is None:
+        try:
+            rs = route_set(topo, key[0], key[1], opts)
+        except ConfigError:
+            return None  # let route_set raise it with this pair's names
+        if canon_sets is not None:
+            canon_sets[key] = rs
+    kc = len(canon)
+
+    def fwd(n: str) -> str:
+        return own + n[kc:] if n.startswith(canon) else n
+
+    return _renamed(rs, fwd)
+
+
+def _renamed(rs: RouteSet, f: Callable[[str], str]) -> RouteSet:
+    def route(r: Route) -> Route:
+        return Route(tuple(map(f, r.hops)), r.tier, None if r.group is None else f(r.group), r.cap, r.direct,
+                     r.share)
+
+    def tier(t: tuple[Route, ...]) -> tuple[Route, ...]:
+        return tuple(map(route, t))
+
+    return replace(rs, direct=tier(rs.direct), flow=tier(rs.flow), tiers=tuple(map(tier, rs.tiers)),
+                   fallback=tier(rs.fallback), stop_out=tuple((f(a), f(b)) for a, b in rs.stop_out),
+                   stop_in=tuple((f(a), f(b)) for a, b in rs.stop_in),
+                   load_tiers=tuple(map(tier, rs.load_tiers)))

@@ -149,6 +149,7 @@ class Cluster:
         self.gpus = {g: GPU(g) for g in topology.gpus}
         self.deployments: dict[str, list[Deployment]] = {}
         self._rr: dict[str, int] = {}
+        self._fn_cost: dict[tuple[str, str, int], tuple[float, float, float]] = {}  # see _Request._run
         self.records: list[RequestRecord] = []
         self._ids = 0
         self.on_finish: Callable[[RequestRecord], None] | None = None
@@ -234,8 +235,9 @@ class Cluster:
         self.sim.at(at, self._arrive, workflow)
 
     def submit_many(self, workflow: str, times: Sequence[float] | np.ndarray) -> None:
-        for t in times:
-            self.submit(workflow, float(t))
+        """``submit(workflow, t)`` for every ``t`` in ``times``: the same order of events, but the
+        arrivals wait outside the event heap until their turn (``Simulator.at_many``)."""
+        self.sim.at_many(times, self._arrive, workflow)
 
     def run(self, until: float | None = None) -> list[RequestRecord]:
         self.sim.run(until)
@@ -352,9 +354,13 @@ class _Request:
         stats = FnStats()
         self.rec.fns[fn] = stats
         ready = c.sim.now
-        compute = c.profile.seconds(spec.model, c.topo.device(gpu).model, spec.batch)
-        stats.slo_s = slo_for(compute) if compute > 0 else 0.0
-        stats.deadline_s = input_deadline(0.0, compute)
+        key = (spec.model, gpu, spec.batch)
+        cost = c._fn_cost.get(key)
+        if cost is None:  # the same for every request of this function on this GPU
+            compute = c.profile.seconds(spec.model, c.topo.device(gpu).model, spec.batch)
+            cost = c._fn_cost[key] = (compute, slo_for(compute) if compute > 0 else 0.0,
+                                      input_deadline(0.0, compute))
+        compute, stats.slo_s, stats.deadline_s = cost
         if mem is not None:
             mem.requested(gpu, fn)
 

@@ -53,10 +53,17 @@ class DataPlane:
         self.topo = topology
         self.cfg = cfg
         self.net = Network(sim, topology)
-        self.router = Router(topology, cfg.routing)
-        self._direct = Router(topology, _DIRECT)
+        # Route sets are compiled per pair on first use: a cluster uses few of its pairs.
+        self.router = Router(topology, cfg.routing, precompute=False)
+        self._direct = Router(topology, _DIRECT, precompute=False)
         self._ids = itertools.count(1)
         self.active: dict[int, Transfer] = {}
+        # Per-device facts looked up on every transfer, so that no lookup scans the cluster.
+        self._kind = {d.name: d.kind for d in topology.devices}
+        self._node_of = {d.name: d.node for d in topology.devices}
+        self._p2p: dict[tuple[str, ...], bool] = {}  # path hops -> _p2p_over_pcie
+        # Active host transfers per node (insertion order = start order, as in ``active``).
+        self._host_active: dict[int, dict[int, Transfer]] = {}
         # BW_all of the paper, per node: every host uplink of that node, one direction.
         self._host_gbps: dict[int, float] = {}
         for e in topology.edges():
@@ -71,8 +78,10 @@ class DataPlane:
         if src == dst or nbytes <= 0:
             self.sim.schedule(TRANSFER_SETUP_S if src == dst else 0.0, on_done)
             return
-        kinds = {self.topo.device(src).kind, self.topo.device(dst).kind}
-        t.host = "host" in kinds
+        kind = self._kind
+        if src not in kind or dst not in kind:
+            self.topo.device(src), self.topo.device(dst)  # raises the ConfigError naming the device
+        t.host = kind[src] == "host" or kind[dst] == "host"
         delay = TRANSFER_SETUP_S
         if t.host and self.cfg.pinned == "alloc":
             delay += nbytes * PIN_S_PER_BYTE
@@ -90,10 +99,17 @@ class DataPlane:
             self._direct.release(t.ident)
         t.plan = plan
         self.active[t.ident] = t
-        self._launch(t, t.nbytes)
-        self._apply_changes()
-        if t.host and self.cfg.slo_control:
-            self._rebalance_host(t)
+        if t.host:
+            self._host_active.setdefault(self._node(t), {})[t.ident] = t
+        net = self.net
+        net.begin()  # one re-allocation of rates for the launch, the re-routes and the new shares
+        try:
+            self._launch(t, t.nbytes)
+            self._apply_changes()
+            if t.host and self.cfg.slo_control:
+                self._rebalance_host(t)
+        finally:
+            net.commit()
 
     def _launch(self, t: Transfer, nbytes: float) -> None:
         assert t.plan is not None
@@ -114,8 +130,13 @@ class DataPlane:
         return cap
 
     def _p2p_over_pcie(self, path: Path) -> bool:
-        kinds = [self.topo.device(h).kind for h in path.hops]
-        return kinds[0] == "gpu" and kinds[-1] == "gpu" and "pcie" in kinds and "nic" not in kinds
+        hops = tuple(path.hops)
+        p2p = self._p2p.get(hops)
+        if p2p is None:
+            kinds = [self._kind[h] for h in hops]
+            p2p = self._p2p[hops] = (kinds[0] == "gpu" and kinds[-1] == "gpu" and "pcie" in kinds
+                                     and "nic" not in kinds)
+        return p2p
 
     def _flow_done(self, t: Transfer) -> None:
         t.pending -= 1
@@ -124,11 +145,18 @@ class DataPlane:
 
     def _finish(self, t: Transfer) -> None:
         self.active.pop(t.ident, None)
-        if t.managed:
-            self.router.release(t.ident)
-            self._apply_changes()
-        if t.host and self.cfg.slo_control:
-            self._rebalance_host(t)
+        if t.host:
+            self._host_active[self._node(t)].pop(t.ident, None)
+        net = self.net
+        net.begin()
+        try:
+            if t.managed:
+                self.router.release(t.ident)
+                self._apply_changes()
+            if t.host and self.cfg.slo_control:
+                self._rebalance_host(t)
+        finally:
+            net.commit()
         t.on_done()
 
     def _apply_changes(self) -> None:
@@ -156,17 +184,17 @@ class DataPlane:
 
     def _node(self, t: Transfer) -> int:
         """The node whose host memory a host transfer touches."""
-        end = t.src if self.topo.device(t.src).kind == "host" else t.dst
-        return self.topo.device(end).node
+        end = t.src if self._kind[t.src] == "host" else t.dst
+        return self._node_of[end]
 
     def _rebalance_host(self, changed: Transfer) -> None:
         """SLO-aware shares of a node's host links among its host transfers (seed 001 §4.3.2)."""
         node = self._node(changed)
-        host = [t for t in self.active.values() if t.host and t.flows and self._node(t) == node]
+        host = [t for t in self._host_active.get(node, {}).values() if t.flows]
         if not host:
             return
         capacity = self._host_gbps[node]
-        demands = [Demand(t.ident, int(sum(f.remaining for f, _ in t.flows if not f.done)),
+        demands = [Demand(t.ident, int(sum(self.net.left(f) for f, _ in t.flows if not f.done)),
                           max(t.deadline, self.sim.now + 1e-6)) for t in host]
         rates = slo_rates(demands, capacity, self.sim.now)
         caps: list[tuple[Flow, float | None]] = []

@@ -17,6 +17,11 @@ Ordering is total and reproducible. Every event carries the key ``(time, priorit
 Nothing here reads the wall clock or a global random source, so the same schedule calls give the
 same run, event for event.
 
+Many arrivals known in advance (:meth:`Simulator.at_many`) get their sequence numbers when they are
+submitted, as one :meth:`Simulator.at` call each would give them, but wait in a sorted array and
+enter the heap one at a time: so the order is the same as pushing them all, while the heap holds only
+the events in flight (a heap of a million pending arrivals makes every push and pop slower).
+
 Cancellation is lazy: :meth:`Simulator.cancel` only sets a flag and the event is dropped when it
 reaches the head of the heap. That keeps cancel O(1), which matters for models that reschedule a
 completion every time a rate changes (see ``gfaas.sim.network``).
@@ -27,7 +32,8 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..clock import Clock
@@ -86,7 +92,7 @@ class Simulator:
     event (to that event's time) or when ``run(until)`` finishes (to ``until``).
     """
 
-    __slots__ = ("_dropped", "_heap", "_ncancelled", "_now", "_running", "_seq")
+    __slots__ = ("_dropped", "_heap", "_ncancelled", "_now", "_running", "_seq", "_unpushed")
 
     def __init__(self, start: float = 0.0) -> None:
         start = float(start)
@@ -97,6 +103,7 @@ class Simulator:
         self._seq = 0
         self._ncancelled = 0  # cancelled events still in the heap
         self._dropped = 0  # cancelled events already popped and discarded
+        self._unpushed = 0  # events of at_many() streams not in the heap yet
         self._running = False
 
     # ---- time -----------------------------------------------------------------------------------
@@ -142,6 +149,35 @@ class Simulator:
         heapq.heappush(self._heap, (t, priority, seq, ev))
         return ev
 
+    def at_many(self, times: Iterable[float], fn: Callable[..., None], *args: Any, priority: int = 0) -> None:
+        """``at(t, fn, *args, priority=priority)`` for every ``t`` in ``times``, in that order.
+
+        The events get consecutive sequence numbers now, exactly as that loop of ``at`` calls would
+        give them, so they run in the same order; but they enter the heap one at a time (the next
+        when the one before has run), which keeps the heap small. They cannot be cancelled.
+        """
+        tolist = getattr(times, "tolist", None)  # a numpy array: its floats without a Python loop
+        ts = array("d", tolist() if tolist is not None else times)
+        n = len(ts)
+        if not n:
+            return
+        now = self._now
+        for t in ts:
+            if not now <= t < _INF:  # also false for NaN
+                raise ConfigError(
+                    f"cannot schedule {_name(fn)} at time {t!r} s: it must be finite and not before "
+                    f"now ({now!r} s); use a later time or schedule(delay, ...)"
+                )
+        base = self._seq
+        self._seq = base + n
+        seqs: array[int] | None = None
+        if any(ts[i] > ts[i + 1] for i in range(n - 1)):
+            order = sorted(range(n), key=ts.__getitem__)  # stable: equal times keep submission order
+            ts = array("d", [ts[i] for i in order])
+            seqs = array("q", [base + i for i in order])
+        self._unpushed += n
+        _Stream(self, ts, base, seqs, fn, args, priority).push()
+
     def cancel(self, ev: Event) -> None:
         """Stop ``ev`` from running. A no-op if it already ran or was already cancelled."""
         if ev.cancelled or ev.done:
@@ -166,12 +202,12 @@ class Simulator:
         Derived rather than counted: every scheduled event is either still in the heap, dropped
         after cancellation, or has run, so the hot loop needs no counter of its own.
         """
-        return self._seq - len(self._heap) - self._dropped
+        return self._seq - len(self._heap) - self._dropped - self._unpushed
 
     @property
     def pending(self) -> int:
         """Number of scheduled events that have neither run nor been cancelled."""
-        return len(self._heap) - self._ncancelled
+        return len(self._heap) - self._ncancelled + self._unpushed
 
     def step(self) -> bool:
         """Run the next live event; return False (and leave time alone) if there is none."""
@@ -229,6 +265,37 @@ class Simulator:
         if until is not None:
             self._now = limit
         return self._now
+
+
+class _Stream:
+    """The not-yet-pushed events of one :meth:`Simulator.at_many` call; its next one sits in the heap."""
+
+    __slots__ = ("args", "base", "fn", "i", "priority", "seqs", "sim", "times")
+
+    def __init__(self, sim: Simulator, times: array[float], base: int, seqs: array[int] | None,
+                 fn: Callable[..., None], args: tuple[Any, ...], priority: int) -> None:
+        self.sim = sim
+        self.times = times
+        self.base = base
+        self.seqs = seqs
+        self.fn = fn
+        self.args = args
+        self.priority = priority
+        self.i = 0
+
+    def push(self) -> None:
+        """Move event ``i`` into the heap, with the sequence number it was given at submission."""
+        i = self.i
+        t = self.times[i]
+        seq = self.base + i if self.seqs is None else self.seqs[i]
+        self.sim._unpushed -= 1
+        heapq.heappush(self.sim._heap, (t, self.priority, seq, Event(t, self.fire, ())))
+
+    def fire(self) -> None:
+        self.i += 1
+        if self.i < len(self.times):
+            self.push()  # before the callback, so that an exception leaves the stream consistent
+        self.fn(*self.args)
 
 
 class EventLog:

@@ -105,6 +105,13 @@ class Topology:
     _by_name: MappingProxyType[str, Device] = field(init=False, repr=False, compare=False)
     _out: MappingProxyType[str, tuple[Edge, ...]] = field(init=False, repr=False, compare=False)
     _edge: MappingProxyType[tuple[str, str], Edge] = field(init=False, repr=False, compare=False)
+    # (kind, node) -> device names in declaration order, and (kind, None) for every node; node ->
+    # edges with both ends on it. Lookups the simulator makes per request, so that they do not scan
+    # a whole cluster.
+    _kind: MappingProxyType[tuple[str, int | None], tuple[str, ...]] = field(init=False, repr=False,
+                                                                           compare=False)
+    _node_edges: MappingProxyType[int, tuple[Edge, ...]] = field(init=False, repr=False, compare=False)
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_name: dict[str, Device] = {}
@@ -132,6 +139,24 @@ class Topology:
         object.__setattr__(self, "_by_name", MappingProxyType(by_name))
         object.__setattr__(self, "_out", MappingProxyType({k: tuple(v) for k, v in out.items()}))
         object.__setattr__(self, "_edge", MappingProxyType(edges))
+        kinds: dict[tuple[str, int | None], list[str]] = {}
+        for d in self.devices:
+            kinds.setdefault((d.kind, d.node), []).append(d.name)
+            kinds.setdefault((d.kind, None), []).append(d.name)
+        object.__setattr__(self, "_kind", MappingProxyType({k: tuple(v) for k, v in kinds.items()}))
+        per_node: dict[int, list[Edge]] = {}
+        for e in edges.values():
+            a, b = by_name[e.src].node, by_name[e.dst].node
+            if a == b:
+                per_node.setdefault(a, []).append(e)
+        object.__setattr__(self, "_node_edges", MappingProxyType({k: tuple(v) for k, v in per_node.items()}))
+        object.__setattr__(self, "_hash", hash((self.name, self.devices, self.links, self.pcie_p2p_gbps,
+                                                self.pageable_gbps, self.description)))
+
+    def __hash__(self) -> int:
+        # Path planners cache per topology (functools.lru_cache); hashing every device and link on
+        # each lookup made a 128-node Router take seconds. Same fields as the dataclass hash, once.
+        return self._hash
 
     # ---- lookup ---------------------------------------------------------------------------------
     def device(self, name: str) -> Device:
@@ -159,7 +184,11 @@ class Topology:
         return [e.dst for e in self.out_edges(name) if kind is None or e.kind == kind]
 
     def of_kind(self, kind: DeviceKind, node: int | None = None) -> list[str]:
-        return [d.name for d in self.devices if d.kind == kind and (node is None or d.node == node)]
+        return list(self._kind.get((kind, node), ()))
+
+    def node_edges(self, node: int) -> tuple[Edge, ...]:
+        """The directed edges with both ends on ``node``, in :meth:`edges` order."""
+        return self._node_edges.get(node, ())
 
     @property
     def gpus(self) -> list[str]:
@@ -170,7 +199,7 @@ class Topology:
         return sorted({d.node for d in self.devices})
 
     def host_of(self, node: int) -> str:
-        hosts = self.of_kind("host", node)
+        hosts = self._kind.get(("host", node))
         if not hosts:
             raise ConfigError(f"topology {self.name!r} has no host device on node {node}")
         return hosts[0]

@@ -1,0 +1,21 @@
+"""The simulator's cost per simulated request does not grow with the cluster (issue 24 item 3).
+
+Measured inside one run, as a ratio with a generous bound (timings on a shared machine vary): the
+wall time per request of ``gfaas bench simscale``'s setup at 32 nodes against 2 nodes, the same load
+per GPU, cluster construction included. Before issue 24's changes building the 32-node cluster took
+about 7 s (every node's route sets solved up front, each cache lookup hashing the whole topology),
+more than 10x the time of its 640 simulated requests, and the run itself cost 1.6x per request
+(one global fluid network, a heap holding every arrival).
+"""
+
+from __future__ import annotations
+
+from gfaas.bench.simscale import row
+
+
+def test_cost_per_request_at_32_nodes_is_within_2_5x_of_2_nodes() -> None:
+    small, large = [], []
+    for _ in range(2):  # interleaved, best of two: a busy neighbour slows one sample, not the ratio
+        small.append(float(row(2, 8.0)["us_per_request"]))  # type: ignore[arg-type]  # ~320 requests
+        large.append(float(row(32, 1.0)["us_per_request"]))  # type: ignore[arg-type]  # ~640 requests
+    assert min(large) <= 2.5 * min(small), (small, large)
