@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import numpy as np
@@ -107,3 +108,20 @@ def test_cluster_submit_many_runs_as_one_submit_per_arrival() -> None:
         recs = c.run()
         out.append(([(r.ident, r.arrival, r.finish, sorted(r.edges.items())) for r in recs], c.sim.events_run))
     assert out[0] == out[1] and len(out[0][0]) > 30
+
+
+def test_run_restores_the_callers_gc_thresholds_even_when_a_callback_raises() -> None:
+    """run() collects less often while it runs (a speed measure) and gives the thresholds back."""
+    before = gc.get_threshold()
+    seen: list[tuple[int, ...]] = []
+    sim = Simulator()
+    sim.schedule(1.0, lambda: seen.append(gc.get_threshold()))
+
+    def boom() -> None:
+        raise RuntimeError("callback failed")
+
+    sim.schedule(2.0, boom)
+    with pytest.raises(RuntimeError, match="callback failed"):
+        sim.run()
+    assert seen and seen[0][0] >= 100_000
+    assert gc.get_threshold() == before
