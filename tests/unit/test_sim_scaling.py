@@ -147,3 +147,20 @@ def test_bad_inputs_are_named() -> None:
         run_experiment("scaling-ttft", quick=True, params={"models": "99b"})
     with pytest.raises(ConfigError, match="blocks='0'"):
         run_experiment("multicast-latency", quick=True, params={"blocks": "0"})
+
+
+def test_moa_kv_passing_orders_the_systems_and_adds_the_same_first_token() -> None:
+    """gfaas passes the KV cache faster than INFless+ and Mooncake+ in every case; TFTT is passing
+    plus the same closed-form decode iteration for every system."""
+    from gfaas.sim.experiments.moa import first_token_s
+
+    res = run_experiment("moa", quick=True)
+    for case in {r["case"] for r in res.rows}:
+        got = {r["system"]: r for r in res.rows if r["case"] == case}
+        assert got["gfaas"]["tftt_ms"] < min(got["infless+"]["tftt_ms"], got["mooncake+"]["tftt_ms"]), case
+        model, tp, k = case.split()
+        extra = first_token_s(model, int(tp[2:]), int(k[:-1]) * 1024) * 1e3
+        for r in got.values():
+            assert r["tftt_ms"] - r["passing_ms"] == pytest.approx(extra, rel=1e-9)
+    m = LLAMA2["7b"]  # 4096 tokens x 2 (K, V) x 32 layers x 4096 x 2 bytes, the MoA default of gfaas.sim.workflows
+    assert 4096 * m.kv_bytes_per_token == 4096 * 2 * 32 * 4096 * 2

@@ -127,6 +127,18 @@ def h800_x4() -> Topology:
                     " 1x 400 Gb/s InfiniBand NIC, PCIe 5.0 (layout and rate assumed)")
 
 
+def h800_x8() -> Topology:
+    """Seed 001 §6.4's MoA nodes: 8x H800 80 GB on NVSwitch (200 GB/s per GPU per direction) and
+    200 Gb/s networking; like a DGX, we give each pair of GPUs a PCIe 5.0 switch with two 200 Gb/s
+    NICs (8 NICs; the paper says the nodes have several, not how they hang)."""
+    devices, links = _pcie_tree(4, 2, PCIE5_GBPS, PCIE5_GBPS, "H800-80GB", H800_MEMORY, 2, 200 / 8)
+    devices.append(Device("nvswitch", "nvswitch"))
+    links += [Link(f"gpu{g}", "nvswitch", "nvlink", H800_NVLINK_GBPS, bricks=8) for g in range(8)]
+    return Topology("h800x8", tuple(devices), tuple(links), PCIE5_GBPS * 0.8, PAGEABLE_GBPS,
+                    "seed 001 §6.4 MoA node: 8x H800 80 GB on NVSwitch (200 GB/s per GPU per direction),"
+                    " 4 PCIe 5.0 switches with 2 GPUs and 2x 200 Gb/s NICs each (layout and PCIe rate assumed)")
+
+
 def cpu_only() -> Topology:
     """A machine without GPUs (CI): host memory only."""
     return Topology("cpu-only", (Device("host", "host"),), (), description="no GPU: host memory only")
@@ -140,6 +152,7 @@ PRESETS: dict[str, Callable[[], Topology]] = {
     "cpu-only": cpu_only,
     "h800x1": h800_x1,
     "h800x4": h800_x4,
+    "h800x8": h800_x8,
 }
 
 

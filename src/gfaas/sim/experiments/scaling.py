@@ -202,7 +202,7 @@ def scaling_ramp(quick: bool, progress: Progress, **params: str) -> Result:
             peak = max(tput)
             reach = next(j for j, v in enumerate(tput) if v >= 0.9 * peak) * bin_s
             rows.append({"model": model, "k": k, "system": system, "first_new_serving_s": _start(res, k),
-                         "multicast_s": res.multicast_s, "time_to_90pct_peak_s": reach, "peak_tokens_per_s": peak,
+                         "multicast_s": None if math.isnan(res.multicast_s) else res.multicast_s, "time_to_90pct_peak_s": reach, "peak_tokens_per_s": peak,
                          "requests": len(res.requests)})
             series.append({"model": model, "k": k, "system": system, "bin_s": bin_s, "tokens_per_s": tput})
         progress(i + 1, total, f"{model} k={k}")
