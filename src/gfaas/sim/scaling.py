@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..policy.multicast import Schedule
@@ -286,6 +286,9 @@ class Instance:
             self.fleet.tokens.append(now)
             if r.generated == 1:
                 r.first_token = now
+                self.fleet.processed.append((now, r.prompt + 1))
+            else:
+                self.fleet.processed.append((now, 1))
             if r.generated >= r.output:
                 r.finished = now
                 self.active.discard(r)
@@ -433,11 +436,6 @@ class GpuInterval:
     end: float = math.nan
 
 
-@dataclass
-class FleetStats:
-    requests: list[Request] = field(default_factory=list)
-
-
 class Fleet:
     """GPU nodes of ``topology`` serving ``model`` under ``system``'s way of scaling out."""
 
@@ -467,7 +465,8 @@ class Fleet:
         self.instances: list[Instance] = []
         self.local: dict[int, Instance] = {}
         self.waiting: deque[Request] = deque()
-        self.tokens: list[float] = []
+        self.tokens: list[float] = []  # when each generated token came out
+        self.processed: list[tuple[float, int]] = []  # (when, prompt + generated tokens a batch finished)
         self.completed = 0
         self.intervals: list[GpuInterval] = []
         self._alloc: dict[int, GpuInterval] = {}
@@ -708,6 +707,7 @@ class BurstResult:
     system: str
     requests: list[Request]
     tokens: list[float]
+    processed: list[tuple[float, int]]
     first_serving: dict[int, float]
     multicast_s: float
 
@@ -735,7 +735,7 @@ def run_burst(topology: Topology, model: LlmSpec, system: str, sources: int,
     if unfinished and horizon is None:
         raise ConfigError(f"{len(unfinished)} requests never got a first token under {system}; this is a bug")
     mc = [m.finished_at for m in fleet.multicasts]
-    return BurstResult(system, reqs, fleet.tokens, fleet.first_serving, max(mc) if mc else math.nan)
+    return BurstResult(system, reqs, fleet.tokens, fleet.processed, fleet.first_serving, max(mc) if mc else math.nan)
 
 
 def multicast_seconds(topology: Topology, model: LlmSpec, scheme: str, *, sources: int = 1,
