@@ -418,8 +418,9 @@ class Multicast:
 
     def _flush(self) -> None:
         arrived, self._pending = self._pending, {}
+        step, self._pending_step = self._pending_step, 0
         if self.on_blocks:
-            self.on_blocks(self._pending_step, arrived)
+            self.on_blocks(step, arrived)
         if self.left == 0 and math.isnan(self.finished_at):
             self.finished_at = self.fleet.sim.now
             if self.on_done:
@@ -474,7 +475,7 @@ class Fleet:
         self.first_serving: dict[int, float] = {}
         self.host_cache_until: dict[int, float] = {}
         self.multicasts: list[Multicast] = []
-        self.sending: dict[int, int] = {}  # node -> multicasts it is a source of, still running
+        self.sending: dict[int, int] = {}  # node -> running multicasts it takes part in
         self.loading: set[int] = set()
 
     # ---- network helpers ------------------------------------------------------------------
@@ -638,7 +639,7 @@ class Fleet:
         sched = plan_multicast(len(members), self.blocks, len(sources), SCHEME_OF[self.system])
         planner = PipelinePlanner.for_schedule(sched) if self.system == "gfaas" else None
         pipes: dict[int, Instance] = {}
-        for s in sources:
+        for s in members:  # destinations forward blocks too: none is released before the plan ends
             self.sending[s] = self.sending.get(s, 0) + 1
 
         def on_blocks(step: int, arrived: dict[int, list[int]]) -> None:
@@ -664,7 +665,7 @@ class Fleet:
                     pipes[ch.pipeline.id] = self._pipeline(ch.pipeline, members)
 
         def on_done() -> None:
-            for s in sources:
+            for s in members:
                 self.sending[s] -= 1
 
         mc = Multicast(self, sched, members, on_blocks, on_done,
