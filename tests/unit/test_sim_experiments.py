@@ -12,7 +12,8 @@ from gfaas.errors import ConfigError
 from gfaas.sim.experiments import REGISTRY, Comparison, run_experiment
 
 EXPECTED = {"passing-latency", "a10", "e2e-p99", "throughput", "ablation", "isolation", "nvlink-vs-mapa",
-            "storage-cap", "storage-passing", "memory-timeline", "elastic-ablation", "cluster-day"}
+            "storage-cap", "storage-passing", "memory-timeline", "elastic-ablation", "cluster-day",
+            "multicast-latency", "scaling-ramp", "scaling-ttft", "scaling-gpu-time", "moa"}
 
 
 def test_every_paper_figure_has_an_experiment() -> None:

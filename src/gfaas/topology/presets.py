@@ -98,6 +98,47 @@ def h100_x1(pinned_gbps: float = PCIE5_GBPS, pageable_gbps: float = PAGEABLE_GBP
                     description or "1x H100 80 GB on PCIe 5.0 (host rate assumed until measured on the lent machine)")
 
 
+#: H800 SXM (NVIDIA H800 datasheet): NVLink 400 GB/s in all, i.e. 200 GB/s per direction per GPU
+#: (the H100 SXM has 900 GB/s; the export variant cuts NVLink, not HBM or compute).
+H800_NVLINK_GBPS = 200.0
+#: One 400 Gb/s InfiniBand NIC per node, as both testbeds of seed 002 (Table 1) have.
+H800_NIC_GBPS = 400 / 8
+#: H800 GPU memory: 80 GB HBM3 (datasheet).
+H800_MEMORY = 80 * 10**9
+
+
+def h800_x1() -> Topology:
+    """Seed 002 Testbed1 node: 1x H800 80 GB and one 400 Gb/s IB NIC on the GPU's PCIe 5.0 switch
+    (so GPUDirect RDMA goes GPU -> switch -> NIC; the PCIe rate is our assumption, see PCIE5_GBPS)."""
+    devices, links = _pcie_tree(1, 1, PCIE5_GBPS, PCIE5_GBPS, "H800-80GB", H800_MEMORY, 1, H800_NIC_GBPS)
+    return Topology("h800x1", tuple(devices), tuple(links), PCIE5_GBPS * 0.8, PAGEABLE_GBPS,
+                    "seed 002 Testbed1 node: 1x H800 80 GB, 1x 400 Gb/s InfiniBand NIC, PCIe 5.0 (rate assumed)")
+
+
+def h800_x4() -> Topology:
+    """Seed 002 Testbed2 node: 4x H800 80 GB on NVSwitch (200 GB/s per GPU per direction) and one
+    400 Gb/s IB NIC. The PCIe layout is not in the paper; we put the four GPUs and the NIC under one
+    PCIe 5.0 switch, each GPU on its own x16 link, so a GPU's RDMA traffic shares only the NIC."""
+    devices, links = _pcie_tree(1, 4, PCIE5_GBPS, PCIE5_GBPS, "H800-80GB", H800_MEMORY, 1, H800_NIC_GBPS)
+    devices.append(Device("nvswitch", "nvswitch"))
+    links += [Link(f"gpu{g}", "nvswitch", "nvlink", H800_NVLINK_GBPS, bricks=8) for g in range(4)]
+    return Topology("h800x4", tuple(devices), tuple(links), PCIE5_GBPS * 0.8, PAGEABLE_GBPS,
+                    "seed 002 Testbed2 node: 4x H800 80 GB on NVSwitch (200 GB/s per GPU per direction),"
+                    " 1x 400 Gb/s InfiniBand NIC, PCIe 5.0 (layout and rate assumed)")
+
+
+def h800_x8() -> Topology:
+    """Seed 001 §6.4's MoA nodes: 8x H800 80 GB on NVSwitch (200 GB/s per GPU per direction) and
+    200 Gb/s networking; like a DGX, we give each pair of GPUs a PCIe 5.0 switch with two 200 Gb/s
+    NICs (8 NICs; the paper says the nodes have several, not how they hang)."""
+    devices, links = _pcie_tree(4, 2, PCIE5_GBPS, PCIE5_GBPS, "H800-80GB", H800_MEMORY, 2, 200 / 8)
+    devices.append(Device("nvswitch", "nvswitch"))
+    links += [Link(f"gpu{g}", "nvswitch", "nvlink", H800_NVLINK_GBPS, bricks=8) for g in range(8)]
+    return Topology("h800x8", tuple(devices), tuple(links), PCIE5_GBPS * 0.8, PAGEABLE_GBPS,
+                    "seed 001 §6.4 MoA node: 8x H800 80 GB on NVSwitch (200 GB/s per GPU per direction),"
+                    " 4 PCIe 5.0 switches with 2 GPUs and 2x 200 Gb/s NICs each (layout and PCIe rate assumed)")
+
+
 def cpu_only() -> Topology:
     """A machine without GPUs (CI): host memory only."""
     return Topology("cpu-only", (Device("host", "host"),), (), description="no GPU: host memory only")
@@ -109,6 +150,9 @@ PRESETS: dict[str, Callable[[], Topology]] = {
     "4xa10": four_a10,
     "h100-x1": h100_x1,
     "cpu-only": cpu_only,
+    "h800x1": h800_x1,
+    "h800x4": h800_x4,
+    "h800x8": h800_x8,
 }
 
 
