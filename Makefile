@@ -46,6 +46,7 @@ results: $(STAMP)
 	$(BIN)/python benchmarks/eviction_blocking.py --samples 200 --json $(R)/eviction-blocking-cpu.json
 	$(BIN)/python benchmarks/seal_writes.py --json $(R)/seal-writes-cpu.json > /dev/null
 	$(BIN)/gfaas bench sim --json --out $(R)/sim-cpu.json > /dev/null
+	$(BIN)/gfaas bench simscale --json --out $(R)/simscale-cpu.json > /dev/null
 	$(BIN)/gfaas sim run all --save $(R)/sim-experiments.json > /dev/null
 	$(BIN)/gfaas demo --out out/demo --json > $(R)/demo-cpu.json
 	$(BIN)/python benchmarks/dataplane_tables.py $(R)/dataplane-cpu.json --write docs/benchmarks.md
