@@ -74,7 +74,8 @@ def _cpu_seconds(pid: int) -> float:
 
 
 class Manager:
-    """N node processes in a :class:`Testbed`, nodes ``0..sources-1`` hot (holding the model)."""
+    """N node processes in a :class:`Testbed`; nodes ``0..sources-1`` load the model at start (hot).
+    A multicast run may use fewer sources; the other loaded nodes then start it empty."""
 
     def __init__(self, bed: Testbed, cfg: LlamaConfig | str, blocks: int, sources: int = 1, seed: int = 0,
                  floor_s: float = 0.0) -> None:
@@ -143,14 +144,21 @@ class Manager:
         F.write_frame(stdin, kind, meta, payload)
 
     def next_event(self, timeout: float) -> tuple[int, F.Frame]:
-        """The next frame from any node; ``log`` frames are kept in :attr:`logs`, ``error`` frames
-        and exits raise :class:`NodeFailed`."""
+        """The next frame from any node (see :meth:`poll_event`); NodeFailed after ``timeout``."""
+        ev = self.poll_event(timeout)
+        if ev is None:
+            raise NodeFailed(f"no answer from the nodes within {timeout:.0f} s")
+        return ev
+
+    def poll_event(self, timeout: float) -> tuple[int, F.Frame] | None:
+        """The next frame from any node, or None after ``timeout``; ``log`` frames are kept in
+        :attr:`logs`, ``error`` frames and exits raise :class:`NodeFailed`."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 node, fr = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise NodeFailed(f"no answer from the nodes within {timeout:.0f} s") from None
+                return None
             if fr is None:
                 raise NodeFailed(f"node {node} exited (code {self.procs[node].poll()})")
             if fr.kind == "error":
@@ -165,9 +173,10 @@ class Manager:
                         ) -> tuple[int, float]:
         """Hand every node its part of ``schedule`` (destinations start empty) and start it once all are
         armed; returns (run id, start time on the monotonic clock the nodes share)."""
-        if schedule.nodes != self.bed.nodes or schedule.blocks != self.blocks or schedule.sources != self.sources:
+        if schedule.nodes != self.bed.nodes or schedule.blocks != self.blocks or schedule.sources > self.sources:
             raise GfaasError(f"schedule for {schedule.nodes} nodes / {schedule.blocks} blocks / "
-                             f"{schedule.sources} sources does not fit this testbed")
+                             f"{schedule.sources} sources does not fit this testbed ({self.bed.nodes} nodes, "
+                             f"{self.blocks} blocks, {self.sources} loaded)")
         run = self._runs
         self._runs += 1
         sends: list[list[list[int]]] = [[] for _ in range(schedule.nodes)]
@@ -178,7 +187,7 @@ class Manager:
                 recvs[tr.dst].append([t, tr.src, tr.block])
         for i in range(schedule.nodes):
             self.send(i, "multicast", {"run": run, "sends": sends[i], "recvs": recvs[i], "digests": self.digests,
-                                       "repair_from": 0, "reset": i >= self.sources,
+                                       "repair_from": 0, "reset": True, "hold": i < schedule.sources,
                                        "garble": [list(g) for g in (garble or {}).get(i, [])]})
         # Two phases: every node connects to its destinations and pre-allocates its buffers, then all
         # start together, so the measured time is the transfers' alone.

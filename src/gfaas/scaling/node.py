@@ -78,6 +78,7 @@ class Node:
         self.arrived: dict[int, threading.Event] = {}
         self.expect: dict[tuple[int, int], tuple[int, memoryview]] = {}  # (src, block) -> (step, buffer)
         self.digests: list[str] = []
+        self.own: list[memoryview] = []  # the copy a hot node loaded at set-up
         self.stages: dict[tuple[int, int], LlamaStage] = {}
         self.run_id = -1
         self.repair_from = 0
@@ -104,6 +105,7 @@ class Node:
                 buf = aligned_buffer(len(blk))
                 buf[:] = blk
                 self._hold(b, buf)
+                self.own.append(buf)
                 digests.append(_digest(buf))
         srv = socket.create_server((self.addrs[self.me], self.port), backlog=64)
         self._listener = srv
@@ -129,6 +131,13 @@ class Node:
                 self.held.clear()
                 self.arrived.clear()
                 self.stages.clear()
+                if m.get("hold"):  # a source of this run: its loaded copy (hot tier)
+                    if len(self.own) != self.blocks:
+                        raise ConfigError(f"node {self.me} is a source but holds no loaded copy of the model")
+                    for b, buf in enumerate(self.own):
+                        self.held[b] = buf
+                        self.arrived[b] = threading.Event()
+                        self.arrived[b].set()
             self.expect = {(src, blk): (step, aligned_buffer(self.sizes[blk])) for step, src, blk in recvs}
             self.recv_order = sorted(step for step, _, _ in recvs)
             self.recv_pos = 0
@@ -419,7 +428,6 @@ def _garbled(buf: memoryview, where: str) -> bytes:
 
 
 def main() -> int:
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     node = Node(sys.stdout.buffer)
     node.serve(cast(BufferedReader, sys.stdin.buffer))
     return 0
