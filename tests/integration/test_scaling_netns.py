@@ -11,9 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from gfaas.models.llm import preset
 from gfaas.policy.multicast import plan
 from gfaas.scaling.manager import Manager
 from gfaas.scaling.netns import Testbed, list_namespaces
+from gfaas.scaling.reference import reference_tokens
+from gfaas.scaling.serving import Server
+from gfaas.scaling.workload import Request
 
 pytestmark = [pytest.mark.netns, pytest.mark.root, pytest.mark.timeout(90)]
 
@@ -22,7 +26,7 @@ NODES, BLOCKS, RATE = 4, 4, 40.0
 
 @pytest.fixture(scope="module")
 def manager() -> Iterator[Manager]:
-    with Testbed(NODES, RATE) as bed, Manager(bed, "small", BLOCKS) as m:
+    with Testbed(NODES, RATE) as bed, Manager(bed, "small", BLOCKS, sources=2, floor_s=0.03) as m:
         yield m
     assert list_namespaces(bed.hub[:-1]) == []
 
@@ -91,3 +95,18 @@ def test_failed_setup_leaves_no_namespace(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(subprocess.CalledProcessError):
         bed.__enter__()
     assert list_namespaces(bed.hub[:-1]) == []
+
+
+def test_serving_during_scale_out_matches_one_process(manager: Manager) -> None:
+    """Requests served during a 2-source binomial scale-out -- first by the sources, then by an
+    execution pipeline over the two half-loaded destinations, then, with their KV caches carried
+    over, by local execution -- produce the tokens of a one-process run."""
+    reqs = [Request(i, 0.05 * i, tuple((7 * i + j) % 1000 for j in range(5 + i % 7)), 10 + i % 5) for i in range(16)]
+    res = Server(manager, "gfaas", reqs, local_capacity=1).run(plan(NODES, BLOCKS, 2, "binomial"))
+    kinds = [(kind, nodes) for _, kind, nodes in res.instances]
+    # Nodes 2 and 3 receive their last block in the same step: either may go local first.
+    assert kinds[:3] == [("local", (0,)), ("local", (1,)), ("pipeline", (2, 3))]
+    assert kinds[3] in {("retired", (2, 3))}
+    assert sorted(kinds[4:]) == [("local", (2,)), ("local", (3,))]
+    assert res.migrations > 0, res
+    assert res.tokens == reference_tokens(preset("small"), 0, reqs)
