@@ -98,6 +98,9 @@ def _summary(res: dict[str, Any]) -> str:
         lines.append(f"  {t['system']:<16} p50 {t['p50_s']:.2f} s  p90 {t['p90_s']:.2f} s  all loaded after "
                      f"{t['all_loaded_s']:.2f} s  migrations {t['migrations']}")
     lines.append(f"  P90 gain over load-then-serve: {res['ttft_p90_gain_vs_load_then_serve']:.2f}x")
+    t = res["tiers"]
+    lines.append(f"startup tiers: hot 0 s; warm (host-memory cache) {t['warm_s']:.3f} s for {t['warm_hits']} of "
+                 f"{t['warm_nodes']} nodes; cold (binomial multicast) {t['cold_binomial_s']:.2f} s")
     lines.append(f"outputs identical to a one-process run: {res['outputs_identical']}")
     return "\n".join(lines)
 

@@ -30,11 +30,12 @@ _HEAD = struct.Struct("<4sB3sIQ")
 HEAD_BYTES = _HEAD.size
 MAX_META = 1 << 20
 #: Every message of the scaling protocol. Manager -> node: setup, multicast, start, fwd, export,
-#: import, release, stop; node -> manager: ready, armed, block, done, out, state, error, log;
+#: import, release, warm, stop; node -> manager: ready, armed, block, done, out, state, warmed,
+#: error, log;
 #: node <-> node: hello, challenge, proof, go, blk, got, pull, refused.
 KINDS: tuple[str, ...] = (
-    "setup", "multicast", "start", "fwd", "export", "import", "release", "stop",
-    "ready", "armed", "block", "done", "out", "state", "error", "log",
+    "setup", "multicast", "start", "fwd", "export", "import", "release", "warm", "stop",
+    "ready", "armed", "block", "done", "out", "state", "warmed", "error", "log",
     "hello", "challenge", "proof", "blk", "pull", "refused", "go", "got",
 )
 _CODE = {k: i for i, k in enumerate(KINDS)}

@@ -229,6 +229,19 @@ class Manager:
         return MulticastResult(schedule.scheme, schedule.nodes, schedule.blocks, seconds, bound, arrivals,
                                sorted(transfers), refused, cpu, sorted(starts))
 
+    def warm_start(self, nodes: Sequence[int], timeout: float = 60.0) -> tuple[float, dict[int, bool]]:
+        """Ask ``nodes`` to start from their host-memory cache (the warm tier); (seconds until the
+        last answered, node -> hit)."""
+        t0 = time.monotonic()
+        for n in nodes:
+            self.send(n, "warm", {})
+        hits: dict[int, bool] = {}
+        while len(hits) < len(nodes):
+            node, fr = self.next_event(timeout)
+            if fr.kind == "warmed":
+                hits[node] = bool(fr.meta.get("hit"))
+        return time.monotonic() - t0, hits
+
     def close(self) -> None:
         for i, p in enumerate(self.procs):
             if p.poll() is None:

@@ -49,6 +49,7 @@ from ..models.llm import (
     unpack_block,
 )
 from . import frames as F
+from .warm import WarmCache
 
 log = logging.getLogger("gfaas.scaling")
 
@@ -78,6 +79,7 @@ class Node:
         self.arrived: dict[int, threading.Event] = {}
         self.expect: dict[tuple[int, int], tuple[int, memoryview]] = {}  # (src, block) -> (step, buffer)
         self.digests: list[str] = []
+        self.model_key = ""
         self.own: list[memoryview] = []  # the copy a hot node loaded at set-up
         self.stages: dict[tuple[int, int], LlamaStage] = {}
         self.run_id = -1
@@ -99,6 +101,7 @@ class Node:
         self.key = PeerKey(bytes.fromhex(F.need(m, "key", str)))
         self.sizes = [packed_size(self.cfg, b, self.blocks) for b in range(self.blocks)]
         self.floor_s = float(m.get("floor_s", 0.0))
+        self.cache = WarmCache(int(m.get("cache_bytes", 4 * sum(self.sizes))), float(m.get("keep_alive_s", 60.0)))
         digests: list[str] = []
         if m.get("hot"):
             for b, blk in enumerate(random_blocks(self.cfg, F.need(m, "seed", int), self.blocks)):
@@ -126,6 +129,7 @@ class Node:
         garble = {int(s): str(where) for s, where in m.get("garble", [])}
         with self._cv:
             self.digests = F.need(m, "digests", list)
+            self.model_key = hashlib.sha256("".join(self.digests).encode()).hexdigest()
             self.repair_from = F.need(m, "repair_from", int)
             if m.get("reset"):
                 self.held.clear()
@@ -181,6 +185,9 @@ class Node:
             for _, _, blk in recvs:
                 if not self.arrived[blk].wait(300):
                     raise ConfigError(f"node {self.me} never got block {blk}")
+            with self._lock:
+                if len(self.held) == self.blocks:  # keep the model in host memory for a warm start
+                    self.cache.put(self.model_key, [self.held[b] for b in range(self.blocks)], time.monotonic())
             self.emit("done", {"run": run, "sent": sent})
         except (OSError, GfaasError) as exc:
             self.emit("error", {"run": run, "message": f"node {self.me}: {exc}"})
@@ -376,6 +383,23 @@ class Node:
         st = self._stage(F.need(m, "first", int), F.need(m, "last", int))
         st.import_kv(rid, RequestState.from_bytes(bytes(payload), self.cfg))
 
+    def warm(self) -> None:
+        """Start from the warm tier: copy the model's blocks from the host-memory cache into fresh
+        serving buffers (the host-to-device copy of a GPU node), or report a miss."""
+        t0 = time.monotonic()
+        with self._lock:
+            cached = self.cache.get(self.model_key, t0)
+            if cached is not None:
+                self.held.clear()
+                self.stages.clear()
+                for b, src in enumerate(cached):
+                    buf = aligned_buffer(len(src))
+                    buf[:] = src
+                    self.held[b] = buf
+                    self.arrived[b] = threading.Event()
+                    self.arrived[b].set()
+        self.emit("warmed", {"hit": cached is not None, "seconds": time.monotonic() - t0})
+
     def release(self, m: dict[str, Any]) -> None:
         rid = F.need(m, "rid", int)
         for st in self.stages.values():
@@ -402,6 +426,8 @@ class Node:
                     self.emit("out", {"rid": fr.meta["rid"], "imported": True})
                 elif fr.kind == "release":
                     self.release(fr.meta)
+                elif fr.kind == "warm":
+                    self.warm()
                 else:
                     raise ProtocolError(f"unexpected {fr.kind} frame from the manager")
             except (GfaasError, OSError, ValueError) as exc:
