@@ -45,12 +45,13 @@ def cmd_scale_plan(a: argparse.Namespace) -> int:
 
 def _scale_run(a: argparse.Namespace, what: str) -> dict[str, Any] | None:
     """Run the testbed experiment with progress on stderr; None (after saying how) without root."""
+    from .errors import ScalingError
     from .scaling.bench import ScaleBench, run_bench
-    from .scaling.netns import NetnsUnavailable, check_capable
+    from .scaling.netns import check_capable
 
     try:
         check_capable()
-    except NetnsUnavailable as exc:
+    except ScalingError as exc:
         print(f"gfaas {what}: {exc}", file=sys.stderr)
         print(f"  it builds one network namespace per node; as root: sudo {sys.executable} -m gfaas {what} ...",
               file=sys.stderr)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from io import BufferedReader
 from typing import Any, cast
 
-from ..errors import GfaasError, ProtocolError
+from ..errors import ConfigError, ProtocolError, ScalingError
 from ..models.llm import LlamaConfig, packed_size, preset
 from ..policy.multicast import Schedule
 from . import frames as F
@@ -31,9 +31,6 @@ log = logging.getLogger("gfaas.scaling")
 
 PORT = 7400
 
-
-class NodeFailed(GfaasError):
-    """A node process reported an error or exited."""
 
 
 @dataclass
@@ -124,7 +121,7 @@ class Manager:
         self.pids = [int(ready[i]["pid"]) for i in range(self.bed.nodes)]
         self.digests = list(ready[0]["digests"])
         if any(ready[i]["digests"] != self.digests for i in range(self.sources)):
-            raise NodeFailed("the source nodes hold different copies of the model")
+            raise ScalingError("the source nodes hold different copies of the model")
 
     def _read(self, node: int, p: subprocess.Popen[bytes]) -> None:
         assert p.stdout is not None
@@ -144,15 +141,15 @@ class Manager:
         F.write_frame(stdin, kind, meta, payload)
 
     def next_event(self, timeout: float) -> tuple[int, F.Frame]:
-        """The next frame from any node (see :meth:`poll_event`); NodeFailed after ``timeout``."""
+        """The next frame from any node (see :meth:`poll_event`); ScalingError after ``timeout``."""
         ev = self.poll_event(timeout)
         if ev is None:
-            raise NodeFailed(f"no answer from the nodes within {timeout:.0f} s")
+            raise ScalingError(f"no answer from the nodes within {timeout:.0f} s")
         return ev
 
     def poll_event(self, timeout: float) -> tuple[int, F.Frame] | None:
         """The next frame from any node, or None after ``timeout``; ``log`` frames are kept in
-        :attr:`logs`, ``error`` frames and exits raise :class:`NodeFailed`."""
+        :attr:`logs`, ``error`` frames and exits raise :class:`ScalingError`."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -160,9 +157,9 @@ class Manager:
             except queue.Empty:
                 return None
             if fr is None:
-                raise NodeFailed(f"node {node} exited (code {self.procs[node].poll()})")
+                raise ScalingError(f"node {node} exited (code {self.procs[node].poll()})")
             if fr.kind == "error":
-                raise NodeFailed(str(fr.meta.get("message")))
+                raise ScalingError(str(fr.meta.get("message")))
             if fr.kind == "log":
                 self.logs.append({"node": node, **fr.meta})
                 log.debug("node %d: %s", node, fr.meta.get("message"))
@@ -174,7 +171,7 @@ class Manager:
         """Hand every node its part of ``schedule`` (destinations start empty) and start it once all are
         armed; returns (run id, start time on the monotonic clock the nodes share)."""
         if schedule.nodes != self.bed.nodes or schedule.blocks != self.blocks or schedule.sources > self.sources:
-            raise GfaasError(f"schedule for {schedule.nodes} nodes / {schedule.blocks} blocks / "
+            raise ConfigError(f"schedule for {schedule.nodes} nodes / {schedule.blocks} blocks / "
                              f"{schedule.sources} sources does not fit this testbed ({self.bed.nodes} nodes, "
                              f"{self.blocks} blocks, {self.sources} loaded)")
         run = self._runs

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from ..errors import ConfigError, GfaasError
+from ..errors import ConfigError, ScalingError
 
 log = logging.getLogger("gfaas.scaling")
 
@@ -34,24 +34,21 @@ MTU = 9000
 SUBNET = "10.77.0"
 
 
-class NetnsUnavailable(GfaasError):
-    """Namespaces cannot be made here (not root, or no ``ip``/``tc``)."""
-
 
 def check_capable() -> None:
-    """Raise :class:`NetnsUnavailable` with the fix when this process cannot build a testbed."""
+    """Raise :class:`ScalingError` with the fix when this process cannot build a testbed."""
     if os.geteuid() != 0:
-        raise NetnsUnavailable("network namespaces need root; run it as root, e.g. "
+        raise ScalingError("network namespaces need root; run it as root, e.g. "
                                "`sudo .venv/bin/gfaas scale demo`")
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
-            raise NetnsUnavailable(f"the `{tool}` tool is missing; install iproute2")
+            raise ScalingError(f"the `{tool}` tool is missing; install iproute2")
 
 
 def _run(*argv: str) -> None:
     res = subprocess.run(list(argv), capture_output=True, timeout=20)
     if res.returncode:
-        raise NetnsUnavailable(f"`{' '.join(argv)}` failed: {res.stderr.decode(errors='replace').strip()}")
+        raise ScalingError(f"`{' '.join(argv)}` failed: {res.stderr.decode(errors='replace').strip()}")
 
 
 def list_namespaces(prefix: str = PREFIX) -> list[str]:

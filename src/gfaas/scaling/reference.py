@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from ..errors import GfaasError
+from ..errors import ScalingError
 from ..models.llm import LlamaConfig
 from .workload import Request
 
@@ -27,7 +27,7 @@ def reference_tokens(cfg: LlamaConfig, seed: int, requests: Sequence[Request], t
     res = subprocess.run([sys.executable, "-m", "gfaas.scaling.reference"], input=json.dumps(job).encode(),
                          capture_output=True, timeout=timeout, env=env)
     if res.returncode:
-        raise GfaasError(f"the reference run failed: {res.stderr.decode(errors='replace')[-2000:]}")
+        raise ScalingError(f"the reference run failed: {res.stderr.decode(errors='replace')[-2000:]}")
     return {int(k): v for k, v in json.loads(res.stdout).items()}
 
 

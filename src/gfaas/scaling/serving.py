@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import GfaasError
+from ..errors import ConfigError, ScalingError
 from ..models.llm import RequestState
 from ..policy.multicast import Schedule
 from ..policy.pipelines import PipelinePlanner
 from . import frames as F
-from .manager import Manager, NodeFailed
+from .manager import Manager
 from .workload import Request
 
 log = logging.getLogger("gfaas.scaling")
@@ -89,7 +89,7 @@ class Server:
 
     def __init__(self, mgr: Manager, system: str, requests: Sequence[Request], local_capacity: int = 2) -> None:
         if system not in SYSTEMS:
-            raise GfaasError(f"system {system!r} is unknown; one of {', '.join(SYSTEMS)}")
+            raise ConfigError(f"system {system!r} is unknown; one of {', '.join(SYSTEMS)}")
         self.mgr, self.system, self.requests = mgr, system, list(requests)
         self.local_capacity = local_capacity
         self.B = mgr.blocks
@@ -167,7 +167,7 @@ class Server:
         inst = run.inst
         assert inst is not None
         if meta.get("first") != inst.stages[run.stage][1]:
-            raise NodeFailed(f"request {run.req.rid}: output of blocks {meta.get('first')}.. out of order")
+            raise ScalingError(f"request {run.req.rid}: output of blocks {meta.get('first')}.. out of order")
         if run.stage + 1 < len(inst.stages):
             run.stage += 1
             self._send_pass(run, bytes(payload))
@@ -236,7 +236,7 @@ class Server:
             self._dispatch()
             wait = pending[nxt].arrival_s - self.now() if nxt < len(pending) else 1.0
             if time.monotonic() > deadline:
-                raise NodeFailed(f"{self.system}: serving did not finish within {timeout:.0f} s")
+                raise ScalingError(f"{self.system}: serving did not finish within {timeout:.0f} s")
             ev = self.mgr.poll_event(max(0.0, min(wait, 1.0)) + 1e-4)
             if ev is None:
                 continue
