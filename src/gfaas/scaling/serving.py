@@ -28,18 +28,32 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import ConfigError, ScalingError
-from ..models.llm import RequestState
+from ..models.llm import LlamaConfig, RequestState
 from ..policy.multicast import Schedule
 from ..policy.pipelines import PipelinePlanner
 from . import frames as F
-from .manager import Manager
 from .workload import Request
 
 log = logging.getLogger("gfaas.scaling")
+
+class Executor(Protocol):
+    """What the serving loop needs of the nodes: :class:`~gfaas.scaling.manager.Manager` (real
+    processes and links) or :class:`~gfaas.scaling.inprocess.InProcessManager`."""
+
+    cfg: LlamaConfig
+    blocks: int
+
+    def start_multicast(self, schedule: Schedule) -> tuple[int, float]: ...
+
+    def send(self, node: int, kind: str, meta: dict[str, Any], payload: bytes | memoryview = b"") -> None: ...
+
+    def poll_event(self, timeout: float) -> tuple[int, F.Frame] | None: ...
+
 
 SYSTEMS: dict[str, str] = {"gfaas": "binomial", "tree": "tree", "load-then-serve": "sequential"}
 
@@ -87,7 +101,7 @@ class ServeResult:
 class Server:
     """Serve ``requests`` during one scale-out of ``mgr``'s nodes by ``system``."""
 
-    def __init__(self, mgr: Manager, system: str, requests: Sequence[Request], local_capacity: int = 2) -> None:
+    def __init__(self, mgr: Executor, system: str, requests: Sequence[Request], local_capacity: int = 2) -> None:
         if system not in SYSTEMS:
             raise ConfigError(f"system {system!r} is unknown; one of {', '.join(SYSTEMS)}")
         self.mgr, self.system, self.requests = mgr, system, list(requests)
