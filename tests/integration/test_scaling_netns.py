@@ -119,3 +119,36 @@ def test_warm_start_restores_from_host_memory(manager: Manager) -> None:
     seconds, hits = manager.warm_start(range(1, NODES))
     assert hits == dict.fromkeys(range(1, NODES), True)
     assert seconds < res.seconds / 4, (seconds, res.seconds)
+
+
+_INTRUDER = r"""
+import os, socket, sys
+from gfaas.dataplane.peer_auth import PeerKey
+from gfaas.scaling import frames as F
+ip, me, to = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.create_connection((ip, 7400), timeout=5)
+f = s.makefile("rb")
+nonce = os.urandom(32)
+F.send_frame(s, "hello", {"node": me, "to": to, "nonce": nonce.hex(), "purpose": "blocks", "run": 0})
+ch = F.read_frame(f, 0)
+wrong = PeerKey(b"x" * 32)
+F.send_frame(s, "proof", {"proof": wrong.proof("client", str(me), str(to), nonce,
+                                               bytes.fromhex(ch.meta["nonce"])).hex()})
+F.send_frame(s, "blk", {"block": 0, "step": 0}, b"\0" * 64)
+print("closed" if s.recv(1) == b"" else "open", flush=True)
+"""
+
+
+def test_peer_without_the_cluster_key_is_refused(manager: Manager) -> None:
+    """A process in node 1's namespace that claims to be node 1 but lacks the cluster key is cut off
+    after its proof, the node logs why, and the next multicast still completes bit-exact."""
+    import sys
+
+    bed = manager.bed
+    out = subprocess.run([*bed.exec_argv(1), sys.executable, "-c", _INTRUDER, bed.ips[2], "1", "2"],
+                         capture_output=True, text=True, timeout=20)
+    assert out.stdout.strip() == "closed", out.stderr
+    res = manager.multicast(plan(NODES, BLOCKS, 1, "binomial"))  # also collects the nodes' logs
+    assert res.transfers == _expected_log("binomial") and res.refused == []
+    assert any("peer claiming node 1 failed the cluster-key proof" in str(e.get("message"))
+               for e in manager.logs if e["node"] == 2), manager.logs

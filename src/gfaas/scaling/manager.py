@@ -184,7 +184,7 @@ class Manager:
                 recvs[tr.dst].append([t, tr.src, tr.block])
         for i in range(schedule.nodes):
             self.send(i, "multicast", {"run": run, "sends": sends[i], "recvs": recvs[i], "digests": self.digests,
-                                       "repair_from": 0, "reset": True, "hold": i < schedule.sources,
+                                       "repair_from": 0, "hold": i < schedule.sources,
                                        "garble": [list(g) for g in (garble or {}).get(i, [])]})
         # Two phases: every node connects to its destinations and pre-allocates its buffers, then all
         # start together, so the measured time is the transfers' alone.

@@ -131,17 +131,18 @@ class Node:
             self.digests = F.need(m, "digests", list)
             self.model_key = hashlib.sha256("".join(self.digests).encode()).hexdigest()
             self.repair_from = F.need(m, "repair_from", int)
-            if m.get("reset"):
-                self.held.clear()
-                self.arrived.clear()
-                self.stages.clear()
-                if m.get("hold"):  # a source of this run: its loaded copy (hot tier)
-                    if len(self.own) != self.blocks:
-                        raise ConfigError(f"node {self.me} is a source but holds no loaded copy of the model")
-                    for b, buf in enumerate(self.own):
-                        self.held[b] = buf
-                        self.arrived[b] = threading.Event()
-                        self.arrived[b].set()
+            # Each run starts from scratch: a source of this run holds its loaded copy (hot tier), every
+            # other node nothing (cold); what it served before stays in its warm cache.
+            self.held.clear()
+            self.arrived.clear()
+            self.stages.clear()
+            if m.get("hold"):
+                if len(self.own) != self.blocks:
+                    raise ConfigError(f"node {self.me} is a source but holds no loaded copy of the model")
+                for b, buf in enumerate(self.own):
+                    self.held[b] = buf
+                    self.arrived[b] = threading.Event()
+                    self.arrived[b].set()
             self.expect = {(src, blk): (step, aligned_buffer(self.sizes[blk])) for step, src, blk in recvs}
             self.recv_order = sorted(step for step, _, _ in recvs)
             self.recv_pos = 0
@@ -242,6 +243,8 @@ class Node:
         if not 0 <= peer < len(self.addrs) or peer == self.me or hello.meta.get("to") != self.me:
             raise ProtocolError(f"a peer claims to be node {peer} calling node {hello.meta.get('to')}")
         client_nonce = bytes.fromhex(F.need(hello.meta, "nonce", str))
+        if len(client_nonce) != 32:
+            raise ProtocolError(f"peer claiming node {peer} sent a {len(client_nonce)}-byte nonce, expected 32")
         nonce = os.urandom(32)
         F.send_frame(sock, "challenge", {"nonce": nonce.hex(), "proof": self.key.proof(
             "server", str(peer), str(self.me), client_nonce, nonce).hex()})
