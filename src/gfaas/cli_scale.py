@@ -88,9 +88,9 @@ def bench_scale(a: argparse.Namespace) -> int:
 
 
 def _summary(res: dict[str, Any]) -> str:
-    lines = ["multicast of the model's blocks (one source):"]
+    lines = ["multicast of the model's blocks:"]
     for m in res["multicast"]:
-        lines.append(f"  {m['scheme']:<9} N={m['nodes']} B={m['blocks']}: {m['seconds']:.2f} s, schedule bound "
+        lines.append(f"  {m['scheme']:<9} k={m['sources']} N={m['nodes']} B={m['blocks']}: {m['seconds']:.2f} s, bound "
                      f"{m['bound_seconds']:.2f} s (x{m['ratio_to_bound']:.3f}), node CPU {m['node_cpu_seconds']:.2f} s")
     lines.append(f"  binomial is {res['binomial_speedup_vs_tree']:.2f}x faster than the tree")
     lines.append(f"TTFT of {res['settings']['requests']} requests during a scale-out from "
@@ -143,7 +143,7 @@ def add_parsers(sub: Any) -> None:
     d.add_argument("--trace", help="an Azure LLM trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens); default: "
                    "the bundled code trace")
     d.add_argument("--nodes", type=int, help="node processes, one namespace each (default 8)")
-    d.add_argument("--rate-mbit", dest="rate_mbit", type=float, help="each port's rate in Mbit/s (default 160)")
+    d.add_argument("--rate-mbit", dest="rate_mbit", type=float, help="each port's rate in Mbit/s (default 40)")
     d.add_argument("--requests", type=int, help="requests of the burst (default 40)")
     d.add_argument("--out", default="out/scale-demo", help="directory for results.json and ramp.png")
     d.set_defaults(func=cmd_scale_demo)

@@ -4,7 +4,8 @@ serving during scale-out against the baselines (see docs/scaling.md, "Real scali
 One run, on one :class:`~gfaas.scaling.netns.Testbed`:
 
 1. multicast of the model's blocks from one source to all nodes, binomial pipeline and binary tree,
-   each against its schedule's bound (:func:`~gfaas.scaling.manager.step_bound_seconds`);
+   each against its schedule's bound (:func:`~gfaas.scaling.manager.step_bound_seconds`), then the
+   binomial pipeline with k-way transmission from the ``sources`` loaded nodes;
 2. the same burst of requests (cut from the Azure LLM trace) served during a scale-out from
    ``sources`` loaded nodes by each system: ``gfaas`` (binomial multicast, execution pipelines,
    local execution), ``tree`` (tree multicast, then serve) and ``load-then-serve`` (each new node
@@ -16,6 +17,7 @@ One run, on one :class:`~gfaas.scaling.netns.Testbed`:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,7 +44,7 @@ class ScaleBench:
 
     nodes: int = 8
     blocks: int = 8
-    rate_mbit: float = 160.0
+    rate_mbit: float = 40.0
     sources: int = 2
     requests: int = 40
     span_s: float = 2.0
@@ -77,12 +79,17 @@ def run_bench(b: ScaleBench, progress: Callable[[str], None] = lambda s: None) -
                                                        seed=b.seed, floor_s=b.floor_s) as mgr:
         progress(f"model: {sum(mgr.sizes) / 1e6:.1f} MB in {b.blocks} blocks of "
                  f"{min(mgr.sizes) / 1e6:.1f}-{max(mgr.sizes) / 1e6:.1f} MB")
-        for scheme in ("binomial", "tree"):
-            progress(f"multicast {scheme} to {b.nodes} nodes ...")
-            res = mgr.multicast(plan(b.nodes, b.blocks, 1, scheme))
-            multicast.append({"scheme": scheme, "nodes": b.nodes, "blocks": b.blocks, "seconds": res.seconds,
-                              "bound_seconds": res.bound_seconds, "ratio_to_bound": res.seconds / res.bound_seconds,
-                              "node_cpu_seconds": res.cpu_s, "steps": len(plan(b.nodes, b.blocks, 1, scheme).steps)})
+        # One source first (the targets compare these two), then k-way transmission from the serving sources.
+        runs = [("binomial", 1), ("tree", 1)] + ([("binomial", b.sources)] if b.sources > 1 else [])
+        for scheme, k in runs:
+            progress(f"multicast {scheme} from {k} source(s) to {b.nodes} nodes ...")
+            sched = plan(b.nodes, b.blocks, k, scheme)
+            res = mgr.multicast(sched)
+            multicast.append({"scheme": scheme, "nodes": b.nodes, "blocks": b.blocks, "sources": k,
+                              "seconds": res.seconds, "bound_seconds": res.bound_seconds,
+                              "ratio_to_bound": res.seconds / res.bound_seconds, "steps": sched.num_steps,
+                              "node_cpu_seconds": res.cpu_s,
+                              "node_cpu_share_of_host": res.cpu_s / (res.seconds * (os.cpu_count() or 1))})
             progress(f"  {res.seconds:.2f} s (bound {res.bound_seconds:.2f} s, x{res.seconds / res.bound_seconds:.3f});"
                      f" node CPU {res.cpu_s:.2f} s")
         for system, scheme in SYSTEMS.items():
