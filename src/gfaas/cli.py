@@ -157,6 +157,10 @@ def cmd_bench(a: argparse.Namespace) -> int:
         from .cli_sim import bench_simscale
 
         return bench_simscale(a)
+    if a.what == "scale":
+        from .cli_scale import bench_scale
+
+        return bench_scale(a)
     print(f"gfaas bench {a.what}: not built yet (later issues)", file=sys.stderr)
     return 2
 
@@ -207,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", help="also write the JSON result to this file")
     b.add_argument("--sizes", default="64KiB,1MiB,16MiB,64MiB", help="pipeline: tensor sizes to pass")
     b.add_argument("--repeat", type=int, default=20, help="pipeline: tensors per size")
+    b.add_argument("--trace", help="scale: an Azure LLM trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens); "
+                   "default: the bundled code trace")
+    b.add_argument("--figure", help="scale: also draw the throughput ramp to this PNG")
     b.set_defaults(func=cmd_bench)
 
     from .cli_runtime import add_parsers as add_runtime

@@ -91,6 +91,11 @@ class Overloaded(WorkflowError):
     """A queue is full: the request was refused, not lost; retry later or raise the limit."""
 
 
+class ScalingError(GfaasError):
+    """The real scaling testbed failed: network namespaces cannot be made here (they need root and
+    iproute2), or a node process reported an error or exited."""
+
+
 _BY_CODE: dict[str, type[GfaasError]] = {
     cls.__name__: cls
     for cls in (
@@ -114,6 +119,7 @@ _BY_CODE: dict[str, type[GfaasError]] = {
         FunctionFailed,
         NotFound,
         Overloaded,
+        ScalingError,
     )
 }
 

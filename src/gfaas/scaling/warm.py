@@ -1,0 +1,73 @@
+"""The warm startup tier: a node's host-memory cache of models it served before (seed 002 §5).
+
+Startup tiers of a node asked to serve a model: *hot* (loaded, serving now), *warm* (the packed
+blocks are still in host memory from an earlier instance: restore them with a memory copy), *cold*
+(fetch every block from other nodes by multicast). :class:`WarmCache` keeps models for
+``keep_alive_s`` after their last use and, when ``capacity_bytes`` would be exceeded, evicts the
+least recently used first. Pure: the caller passes the time.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+
+@dataclass
+class _Entry:
+    blocks: list[memoryview]
+    nbytes: int
+    last_used: float
+
+
+class WarmCache:
+    """Models by key (their blocks' buffers), with keep-alive and LRU eviction by bytes."""
+
+    def __init__(self, capacity_bytes: int, keep_alive_s: float) -> None:
+        if capacity_bytes < 0 or not keep_alive_s >= 0:
+            raise ConfigError(f"a warm cache needs capacity_bytes >= 0 and keep_alive_s >= 0, got "
+                              f"{capacity_bytes} and {keep_alive_s}")
+        self.capacity_bytes = capacity_bytes
+        self.keep_alive_s = keep_alive_s
+        self._items: OrderedDict[str, _Entry] = OrderedDict()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self._items.values())
+
+    def keys(self) -> list[str]:
+        """Keys from least to most recently used."""
+        return list(self._items)
+
+    def expire(self, now: float) -> list[str]:
+        """Drop models unused for longer than the keep-alive; their keys."""
+        gone = [k for k, e in self._items.items() if now - e.last_used > self.keep_alive_s]
+        for k in gone:
+            del self._items[k]
+        return gone
+
+    def put(self, key: str, blocks: Sequence[memoryview], now: float) -> list[str]:
+        """Keep ``blocks`` under ``key`` (replacing an older copy); returns the keys evicted to make
+        room. A model larger than the whole cache is not kept (returns ``[key]``)."""
+        size = sum(len(b) for b in blocks)
+        self._items.pop(key, None)
+        evicted = self.expire(now)
+        if size > self.capacity_bytes:
+            return [*evicted, key]
+        while self.nbytes + size > self.capacity_bytes:
+            evicted.append(self._items.popitem(last=False)[0])
+        self._items[key] = _Entry(list(blocks), size, now)
+        return evicted
+
+    def get(self, key: str, now: float) -> list[memoryview] | None:
+        """The model's blocks if still kept (and mark it used), else None."""
+        self.expire(now)
+        e = self._items.get(key)
+        if e is None:
+            return None
+        e.last_used = now
+        self._items.move_to_end(key)
+        return e.blocks

@@ -1,0 +1,70 @@
+"""The serving loop during scale-out, on the in-process executor (no namespaces, no processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gfaas.models.llm import LlamaModel, preset
+from gfaas.policy.multicast import plan
+from gfaas.scaling.inprocess import InProcessManager
+from gfaas.scaling.serving import Server
+from gfaas.scaling.workload import Request
+
+NODES, BLOCKS = 8, 4
+
+
+def _requests(n: int) -> list[Request]:
+    return [Request(i, 0.0, tuple((11 * i + 3 * j) % 96 for j in range(3 + i % 5)), 4 + i % 4) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[int, list[int]]:
+    model = LlamaModel(preset("tiny"), 0)
+    return {r.rid: model.generate(r.prompt, r.gen) for r in _requests(24)}
+
+
+@pytest.mark.parametrize(("system", "scheme"), [("gfaas", "binomial"), ("tree", "tree"),
+                                                ("load-then-serve", "sequential")])
+def test_tokens_equal_one_process_run(system: str, scheme: str, reference: dict[int, list[int]]) -> None:
+    """Every system serves every request with the tokens of a one-process run."""
+    mgr = InProcessManager(NODES, "tiny", BLOCKS, sources=2)
+    res = Server(mgr, system, _requests(24), local_capacity=1).run(plan(NODES, BLOCKS, 2, scheme))
+    assert res.tokens == reference
+    assert sorted(res.ttft_s) == list(range(24))
+
+
+def test_gfaas_forms_pipelines_then_moves_requests_to_local_nodes(reference: dict[int, list[int]]) -> None:
+    """With 2 sources, the destinations holding complementary halves form 2-stage pipelines, which
+    retire as their nodes go local; requests in flight move there with their KV caches."""
+    mgr = InProcessManager(NODES, "tiny", BLOCKS, sources=2)
+    sched = plan(NODES, BLOCKS, 2, "binomial")
+    res = Server(mgr, "gfaas", _requests(24), local_capacity=1).run(sched)
+    pipes = [nodes for _, kind, nodes in res.instances if kind == "pipeline"]
+    retired = [nodes for _, kind, nodes in res.instances if kind == "retired"]
+    local = sorted(nodes[0] for _, kind, nodes in res.instances if kind == "local")
+    assert pipes and all(len(p) == 2 for p in pipes)
+    assert sorted(retired) == sorted(pipes)  # every pipeline retires once its nodes are loaded
+    assert local == list(range(NODES))
+    assert res.migrations > 0
+    assert res.tokens == reference
+
+
+def test_baselines_serve_only_from_whole_models() -> None:
+    """Tree and load-then-serve bring a node up only when it holds every block: no pipelines."""
+    for system, scheme in (("tree", "tree"), ("load-then-serve", "sequential")):
+        mgr = InProcessManager(NODES, "tiny", BLOCKS, sources=2)
+        res = Server(mgr, system, _requests(6)).run(plan(NODES, BLOCKS, 2, scheme))
+        assert {kind for _, kind, _ in res.instances} == {"local"}
+        assert res.migrations == 0
+
+
+@pytest.mark.parametrize("argv", [["scale", "demo"], ["bench", "scale", "--json"]])
+def test_cli_without_root_says_how_to_run(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Without root the scale demo and bench exit with 2 and print the sudo command; nothing is built."""
+    from gfaas.cli import main
+
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "network namespaces need root" in err and "sudo " in err and " -m gfaas " in err
