@@ -74,6 +74,8 @@ def test_thousand_nodes_costs_about_linear_in_transfers(capsys: pytest.CaptureFi
         assert sum(len(s) for s in doc["steps"]) == (n - 1) * 64
         return dt
 
+    # Best of two each: the first plan of a hypercube size fills per-size caches (a cold 1000-node
+    # plan after warm 250-node ones once read 23x), and a busy neighbour slows single samples.
     small = min(run(250) for _ in range(2))
-    big = run(1000)
+    big = min(run(1000) for _ in range(2))
     assert big < 20 * small
