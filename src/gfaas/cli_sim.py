@@ -134,8 +134,11 @@ def cmd_sim(a: argparse.Namespace) -> int:
             _show_result(res, time.monotonic() - t0)
     if a.save:
         with open(a.save, "w") as f:
-            json.dump({"provenance": provenance(), "experiments": [r.as_json() for r in results]}, f, indent=2)
-            f.write("\n")
+            # One experiment per line: series (timelines, ramps) stay compact, and a re-run's diff
+            # still shows which experiments moved.
+            f.write('{"provenance": ' + json.dumps(provenance(), indent=1) + ',\n"experiments": [\n')
+            f.write(",\n".join(json.dumps(r.as_json(), separators=(",", ":")) for r in results))
+            f.write("\n]}\n")
     if a.json:
         _emit(results[0].as_json() if len(results) == 1 else [r.as_json() for r in results])
     return 0

@@ -164,3 +164,12 @@ def test_moa_kv_passing_orders_the_systems_and_adds_the_same_first_token() -> No
             assert r["tftt_ms"] - r["passing_ms"] == pytest.approx(extra, rel=1e-9)
     m = LLAMA2["7b"]  # 4096 tokens x 2 (K, V) x 32 layers x 4096 x 2 bytes, the MoA default of gfaas.sim.workflows
     assert 4096 * m.kv_bytes_per_token == 4096 * 2 * 32 * 4096 * 2
+
+
+def test_gpu_timeline_keeps_only_change_points_and_the_last_sample() -> None:
+    """The saved timeline is the sampled step function without its repeats: same post-step plot."""
+    from gfaas.sim.experiments.scaling import _change_points
+
+    assert _change_points([(0.0, 1), (0.5, 1), (1.0, 2), (1.5, 2), (2.0, 2)]) == ([0.0, 1.0, 2.0], [1, 2, 2])
+    assert _change_points([(0.0, 3)]) == ([0.0], [3])
+    assert _change_points([]) == ([], [])
