@@ -109,6 +109,7 @@ def test_serving_during_scale_out_matches_one_process(manager: Manager) -> None:
     assert kinds[3] in {("retired", (2, 3))}
     assert sorted(kinds[4:]) == [("local", (2,)), ("local", (3,))]
     assert res.migrations > 0, res
+    assert res.hidden_hops > 0, res  # the pipeline's stage 1 got stage 0's hidden states over the link
     assert res.tokens == reference_tokens(preset("small"), 0, reqs)
 
 

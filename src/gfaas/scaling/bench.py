@@ -109,7 +109,7 @@ def run_bench(b: ScaleBench, progress: Callable[[str], None] = lambda s: None) -
     ttft = [{"system": s.system, "p50_s": percentile(list(s.ttft_s.values()), 50),
              "p90_s": percentile(list(s.ttft_s.values()), 90), "requests": len(s.ttft_s),
              "all_loaded_s": s.multicast_s, "migrations": s.migrations,
-             "tokens_identical": s.tokens == ref} for s in served]
+             "hidden_hops": s.hidden_hops, "tokens_identical": s.tokens == ref} for s in served]
     p90 = {s.system: percentile(list(s.ttft_s.values()), 90) for s in served}
     return {
         "settings": asdict(b),

@@ -6,7 +6,8 @@ Blocks move by the schedule one step per ``polls_per_step`` polls of the serving
 whenever no node has work queued): the step's transfers arrive as ``block`` events, and ``done``
 after the last step.
 Node work (``fwd``, ``export``, ``import``, ``release``) runs when sent, in order, like a node's
-control loop. Deterministic: the same requests and schedule give the same events.
+control loop; a stage's hidden states go straight to the next stage's node (a call instead of a
+connection), which checks them against what the manager announced, as a real node does. Deterministic: the same requests and schedule give the same events.
 """
 
 from __future__ import annotations
@@ -28,8 +29,13 @@ class _QueueNode(Node):
         super().__init__(out=None)  # type: ignore[arg-type]
         self.me, self._sink = me, sink
 
+        self.peers: list[_QueueNode] = []
+
     def emit(self, kind: str, meta: dict[str, Any] | None = None, payload: bytes | memoryview = b"") -> None:
         self._sink.put((self.me, F.Frame(kind, meta or {}, bytes(payload))))
+
+    def _send_hidden(self, dst: int, meta: dict[str, Any], payload: bytes) -> None:
+        self.peers[dst]._on_hidden(self.me, meta, payload)  # the next stage runs at once, in order
 
 
 class InProcessManager:
@@ -45,6 +51,7 @@ class InProcessManager:
         self._events: queue.Queue[tuple[int, F.Frame]] = queue.Queue()
         self.nodes = [_QueueNode(i, self._events) for i in range(nodes)]
         for n in self.nodes:
+            n.peers = self.nodes
             n.cfg, n.blocks, n.sizes, n.floor_s = self.cfg, blocks, self.sizes, 0.0
         self._steps: list[list[tuple[int, int, int]]] = []
         self._step = 0
