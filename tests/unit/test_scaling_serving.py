@@ -9,6 +9,7 @@ from gfaas.models.llm import LlamaModel, preset
 from gfaas.policy.multicast import plan
 from gfaas.scaling.inprocess import InProcessManager
 from gfaas.scaling.serving import Server
+from gfaas.scaling.warm import warm_orders
 from gfaas.scaling.workload import Request
 
 NODES, BLOCKS = 8, 4
@@ -58,6 +59,24 @@ def test_baselines_serve_only_from_whole_models() -> None:
         res = Server(mgr, system, _requests(6)).run(plan(NODES, BLOCKS, 2, scheme))
         assert {kind for _, kind, _ in res.instances} == {"local"}
         assert res.migrations == 0
+
+
+def test_warm_scale_out_forms_pipelines_while_loading(reference: dict[int, list[int]]) -> None:
+    """Warm nodes load in rotated block orders (one block per step here): with gfaas they form
+    pipelines of partly loaded nodes before any holds the whole model; warm-then-serve waits for
+    whole models; both produce the one-process tokens."""
+    assert warm_orders(6, 4) == [[0, 1, 2, 3], [0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1], [2, 3, 0, 1], [3, 0, 1, 2]]
+    warm = list(range(2, NODES))
+    res = Server(InProcessManager(NODES, "tiny", BLOCKS, sources=2), "gfaas", _requests(24),
+                 local_capacity=1).run_warm(warm, 2, 1e9)
+    first_local = next(i for i, (_, kind, nodes) in enumerate(res.instances) if kind == "local" and nodes[0] >= 2)
+    pipes = [nodes for _, kind, nodes in res.instances[:first_local] if kind == "pipeline"]
+    assert pipes and all(set(p) <= set(warm) for p in pipes)
+    assert sorted(n[0] for _, kind, n in res.instances if kind == "local") == list(range(NODES))
+    assert res.hidden_hops > 0 and res.tokens == reference
+    base = Server(InProcessManager(NODES, "tiny", BLOCKS, sources=2), "load-then-serve", _requests(24),
+                  local_capacity=1).run_warm(warm, 2, 1e9)
+    assert {kind for _, kind, _ in base.instances} == {"local"} and base.tokens == reference
 
 
 def test_hidden_states_run_only_as_announced() -> None:

@@ -462,9 +462,27 @@ class Node:
             st = self._stage(F.need(m, "first", int), F.need(m, "last", int))
             st.import_kv(rid, RequestState.from_bytes(bytes(payload), self.cfg))
 
-    def warm(self) -> None:
+    def warm(self, m: dict[str, Any] | None = None) -> None:
         """Start from the warm tier: copy the model's blocks from the host-memory cache into fresh
-        serving buffers (the host-to-device copy of a GPU node), or report a miss."""
+        serving buffers (the host-to-device copy of a GPU node), or report a miss. With ``run``,
+        ``order`` and ``bytes_per_s`` it is a warm scale-out: the copy runs in the background at that
+        emulated host-to-device rate, block by block in ``order``, each reported as a ``block`` event
+        of the run (so the node serves pipeline stages while it loads), then ``done``."""
+        if m and "run" in m:
+            run, order = F.need(m, "run", int), [int(b) for b in F.need(m, "order", list)]
+            rate = float(F.need(m, "bytes_per_s", (float, int)))
+            if sorted(order) != list(range(self.blocks)) or not rate > 0:
+                raise ConfigError(f"warm load order {order} / rate {rate}: pass every block once and a rate > 0")
+            with self._cv:
+                cached = self.cache.get(self.model_key, time.monotonic())
+                if cached is None:
+                    raise ConfigError(f"node {self.me} has no warm copy of the model; run a multicast first")
+                self.held.clear()
+                self.arrived.clear()
+                self.stages.clear()
+                self.run_id = run
+            threading.Thread(target=self._warm_load, args=(run, order, cached, rate), daemon=True).start()
+            return
         t0 = time.monotonic()
         with self._lock:
             cached = self.cache.get(self.model_key, t0)
@@ -478,6 +496,20 @@ class Node:
                     self.arrived[b] = threading.Event()
                     self.arrived[b].set()
         self.emit("warmed", {"hit": cached is not None, "seconds": time.monotonic() - t0})
+
+    def _warm_load(self, run: int, order: list[int], cached: list[memoryview], rate: float) -> None:
+        t0, copied = time.monotonic(), 0
+        for i, b in enumerate(order):
+            buf = aligned_buffer(len(cached[b]))
+            buf[:] = cached[b]
+            copied += len(buf)
+            rest = t0 + copied / rate - time.monotonic()  # the emulated host-to-device link
+            if rest > 0:
+                time.sleep(rest)
+            self._hold(b, buf)
+            self.emit("block", {"run": run, "block": b, "src": self.me, "step": i, "t": time.monotonic(),
+                                "repaired": False})
+        self.emit("done", {"run": run, "sent": []})
 
     def release(self, m: dict[str, Any]) -> None:
         rid = F.need(m, "rid", int)
@@ -507,7 +539,7 @@ class Node:
                 elif fr.kind == "release":
                     self.release(fr.meta)
                 elif fr.kind == "warm":
-                    self.warm()
+                    self.warm(fr.meta)
                 else:
                     raise ProtocolError(f"unexpected {fr.kind} frame from the manager")
             except (GfaasError, OSError, ValueError) as exc:

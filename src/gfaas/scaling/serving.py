@@ -51,6 +51,8 @@ class Executor(Protocol):
 
     def start_multicast(self, schedule: Schedule) -> tuple[int, float]: ...
 
+    def start_warm(self, nodes: list[int], bytes_per_s: float) -> tuple[int, float]: ...
+
     def send(self, node: int, kind: str, meta: dict[str, Any], payload: bytes | memoryview = b"") -> None: ...
 
     def poll_event(self, timeout: float) -> tuple[int, F.Frame] | None: ...
@@ -242,10 +244,25 @@ class Server:
 
     # ---- the loop --------------------------------------------------------------------------------
     def run(self, schedule: Schedule, timeout: float = 300.0) -> ServeResult:
+        """Serve during a cold scale-out: the multicast ``schedule`` from its sources."""
         planner = PipelinePlanner.for_schedule(schedule) if self.system == "gfaas" else None
         run_id, t0 = self.mgr.start_multicast(schedule)
+        return self._serve(planner, run_id, t0, schedule.sources, set(range(schedule.nodes)), timeout)
+
+    def run_warm(self, nodes: Sequence[int], sources: int, bytes_per_s: float, timeout: float = 300.0) -> ServeResult:
+        """Serve during a warm scale-out: ``nodes`` load the model from their host-memory caches at
+        ``bytes_per_s`` each, in rotated block orders; ``gfaas`` lets them join execution pipelines
+        while they load, the other systems serve from a node once it holds the whole model. Nodes
+        ``0..sources-1`` hold it from the start."""
+        group = list(nodes)
+        planner = PipelinePlanner([group], self.B) if self.system == "gfaas" else None
+        run_id, t0 = self.mgr.start_warm(group, bytes_per_s)
+        return self._serve(planner, run_id, t0, sources, set(group), timeout)
+
+    def _serve(self, planner: PipelinePlanner | None, run_id: int, t0: float, sources: int, loading: set[int],
+               timeout: float) -> ServeResult:
         self.t0 = t0
-        for src in range(schedule.sources):
+        for src in range(sources):
             self._add([(src, 0, self.B - 1)], "local")
         pending = sorted(self.requests, key=lambda r: (r.arrival_s, r.rid))
         nxt = 0
@@ -253,7 +270,7 @@ class Server:
         multicast_s = 0.0
         deadline = time.monotonic() + timeout
         finished = 0
-        while finished < len(pending) or len(done_nodes) < schedule.nodes:
+        while finished < len(pending) or len(done_nodes) < len(loading):
             while nxt < len(pending) and pending[nxt].arrival_s <= self.now():
                 r = pending[nxt]
                 self.runs[r.rid] = _Run(r, list(r.prompt))
@@ -268,7 +285,7 @@ class Server:
                 continue
             node, fr = ev
             self._handle(node, fr, planner, run_id, done_nodes)
-            if fr.kind == "done" and len(done_nodes) == schedule.nodes:
+            if fr.kind == "done" and len(done_nodes) == len(loading):
                 multicast_s = self.now()
             finished = sum(1 for r in self.runs.values() if r.done_s is not None)
         return ServeResult(
