@@ -53,6 +53,17 @@ def test_rows_and_targets(scale_tables: Any) -> None:
     assert "| tree / binomial | 0.92x | >= 1.5x | **no** |" in missed
     assert "| TTFT P90 gain over load-then-serve | 1.50x | >= 2x | **no** |" in missed
     assert "| no | identical | **no** |" in missed
+    assert "warm scale-out" not in missed  # a result without the warm scale-out has no warm rows
+    doc = _doc(0.99, 6.0, 2.5, True)
+    doc["settings"]["warm_rate_mbit"] = 160.0
+    doc["warm_ttft"] = [{"system": "gfaas", "p50_s": 0.5, "p90_s": 1.0, "all_loaded_s": 0.7, "pipelines": 3,
+                         "hidden_hops": 40, "migrations": 5},
+                        {"system": "warm-then-serve", "p50_s": 0.9, "p90_s": 1.5, "all_loaded_s": 0.7,
+                         "pipelines": 0, "hidden_hops": 0, "migrations": 0}]
+    doc["warm_ttft_p90_gain_vs_warm_then_serve"] = 1.5
+    warm = scale_tables.table(doc)
+    assert "| warm scale-out at 160 Mbit/s host-to-device: TTFT P90 gfaas / warm-then-serve | 1.00 / 1.50 s |" in warm
+    assert "| warm: pipelines formed while loading, passes over a link, requests moved | 3, 40, 5 |" in warm
 
 
 def test_page_block_is_the_committed_result(scale_tables: Any) -> None:
