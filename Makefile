@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench check setup clean test-gpu bench-gpu results cluster-day
+.PHONY: demo test bench check setup clean test-gpu bench-gpu results cluster-day scale-results
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -60,6 +60,14 @@ cluster-day: $(STAMP)
 	$(BIN)/gfaas sim run cluster-day --save $(R)/cluster-day.json --out out/cluster-day
 	cp out/cluster-day/cluster-day.png docs/results/cluster-day.png
 	$(BIN)/python benchmarks/sim_tables.py $(R)/cluster-day.json --write docs/results/cluster-day.md
+
+# Real scaling in rate-limited network namespaces (root; ~45 s; not in `results`): the result file,
+# the figure docs/scaling-ramp.png and the Measured block of docs/scaling.md.
+scale-results: $(STAMP)
+	@[ "$$(id -u)" = 0 ] || { echo "make scale-results: network namespaces need root; run: sudo make scale-results"; exit 2; }
+	@git diff --quiet -- src benchmarks/*.py || { echo "make scale-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/gfaas bench scale --json --out $(R)/scale-netns.json --figure docs/scaling-ramp.png > /dev/null
+	$(BIN)/python benchmarks/scale_tables.py $(R)/scale-netns.json --write docs/scaling.md
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests

@@ -75,7 +75,11 @@ def bench_scale(a: argparse.Namespace) -> int:
     res = _scale_run(a, "bench scale")
     if res is None:
         return 2
+    from .provenance import provenance
+
     res = _clean(res)
+    # The commit, tree state and machine measured, as every committed result file carries them.
+    res["provenance"] = provenance()
     text = json.dumps(res, indent=None if a.json else 2)
     if a.out:
         Path(a.out).write_text(text + "\n")

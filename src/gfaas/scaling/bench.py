@@ -10,7 +10,10 @@ One run, on one :class:`~gfaas.scaling.netns.Testbed`:
    ``sources`` loaded nodes by each system: ``gfaas`` (binomial multicast, execution pipelines,
    local execution), ``tree`` (tree multicast, then serve) and ``load-then-serve`` (each new node
    loads the whole model from a source, one after another, then serves);
-3. the warm tier: every destination restores the model from its host-memory cache;
+3. the warm tier: every destination restores the model from its host-memory cache; then the same
+   burst served during a warm scale-out (the destinations copy the model from their caches at
+   ``warm_rate_mbit``, the emulated host-to-device link): ``gfaas`` lets them join execution
+   pipelines while they load, ``warm-then-serve`` serves from a node once it holds the whole model;
 4. every system's tokens against a one-process run.
 """
 
@@ -40,7 +43,9 @@ class ScaleBench:
     """Settings of one run. ``rate_mbit``: each node's send and receive port; ``floor_s``: the
     emulated accelerator's time for one pass over the whole model (a stage of ``s`` of ``B`` blocks
     takes ``floor_s * s / B``; the CPU does the real math meanwhile); ``span_s``: the burst's
-    ``requests`` arrive within this many seconds of the scale-out's start."""
+    ``requests`` arrive within this many seconds of the scale-out's start; ``warm_rate_mbit``: a
+    node's emulated host-to-device rate in a warm start (4x the link rate by default, as a PCIe 4
+    x16 link is to a 50 Gb/s NIC)."""
 
     nodes: int = 8
     blocks: int = 8
@@ -53,6 +58,7 @@ class ScaleBench:
     trace: str | None = None
     trace_start: int = 0
     seed: int = 0
+    warm_rate_mbit: float = 160.0
 
     def __post_init__(self) -> None:
         if not 2 <= self.nodes <= 64:
@@ -102,15 +108,30 @@ def run_bench(b: ScaleBench, progress: Callable[[str], None] = lambda s: None) -
         progress("warm start: every destination restores the model from its host-memory cache ...")
         warm_s, hits = mgr.warm_start(range(b.sources, b.nodes))
         progress(f"  {warm_s:.3f} s, {sum(hits.values())} of {len(hits)} hits")
+        warm_served: list[tuple[str, ServeResult]] = []
+        for system, label in (("gfaas", "gfaas"), ("load-then-serve", "warm-then-serve")):
+            progress(f"serve {len(reqs)} requests during a warm scale-out at {b.warm_rate_mbit:g} Mbit/s ({label}) ...")
+            out = Server(mgr, system, reqs, b.local_capacity).run_warm(
+                range(b.sources, b.nodes), b.sources, b.warm_rate_mbit * 1e6 / 8)
+            warm_served.append((label, out))
+            tt = list(out.ttft_s.values())
+            progress(f"  TTFT p50 {percentile(tt, 50):.2f} s, p90 {percentile(tt, 90):.2f} s; "
+                     f"all nodes loaded after {out.multicast_s:.2f} s")
     progress("one-process reference run ...")
     ref = reference_tokens(SCALE_CONFIG, b.seed, reqs)
-    identical = all(s.tokens == ref for s in served)
+    identical = all(s.tokens == ref for s in served) and all(s.tokens == ref for _, s in warm_served)
     speedup = multicast[1]["seconds"] / multicast[0]["seconds"]
     ttft = [{"system": s.system, "p50_s": percentile(list(s.ttft_s.values()), 50),
              "p90_s": percentile(list(s.ttft_s.values()), 90), "requests": len(s.ttft_s),
              "all_loaded_s": s.multicast_s, "migrations": s.migrations,
-             "tokens_identical": s.tokens == ref} for s in served]
+             "hidden_hops": s.hidden_hops, "tokens_identical": s.tokens == ref} for s in served]
     p90 = {s.system: percentile(list(s.ttft_s.values()), 90) for s in served}
+    warm_p90 = [percentile(list(s.ttft_s.values()), 90) for _, s in warm_served]
+    warm_ttft = [{"system": label, "p50_s": percentile(list(s.ttft_s.values()), 50),
+                  "p90_s": percentile(list(s.ttft_s.values()), 90), "requests": len(s.ttft_s),
+                  "all_loaded_s": s.multicast_s, "migrations": s.migrations, "hidden_hops": s.hidden_hops,
+                  "pipelines": sum(1 for _, kind, _ in s.instances if kind == "pipeline"),
+                  "tokens_identical": s.tokens == ref} for label, s in warm_served]
     return {
         "settings": asdict(b),
         "model": {**asdict(SCALE_CONFIG), "bytes": sum(mgr.sizes)},
@@ -119,10 +140,14 @@ def run_bench(b: ScaleBench, progress: Callable[[str], None] = lambda s: None) -
         "ttft": ttft,
         "ttft_p90_gain_vs_load_then_serve": p90["load-then-serve"] / p90["gfaas"],
         "outputs_identical": identical,
+        "warm_ttft": warm_ttft,
+        "warm_ttft_p90_gain_vs_warm_then_serve": warm_p90[1] / warm_p90[0],
         "tiers": {"hot_s": 0.0, "warm_s": warm_s, "warm_hits": sum(hits.values()), "warm_nodes": len(hits),
                   "cold_binomial_s": served[0].multicast_s},
         "ramp": {s.system: s.token_times for s in served},
+        "warm_ramp": {label: s.token_times for label, s in warm_served},
         "instances": {s.system: s.instances for s in served},
+        "warm_instances": {label: s.instances for label, s in warm_served},
     }
 
 

@@ -32,11 +32,12 @@ MAX_META = 1 << 20
 #: Every message of the scaling protocol. Manager -> node: setup, multicast, start, fwd, export,
 #: import, release, warm, stop; node -> manager: ready, armed, block, done, out, state, warmed,
 #: error, log;
-#: node <-> node: hello, challenge, proof, go, blk, got, pull, refused.
+#: node <-> node: hello, challenge, proof, go, blk, got, pull, refused, hid (a stage's hidden states
+#: for the next stage of a pipeline).
 KINDS: tuple[str, ...] = (
     "setup", "multicast", "start", "fwd", "export", "import", "release", "warm", "stop",
     "ready", "armed", "block", "done", "out", "state", "warmed", "error", "log",
-    "hello", "challenge", "proof", "blk", "pull", "refused", "go", "got",
+    "hello", "challenge", "proof", "blk", "pull", "refused", "go", "got", "hid",
 )
 _CODE = {k: i for i, k in enumerate(KINDS)}
 

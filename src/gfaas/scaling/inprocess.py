@@ -6,7 +6,8 @@ Blocks move by the schedule one step per ``polls_per_step`` polls of the serving
 whenever no node has work queued): the step's transfers arrive as ``block`` events, and ``done``
 after the last step.
 Node work (``fwd``, ``export``, ``import``, ``release``) runs when sent, in order, like a node's
-control loop. Deterministic: the same requests and schedule give the same events.
+control loop; a stage's hidden states go straight to the next stage's node (a call instead of a
+connection), which checks them against what the manager announced, as a real node does. Deterministic: the same requests and schedule give the same events.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..models.llm import LlamaConfig, aligned_buffer, packed_size, preset, rando
 from ..policy.multicast import Schedule
 from . import frames as F
 from .node import Node
+from .warm import warm_orders
 
 
 class _QueueNode(Node):
@@ -28,8 +30,13 @@ class _QueueNode(Node):
         super().__init__(out=None)  # type: ignore[arg-type]
         self.me, self._sink = me, sink
 
+        self.peers: list[_QueueNode] = []
+
     def emit(self, kind: str, meta: dict[str, Any] | None = None, payload: bytes | memoryview = b"") -> None:
         self._sink.put((self.me, F.Frame(kind, meta or {}, bytes(payload))))
+
+    def _send_hidden(self, dst: int, meta: dict[str, Any], payload: bytes) -> None:
+        self.peers[dst]._on_hidden(self.me, meta, payload)  # the next stage runs at once, in order
 
 
 class InProcessManager:
@@ -45,11 +52,13 @@ class InProcessManager:
         self._events: queue.Queue[tuple[int, F.Frame]] = queue.Queue()
         self.nodes = [_QueueNode(i, self._events) for i in range(nodes)]
         for n in self.nodes:
+            n.peers = self.nodes
             n.cfg, n.blocks, n.sizes, n.floor_s = self.cfg, blocks, self.sizes, 0.0
         self._steps: list[list[tuple[int, int, int]]] = []
         self._step = 0
         self._polls = 0
         self._run = -1
+        self._done_nodes: list[int] = []
 
     def start_multicast(self, schedule: Schedule) -> tuple[int, float]:
         self._run += 1
@@ -61,7 +70,25 @@ class InProcessManager:
                 for b, blk in enumerate(self._packed):
                     n.held[b] = memoryview(blk)
         self._steps = [[(tr.dst, tr.block, t) for tr in step] for t, step in enumerate(schedule.steps)]
+        self._done_nodes = list(range(len(self.nodes)))
         self._step = self._polls = 0
+        return self._run, time.monotonic()
+
+    def start_warm(self, nodes: list[int] | range, bytes_per_s: float) -> tuple[int, float]:
+        """A warm scale-out: each of ``nodes`` gets one more block per step, in its
+        :func:`~gfaas.scaling.warm.warm_orders` order (the rate is not emulated here)."""
+        self._run += 1
+        for i, n in enumerate(self.nodes):
+            n.run_id = self._run
+            if i < self.sources:
+                n.held = {b: memoryview(blk) for b, blk in enumerate(self._packed)}
+            elif i in nodes:
+                n.held.clear()
+                n.stages.clear()
+        orders = warm_orders(len(nodes), self.blocks)
+        self._steps = [[(n, order[t], t) for n, order in zip(nodes, orders, strict=True)] for t in range(self.blocks)]
+        self._step = self._polls = 0
+        self._done_nodes = list(nodes)
         return self._run, time.monotonic()
 
     def send(self, node: int, kind: str, meta: dict[str, Any], payload: bytes | memoryview = b"") -> None:
@@ -90,7 +117,7 @@ class InProcessManager:
                     self.nodes[dst].held[blk] = buf
                     self._events.put((dst, F.Frame("block", {"run": self._run, "block": blk, "step": step})))
             elif t == len(self._steps):
-                for i in range(len(self.nodes)):
+                for i in self._done_nodes:
                     self._events.put((i, F.Frame("done", {"run": self._run, "sent": []})))
         try:
             return self._events.get_nowait()

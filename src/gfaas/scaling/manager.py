@@ -26,6 +26,7 @@ from ..models.llm import LlamaConfig, packed_size, preset
 from ..policy.multicast import Schedule
 from . import frames as F
 from .netns import Testbed
+from .warm import warm_orders
 
 log = logging.getLogger("gfaas.scaling")
 
@@ -225,6 +226,17 @@ class Manager:
         cpu = sum(_cpu_seconds(p) for p in self.pids) - cpu0
         return MulticastResult(schedule.scheme, schedule.nodes, schedule.blocks, seconds, bound, arrivals,
                                sorted(transfers), refused, cpu, sorted(starts))
+
+    def start_warm(self, nodes: Sequence[int], bytes_per_s: float) -> tuple[int, float]:
+        """A warm scale-out: ``nodes`` copy the model from their host-memory caches at the emulated
+        host-to-device rate ``bytes_per_s``, each in its :func:`~gfaas.scaling.warm.warm_orders`
+        order, reporting every block as it lands; (run id, start time)."""
+        run = self._runs
+        self._runs += 1
+        t0 = time.monotonic()
+        for n, order in zip(nodes, warm_orders(len(nodes), self.blocks), strict=True):
+            self.send(n, "warm", {"run": run, "order": order, "bytes_per_s": bytes_per_s})
+        return run, t0
 
     def warm_start(self, nodes: Sequence[int], timeout: float = 60.0) -> tuple[float, dict[int, bool]]:
         """Ask ``nodes`` to start from their host-memory cache (the warm tier); (seconds until the

@@ -17,7 +17,13 @@ digest matched. A refused block (garbled, unexpected, or from a peer that fails 
 reported and pulled again from a source, so the node still completes.
 
 Serving: ``fwd`` runs one forward pass of a block range over a request's next tokens (stages are
-built on the held buffers without a copy); ``export``/``import`` move a request's KV cache when it
+built on the held buffers without a copy). In a pipeline the manager sends ``fwd`` to every stage:
+the first gets the tokens, each later one only what to expect (request, token step, block range,
+rows, the node before it). A stage sends its hidden states straight to the next stage's node over
+TCP (``hid`` frames on a connection opened with the same cluster-key handshake, so they share the
+shaped links with the blocks); the receiver runs them only if they match an expectation the
+manager announced (request id, step, first block, sending node, rows x width), and only the last
+stage's token goes back to the manager. ``export``/``import`` move a request's KV cache when it
 switches from a pipeline to local execution. An optional per-stage floor emulates an accelerator's
 time per token, so concurrent instances do not just share the host's two CPUs.
 """
@@ -85,6 +91,13 @@ class Node:
         self.run_id = -1
         self.repair_from = 0
         self._listener: socket.socket | None = None
+        # The emulated accelerator runs one pass at a time; passes come from the control loop (first
+        # stages, local nodes) and from peer threads (hidden states of a previous stage).
+        self._compute = threading.Lock()
+        self._hid_expect: dict[tuple[int, int, int], dict[str, Any]] = {}  # (rid, step, first) -> fwd meta
+        self._hid_conns: dict[int, tuple[socket.socket, BufferedReader]] = {}
+        self._hid_lock = threading.Lock()
+        self.hidden_wait_s = HANDSHAKE_TIMEOUT_S  # how long hidden states may precede their announcement
 
     # ---- output ----------------------------------------------------------------------------------
     def emit(self, kind: str, meta: dict[str, Any] | None = None, payload: bytes | memoryview = b"") -> None:
@@ -262,6 +275,8 @@ class Node:
             peer, hello = self._handshake(sock, f)
             if hello.get("purpose") == "pull":
                 self._serve_pulls(sock, f, peer)
+            elif hello.get("purpose") == "hidden":
+                self._receive_hidden(f, peer)
             else:
                 self._receive_from(sock, f, peer, F.need(hello, "run", int))
         except (OSError, GfaasError, ValueError) as exc:
@@ -361,34 +376,113 @@ class Node:
         return st
 
     def fwd(self, m: dict[str, Any], payload: memoryview) -> None:
-        t0 = time.monotonic()
+        """A pass over tokens (first stage, local node), or, with ``prev``, the announcement of the
+        hidden states node ``prev`` will send for this request and step."""
+        if "prev" in m:
+            key = (F.need(m, "rid", int), F.need(m, "step", int), F.need(m, "first", int))
+            F.need(m, "prev", int), F.need(m, "rows", int)
+            with self._cv:
+                self._hid_expect[key] = m
+                self._cv.notify_all()
+            return
+        self._pass(m, np.frombuffer(payload, dtype="<i8"))
+
+    def _pass(self, m: dict[str, Any], x: np.ndarray, via: int | None = None) -> None:
+        """Run blocks first..last of ``m`` on ``x`` (tokens, or hidden states that came from node
+        ``via``), then send the result on to the next stage or the token to the manager."""
         first, last, rid = F.need(m, "first", int), F.need(m, "last", int), F.need(m, "rid", int)
-        st = self._stage(first, last)
-        x: np.ndarray = (np.frombuffer(payload, dtype="<i8") if st.is_first
-                         else np.frombuffer(payload, dtype="<f4").reshape(-1, self.cfg.dim))
-        y = st.forward(rid, x, last_only=True)
-        out = np.array([int(np.argmax(y[-1]))], dtype="<i8") if st.is_last else y.astype("<f4")
-        # Emulated accelerator: a stage of s of the B blocks takes at least floor_s * s / B per pass.
-        rest = self.floor_s * (last - first + 1) / self.blocks - (time.monotonic() - t0)
-        if rest > 0:
-            time.sleep(rest)
-        self.emit("out", {"rid": rid, "first": first, "last": last, "seq": m.get("seq")}, out.tobytes())
+        with self._compute:
+            t0 = time.monotonic()
+            st = self._stage(first, last)
+            if st.is_first != (x.dtype.kind == "i"):
+                raise ProtocolError(f"node {self.me}: blocks {first}..{last} got {x.dtype} input")
+            y = st.forward(rid, x, last_only=True)
+            out = np.array([int(np.argmax(y[-1]))], dtype="<i8") if st.is_last else y.astype("<f4")
+            # Emulated accelerator: a stage of s of the B blocks takes at least floor_s * s / B per pass.
+            rest = self.floor_s * (last - first + 1) / self.blocks - (time.monotonic() - t0)
+            if rest > 0:
+                time.sleep(rest)
+        nxt = m.get("next")
+        if nxt is None:
+            self.emit("out", {"rid": rid, "first": first, "last": last, "step": m.get("step"),
+                              "seq": m.get("seq"), "via": via}, out.tobytes())
+            return
+        dst, nfirst = int(nxt[0]), int(nxt[1])
+        self._send_hidden(dst, {"rid": rid, "step": F.need(m, "step", int), "first": nfirst,
+                                "rows": int(out.shape[0])}, out.tobytes())
+
+    def _send_hidden(self, dst: int, meta: dict[str, Any], payload: bytes) -> None:
+        """Hidden states to the next stage's node, over the link (one connection per destination)."""
+        if dst == self.me:
+            self._on_hidden(self.me, meta, payload)
+            return
+        with self._hid_lock:
+            conn = self._hid_conns.get(dst)
+            if conn is None:
+                conn = self._hid_conns[dst] = self._connect(dst, "hidden", self.run_id)
+            F.send_frame(conn[0], "hid", meta, payload)
+
+    def _receive_hidden(self, f: BufferedReader, peer: int) -> None:
+        limit = self.cfg.max_seq * self.cfg.dim * 4
+        while (fr := F.read_frame(f, limit)) is not None:
+            if fr.kind != "hid":
+                raise ProtocolError(f"unexpected {fr.kind} frame on a hidden-state connection from node {peer}")
+            try:
+                self._on_hidden(peer, fr.meta, fr.payload)
+            except (GfaasError, ValueError) as exc:
+                self.emit("error", {"message": f"node {self.me}: hidden states from node {peer}: {exc}",
+                                    "rid": fr.meta.get("rid")})
+
+    def _on_hidden(self, peer: int, meta: dict[str, Any], payload: bytes | memoryview) -> None:
+        """Run a previous stage's hidden states if they are what the manager announced."""
+        key = (F.need(meta, "rid", int), F.need(meta, "step", int), F.need(meta, "first", int))
+        with self._cv:
+            if not self._cv.wait_for(lambda: key in self._hid_expect, timeout=self.hidden_wait_s):
+                raise ProtocolError(f"node {peer} sent hidden states for request {key[0]} step {key[1]} "
+                                    f"blocks {key[2]}.. that node {self.me} was not told to expect")
+            m = self._hid_expect.pop(key)
+        rows = int(m["rows"])
+        if m["prev"] != peer or meta.get("rows") != rows or len(payload) != rows * self.cfg.dim * 4:
+            raise ProtocolError(f"hidden states for request {key[0]} step {key[1]}: expected {rows} x "
+                                f"{self.cfg.dim} float32 from node {m['prev']}, got {len(payload)} bytes "
+                                f"({meta.get('rows')} rows) from node {peer}")
+        self._pass(m, np.frombuffer(payload, dtype="<f4").reshape(rows, self.cfg.dim), via=peer)
 
     def export(self, m: dict[str, Any]) -> None:
         rid = F.need(m, "rid", int)
-        st = self._stage(F.need(m, "first", int), F.need(m, "last", int))
-        state = RequestState([], st.export_kv(rid))
-        st.release(rid)
+        with self._compute:
+            st = self._stage(F.need(m, "first", int), F.need(m, "last", int))
+            state = RequestState([], st.export_kv(rid))
+            st.release(rid)
         self.emit("state", {"rid": rid}, state.to_bytes(self.cfg))
 
     def import_(self, m: dict[str, Any], payload: memoryview) -> None:
         rid = F.need(m, "rid", int)
-        st = self._stage(F.need(m, "first", int), F.need(m, "last", int))
-        st.import_kv(rid, RequestState.from_bytes(bytes(payload), self.cfg))
+        with self._compute:
+            st = self._stage(F.need(m, "first", int), F.need(m, "last", int))
+            st.import_kv(rid, RequestState.from_bytes(bytes(payload), self.cfg))
 
-    def warm(self) -> None:
+    def warm(self, m: dict[str, Any] | None = None) -> None:
         """Start from the warm tier: copy the model's blocks from the host-memory cache into fresh
-        serving buffers (the host-to-device copy of a GPU node), or report a miss."""
+        serving buffers (the host-to-device copy of a GPU node), or report a miss. With ``run``,
+        ``order`` and ``bytes_per_s`` it is a warm scale-out: the copy runs in the background at that
+        emulated host-to-device rate, block by block in ``order``, each reported as a ``block`` event
+        of the run (so the node serves pipeline stages while it loads), then ``done``."""
+        if m and "run" in m:
+            run, order = F.need(m, "run", int), [int(b) for b in F.need(m, "order", list)]
+            rate = float(F.need(m, "bytes_per_s", (float, int)))
+            if sorted(order) != list(range(self.blocks)) or not rate > 0:
+                raise ConfigError(f"warm load order {order} / rate {rate}: pass every block once and a rate > 0")
+            with self._cv:
+                cached = self.cache.get(self.model_key, time.monotonic())
+                if cached is None:
+                    raise ConfigError(f"node {self.me} has no warm copy of the model; run a multicast first")
+                self.held.clear()
+                self.arrived.clear()
+                self.stages.clear()
+                self.run_id = run
+            threading.Thread(target=self._warm_load, args=(run, order, cached, rate), daemon=True).start()
+            return
         t0 = time.monotonic()
         with self._lock:
             cached = self.cache.get(self.model_key, t0)
@@ -403,10 +497,25 @@ class Node:
                     self.arrived[b].set()
         self.emit("warmed", {"hit": cached is not None, "seconds": time.monotonic() - t0})
 
+    def _warm_load(self, run: int, order: list[int], cached: list[memoryview], rate: float) -> None:
+        t0, copied = time.monotonic(), 0
+        for i, b in enumerate(order):
+            buf = aligned_buffer(len(cached[b]))
+            buf[:] = cached[b]
+            copied += len(buf)
+            rest = t0 + copied / rate - time.monotonic()  # the emulated host-to-device link
+            if rest > 0:
+                time.sleep(rest)
+            self._hold(b, buf)
+            self.emit("block", {"run": run, "block": b, "src": self.me, "step": i, "t": time.monotonic(),
+                                "repaired": False})
+        self.emit("done", {"run": run, "sent": []})
+
     def release(self, m: dict[str, Any]) -> None:
         rid = F.need(m, "rid", int)
-        for st in self.stages.values():
-            st.release(rid)
+        with self._compute:
+            for st in self.stages.values():
+                st.release(rid)
 
     def serve(self, inp: F.Reader) -> None:
         while True:
@@ -430,7 +539,7 @@ class Node:
                 elif fr.kind == "release":
                     self.release(fr.meta)
                 elif fr.kind == "warm":
-                    self.warm()
+                    self.warm(fr.meta)
                 else:
                     raise ProtocolError(f"unexpected {fr.kind} frame from the manager")
             except (GfaasError, OSError, ValueError) as exc:

@@ -7,7 +7,8 @@ replays a burst of requests and serves them on whatever instances exist:
 * ``gfaas``: a :class:`~gfaas.policy.pipelines.PipelinePlanner` turns each block arrival into
   execution pipelines over partly loaded nodes; a pipeline of ``s`` stages takes up to ``s``
   requests at once, each at a different stage (2D pipelining: stages work on different requests at
-  the same time), and passes hidden states from stage to stage through the manager; when one of its
+  the same time); hidden states go from stage to stage node to node over the links
+  (:meth:`_send_pass`), and only the last stage's token comes back; when one of its
   nodes holds the whole model the pipeline retires and each of its requests, at its next token
   boundary, carries its state (tokens and every layer's KV cache, exported by the stages and merged)
   to that node, which goes on serving it locally;
@@ -50,6 +51,8 @@ class Executor(Protocol):
 
     def start_multicast(self, schedule: Schedule) -> tuple[int, float]: ...
 
+    def start_warm(self, nodes: list[int], bytes_per_s: float) -> tuple[int, float]: ...
+
     def send(self, node: int, kind: str, meta: dict[str, Any], payload: bytes | memoryview = b"") -> None: ...
 
     def poll_event(self, timeout: float) -> tuple[int, F.Frame] | None: ...
@@ -76,7 +79,6 @@ class _Run:
     req: Request
     tokens: list[int]
     inst: Instance | None = None
-    stage: int = 0
     out: list[int] = field(default_factory=list)
     first_token_s: float | None = None
     done_s: float | None = None
@@ -96,6 +98,7 @@ class ServeResult:
     instances: list[tuple[float, str, tuple[int, ...]]]
     migrations: int
     multicast_s: float
+    hidden_hops: int = 0  # passes whose last stage got its input from another node's stage
 
 
 class Server:
@@ -117,6 +120,7 @@ class Server:
         self.log: list[tuple[float, str, tuple[int, ...]]] = []
         self.token_times: list[float] = []
         self.migrations = 0
+        self.hidden_hops = 0
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -158,9 +162,21 @@ class Server:
 
     # ---- requests --------------------------------------------------------------------------------
     def _send_pass(self, run: _Run, payload: bytes) -> None:
+        """Start one pass of ``run`` over its instance: the first stage gets the tokens; each later
+        stage is told what to expect from the node before it (request, token step, its blocks, rows),
+        announced before the first stage starts so that it is known when the hidden states arrive."""
         assert run.inst is not None
-        node, first, last = run.inst.stages[run.stage]
-        self.mgr.send(node, "fwd", {"rid": run.req.rid, "first": first, "last": last}, payload)
+        stages, rid, step = run.inst.stages, run.req.rid, len(run.out)
+        rows = len(payload) // 8
+        for j in range(len(stages) - 1, -1, -1):
+            node, first, last = stages[j]
+            meta: dict[str, Any] = {"rid": rid, "step": step, "first": first, "last": last}
+            if j + 1 < len(stages):
+                meta["next"] = [stages[j + 1][0], stages[j + 1][1]]
+            if j > 0:
+                self.mgr.send(node, "fwd", {**meta, "prev": stages[j - 1][0], "rows": rows})
+            else:
+                self.mgr.send(node, "fwd", meta, payload)
 
     def _tokens_payload(self, run: _Run) -> bytes:
         fed = len(run.tokens) - 1 if run.out else 0  # after a token, only it is new to the caches
@@ -173,19 +189,18 @@ class Server:
                 return
             inst = min(free, key=lambda i: (len(i.members) / i.capacity, i.kind != "local", i.iid))
             run = self.queue.popleft()
-            run.inst, run.stage = inst, 0
+            run.inst = inst
             inst.members.add(run.req.rid)
             self._send_pass(run, self._tokens_payload(run))
 
     def _on_out(self, run: _Run, meta: dict[str, object], payload: bytes | memoryview) -> None:
         inst = run.inst
         assert inst is not None
-        if meta.get("first") != inst.stages[run.stage][1]:
-            raise ScalingError(f"request {run.req.rid}: output of blocks {meta.get('first')}.. out of order")
-        if run.stage + 1 < len(inst.stages):
-            run.stage += 1
-            self._send_pass(run, bytes(payload))
-            return
+        if meta.get("first") != inst.stages[-1][1] or meta.get("step") != len(run.out):
+            raise ScalingError(f"request {run.req.rid}: a token from blocks {meta.get('first')}.. at step "
+                               f"{meta.get('step')}, expected blocks {inst.stages[-1][1]}.. at step {len(run.out)}")
+        if meta.get("via") is not None:
+            self.hidden_hops += 1
         tok = int(np.frombuffer(payload, dtype="<i8")[0])
         t = self.now()
         run.out.append(tok)
@@ -193,7 +208,6 @@ class Server:
         self.token_times.append(t)
         if run.first_token_s is None:
             run.first_token_s = t
-        run.stage = 0
         if len(run.out) >= run.req.gen:
             run.done_s = t
             inst.members.discard(run.req.rid)
@@ -222,7 +236,7 @@ class Server:
         target, run.target = run.target, None
         node = target.stages[0][0]
         self.mgr.send(node, "import", {"rid": run.req.rid, "first": 0, "last": self.B - 1}, state.to_bytes(self.mgr.cfg))
-        run.inst, run.stage = target, 0
+        run.inst = target
         target.members.add(run.req.rid)
         self.migrations += 1
         self._send_pass(run, self._tokens_payload(run))
@@ -230,10 +244,25 @@ class Server:
 
     # ---- the loop --------------------------------------------------------------------------------
     def run(self, schedule: Schedule, timeout: float = 300.0) -> ServeResult:
+        """Serve during a cold scale-out: the multicast ``schedule`` from its sources."""
         planner = PipelinePlanner.for_schedule(schedule) if self.system == "gfaas" else None
         run_id, t0 = self.mgr.start_multicast(schedule)
+        return self._serve(planner, run_id, t0, schedule.sources, set(range(schedule.nodes)), timeout)
+
+    def run_warm(self, nodes: Sequence[int], sources: int, bytes_per_s: float, timeout: float = 300.0) -> ServeResult:
+        """Serve during a warm scale-out: ``nodes`` load the model from their host-memory caches at
+        ``bytes_per_s`` each, in rotated block orders; ``gfaas`` lets them join execution pipelines
+        while they load, the other systems serve from a node once it holds the whole model. Nodes
+        ``0..sources-1`` hold it from the start."""
+        group = list(nodes)
+        planner = PipelinePlanner([group], self.B) if self.system == "gfaas" else None
+        run_id, t0 = self.mgr.start_warm(group, bytes_per_s)
+        return self._serve(planner, run_id, t0, sources, set(group), timeout)
+
+    def _serve(self, planner: PipelinePlanner | None, run_id: int, t0: float, sources: int, loading: set[int],
+               timeout: float) -> ServeResult:
         self.t0 = t0
-        for src in range(schedule.sources):
+        for src in range(sources):
             self._add([(src, 0, self.B - 1)], "local")
         pending = sorted(self.requests, key=lambda r: (r.arrival_s, r.rid))
         nxt = 0
@@ -241,7 +270,7 @@ class Server:
         multicast_s = 0.0
         deadline = time.monotonic() + timeout
         finished = 0
-        while finished < len(pending) or len(done_nodes) < schedule.nodes:
+        while finished < len(pending) or len(done_nodes) < len(loading):
             while nxt < len(pending) and pending[nxt].arrival_s <= self.now():
                 r = pending[nxt]
                 self.runs[r.rid] = _Run(r, list(r.prompt))
@@ -256,14 +285,14 @@ class Server:
                 continue
             node, fr = ev
             self._handle(node, fr, planner, run_id, done_nodes)
-            if fr.kind == "done" and len(done_nodes) == schedule.nodes:
+            if fr.kind == "done" and len(done_nodes) == len(loading):
                 multicast_s = self.now()
             finished = sum(1 for r in self.runs.values() if r.done_s is not None)
         return ServeResult(
             self.system,
             {rid: r.first_token_s - r.req.arrival_s for rid, r in self.runs.items() if r.first_token_s is not None},
             {rid: r.out for rid, r in self.runs.items()},
-            sorted(self.token_times), self.log, self.migrations, multicast_s)
+            sorted(self.token_times), self.log, self.migrations, multicast_s, self.hidden_hops)
 
     def _handle(self, node: int, fr: F.Frame, planner: PipelinePlanner | None, run_id: int,
                 done_nodes: set[int]) -> None:

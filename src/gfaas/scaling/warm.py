@@ -71,3 +71,13 @@ class WarmCache:
         e.last_used = now
         self._items.move_to_end(key)
         return e.blocks
+
+
+def warm_orders(nodes: int, blocks: int) -> list[list[int]]:
+    """The order in which each of ``nodes`` warm nodes copies the model's blocks from its host cache:
+    node ``j`` starts at block ``j * blocks // nodes`` and wraps around, so that partly loaded nodes
+    hold different blocks and can form execution pipelines long before any holds the whole model
+    (the rotation of k-way transmission, seed 002 Algorithm 1)."""
+    if nodes < 1 or blocks < 1:
+        raise ConfigError(f"nodes={nodes}, blocks={blocks}: pass at least one of each")
+    return [[(j * blocks // nodes + i) % blocks for i in range(blocks)] for j in range(nodes)]
