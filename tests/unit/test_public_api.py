@@ -34,6 +34,8 @@ PUBLIC = [
     "InvocationHandle",
     "InvocationResult",
     "InvocationTimeout",
+    "LlamaConfig",
+    "LlamaModel",
     "LocalRuntime",
     "ManualClock",
     "NodeConfig",
@@ -41,15 +43,19 @@ PUBLIC = [
     "NotFound",
     "ObjectStateError",
     "Overloaded",
+    "PipelinePlanner",
     "Plan",
     "ProtocolError",
     "RemoteError",
     "Router",
     "RoutingOptions",
     "RuntimeConfig",
+    "ScalingError",
+    "Schedule",
     "SpecError",
     "StorageOptions",
     "Topology",
+    "Transfer",
     "WallClock",
     "WorkflowError",
     "WorkflowSpec",
@@ -58,6 +64,7 @@ PUBLIC = [
     "create_gateway_app",
     "load_workflow",
     "loads_workflow",
+    "plan_multicast",
     "preset",
     "serve_gateway",
     "storage_policy",
@@ -85,7 +92,7 @@ def test_errors_form_one_tree() -> None:
           "DataLost", "InvalidDataRef", "ObjectStateError", "RemoteError"]
     for name in dp:
         assert issubclass(getattr(gfaas, name), gfaas.DataPlaneError), name
-    for name in [*dp, "ConfigError", "DependencyMissing", "ProtocolError", "DataPlaneError"]:
+    for name in [*dp, "ConfigError", "DependencyMissing", "ProtocolError", "DataPlaneError", "ScalingError"]:
         assert issubclass(getattr(gfaas, name), gfaas.GfaasError), name
     assert issubclass(gfaas.InvalidDataRef, ValueError)
     assert issubclass(gfaas.ConfigError, ValueError)
