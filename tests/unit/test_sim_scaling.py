@@ -99,6 +99,34 @@ def test_first_request_ttft_and_finish_in_closed_form() -> None:
     assert len(res.tokens) == out
 
 
+def test_ttft_splits_into_waiting_and_prefill_in_closed_form() -> None:
+    """On a loaded node a request arriving alone starts its prefill at once (waits 0) and its
+    prefill takes the prefill iteration; a second prompt that does not fit the first batch
+    (2 x 5000 > MAX_PREFILL_TOKENS) waits exactly that iteration, then shares a batch with the
+    first request's decode step."""
+    m, prompt = LLAMA2["7b"], 5000
+    bw, flops = H800.hbm_gbps * GB * H800.hbm_eff, H800.tflops * 1e12 * H800.mfu
+    t1 = max(m.weight_bytes / bw, 2 * m.params * prompt / flops)
+    alone = run_burst(preset("h800x1*2"), m, "faasnet", 1, [(0.5, prompt, 2)]).requests[0]
+    assert alone.placed == alone.prefill_start == 0.5 and alone.waited == 0.0
+    assert alone.prefill == pytest.approx(t1, rel=1e-9)
+    first, second = run_burst(preset("h800x1*2"), m, "faasnet", 1, [(0.0, prompt, 2), (0.0, prompt, 2)]).requests
+    assert first.waited == 0.0 and first.prefill == pytest.approx(t1, rel=1e-9)
+    assert second.placed == 0.0 and second.waited == pytest.approx(t1, rel=1e-9)
+    t2 = max((m.weight_bytes + (prompt + 1) * m.kv_bytes_per_token) / bw, 2 * m.params * (prompt + 1) / flops)
+    assert second.prefill == pytest.approx(t2, rel=1e-9)
+
+
+@pytest.mark.parametrize("system", ["gfaas", "faasnet", "nccl", "serverlessllm"])
+def test_waiting_and_prefill_sum_to_the_ttft_of_every_request(system: str) -> None:
+    reqs = [(0.01 * i, 400 + 37 * i % 900, 1 + i % 9) for i in range(120)]
+    res = run_burst(preset("h800x1*8"), LLAMA2["7b"], system, 2, reqs)
+    for r in res.requests:
+        assert r.arrival <= r.placed <= r.prefill_start < r.first_token
+        assert r.waited + r.prefill == pytest.approx(r.ttft, rel=1e-12, abs=1e-12)
+    assert any(r.waited > 0 for r in res.requests)  # the burst queues
+
+
 def test_serverlessllm_loads_from_ssd_at_its_rate() -> None:
     res = run_burst(preset("h800x1*3"), LLAMA2["13b"], "serverlessllm", 1, [])
     assert res.first_serving[1] == res.first_serving[2] == pytest.approx(LLAMA2["13b"].weight_bytes / (SSD_GBPS * GB))
@@ -130,6 +158,9 @@ def test_quick_experiments_run_and_compare_to_the_paper() -> None:
     ttft = run_experiment("scaling-ttft", quick=True)
     assert {r["system"] for r in ttft.rows} == {"gfaas", "faasnet", "nccl", "serverlessllm"}
     assert len(ttft.paper) == 3
+    for r in ttft.rows:
+        assert r["wait_s"] + r["prefill_s"] == pytest.approx(r["mean_ttft_s"], rel=1e-9)
+        assert 0 <= r["wait_instance_s"] <= r["wait_s"] and r["prefill_share"] == r["prefill_s"] / r["mean_ttft_s"]
     ramp = run_experiment("scaling-ramp", quick=True)
     assert ramp.paper and ramp.data["throughput"]
 

@@ -144,10 +144,24 @@ class Request:
     generated: int = 0
     first_token: float = math.nan
     finished: float = math.nan
+    # Recorded only, never read by the simulation: where a TTFT goes (docs/scaling.md).
+    placed: float = math.nan  # first handed to an instance
+    prefill_start: float = math.nan  # its prompt entered a batch
 
     @property
     def ttft(self) -> float:
         return self.first_token - self.arrival
+
+    @property
+    def waited(self) -> float:
+        """Seconds from arrival until its prefill batch started: for an instance, then in its queue."""
+        return self.prefill_start - self.arrival
+
+    @property
+    def prefill(self) -> float:
+        """Seconds from the start of its prefill batch to its first token (``waited + prefill == ttft``
+        up to rounding)."""
+        return self.first_token - self.prefill_start
 
     @property
     def context(self) -> int:
@@ -228,6 +242,8 @@ class Instance:
         self.ready.append(req)
         if not req.generated:
             self.unstarted += req.prompt
+            if math.isnan(req.placed):
+                req.placed = self.fleet.sim.now
         self._pump()
 
     def _pump(self) -> None:
@@ -242,6 +258,7 @@ class Instance:
                     break
                 prefill += r.prompt
                 self.unstarted -= r.prompt
+                r.prefill_start = self.fleet.sim.now
             else:
                 decoding += 1
                 kv += r.context

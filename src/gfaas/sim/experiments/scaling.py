@@ -24,6 +24,7 @@ from ..scaling import (
     LLAMA2,
     SYSTEMS,
     BurstResult,
+    Request,
     multicast_seconds,
     run_burst,
     run_trace,
@@ -147,6 +148,17 @@ def _burst(model: str, k: int, load: float, seconds: float, blocks: int, seed: i
     return {s: run_burst(topo, LLAMA2[model], s, k, reqs, blocks=blocks) for s in systems}
 
 
+def _ttft_parts(reqs: Sequence[Request]) -> dict[str, float]:
+    """Where the mean TTFT goes: waiting for an instance, then in its queue (together ``wait_s``),
+    then the prefill batch up to the first token (``prefill_s``, compute and pipeline hops);
+    ``wait_s + prefill_s == mean_ttft_s`` up to rounding."""
+    ttft = float(np.mean([r.ttft for r in reqs]))
+    wait = float(np.mean([r.waited for r in reqs]))
+    prefill = float(np.mean([r.prefill for r in reqs]))
+    return {"mean_ttft_s": ttft, "wait_instance_s": float(np.mean([r.placed - r.arrival for r in reqs])),
+            "wait_s": wait, "prefill_s": prefill, "prefill_share": prefill / ttft}
+
+
 def _start(res: BurstResult, k: int) -> float:
     """When the first node beyond the sources started serving (in a pipeline or alone)."""
     return min((t for n, t in res.first_serving.items() if n >= k), default=math.nan)
@@ -243,7 +255,8 @@ def scaling_ttft(quick: bool, progress: Progress, **params: str) -> Result:
             tt = np.array(res.ttfts())
             rows.append({"model": model, "system": system, "p50_s": float(np.percentile(tt, 50)),
                          "p90_s": float(np.percentile(tt, 90)),
-                         "all_first_tokens_s": max(r.first_token for r in res.requests), "requests": tt.size})
+                         "all_first_tokens_s": max(r.first_token for r in res.requests), "requests": tt.size,
+                         **_ttft_parts(res.requests)})
         progress(i + 1, len(models), model)
 
     def val(model: str, system: str, key: str) -> float:
@@ -259,7 +272,9 @@ def scaling_ttft(quick: bool, progress: Progress, **params: str) -> Result:
         r["p90_vs_gfaas"] = r["p90_s"] / val(str(r["model"]), "gfaas", "p90_s")
     notes = (f"k = {k}; the burst of scaling-ramp. all_first_tokens_s: when the last request got its first token "
              "(seed 002: FaaScale 'starts serving all 50 requests in 1.1 s', 2x / 1.4x / 8x faster than FaaSNet / "
-             "NCCL / ServerlessLLM for 13B). p90_vs_gfaas: a system's P90 TTFT over gfaas's.")
+             "NCCL / ServerlessLLM for 13B). p90_vs_gfaas: a system's P90 TTFT over gfaas's. Mean TTFT split: wait_s "
+             "(arrival to the start of its prefill batch; wait_instance_s of it before an instance took it) + "
+             "prefill_s (prefill batch to first token); prefill_share = prefill_s / mean_ttft_s.")
     return Result("scaling-ttft", "TTFT while scaling out (seed 002 Fig. 9)", rows, comps,
                   {"x": "model", "y": "p90_s", "series": "system"}, notes)
 
@@ -314,7 +329,7 @@ def scaling_gpu_time(quick: bool, progress: Progress, **params: str) -> Result:
             tt = np.array([r.ttft for r in res.requests])
             rows.append({"model": model, "system": system, "gpu_hours": res.gpu_seconds / 3600,
                          "p50_ttft_s": float(np.percentile(tt, 50)), "p90_ttft_s": float(np.percentile(tt, 90)),
-                         "requests": tt.size, "rate_scale": scale})
+                         "requests": tt.size, "rate_scale": scale, **_ttft_parts(res.requests)})
             t, g = _change_points(res.timeline)
             timeline.append({"model": model, "system": system, "t": t, "gpus": g})
         progress(i + 1, len(models), model)
