@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,6 +197,34 @@ def _fmt(v: Any) -> str:
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
     return str(v)
 
+
+
+def int_param(params: Mapping[str, str], key: str, default: int, low: int = 1) -> int:
+    """An experiment's ``--set key=N``: a whole number >= ``low``, or ``default`` when not given."""
+    raw = params.get(key)
+    if raw in (None, ""):
+        return default
+    try:
+        v = int(str(raw))
+    except ValueError:
+        v = low - 1
+    if v < low:
+        raise ConfigError(f"{key}={raw!r}: give a whole number >= {low}")
+    return v
+
+
+def float_param(params: Mapping[str, str], key: str, default: float) -> float:
+    """An experiment's ``--set key=X``: a finite number > 0, or ``default`` when not given."""
+    raw = params.get(key)
+    if raw in (None, ""):
+        return default
+    try:
+        v = float(str(raw))
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise ConfigError(f"{key}={raw!r}: give a number > 0")
+    return v
 
 def reduction(ours: float, baseline: float) -> float:
     """Percent reduction of ``ours`` against ``baseline`` (positive when ours is lower)."""

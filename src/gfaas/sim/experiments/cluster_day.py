@@ -73,7 +73,7 @@ from ..profiles import Profile
 from ..synthetic import WORKFLOW_SHARES, synthetic_azure_trace
 from ..systems import system
 from ..workflows import REFERENCE, workflow
-from .base import Progress, Result, register
+from .base import Progress, Result, int_param, register
 
 MACHINE = "dgx-a100"
 SYSTEMS = ("gfaas", "infless+")
@@ -101,9 +101,9 @@ class Setup:
     def parse(cls, quick: bool, params: Mapping[str, str]) -> Setup:
         base = QUICK if quick else FULL
         trace = params.get("trace") or None
-        nodes = _int("nodes", params.get("nodes"), int(base["nodes"]))
-        minutes = _int("minutes", params.get("minutes"), int(base["minutes"]))
-        seed = _int("seed", params.get("seed"), 0, low=0)
+        nodes = int_param(params, "nodes", int(base["nodes"]))
+        minutes = int_param(params, "minutes", int(base["minutes"]))
+        seed = int_param(params, "seed", 0, low=0)
         rate: float | None = base["rate"] if trace is None else None
         if params.get("rate"):
             try:
@@ -131,18 +131,6 @@ class Setup:
     def requests(self) -> float | None:
         """The expected number of requests of the run (None: whatever the trace holds)."""
         return None if self.rate is None else self.rate * 60.0 * self.minutes
-
-
-def _int(what: str, text: str | None, default: int, low: int = 1) -> int:
-    if text is None or text == "":
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = low - 1
-    if value < low:
-        raise ConfigError(f"{what}={text!r}: give a whole number >= {low}")
-    return value
 
 
 # ---- arrivals -----------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from ..scaling import (
     run_trace,
     serving_rps,
 )
-from .base import Comparison, Progress, Result, register
+from .base import Comparison, Progress, Result, float_param, int_param, register
 
 #: The issue's tolerance for seed 002's ratios: +-20% of the paper's value.
 REL_TOL = 0.2
@@ -40,32 +40,6 @@ SCHEMES = {"gfaas": "binomial", "faasnet": "tree", "nccl": "chain", "nccl-sequen
 #: Full-model multicast seconds of seed 002's artifact (../shared/design/anchors.md; k = 1):
 #: (model, nodes) -> (lambda-scale, FaaSNet, NCCL).
 ANCHORS = {("7b", 8): (0.47, 0.76, 0.83), ("13b", 12): (0.80, 1.46, 1.22), ("70b", 4): (9.27, 16.25, 12.91)}
-
-
-def _int(params: Mapping[str, str], key: str, default: int, low: int = 1) -> int:
-    raw = params.get(key)
-    if raw in (None, ""):
-        return default
-    try:
-        v = int(str(raw))
-    except ValueError:
-        v = low - 1
-    if v < low:
-        raise ConfigError(f"{key}={raw!r}: give a whole number >= {low}")
-    return v
-
-
-def _float(params: Mapping[str, str], key: str, default: float) -> float:
-    raw = params.get(key)
-    if raw in (None, ""):
-        return default
-    try:
-        v = float(str(raw))
-    except ValueError:
-        v = math.nan
-    if not (math.isfinite(v) and v > 0):
-        raise ConfigError(f"{key}={raw!r}: give a number > 0")
-    return v
 
 
 def _models(params: Mapping[str, str], default: Sequence[str]) -> list[str]:
@@ -98,7 +72,7 @@ def _gpus(model: str) -> int:
 @register("multicast-latency", "Full-model multicast latency on H800 testbeds (002 Fig. 7)", "seed 002 §7.2, Fig. 7",
           params=("blocks",))
 def multicast_latency(quick: bool, progress: Progress, **params: str) -> Result:
-    blocks = _int(params, "blocks", DEFAULT_BLOCKS)
+    blocks = int_param(params, "blocks", DEFAULT_BLOCKS)
     cases = [("7b", n) for n in (4, 8, 12)] + [("13b", n) for n in (4, 8, 12)] + [("70b", n) for n in (2, 4, 6)]
     if quick:
         cases = [("7b", 8), ("13b", 12), ("70b", 4)]
@@ -177,7 +151,7 @@ BURST_SECONDS = {"7b": 2.0, "13b": 2.0, "70b": 6.0}
 
 
 def _burst_params(params: Mapping[str, str]) -> tuple[float, int, int]:
-    return _float(params, "load", 1.0), _int(params, "blocks", DEFAULT_BLOCKS), _int(params, "seed", 0, low=0)
+    return float_param(params, "load", 1.0), int_param(params, "blocks", DEFAULT_BLOCKS), int_param(params, "seed", 0, low=0)
 
 
 def _ramp_plot(result: Result, plt: Any) -> Any:
@@ -246,7 +220,7 @@ def scaling_ramp(quick: bool, progress: Progress, **params: str) -> Result:
           params=("load", "blocks", "seed", "models", "k"))
 def scaling_ttft(quick: bool, progress: Progress, **params: str) -> Result:
     load, blocks, seed = _burst_params(params)
-    k = _int(params, "k", 1)
+    k = int_param(params, "k", 1)
     models = _models(params, ["13b"] if quick else ["7b", "13b", "70b"])
     rows: list[dict[str, Any]] = []
     for i, model in enumerate(models):
@@ -308,11 +282,11 @@ def _gpu_plot(result: Result, plt: Any) -> Any:
 @register("scaling-gpu-time", "GPU time and TTFT on the bursty trace, with ideal scaling (002 Figs. 10-11)",
           "seed 002 §7.4, Figs. 10-11", params=("load", "blocks", "seed", "models", "seconds"))
 def scaling_gpu_time(quick: bool, progress: Progress, **params: str) -> Result:
-    load = _float(params, "load", 0.8)
-    blocks, seed = _int(params, "blocks", DEFAULT_BLOCKS), _int(params, "seed", 0, low=0)
+    load = float_param(params, "load", 0.8)
+    blocks, seed = int_param(params, "blocks", DEFAULT_BLOCKS), int_param(params, "seed", 0, low=0)
     models = _models(params, ["70b"] if quick else ["7b", "13b", "70b"])
     series = load_rate_series(trace_path("lambdascale-burst"))
-    seconds = _int(params, "seconds", 200 if quick else series.rates.size)
+    seconds = int_param(params, "seconds", 200 if quick else series.rates.size)
     rates = series.rates[:seconds]
     prompt, output = _mean_lengths()
     systems = ("ideal", *SYSTEMS)
