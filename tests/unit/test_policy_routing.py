@@ -323,6 +323,31 @@ def test_cross_node_without_nic_harvest_uses_one_nic() -> None:
     assert hops(p) == [(("n0.gpu0", "n0.pcie0", "n0.nic0", "fabric", "n1.nic2", "n1.pcie2", "n1.gpu5"), 12.0)]
 
 
+def test_gpus_on_one_switch_get_their_own_direct_nic() -> None:
+    """h800x8: gpu0 and gpu1 share pcie0 with nic0 and nic1; each GPU's GPUDirect path is its own NIC."""
+    topo = preset("h800x8*2")
+    first = [hops(Router(topo, RoutingOptions(nic_harvest=False)).plan("t", f"n0.gpu{i}", f"n1.gpu{i}"))[0][0]
+             for i in (0, 1)]
+    assert [h[2] for h in first] == ["n0.nic0", "n0.nic1"]
+    assert [h[4] for h in first] == ["n1.nic0", "n1.nic1"]
+
+
+def test_concurrent_shards_share_the_harvested_nics() -> None:
+    """Two shards (TP = 2) from gpu0 and gpu1 at once: the first took all 8 NICs (200 GB/s), balancing
+    gives the second half of them; with eight shards every GPU ends with its own NIC (25 GB/s each)."""
+    topo = preset("h800x8*2")
+    for tp, each in ((2, 100.0), (8, 25.0)):
+        r = Router(topo)
+        for i in range(tp):
+            r.plan(i, f"n0.gpu{i}", f"n1.gpu{i}")
+        totals = [sum(p.gbps for p in plan.paths) for plan in r.active.values()]
+        assert totals == pytest.approx([each] * tp)
+    r = Router(topo, RoutingOptions(balance_busy=False))
+    r.plan(0, "n0.gpu0", "n1.gpu0")
+    r.plan(1, "n0.gpu1", "n1.gpu1")
+    assert [sum(p.gbps for p in plan.paths) for plan in r.active.values()] == pytest.approx([175.0, 25.0])
+
+
 def test_cross_node_host_to_host_uses_the_hosts_nics() -> None:
     """n0.host->n1.host: each NIC pair nicK->nicK straight from host memory, 12 GB/s (the PCIe uplink)."""
     p = Router(preset("dgx-v100*2")).plan("t", "n0.host", "n1.host")

@@ -418,7 +418,12 @@ def _cross_node(topo: Topology, src: str, dst: str, opts: RoutingOptions) -> Rou
     def first_nic(end: str, nics: list[str]) -> str:
         own = topo.pcie_switch_of(end) if topo.device(end).kind == "gpu" else None
         mine = [n for n in nics if own is not None and topo.pcie_switch_of(n) == own]
-        return (mine or nics)[0]
+        if not mine:
+            return nics[0]
+        # GPUs sharing a switch with several NICs each get their own (GPU i -> NIC i mod k), as
+        # GPUDirect deployments pair them; the first NIC for all would leave the others idle.
+        peers = gpus_on_switch(topo, own) if own is not None else []
+        return mine[peers.index(end) % len(mine)] if end in peers else mine[0]
 
     n0, m0 = first_nic(src, s_nics), first_nic(dst, d_nics)
     direct_routes = _combine(_nic_legs(topo, src, n0, opts, False), _nic_legs(topo, dst, m0, opts, False))
@@ -443,8 +448,11 @@ def _cross_node(topo: Topology, src: str, dst: str, opts: RoutingOptions) -> Rou
             combos = _combine(_nic_legs(topo, src, n, opts, True), _nic_legs(topo, dst, m, opts, True))
             keep = combos[:1] if not opts.topology_aware else combos[:_PER_NIC]
             peers += [Route(h, 1, group=n) for h in keep]
+    # Busy-path balancing applies to harvested NICs too: without it the first of two concurrent
+    # shards from GPUs on one PCIe switch keeps every NIC and the second gets none.
     return RouteSet("cross", direct=direct, tiers=(tuple(peers),) if peers else (),
-                    fair=opts.nic_harvest and not opts.topology_aware)
+                    fair=opts.nic_harvest and not opts.topology_aware,
+                    balance=opts.nic_harvest and opts.topology_aware and opts.multipath and opts.balance_busy)
 
 
 @lru_cache(maxsize=32)
