@@ -13,7 +13,7 @@ from gfaas.sim.experiments import REGISTRY, Comparison, run_experiment
 
 EXPECTED = {"passing-latency", "a10", "e2e-p99", "throughput", "ablation", "isolation", "nvlink-vs-mapa",
             "storage-cap", "storage-passing", "memory-timeline", "elastic-ablation", "cluster-day",
-            "multicast-latency", "scaling-ramp", "scaling-ttft", "scaling-gpu-time", "moa"}
+            "multicast-latency", "scaling-ramp", "scaling-ttft", "scaling-gpu-time", "scaling-gpu-load", "moa"}
 
 
 def test_every_paper_figure_has_an_experiment() -> None:
