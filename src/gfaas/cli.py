@@ -216,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--figure", help="scale: also draw the throughput ramp to this PNG")
     b.set_defaults(func=cmd_bench)
 
+    from .cli_accel import add_parsers as add_accel
     from .cli_runtime import add_parsers as add_runtime
     from .cli_scale import add_parsers as add_scale
     from .cli_sim import add_parsers
@@ -223,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_parsers(sub)
     add_runtime(sub)
     add_scale(sub)
+    add_accel(sub)
     return p
 
 
