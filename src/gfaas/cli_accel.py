@@ -61,14 +61,15 @@ def layer_rows(prog: Program) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     for s in prog.steps:
-        lay = s.layer
         if isinstance(s, MatStep):
+            lay = s.layer
             rows.append({"name": lay.name, "op": lay.op, "unit": "matrix", "m": lay.m, "k": lay.k, "n": lay.n,
                          "groups": lay.groups, "macs": lay.macs, "tiles": len(s.tiles), "tile": list(s.tile),
                          "fused": s.op.fused})
         else:
-            rows.append({"name": lay.name, "op": lay.op, "unit": "vector", "elements": lay.elements,
-                         "ops": lay.ops, "bytes_in": lay.bytes_in, "bytes_out": lay.bytes_out, "fused": s.fused})
+            vl = s.layer
+            rows.append({"name": vl.name, "op": vl.op, "unit": "vector", "elements": vl.elements,
+                         "ops": vl.ops, "bytes_in": vl.bytes_in, "bytes_out": vl.bytes_out, "fused": s.fused})
     return rows
 
 

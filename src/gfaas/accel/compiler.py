@@ -17,7 +17,6 @@ buffer).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,7 +316,3 @@ def _tiles(op: MatOp, g: Graph, groups: int, m: int, k: int, n: int, t: tuple[in
                     last_a, last_w = a_key, w_key
                     st = gs * (m1 - m0) * (n1 - n0) * eb if k1 == k else 0
                     yield Tile(g0, g1, m0, m1, k0, k1, n0, n1, la, lw, st)
-
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)

@@ -226,8 +226,8 @@ def _resize_axis(x: Arr, ax: int, n_out: int, scale: float, mode: str, ctm: str,
     else:
         raise ConfigError(f"Resize coordinate_transformation_mode={ctm!r} is not supported")
     if mode == "nearest":
-        rounders = {"round_prefer_floor": lambda v: np.ceil(v - 0.5), "round_prefer_ceil": lambda v: np.floor(v + 0.5),
-                    "floor": np.floor, "ceil": np.ceil}
+        rounders: dict[str, Callable[[Arr], Arr]] = {"round_prefer_floor": lambda v: np.ceil(v - 0.5), "round_prefer_ceil": lambda v: np.floor(v + 0.5),
+                                                     "floor": np.floor, "ceil": np.ceil}
         idx = np.clip(rounders[nm](c).astype(np.int64), 0, n_in - 1)
         return np.take(x, idx, axis=ax)
     c = np.clip(c, 0, n_in - 1)
