@@ -7,6 +7,8 @@ import itertools
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from gfaas.accel.arch import AccelConfig, preset
@@ -250,3 +252,38 @@ def test_shape_subgraphs_are_folded(small: dict[str, onnx.ModelProto]) -> None:
     for name in ("gpt2_small", "vit_b16", "fcn"):
         ops = {s.layer.op for s in compile_model(small[name], preset("dscs")).steps}
         assert not ops & {"Shape", "ConstantOfShape", "Trilu"}, name
+
+
+def test_initializers_listed_as_inputs_still_compile() -> None:
+    """Older exporters list weights among the graph inputs too; they are constants, not inputs."""
+    w = np.random.default_rng(2).standard_normal((100, 3)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "old",
+                          [helper.make_tensor_value_info("x", F, [2, 100]), helper.make_tensor_value_info("w", F, [100, 3])],
+                          [helper.make_tensor_value_info("y", F, None)], [numpy_helper.from_array(w, "w")])
+    prog = compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+                         preset("dscs").with_(precision="fp32"))
+    assert list(prog.graph.inputs) == ["x"]
+    assert check(prog, "fp32").max_rel_err <= 1e-5
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 64), st.integers(1, 5000), st.integers(1, 5000), st.integers(1, 3000),
+       st.sampled_from(["os", "ws", "is"]), st.integers(2, 8), st.integers(2, 8), st.integers(10, 16),
+       st.integers(10, 16), st.integers(10, 16), st.sampled_from([1, 4]))
+def test_choose_tile_always_fits(g: int, m: int, k: int, n: int, df: str, lr: int, lc: int, li: int, lw: int,
+                                 lo: int, eb: int) -> None:
+    """Any layer on any array and scratchpads gets a tile within its sides whose padded footprint fits half
+    of each scratchpad, or, when not even one padded fold of the array fits, an error saying which buffer."""
+    cfg = AccelConfig(rows=2**lr, cols=2**lc, dataflow=df, ifmap_sram=2**li, filter_sram=2**lw,  # type: ignore[arg-type]
+                      ofmap_sram=2**lo)
+    gm, gk, gn = {"os": (cfg.rows, 1, cfg.cols), "ws": (1, cfg.rows, cfg.cols), "is": (cfg.cols, cfg.rows, 1)}[df]
+    if gm * gk * eb > cfg.ifmap_sram // 2 or gk * gn * eb > cfg.filter_sram // 2 or gm * gn * 4 > cfg.ofmap_sram // 2:
+        with pytest.raises(ConfigError, match=r"fold needs \d+ bytes of (ifmap|filter|ofmap)_sram, more than half"):
+            choose_tile(g, m, k, n, cfg, eb)
+        return
+    tg, tm, tk, tn = choose_tile(g, m, k, n, cfg, eb)
+    assert 1 <= tg <= g and 1 <= tm <= m and 1 <= tk <= k and 1 <= tn <= n
+    pm, pk, pn = (-(-tm // gm) * gm, -(-tk // gk) * gk, -(-tn // gn) * gn)
+    assert tg * pm * pk * eb <= cfg.ifmap_sram // 2
+    assert tg * pk * pn * eb <= cfg.filter_sram // 2
+    assert tg * pm * pn * 4 <= cfg.ofmap_sram // 2

@@ -228,6 +228,13 @@ def choose_tile(groups: int, m: int, k: int, n: int, cfg: AccelConfig, eb: int) 
     gm, gk, gn = _grain(cfg)
     tg, tm, tk, tn = groups, m, k, n
     half_i, half_w, half_o = cfg.ifmap_sram // 2, cfg.filter_sram // 2, cfg.ofmap_sram // 2
+    # The smallest tile is one padded fold of the array; if that does not fit, nothing does.
+    for what, need, half in (("ifmap_sram", gm * gk * eb, half_i), ("filter_sram", gk * gn * eb, half_w),
+                             ("ofmap_sram", gm * gn * ACC_BYTES, half_o)):
+        if need > half:
+            raise ConfigError(f"{cfg.name!r}: one {cfg.rows}x{cfg.cols} {cfg.dataflow} fold needs {need} bytes of "
+                              f"{what}, more than half of its {2 * half} (double buffering); give {what} >= "
+                              f"{2 * need} or use a smaller array")
 
     def fits() -> tuple[bool, bool, bool]:
         pm, pk, pn = _pad(tm, gm), _pad(tk, gk), _pad(tn, gn)
@@ -247,7 +254,7 @@ def choose_tile(groups: int, m: int, k: int, n: int, cfg: AccelConfig, eb: int) 
         side = max(pair, key=lambda s: sides[s])
         if sides[side] == 1:
             side = pair[0] if side == pair[1] else pair[1]
-        if sides[side] == 1:  # pragma: no cover - a 1x1x1 tile always fits 512 bytes
+        if sides[side] == 1:  # pragma: no cover - the fold check above rules this out
             raise ConfigError(f"no tile fits the scratchpads of {cfg.name!r}")
         if side == "m":
             tm = halve(tm)

@@ -150,9 +150,12 @@ def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     m = onnx.ModelProto()
     m.CopyFrom(model)
     keep = []
+    listed = {i.name for i in m.graph.input}  # older exporters list initializers as inputs too
     for init in m.graph.initializer:
         if int(np.prod(init.dims)) > 64:
-            m.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+            if init.name not in listed:
+                m.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type,
+                                                                        list(init.dims)))
         else:
             keep.append(init)
     del m.graph.initializer[:]
