@@ -167,7 +167,7 @@ def test_k_split_accumulation_equals_numpy() -> None:
     assert rel_err(y, a.astype(np.float64) @ w.astype(np.float64)) < 1e-5
 
 
-@pytest.mark.parametrize("bug", ["shift_n", "drop_k_split", "swap_m"])
+@pytest.mark.parametrize("bug", ["shift_k", "shift_n", "drop_k_split", "shift_m"])
 def test_a_tiling_bug_changes_the_outputs(bug: str) -> None:
     """Emulation really reads each tile's offsets: corrupting one tile's range makes the output wrong."""
     a, w = _r(37, 300), _r(300, 45)
@@ -178,8 +178,10 @@ def test_a_tiling_bug_changes_the_outputs(bug: str) -> None:
     tiles = list(step.tiles)
     i = next(j for j, t in enumerate(tiles) if t.k0 > 0 and t.n0 > 0 and t.m0 > 0)
     t = tiles[i]
-    if bug == "shift_n":
+    if bug == "shift_k":
         tiles[i] = dataclasses.replace(t, k0=t.k0 - 1, k1=t.k1 - 1)
+    elif bug == "shift_n":
+        tiles[i] = dataclasses.replace(t, n0=t.n0 - 1, n1=t.n1 - 1)
     elif bug == "drop_k_split":
         del tiles[i]
     else:

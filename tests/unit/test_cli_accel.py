@@ -80,3 +80,14 @@ def test_errors_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "Celu (node 'c1')" in capsys.readouterr().err
     assert main(["accel", "compile", "logreg", "--dim", "L"]) == 1
     assert "--dim 'L': write NAME=VALUE" in capsys.readouterr().err
+
+
+def test_config_file_and_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--config FILE (YAML over a preset), then --array/--dataflow/--precision on top of it."""
+    cfg = tmp_path / "drive.yaml"
+    cfg.write_text("base: dscs\nname: mydrive\nofmap_sram: 256KiB\n")
+    assert main(["accel", "compile", "logreg", "--config", str(cfg), "--array", "16x8", "--dataflow", "is",
+                 "--precision", "fp32", "--json"]) == 0
+    c = _out(capsys)["config"]
+    assert (c["name"], c["ofmap_sram"], c["rows"], c["cols"], c["dataflow"], c["precision"]) == \
+        ("mydrive", 256 * 1024, 16, 8, "is", "fp32")

@@ -272,7 +272,7 @@ def _ranges(total: int, step: int) -> list[tuple[int, int]]:
 def mat_step(g: Graph, op: MatOp, cfg: AccelConfig) -> MatStep:
     groups, m, k, n, geom = gemm_shape(g, op)
     eb = cfg.element_bytes
-    w_elems = int(op.weight.size) if op.weight is not None else groups * k * n
+    w_elems = int(op.weight.size) if op.weight is not None else int(np.prod(g.shapes[op.b or ""]))
     layer = MatLayer(op.name, op.op, m, k, n, groups, geom, weight_bytes=w_elems * eb,
                      input_bytes=int(np.prod(g.shapes[op.a])) * eb,
                      output_bytes=int(np.prod(g.shapes[op.output])) * eb)
