@@ -82,6 +82,11 @@ def test_table2_peaks_follow_from_cores_and_clocks() -> None:
     assert [d.PLATFORMS[p].power_w for p in d.PLATFORM_ORDER[:-1]] == [240, 250, 225, 15, 15, 18]
 
 
+def test_dscs_preprocessing_is_the_vector_unit_roofline() -> None:
+    """f1 on DSCS: 10 op/byte on 128 lanes x 1 GHz (compute-bound) vs 38 GB/s x 0.7 (the shared dscs preset)."""
+    assert d.dscs_vector_seconds(1.28e10) == pytest.approx(1.0)  # memory alone: 1.28e10 / 26.6e9 = 0.48 s
+
+
 def test_s3_fit_reproduces_its_sources() -> None:
     """The lognormal has p90 = 20 ms (s3-benchmark) and p99 = 2.1 x p50 (seed 004 Fig. 3)."""
     med, sig = d.S3_MEDIAN_S, d.S3_SIGMA
@@ -238,6 +243,7 @@ def test_platform_experiment_with_injected_provider(monkeypatch: pytest.MonkeyPa
     assert len(res.rows) == 8 * 7 and len(res.paper) == 12
     assert all(r["speedup"] == 1.0 and r["cost_efficiency"] == 1.0 for r in res.rows if r["platform"] == "cpu")
     dscs_rows = [r for r in res.rows if r["platform"] == "dscs"]
+    assert all(r["speedup"] < res.data["amdahl_bound"][r["app"]] for r in dscs_rows)
     f1 = {a: d.phases(d.APPS[a], "dscs", d.StoragePaths(), provider=placeholder_provider).phases
           for a in d.APPS}
     for r in dscs_rows:

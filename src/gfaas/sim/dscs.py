@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APPS", "PLATFORMS", "App", "Breakdown", "DscsProvider", "Phase", "Platform", "RackResult",
-    "StoragePaths", "app_energy", "app_latency", "cost_efficiency", "lognormal_quantile", "phases",
-    "roofline_seconds", "simulate_rack",
+    "StoragePaths", "app_energy", "app_latency", "capex", "cost_efficiency", "dscs_vector_seconds",
+    "lognormal_quantile", "phases", "roofline_seconds", "simulate_rack", "with_quantile",
 ]
 
 #: ``provider(model, batch) -> (seconds, joules)``: one DSCS inference of zoo model ``model``.
@@ -342,10 +342,9 @@ def phases(app: App, platform: str, paths: StoragePaths, *, batch: int = 1, extr
         ph.append(Phase("f2", "cold-start", cold_s + cold_platform_s, host_idle))
 
     def pre_seconds(nbytes: float, plat: Platform | None) -> float:
-        flops = PRE_FLOP_PER_BYTE * nbytes
-        if plat is None:  # DSCS runs f1 on its vector unit: same roofline as NS-FPGA's DSA (conservative)
-            plat = PLATFORMS["ns-fpga"]
-        return roofline_seconds(flops, nbytes, plat)
+        if plat is None:
+            return dscs_vector_seconds(nbytes)
+        return roofline_seconds(PRE_FLOP_PER_BYTE * nbytes, nbytes, plat)
 
     def model_compute() -> tuple[float, float]:
         if dscs:
@@ -390,6 +389,17 @@ def phases(app: App, platform: str, paths: StoragePaths, *, batch: int = 1, extr
     ph.append(Phase("f3", "compute", roofline_seconds(PRE_FLOP_PER_BYTE * out, out, cpu), cpu.power_w))
     ph.append(Phase("f3", "remote-write", paths.remote(256 * batch), host_idle))  # a small notification record
     return Breakdown(tuple(ph), extra_j)
+
+
+def dscs_vector_seconds(nbytes: float) -> float:
+    """f1 on the DSCS vector unit (seed 004 §4: the VPU runs pre/post-processing): a roofline of the
+    shared ``dscs`` architecture preset, ``vector_lanes`` ops per cycle at ``freq_mhz`` against its
+    ``dram_gbps`` at :data:`MEM_EFF`."""
+    from ..accel.arch import preset
+
+    cfg = preset("dscs")
+    ops = cfg.vector_lanes * cfg.freq_mhz * 1e6
+    return max(PRE_FLOP_PER_BYTE * nbytes / ops, nbytes / (cfg.dram_gbps * 1e9 * MEM_EFF))
 
 
 def app_latency(app: App, platform: str, paths: StoragePaths, **kw: Any) -> float:
