@@ -281,3 +281,16 @@ def test_rack_experiment_small(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Non
     assert {"dscs-rack.json", "dscs-rack.md"} <= names
     with pytest.raises(ConfigError, match="platforms='0'"):
         run_experiment("dscs-rack", params={"platforms": "0"})
+
+
+def test_provider_is_called_once_per_model_and_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run asks the provider once per (model, batch), however many chains use it."""
+    calls: list[tuple[str, int]] = []
+
+    def counting(model: str, batch: int) -> tuple[float, float]:
+        calls.append((model, batch))
+        return placeholder_provider(model, batch)
+
+    monkeypatch.setattr(ex, "dscs_provider", counting)
+    run_experiment("dscs-functions", quick=True)
+    assert sorted(calls) == sorted((a.model, 1) for a in d.APPS.values())

@@ -5,10 +5,23 @@ inference of a zoo model at a batch size) comes from :data:`dscs_provider`, whic
 timing and energy model sets; until then every experiment here refuses to run (ConfigError) rather
 than print numbers from a stand-in. Averages over the eight applications are arithmetic means of the
 per-application ratios (the paper does not say which mean it uses).
+
+Wiring the accelerator (for the lead, once the compiler and timing model are merged)::
+
+    def _accel(model: str, batch: int) -> tuple[float, float]:
+        cfg = gfaas.accel.arch.preset("dscs")
+        layers = <compile gfaas.models.cache.path(model, "full") at this batch>
+        timing = time_model(cfg, layers)
+        return timing.seconds(cfg), energy(cfg, timing).total_j
+
+    dscs_provider = _accel   # here, replacing None; then IN_ALL = True
+
+Each run calls the provider once per (model, batch) (the calls are cached for the run).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -48,7 +61,7 @@ def _provider() -> DscsProvider:
         raise ConfigError("the DSCS experiments need the accelerator's compute model: set "
                           "gfaas.sim.experiments.dscs.dscs_provider to a function (model, batch) -> (seconds, joules) "
                           "built on the accelerator timing/energy model; no stand-in numbers are shipped")
-    return dscs_provider
+    return functools.cache(dscs_provider)  # compiling a model is not free; one call per (model, batch)
 
 
 def _ratio(a: float, b: float) -> float:
