@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from gfaas.errors import ConfigError
@@ -294,3 +296,32 @@ def test_provider_is_called_once_per_model_and_batch(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(ex, "dscs_provider", counting)
     run_experiment("dscs-functions", quick=True)
     assert sorted(calls) == sorted((a.model, 1) for a in d.APPS.values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 8), st.integers(0, 2)), min_size=1, max_size=30),
+       st.integers(1, 3), st.integers(0, 2), st.integers(1, 4))
+def test_rack_conserves_requests_and_serves_each_queue_in_order(
+        arrivals: list[tuple[int, int]], drives: int, cpus: int, depth: int) -> None:
+    """Every request finishes or is refused once; none waits less than nothing; per drive and on the CPUs,
+    requests start in arrival order (FCFS), and no drive runs two at once (busy flag)."""
+    arrivals = sorted(arrivals)
+    times = [t / 4 for t, _ in arrivals]
+    homes = [h % drives for _, h in arrivals]
+    sim = Simulator()
+    log = EventLog(sim)
+    r = d.simulate_rack(times, ["a"] * len(times), homes, {"a": 0.75}, {"a": 1.25}, drives=drives, cpus=cpus,
+                        queue_depth=depth, sample_every_s=0, log=log, sim=sim)
+    assert r.completed + r.rejected == len(times) and r.on_accel + r.on_cpu == r.completed
+    assert all(lat >= 0.75 for lat in r.latencies)
+    starts = log.of("start")
+    for drv in range(drives):
+        rids = [e[2] for e in starts if e[3] == "accel" and e[4] == drv]
+        assert rids == sorted(rids)
+    cpu_rids = [e[2] for e in starts if e[3] == "cpu"]
+    assert cpu_rids == sorted(cpu_rids)  # a CPU is free only while nobody waits
+    busy_until: dict[int, float] = {}
+    for t, _, _rid, where, *rest in starts:
+        if where == "accel":
+            assert busy_until.get(rest[0], 0.0) <= t
+            busy_until[rest[0]] = t + 0.75
