@@ -13,7 +13,8 @@ from gfaas.sim.experiments import REGISTRY, Comparison, run_experiment
 
 EXPECTED = {"passing-latency", "a10", "e2e-p99", "throughput", "ablation", "isolation", "nvlink-vs-mapa",
             "storage-cap", "storage-passing", "memory-timeline", "elastic-ablation", "cluster-day",
-            "multicast-latency", "scaling-ramp", "scaling-ttft", "scaling-gpu-time", "scaling-gpu-load", "moa"}
+            "multicast-latency", "scaling-ramp", "scaling-ttft", "scaling-gpu-time", "scaling-gpu-load", "moa",
+            "dscs-platforms", "dscs-batch", "dscs-tail", "dscs-functions", "dscs-cold", "dscs-rack"}
 
 
 def test_every_paper_figure_has_an_experiment() -> None:
