@@ -151,40 +151,47 @@ def _mat(df: str, rows: int, cols: int, half_in: float, half_w: float, half_out:
     sram_reads = groups * (reads(_INPUT) + reads(_WEIGHT) + (passes - 1) * m * n)
     sram_writes = groups * passes * m * n
 
-    def footprint(span: tuple[int, int], rsz: int, csz: int) -> int:
-        size = {ri: rsz, ci: csz, ti: dims[ti]}
-        return size[span[0]] * size[span[1]]
+    # Each operand by how its block changes over the fold loops (columns outer, rows inner):
+    # 0 = spans both array dimensions (a new block every fold), 1 = spans the row dimension and the
+    # streamed one (changes every inner fold), 2 = spans the column dimension and the streamed one.
+    # Bytes per element: its DRAM bytes spread over its GEMM footprint (a convolution's feature map
+    # is smaller than its unrolled patches).
+    t_ext = dims[ti]
 
-    # Bytes per element of each operand: its DRAM bytes spread over its GEMM footprint (a
-    # convolution's feature map is smaller than its unrolled patches).
-    operands = [(b_in / (m * k), _INPUT, b_in, half_in), (b_w / (k * n), _WEIGHT, b_w, half_w)]
-    out_pe = b_out / (m * n)
+    def kind(span: tuple[int, int]) -> int:
+        return 0 if ti not in span else (1 if ri in span else 2)
+
+    operands = [(kind(_INPUT), b_in / (m * k), b_in, half_in), (kind(_WEIGHT), b_w / (k * n), b_w, half_w)]
+    out_kind, out_pe = kind(_OUTPUT), b_out / (m * n)
     stall_sum = loads_total = stores_total = 0.0  # over one group's folds
     first_load = last_store = first_x = last_x = 0.0
     for csz, cfirst, clast, ccount in _blocks(dims[ci], cols):
         for rsz, rfirst, rlast, rcount in _blocks(dims[ri], rows):
             load = 0.0
-            for pe, span, whole, half in operands:
-                block = footprint(span, rsz, csz) * pe
-                if ri in span and ci in span:  # a new block every fold
-                    need = True
-                elif ri in span:  # changes with the inner (row) loop: kept across column folds if it all fits
-                    need = cfirst or whole > half
-                else:  # changes with the outer (column) loop only: kept over its row folds if it fits
-                    need = rfirst or block > half
-                if need:
-                    load += block
-            oblock = footprint(_OUTPUT, rsz, csz) * out_pe
-            if ri in _OUTPUT:  # os: each fold finishes its own outputs
-                store = oblock
-            elif oblock <= half_out:  # ws/is: accumulate on chip, write after the last row fold
-                store = oblock if rlast else 0.0
-            else:  # partial sums spill to DRAM and come back
-                store = oblock
-                load += 0.0 if rfirst else oblock
+            for kd, pe, whole, half in operands:
+                if kd == 0:
+                    load += rsz * csz * pe
+                elif kd == 1:  # kept across column folds only if all of it fits
+                    if cfirst or whole > half:
+                        load += rsz * t_ext * pe
+                else:  # kept over the row folds of its column block if that block fits
+                    block = csz * t_ext * pe
+                    if rfirst or block > half:
+                        load += block
+            if out_kind == 0:  # os: each fold finishes its own outputs
+                store = rsz * csz * out_pe
+            else:  # ws/is: outputs accumulate over the row folds
+                oblock = csz * t_ext * out_pe
+                if oblock <= half_out:  # on chip, written after the last row fold
+                    store = oblock if rlast else 0.0
+                else:  # partial sums spill to DRAM and come back
+                    store = oblock
+                    if not rfirst:
+                        load += oblock
             x = (load + store) / bpc
             cnt = rcount * ccount
-            stall_sum += cnt * max(0.0, x - per_fold)
+            if x > per_fold:
+                stall_sum += cnt * (x - per_fold)
             loads_total += cnt * load
             stores_total += cnt * store
             if rfirst and cfirst:
