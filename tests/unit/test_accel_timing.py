@@ -86,9 +86,9 @@ def test_one_more_row_costs_a_whole_fold() -> None:
 
 
 def test_groups_run_back_to_back() -> None:
-    """A grouped GEMM takes groups x folds x per_fold - 1 cycles and groups x the MACs."""
+    """A grouped GEMM takes groups x (folds x per_fold - 1) cycles (one SCALE-Sim layer per group)."""
     t = time_layer(cfg(), gemm(64, 9, 1, groups=48))
-    assert t.compute_cycles == 48 * 2 * (9 + 62) - 1
+    assert t.compute_cycles == 48 * (2 * (9 + 62) - 1)
     assert t.macs == 64 * 9 * 48
 
 

@@ -17,9 +17,10 @@ from its compute modules): the array works through ``ceil(Sr/rows) * ceil(Sc/col
 folds outermost, each fold padded to the full array, and a fold lasts ``T + rows + cols - 2`` cycles
 (``T`` operand wavefronts plus the skew of filling and draining the array) plus ``rows`` cycles in
 the weight- and input-stationary dataflows to preload the stationary operand. The whole layer is
-``folds * per_fold - 1`` cycles (the last drain cycle overlaps nothing and SCALE-Sim's count stops
-one short of it). ``groups`` independent GEMMs (grouped and depthwise convolutions) run one after
-another.
+``folds * per_fold - 1`` cycles (SCALE-Sim's layer total is one less than the sum of its folds'
+demand rows; measured on every layer of the oracle table). ``groups`` independent GEMMs (grouped and depthwise convolutions) run one after
+another, each counted like a layer of its own (SCALE-Sim splits a depthwise layer into one layer per
+channel).
 
 **Stall cycles**: each operand has a scratchpad; with double buffering a fold's DRAM traffic (the
 operand blocks it needs that are not already on chip, plus its output block or partial sums going
@@ -135,7 +136,7 @@ def _mat(df: str, rows: int, cols: int, half_in: float, half_w: float, half_out:
     ri, ci, ti = _MAPPING[df]
     dims = (m, k, n)
     row_folds, col_folds, per_fold = fold_plan(df, rows, cols, m, k, n)
-    compute = groups * row_folds * col_folds * per_fold - 1
+    compute = groups * (row_folds * col_folds * per_fold - 1)
 
     # Scratchpad accesses by the array, in elements: the stationary operand (spanning both array
     # dimensions) is read once; one spanning the streamed dimension is read again for every fold of
