@@ -176,3 +176,14 @@ def test_cycles_bound_and_monotone(m: int, k: int, n: int, side: int, df: str) -
     assert t.stall_cycles >= 0
     for bigger in (gemm(m + 1, k, n), gemm(m, k + 1, n), gemm(m, k, n + 1)):
         assert time_layer(c, bigger).compute_cycles >= t.compute_cycles
+
+
+def test_double_buffering_closed_forms() -> None:
+    """OS 64x50x32 on 32x32 (2 folds of 112 cycles; fold 1 moves 3200 B in + 1024 out, fold 2 moves
+    1600 in (weights kept) + 1024 out). Compute-bound: only the first loads and last stores show
+    (3200/100 + 1024/100 = 42 cycles). Bandwidth-bound: total = DRAM time (stall = 6848 - 224)."""
+    layer = gemm(64, 50, 32)
+    hidden = time_layer(cfg(32, dram_gbps=100.0), layer)
+    assert (hidden.compute_cycles, hidden.dram_bytes, hidden.stall_cycles) == (223, 6848, 42)
+    bound = time_layer(cfg(32, dram_gbps=1.0), layer)
+    assert bound.stall_cycles == 6848 - 224
