@@ -187,3 +187,25 @@ def test_double_buffering_closed_forms() -> None:
     assert (hidden.compute_cycles, hidden.dram_bytes, hidden.stall_cycles) == (223, 6848, 42)
     bound = time_layer(cfg(32, dram_gbps=1.0), layer)
     assert bound.stall_cycles == 6848 - 224
+
+
+def test_bench_compare_reports_errors_and_speedup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The benchmark's comparison (SCALE-Sim replaced by a fake 2% off on one layer) reports that 2%."""
+    import io
+
+    import gfaas.bench.accel as ba
+
+    def fake(py: object, rows: int, cols: int, df: str, layers: tuple) -> dict:
+        c = cfg(rows, df)
+        cyc = [time_layer(c, conv_layer(*r)).compute_cycles for r in layers]
+        cyc[1] = round(cyc[1] / 1.02)
+        return {"layers": [{"total": x + 5, "stall": 5} for x in cyc], "wall_s": 2.0}
+
+    monkeypatch.setattr(ba, "run_scalesim", fake)
+    monkeypatch.setattr(ba, "ensure_venv", lambda log=None: "python")
+    res = ba.run(quick=True, log=io.StringIO())
+    assert [(b["array"], b["dataflow"]) for b in res["layers"]] == [("128x128", "os"), ("128x128", "ws")]
+    assert res["max_rel_err"] == pytest.approx(0.02, abs=1e-3)  # rounding to whole cycles
+    r50 = res["resnet50"][0]
+    assert r50["ours_total"] == r50["scalesim_total"] == 611_561
+    assert res["speedup_vs_scalesim"] == pytest.approx(2.0 / r50["ours_wall_s"])

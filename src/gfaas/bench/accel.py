@@ -204,12 +204,17 @@ def print_table(res: dict[str, Any]) -> None:
 
 def main(a: Any) -> int:
     """``gfaas bench accel [--json] [--out FILE] [--quick] [--full]``."""
-    from ..cli_sim import _save_or_emit
+    from ..provenance import provenance
 
+    prov = provenance()  # taken before the run (minutes long), so it names the code that ran
     res = run(quick=a.quick, full=getattr(a, "full", False))
-    if _save_or_emit(res, a):
-        return 0
-    print_table(res)
+    res["provenance"] = prov
+    if a.out:
+        Path(a.out).write_text(json.dumps(res, indent=2))
+    if a.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print_table(res)
     return 0
 
 
