@@ -207,5 +207,5 @@ def test_bench_compare_reports_errors_and_speedup(monkeypatch: pytest.MonkeyPatc
     assert [(b["array"], b["dataflow"]) for b in res["layers"]] == [("128x128", "os"), ("128x128", "ws")]
     assert res["max_rel_err"] == pytest.approx(0.02, abs=1e-3)  # rounding to whole cycles
     r50 = res["resnet50"][0]
-    assert r50["ours_total"] == r50["scalesim_total"] == 611_561
+    assert r50["ours_total"] == 611_561 and r50["layers"][1]["rel_err"] > 0.019
     assert res["speedup_vs_scalesim"] == pytest.approx(2.0 / r50["ours_wall_s"])
