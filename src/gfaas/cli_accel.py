@@ -79,13 +79,25 @@ def compile_report(prog: Program) -> dict[str, Any]:
 
 
 def run_report(prog: Program, check: CheckResult, precision: str) -> dict[str, Any]:
-    """The document ``gfaas accel run --json`` prints. The timing and energy fields (cycles,
-    compute_cycles, stall_cycles, seconds, energy_j, utilization, per-layer cycles) are added here."""
+    """The document ``gfaas accel run --json`` prints: the emulation's verdict, the timing model's
+    cycles (compute apart from memory stalls) and the energy model's joules, per model and per layer."""
+    from .accel.power import energy
+    from .accel.timing import time_model
+
+    cfg = prog.config
+    timing = time_model(cfg, prog.layers)
+    joules = energy(cfg, timing)
+    rows = layer_rows(prog)
     return {
-        "model": prog.name, "config": prog.config.name, "precision": precision, "batch": prog.batch,
+        "model": prog.name, "config": cfg.name, "precision": precision, "batch": prog.batch,
+        "cycles": timing.cycles, "compute_cycles": timing.compute_cycles, "stall_cycles": timing.stall_cycles,
+        "seconds": timing.seconds(cfg), "energy_j": joules.total_j, "avg_power_w": joules.avg_power_w,
+        "energy_breakdown_j": {**joules.dynamic_j, "leakage": joules.leakage_j},
+        "utilization": timing.utilization(cfg), "macs": timing.macs, "dram_bytes": timing.dram_bytes,
         "outputs_match": check.outputs_match, "max_rel_err": check.max_rel_err, "tolerance": check.tolerance,
         "errors": check.errors, "stats": prog.stats(),
-        "layers": [{"name": r["name"], "op": r["op"]} for r in layer_rows(prog)],
+        "layers": [{"name": r["name"], "op": r["op"], "compute_cycles": t.compute_cycles,
+                    "stall_cycles": t.stall_cycles} for r, t in zip(rows, timing.layers, strict=True)],
     }
 
 
@@ -125,6 +137,9 @@ def cmd_accel_run(a: argparse.Namespace) -> int:
     else:
         _print_layers(prog)
         verdict = "match" if res.outputs_match else "DO NOT match"
+        print(f"timing: {doc['cycles']:,} cycles ({doc['compute_cycles']:,} compute + {doc['stall_cycles']:,} "
+              f"memory stall) = {doc['seconds'] * 1e3:.3f} ms at {prog.config.freq_mhz:g} MHz, utilization "
+              f"{doc['utilization']:.1%}; energy {doc['energy_j'] * 1e3:.3f} mJ")
         print(f"emulated at {precision}: outputs {verdict} onnxruntime (max relative error "
               f"{res.max_rel_err:.3g}, bound {res.tolerance:g})")
     return 0 if res.outputs_match else 1

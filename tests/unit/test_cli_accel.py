@@ -40,8 +40,14 @@ def test_run_json_fp32_matches(capsys: pytest.CaptureFixture[str]) -> None:
     doc = _out(capsys)
     assert doc["outputs_match"] is True and 0 < doc["max_rel_err"] <= 1e-4 and doc["precision"] == "fp32"
     assert set(doc["errors"]) == {"hidden", "pooled", "logits"}
-    assert doc["layers"][0] == {"name": "word_emb", "op": "Gather"}
-    assert all(set(r) == {"name", "op"} for r in doc["layers"])
+    assert {k: doc["layers"][0][k] for k in ("name", "op")} == {"name": "word_emb", "op": "Gather"}
+    # The timing model's totals are the per-layer sums; seconds are cycles at the clock.
+    assert doc["cycles"] == doc["compute_cycles"] + doc["stall_cycles"] > 0
+    assert sum(r["compute_cycles"] for r in doc["layers"]) == doc["compute_cycles"]
+    assert sum(r["stall_cycles"] for r in doc["layers"]) == doc["stall_cycles"]
+    assert doc["seconds"] == pytest.approx(doc["cycles"] / 1e9)  # dscs preset: 1 GHz
+    assert 0 < doc["utilization"] <= 1 and doc["energy_j"] == pytest.approx(sum(doc["energy_breakdown_j"].values()))
+    assert all(set(r) == {"name", "op", "compute_cycles", "stall_cycles"} for r in doc["layers"])
 
 
 def test_run_defaults_to_the_configs_int8(capsys: pytest.CaptureFixture[str]) -> None:

@@ -325,3 +325,15 @@ def test_rack_conserves_requests_and_serves_each_queue_in_order(
         if where == "accel":
             assert busy_until.get(rest[0], 0.0) <= t
             busy_until[rest[0]] = t + 0.75
+
+
+def test_default_provider_is_the_accelerator_model() -> None:
+    """The experiments' DSCS compute comes from compiling the model and timing it, not a stand-in."""
+    from gfaas.accel.arch import preset
+    from gfaas.accel.estimate import dscs_seconds_joules, estimate
+
+    assert ex.dscs_provider is dscs_seconds_joules
+    small = estimate("logreg", preset("dscs"), 1, scale="small")
+    assert small.seconds == small.timing.seconds(preset("dscs")) > 0
+    assert small.joules == small.energy.total_j > 0
+    assert estimate("logreg", preset("dscs"), 8, scale="small").timing.macs == 8 * small.timing.macs

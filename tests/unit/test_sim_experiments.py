@@ -60,6 +60,11 @@ def test_cli_sim_list_and_run_json(capsys) -> None:  # type: ignore[no-untyped-d
     assert doc["experiment"] == "a10" and isinstance(doc["within_tolerance"], bool) and doc["rows"]
     assert main(["sim", "run", "nope"]) == 1
     assert "unknown experiment 'nope'" in capsys.readouterr().err
+    # A comma list runs each, in order, into one document; a bad name in it is refused before any runs.
+    assert main(["sim", "run", "a10,moa", "--quick", "--json"]) == 0
+    assert [d["experiment"] for d in json.loads(capsys.readouterr().out)] == ["a10", "moa"]
+    assert main(["sim", "run", "a10,nope", "--quick", "--json"]) == 1
+    assert "unknown experiment 'nope'" in capsys.readouterr().err
 
 
 def test_cli_topo_paths_json(capsys) -> None:  # type: ignore[no-untyped-def]

@@ -6,15 +6,8 @@ timing and energy model sets; until then every experiment here refuses to run (C
 than print numbers from a stand-in. Averages over the eight applications are arithmetic means of the
 per-application ratios (the paper does not say which mean it uses).
 
-Wiring the accelerator (for the lead, once the compiler and timing model are merged)::
-
-    def _accel(model: str, batch: int) -> tuple[float, float]:
-        cfg = gfaas.accel.arch.preset("dscs")
-        layers = <compile gfaas.models.cache.path(model, "full") at this batch>
-        timing = time_model(cfg, layers)
-        return timing.seconds(cfg), energy(cfg, timing).total_j
-
-    dscs_provider = _accel   # here, replacing None; then IN_ALL = True
+The provider is :func:`gfaas.accel.estimate.dscs_seconds_joules`: the zoo model at full scale
+compiled for the ``dscs`` preset, then the timing and energy models. Tests swap it for their own.
 
 Each run calls the provider once per (model, batch) (the calls are cached for the run).
 """
@@ -28,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ...accel.estimate import dscs_seconds_joules
 from ...errors import ConfigError
 from ..arrivals import bursty
 from ..dscs import (
@@ -46,11 +40,10 @@ from ..dscs import (
 from .base import Comparison, Progress, Result, float_param, int_param, mean, register
 
 #: The hook: ``dscs_provider(model, batch) -> (seconds, joules)`` of one DSCS inference of zoo model
-#: ``model``. None until the accelerator model is wired in (the lead sets it, e.g. in
-#: ``gfaas.sim.experiments.__init__``: ``dscs.dscs_provider = <function over time_model/energy>``).
-dscs_provider: DscsProvider | None = None
-#: TODO(lead): set True once dscs_provider is wired, so that `gfaas sim run all` (and `make results`)
-#: includes these experiments; while it is False they run only when named.
+#: ``model``: the accelerator model (compiler, timing, energy). Set to None, the experiments refuse.
+dscs_provider: DscsProvider | None = dscs_seconds_joules
+#: Not in `gfaas sim run all`: like cluster-day they have their own result file
+#: (`make accel-results` -> benchmarks/results/dscs-experiments.json).
 IN_ALL = False
 
 REF = "seed 004 §6.2"
