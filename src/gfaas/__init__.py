@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 # public name -> (module, attribute)
 _EXPORTS: dict[str, tuple[str, str]] = {
+    "AccelConfig": ("gfaas.accel.arch", "AccelConfig"),
     "AccessDenied": ("gfaas.errors", "AccessDenied"),
     "Admin": ("gfaas.dataplane", "Admin"),
     "AuthenticationError": ("gfaas.errors", "AuthenticationError"),
@@ -68,6 +69,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "WallClock": ("gfaas.clock", "WallClock"),
     "WorkflowError": ("gfaas.errors", "WorkflowError"),
     "WorkflowSpec": ("gfaas.runtime.spec", "WorkflowSpec"),
+    "compile_model": ("gfaas.accel.compiler", "compile_model"),
     "connect": ("gfaas.dataplane", "connect"),
     "create_gateway_app": ("gfaas.runtime.gateway", "create_app"),
     "load_workflow": ("gfaas.runtime.spec", "load"),
@@ -79,6 +81,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on demand
+    from .accel.arch import AccelConfig
+    from .accel.compiler import compile_model
     from .clock import Clock, ManualClock, WallClock
     from .config import NodeConfig
     from .dataplane import (
@@ -154,6 +158,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AccelConfig",
     "AccessDenied",
     "Admin",
     "AuthenticationError",
@@ -209,6 +214,7 @@ __all__ = [
     "WorkflowError",
     "WorkflowSpec",
     "__version__",
+    "compile_model",
     "connect",
     "create_gateway_app",
     "load_workflow",

@@ -157,6 +157,10 @@ def cmd_bench(a: argparse.Namespace) -> int:
         from .cli_sim import bench_simscale
 
         return bench_simscale(a)
+    if a.what == "accel":
+        from .bench.accel import main as bench_accel
+
+        return bench_accel(a)
     if a.what == "scale":
         from .cli_scale import bench_scale
 
@@ -214,8 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--trace", help="scale: an Azure LLM trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens); "
                    "default: the bundled code trace")
     b.add_argument("--figure", help="scale: also draw the throughput ramp to this PNG")
+    b.add_argument("--full", action="store_true", help="accel: SCALE-Sim's ResNet-50 on all four configurations")
     b.set_defaults(func=cmd_bench)
 
+    from .cli_accel import add_parsers as add_accel
     from .cli_runtime import add_parsers as add_runtime
     from .cli_scale import add_parsers as add_scale
     from .cli_sim import add_parsers
@@ -223,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_parsers(sub)
     add_runtime(sub)
     add_scale(sub)
+    add_accel(sub)
     return p
 
 

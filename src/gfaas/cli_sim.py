@@ -114,13 +114,13 @@ def cmd_sim(a: argparse.Namespace) -> int:
         return 0
     if not a.name:
         raise ConfigError(f"sim run needs an experiment name: one of {', '.join(REGISTRY)} or 'all'")
-    names = [n for n, e in REGISTRY.items() if e.in_all] if a.name == "all" else [a.name]
+    names = [n for n, e in REGISTRY.items() if e.in_all] if a.name == "all" else a.name.split(",")
     for n in names:
         if n not in REGISTRY:
             raise ConfigError(f"unknown experiment {n!r}; `gfaas sim list` shows: {', '.join(REGISTRY)}")
     params = _params(a.set or [])
-    if params and a.name == "all":
-        raise ConfigError("--set applies to one experiment; name it instead of 'all'")
+    if params and len(names) > 1:
+        raise ConfigError("--set applies to one experiment; name it instead of 'all' or a list")
     results = []
     for n in names:
         t0 = time.monotonic()
@@ -244,7 +244,7 @@ def add_parsers(sub: Any) -> None:
 
     s = sub.add_parser("sim", help="simulator experiments, one per paper figure")
     s.add_argument("action", choices=["list", "run"])
-    s.add_argument("name", nargs="?", help="run: experiment name, or 'all'")
+    s.add_argument("name", nargs="?", help="run: experiment name, several joined by commas, or 'all'")
     s.add_argument("--quick", action="store_true", help="a smaller sweep (smoke test)")
     s.add_argument("--out", help="write NAME.json, NAME.md and NAME.png here")
     s.add_argument("--save", metavar="FILE",

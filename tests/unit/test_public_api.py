@@ -5,6 +5,7 @@ import importlib
 import gfaas
 
 PUBLIC = [
+    "AccelConfig",
     "AccessDenied",
     "Admin",
     "AuthenticationError",
@@ -60,6 +61,7 @@ PUBLIC = [
     "WorkflowError",
     "WorkflowSpec",
     "__version__",
+    "compile_model",
     "connect",
     "create_gateway_app",
     "load_workflow",

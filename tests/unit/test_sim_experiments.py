@@ -13,7 +13,8 @@ from gfaas.sim.experiments import REGISTRY, Comparison, run_experiment
 
 EXPECTED = {"passing-latency", "a10", "e2e-p99", "throughput", "ablation", "isolation", "nvlink-vs-mapa",
             "storage-cap", "storage-passing", "memory-timeline", "elastic-ablation", "cluster-day",
-            "multicast-latency", "scaling-ramp", "scaling-ttft", "scaling-gpu-time", "scaling-gpu-load", "moa"}
+            "multicast-latency", "scaling-ramp", "scaling-ttft", "scaling-gpu-time", "scaling-gpu-load", "moa",
+            "dscs-platforms", "dscs-batch", "dscs-tail", "dscs-functions", "dscs-cold", "dscs-rack"}
 
 
 def test_every_paper_figure_has_an_experiment() -> None:
@@ -58,6 +59,11 @@ def test_cli_sim_list_and_run_json(capsys) -> None:  # type: ignore[no-untyped-d
     doc = json.loads(capsys.readouterr().out)
     assert doc["experiment"] == "a10" and isinstance(doc["within_tolerance"], bool) and doc["rows"]
     assert main(["sim", "run", "nope"]) == 1
+    assert "unknown experiment 'nope'" in capsys.readouterr().err
+    # A comma list runs each, in order, into one document; a bad name in it is refused before any runs.
+    assert main(["sim", "run", "a10,moa", "--quick", "--json"]) == 0
+    assert [d["experiment"] for d in json.loads(capsys.readouterr().out)] == ["a10", "moa"]
+    assert main(["sim", "run", "a10,nope", "--quick", "--json"]) == 1
     assert "unknown experiment 'nope'" in capsys.readouterr().err
 
 
