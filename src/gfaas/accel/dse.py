@@ -346,7 +346,8 @@ def plot(res: DseResult, path: str) -> None:
         ax.scatter([getattr(p, attr) for p in bad], [p.geomean_ips for p in bad], s=8, c="0.75", marker="x",
                    label=f"peak > {res.budget_w:g} W")
         fr = [res.points[i] for i in front]
-        ax.plot([getattr(p, attr) for p in fr], [p.geomean_ips for p in fr], "k-", lw=1, label="frontier")
+        ax.plot([getattr(p, attr) for p in fr], [p.geomean_ips for p in fr], "k-", lw=1, drawstyle="steps-post",
+                label="frontier")
         ax.scatter([getattr(res.paper, attr)], [res.paper.geomean_ips], s=120, marker="*", c="red",
                    label="paper: 128x128, 4 MB, DDR5", zorder=5)
         if chosen:
