@@ -202,12 +202,14 @@ def cmd_accel_dse(a: argparse.Namespace) -> int:
           f"{doc['feasible_points']} within {a.budget:g} W peak")
     for label, p in (("chosen (best perf under budget)", ch), ("best perf/W", ppw)):
         if p:
-            print(f"{label}: {p['name']}  {p['geomean_ips']:.1f} inf/s geomean, {p['avg_power_w']:.2f} W avg, "
-                  f"{p['peak_power_w']:.2f} W peak, {p['area_mm2']:.1f} mm2")
+            print(f"{label}: {p['name']}  {p['geomean_ips']:.4g} inf/s geomean, {p['avg_power_w']:.3g} W chip average, "
+                  f"{p['peak_power_w']:.3g} W peak, {p['area_mm2']:.3g} mm2")
+        else:
+            print(f"{label}: no point fits {a.budget:g} W")
     rank = f"rank {pp['rank']} of {pp['of']} feasible" if pp["rank"] else "infeasible"
-    rel = f"{pp['perf_vs_chosen']:.2f}x the chosen point's performance" if pp["perf_vs_chosen"] else ""
-    print(f"paper's point {pp['name']}: {pp['geomean_ips']:.1f} inf/s, {pp['peak_power_w']:.2f} W peak; {rank}; "
-          f"{rel}; on power frontier: {pp['on_power_frontier']}, on area frontier: {pp['on_area_frontier']}")
+    rel = f"{pp['perf_vs_chosen']:.2f}x the chosen point's performance; " if pp["perf_vs_chosen"] else ""
+    print(f"paper's point {pp['name']}: {pp['geomean_ips']:.4g} inf/s, {pp['peak_power_w']:.3g} W peak; {rank}; "
+          f"{rel}on power frontier: {pp['on_power_frontier']}, on area frontier: {pp['on_area_frontier']}")
     print(f"power-performance frontier: {len(doc['frontier_power'])} points; "
           f"area-performance frontier: {len(doc['frontier_area'])} points")
     return 0
