@@ -171,3 +171,60 @@ def add_parsers(sub: Any) -> None:
     r = ssub.add_parser("run", help="compile, emulate and compare the outputs with onnxruntime")
     _common(r)
     r.set_defaults(func=cmd_accel_run)
+    d = ssub.add_parser("dse", help="design-space exploration: ~650 configs x the zoo, Pareto frontiers (docs/accel-dse.md)")
+    _dse_args(d)
+    d.set_defaults(func=cmd_accel_dse)
+
+
+def _dse_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", type=float, default=4.2, help="peak-power budget of the accelerator, W (default 4.2)")
+    p.add_argument("--models", help="comma-separated zoo models (default: all)")
+    p.add_argument("--scale", choices=["small", "full"], default="full", help="zoo model size (default full)")
+    p.add_argument("--steps", type=int, default=4, help="scratchpad sizes per doubling (default 4: 651 points)")
+    p.add_argument("--out", metavar="DIR", help="also write DIR/dse.json, DIR/dse_rows.csv, DIR/dse_frontiers.png")
+    p.add_argument("--json", action="store_true")
+
+
+def cmd_accel_dse(a: argparse.Namespace) -> int:
+    import math
+    import sys
+    from pathlib import Path
+
+    from .accel import dse
+    from .models import zoo
+
+    if not math.isfinite(a.budget) or a.budget <= 0:
+        raise ConfigError(f"--budget {a.budget:g}: give the accelerator's power budget in watts, > 0 (e.g. 4.2)")
+    models = [m.strip() for m in a.models.split(",")] if a.models else zoo.names()
+    bad = [m for m in models if m not in zoo.names()]
+    if bad or not models:
+        raise ConfigError(f"--models {a.models!r}: {', '.join(bad) or 'none given'} not in the zoo "
+                          f"({', '.join(zoo.names())})")
+    res = dse.explore(models, a.budget, steps_per_octave=a.steps, scale=a.scale,
+                      progress=lambda line: print(f"dse: {line}", file=sys.stderr, flush=True))
+    doc = res.to_dict()
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "dse.json").write_text(json.dumps(doc, indent=1))
+        dse.write_rows(res, str(out / "dse_rows.csv"))
+        dse.plot(res, str(out / "dse_frontiers.png"))
+    if a.json:
+        print(json.dumps(doc))
+        return 0
+    pp, ch, ppw = doc["paper_point"], doc["chosen"], doc["best_perf_per_w"]
+    print(f"{doc['points']} points x {len(models)} models in {doc['seconds']:.1f} s; "
+          f"{doc['feasible_points']} within {a.budget:g} W peak")
+    for label, p in (("chosen (best perf under budget)", ch), ("best perf/W", ppw)):
+        if p:
+            print(f"{label}: {p['name']}  {p['geomean_ips']:.4g} inf/s geomean, {p['avg_power_w']:.3g} W chip average, "
+                  f"{p['peak_power_w']:.3g} W peak, {p['area_mm2']:.3g} mm2")
+        else:
+            print(f"{label}: no point fits {a.budget:g} W")
+    rank = f"rank {pp['rank']} of {pp['of']} feasible" if pp["rank"] else "infeasible"
+    rel = f"{pp['perf_vs_chosen']:.2f}x the chosen point's performance; " if pp["perf_vs_chosen"] else ""
+    print(f"paper's point {pp['name']}: {pp['geomean_ips']:.4g} inf/s, {pp['peak_power_w']:.3g} W peak; {rank}; "
+          f"{rel}on power frontier: {pp['on_power_frontier']}, on area frontier: {pp['on_area_frontier']}")
+    print(f"power-performance frontier: {len(doc['frontier_power'])} points; "
+          f"area-performance frontier: {len(doc['frontier_area'])} points")
+    return 0
