@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench check setup clean test-gpu bench-gpu results cluster-day scale-results
+.PHONY: accel-results demo test bench check setup clean test-gpu bench-gpu results cluster-day scale-results
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -60,6 +60,20 @@ cluster-day: $(STAMP)
 	$(BIN)/gfaas sim run cluster-day --save $(R)/cluster-day.json --out out/cluster-day
 	cp out/cluster-day/cluster-day.png docs/results/cluster-day.png
 	$(BIN)/python benchmarks/sim_tables.py $(R)/cluster-day.json --write docs/results/cluster-day.md
+
+# The in-storage accelerator (not in `results`: SCALE-Sim alone runs ~10-15 minutes): the SCALE-Sim
+# comparison, the design-space exploration and the DSCS serverless experiments, with their pages.
+DSCS_EXPERIMENTS = dscs-platforms,dscs-batch,dscs-tail,dscs-functions,dscs-cold,dscs-rack
+accel-results: $(STAMP)
+	@git diff --quiet -- src benchmarks/*.py || { echo "make accel-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/gfaas bench accel --json --out $(R)/accel-scalesim.json > /dev/null
+	$(BIN)/gfaas accel dse --out out/accel-dse --json > $(R)/accel-dse.json
+	cp out/accel-dse/dse_frontiers.png docs/accel-dse.png
+	$(BIN)/gfaas sim run $(DSCS_EXPERIMENTS) --save $(R)/dscs-experiments.json --out out/dscs > /dev/null
+	cp out/dscs/dscs-platforms.png out/dscs/dscs-rack.png docs/results/
+	$(BIN)/python benchmarks/sim_tables.py $(R)/dscs-experiments.json --write docs/results/dscs.md
+	$(BIN)/python benchmarks/accel_emulation.py --json $(R)/accel-emulation.json
+	$(BIN)/python benchmarks/accel_tables.py $(R)/accel-scalesim.json $(R)/accel-dse.json $(R)/accel-emulation.json --write docs/accel.md
 
 # Real scaling in rate-limited network namespaces (root; ~45 s; not in `results`): the result file,
 # the figure docs/scaling-ramp.png and the Measured block of docs/scaling.md.

@@ -200,9 +200,12 @@ def cmd_accel_dse(a: argparse.Namespace) -> int:
     if bad or not models:
         raise ConfigError(f"--models {a.models!r}: {', '.join(bad) or 'none given'} not in the zoo "
                           f"({', '.join(zoo.names())})")
+    from .provenance import provenance
+
+    prov = provenance()  # before the run, so it names the code that ran
     res = dse.explore(models, a.budget, steps_per_octave=a.steps, scale=a.scale,
                       progress=lambda line: print(f"dse: {line}", file=sys.stderr, flush=True))
-    doc = res.to_dict()
+    doc = {**res.to_dict(), "provenance": prov}
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
