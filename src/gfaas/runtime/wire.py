@@ -196,7 +196,8 @@ def result_from_document(doc: Mapping[str, Any]) -> InvocationResult:
             scalars={k: _float(v) for k, v in (doc.get("scalars") or {}).items()},
             error=doc.get("error"),
             breakdown=Breakdown(**{k: float(_float(b.get(k, 0.0))) for k in
-                                   ("queue_s", "host_pass_s", "fn_pass_s", "compute_s", "total_s")}),
+                                   ("queue_s", "host_pass_s", "fn_pass_s", "compute_s", "total_s",
+                                    "accel_s")}),
             functions=tuple(FunctionRecord(function=str(r["function"]), worker=str(r.get("worker", "")),
                                            queued_s=float(_float(r.get("queued_s", 0.0))),
                                            get_s=float(_float(r.get("get_s", 0.0))),
