@@ -6,6 +6,7 @@ or absent, and chained marked functions stay on the drive."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -163,3 +164,39 @@ def test_a_conv_model_in_a_worker_process_runs_on_the_drive(support: None) -> No
     assert rel_err(res.outputs["logits"], emulate(prog, {"image": img}, "fp32")["logits"]) <= 1e-6
     ref = models.load("resnet50", "small")(image=img)["logits"]
     assert rel_err(res.outputs["logits"], ref) <= FP32_TOLERANCE
+
+
+HELD = f"""
+name: held
+inputs: {{x: {{dtype: float32, shape: [-1, 32]}}}}
+outputs: {{p: a.p}}
+functions:
+  - {{name: a, kind: cpu, handler: "{H}:held_score", model: logreg, accelerator: dscs, inputs: {{x: input.x}},
+     outputs: {{p: null}}}}
+"""
+
+
+def test_a_drive_busy_with_one_invocation_sends_the_next_to_the_cpu(support: None) -> None:
+    import accel_handlers  # type: ignore[import-not-found]
+
+    accel_handlers.GATE.clear()
+    accel_handlers.CALLS.clear()
+    with LocalRuntime(RuntimeConfig(executor="inproc", dscs_drives=1, workers_per_function=2,
+                                    node_capacity_bytes=64 << 20, sandbox="none")) as r:
+        r.deploy(HELD)
+        first = r.submit("held", {"x": X})
+        deadline = time.monotonic() + 30
+        while not (accel_handlers.CALLS and r.drives.drives[0].busy):  # the first holds the only drive
+            assert time.monotonic() < deadline, "the first invocation never started"
+            time.sleep(0.01)
+        second = r.invoke("held", {"x": X}, timeout=60)  # runs while the first still holds the drive
+        accel_handlers.GATE.set()
+        res = r.result(first, timeout=60)
+    assert res.ok and second.ok, (res.error, second.error)
+    calls = list(accel_handlers.CALLS)
+    assert calls == [first, second.invocation_id]
+    assert placements(res) == [("a", "dscs", 0)]
+    assert placements(second) == [("a", "cpu", 0)]
+    assert res.breakdown.accel_s == estimate("logreg", preset("dscs"), 4, "small").seconds
+    assert second.breakdown.accel_s == 0.0
+    assert rel_err(res.outputs["p"], second.outputs["p"]) <= FP32_TOLERANCE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -22,3 +23,15 @@ def rescore(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
 def classify(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     """resnet50 on the request's images: (N, 3, 64, 64) -> (N, 1000) logits."""
     return {"logits": ctx.model(image=np.asarray(ctx.get(inputs["img"]), dtype=np.float32))["logits"]}
+
+
+# For the busy-drive test (in-process workers only): the first call holds its drive until GATE is set.
+GATE = threading.Event()
+CALLS: list[str] = []
+
+
+def held_score(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    CALLS.append(ctx.invocation)
+    if len(CALLS) == 1 and not GATE.wait(60):
+        raise TimeoutError("the test never released the gate")
+    return score(ctx, inputs)

@@ -82,3 +82,22 @@ def test_claim_asks_the_shared_policy(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_unknown_drive_preset_is_refused_at_start() -> None:
     with pytest.raises(ConfigError, match="nope"):
         DscsDrives([DscsDrive("d0", "nope")])
+
+
+def test_result_documents_carry_placement_and_accel_s_of_marked_functions_only() -> None:
+    from gfaas.runtime.result import Breakdown, FunctionRecord, InvocationResult
+    from gfaas.runtime.wire import result_document, result_from_document
+
+    recs = (FunctionRecord("a", "w0", compute_s=0.5, placement="dscs", drive=1, accel_s=0.25),
+            FunctionRecord("b", "w1", compute_s=0.5, placement="cpu", drive=1),
+            FunctionRecord("c", "w2", compute_s=0.5))
+    res = InvocationResult("i", "w", "done", breakdown=Breakdown(compute_s=1.5, total_s=2.0, accel_s=0.25),
+                           functions=recs)
+    doc = result_document(res)
+    assert doc["breakdown"] == {"queue_s": 0.0, "host_pass_s": 0.0, "fn_pass_s": 0.0, "compute_s": 1.5,
+                                "total_s": 2.0, "accel_s": 0.25}
+    assert [(f.get("placement"), f.get("drive"), f.get("accel_s")) for f in doc["functions"]] == [
+        ("dscs", 1, 0.25), ("cpu", 1, 0.0), (None, None, None)]
+    back = result_from_document(doc)
+    assert back.breakdown == res.breakdown
+    assert back.functions == recs
