@@ -53,6 +53,8 @@ def runtime(drives: int) -> LocalRuntime:
                                     sandbox="none"))
     rt.deploy(chain("marked", "dscs"))
     rt.deploy(chain("plain", ""))
+    rt.deploy(chain("plain", "").replace("name: plain", "name: mixed").replace(
+        'rescore", model: logreg', 'rescore", model: logreg, accelerator: dscs'))
     return rt
 
 
@@ -108,6 +110,19 @@ def test_inputs_go_to_drives_in_turn_and_chains_follow_them(rt: LocalRuntime) ->
     assert sorted(drives) == [0, 1]
     res = [rt.invoke("marked", {"x": X}, timeout=60) for _ in range(2)]
     assert [placements(r) for r in res] == [[("a", "dscs", d), ("b", "dscs", d)] for d in drives]
+
+
+def test_after_an_unmarked_function_the_marked_one_runs_on_the_drive_of_the_request(rt: LocalRuntime) -> None:
+    for d in rt.drives.drives:
+        d.busy, d.healthy = False, True
+    drives = []
+    for _ in range(2):
+        res = rt.invoke("mixed", {"x": X}, timeout=60)
+        assert res.ok, res.error
+        assert [r.placement for r in res.functions] == ["", "dscs"]
+        assert res.functions[0].drive == -1 and res.breakdown.accel_s == res.functions[1].accel_s > 0
+        drives.append(res.functions[1].drive)
+    assert sorted(drives) == [0, 1]  # a's output stays where the request's input was: drives in turn
 
 
 @pytest.mark.parametrize("state", ["busy", "unhealthy"])
