@@ -29,6 +29,7 @@ from ..errors import ConfigError, FunctionFailed, NotFound, Overloaded, SpecErro
 from ..policy.bandwidth import input_deadline, slo_for
 from ..topology import Topology
 from ..units import GiB
+from .accel import DSCS, Decision, DscsDrive, DscsDrives
 from .dag import DagState
 from .hints import Hint, QueueHinter
 from .result import Breakdown, FunctionRecord, InvocationResult, Status
@@ -79,6 +80,10 @@ class RuntimeConfig:
             caller (a warning says so). ``uid``: the same, but refuse to start without root. ``none``:
             functions run as the caller (trusted code only).
         sandbox_uid_base: the first tenant uid (uids of existing accounts are skipped).
+        dscs_drives: simulated storage nodes, each a drive with an in-storage accelerator, for
+            functions marked ``accelerator: dscs`` (:mod:`gfaas.runtime.accel`; 0: none, so marked
+            functions always run on a CPU worker). ``LocalRuntime.drives`` holds them.
+        dscs_preset: the accelerator preset of those drives (:func:`gfaas.accel.preset`).
     """
 
     transport: Literal["gfaas", "redis"] = "gfaas"
@@ -100,6 +105,8 @@ class RuntimeConfig:
     topology: str = ""
     sandbox: Literal["auto", "uid", "none"] = "auto"
     sandbox_uid_base: int = 200000
+    dscs_drives: int = 1
+    dscs_preset: str = "dscs"
 
     def __post_init__(self) -> None:
         if self.transport not in ("gfaas", "redis"):
@@ -126,6 +133,8 @@ class RuntimeConfig:
         sandbox_enabled(self.sandbox, self.executor)  # validates
         if not isinstance(self.sandbox_uid_base, int) or self.sandbox_uid_base < 1000:
             raise ConfigError(f"sandbox_uid_base={self.sandbox_uid_base!r} must be an integer >= 1000")
+        if isinstance(self.dscs_drives, bool) or not isinstance(self.dscs_drives, int) or self.dscs_drives < 0:
+            raise ConfigError(f"dscs_drives={self.dscs_drives!r} must be a whole number >= 0 (0: no drives)")
 
 
 @dataclass(frozen=True)
@@ -161,6 +170,8 @@ class _Invocation:
     error: str | None = None
     result: InvocationResult | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    # (source, output) -> the simulated drive that holds it (runtime.accel's rule); -1: none
+    homes: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 # ---- one function: queue + dispatch slots ------------------------------------------------------------
@@ -271,6 +282,10 @@ class LocalRuntime:
         self.config = config or RuntimeConfig()
         self._input_generator = input_generator
         self._lock = threading.Lock()
+        # The simulated storage nodes of `accelerator: dscs` functions (runtime.accel).
+        self.drives = DscsDrives([DscsDrive(f"drive{k}", self.config.dscs_preset)
+                                  for k in range(self.config.dscs_drives)])
+        self._seq = 0  # invocations submitted: which drive stores an invocation's inputs
         self._specs: dict[str, WorkflowSpec] = {}
         self._pools: dict[str, _Pool] = {}
         self._invs: dict[str, _Invocation] = {}
@@ -504,6 +519,9 @@ class LocalRuntime:
         inv = _Invocation(inv_id, spec, DagState(spec), time.perf_counter(), tokens, kind)
         with self._lock:
             self._invs[inv_id] = inv
+            drive = self.drives.input_drive(self._seq)
+            self._seq += 1
+        inv.homes.update(((INPUT, name), drive) for name in arrays)
         try:
             t0 = time.perf_counter()
             t = self._gateway_transport(inv)
@@ -697,8 +715,11 @@ class LocalRuntime:
             if readers:
                 consumers[out] = readers
         budget = input_deadline(0.0, pool.compute_s) if pool.compute_s > 0 else 0.0
+        # The drive of the first input: where a marked function runs, and where a function's outputs live.
+        home = inv.homes.get((f.inputs[0].source, f.inputs[0].output), -1)
+        where = self.drives.claim(home) if f.accelerator else Decision("", home)
         task = Task(inv.id, inv.tokens.get(fn, ""), inputs, [i.name for i in f.inputs if i.from_workflow], consumers,
-                    self.transport_settings(pool.node, inv.kind), deadline_s=budget)
+                    self.transport_settings(pool.node, inv.kind), deadline_s=budget, accel=where.preset)
         try:
             reply = worker.run(task)
         except WorkerDied as exc:
@@ -706,6 +727,8 @@ class LocalRuntime:
             pool.replace_dead(worker)
             self.failed(inv, fn, str(exc))
             return
+        finally:
+            self.drives.release(where)
         if isinstance(reply, Failed):
             self.failed(inv, fn, reply.message)
             return
@@ -714,12 +737,14 @@ class LocalRuntime:
             pool.compute_s = reply.compute_s
         rec = FunctionRecord(fn, worker.name, started - inv.enqueued[fn], reply.fn_get_s, reply.compute_s,
                              reply.put_s, slo_s=slo_for(reply.compute_s) if reply.compute_s > 0 else 0.0,
-                             deadline_s=input_deadline(0.0, reply.compute_s))
+                             deadline_s=input_deadline(0.0, reply.compute_s), placement=where.placement,
+                             drive=where.drive if f.accelerator else -1, accel_s=reply.accel_s)
         with self._lock:
             inv.records[fn] = rec
             inv.host_s += reply.host_get_s + reply.host_put_s
             for out, ref in reply.outputs.items():
                 inv.refs[(fn, out)] = ref
+                inv.homes[(fn, out)] = where.drive if where.placement == DSCS else home
             inv.running -= 1
             if inv.status == "failed":
                 self._maybe_release(inv)
@@ -791,7 +816,7 @@ class LocalRuntime:
         ran = [r for r in recs if not r.skipped]
         b = Breakdown(queue_s=sum(r.queued_s for r in ran), host_pass_s=inv.host_s,
                       fn_pass_s=sum(r.get_s + r.put_s for r in ran), compute_s=sum(r.compute_s for r in ran),
-                      total_s=time.perf_counter() - inv.submitted)
+                      total_s=time.perf_counter() - inv.submitted, accel_s=sum(r.accel_s for r in ran))
         scalars = {f"{fn}.{k}": v for fn, vals in inv.dag.scalars.items() for k, v in vals.items()}
         inv.result = InvocationResult(inv.id, inv.spec.name, inv.status, outputs, scalars, inv.error, b, recs)
         inv.done.set()

@@ -19,6 +19,11 @@ class Breakdown:
     intermediate data between functions (put by the producer + get by the consumer); ``compute_s``: the
     handlers' own time. ``total_s`` is wall time from submit to result, so it also holds dispatch
     overhead and, for parallel branches, less than the sum of the parts.
+
+    ``accel_s``: the *modelled* seconds of the functions that ran on an in-storage accelerator
+    (``accelerator: dscs``, :mod:`gfaas.runtime.accel`), summed; not part of ``total_s``, which is
+    measured here (where ``compute_s`` holds the emulator's own time). Listed by :meth:`as_dict` only
+    when non-zero, so workflows without the field report what they always did.
     """
 
     queue_s: float = 0.0
@@ -26,10 +31,14 @@ class Breakdown:
     fn_pass_s: float = 0.0
     compute_s: float = 0.0
     total_s: float = 0.0
+    accel_s: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
-        return {"queue_s": self.queue_s, "host_pass_s": self.host_pass_s, "fn_pass_s": self.fn_pass_s,
-                "compute_s": self.compute_s, "total_s": self.total_s}
+        d = {"queue_s": self.queue_s, "host_pass_s": self.host_pass_s, "fn_pass_s": self.fn_pass_s,
+             "compute_s": self.compute_s, "total_s": self.total_s}
+        if self.accel_s:
+            d["accel_s"] = self.accel_s
+        return d
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,12 @@ class FunctionRecord:
     skipped: bool = False
     slo_s: float = 0.0
     deadline_s: float = 0.0
+    # For functions marked ``accelerator:`` (runtime.accel): where this call ran ("dscs" on its drive's
+    # accelerator, "cpu" after fail-over; "" for unmarked functions), the drive (its home drive on a
+    # fail-over; -1: none) and the modelled accelerator seconds.
+    placement: str = ""
+    drive: int = -1
+    accel_s: float = 0.0
 
     @property
     def met_deadline(self) -> bool:

@@ -43,6 +43,7 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
 }
 INPUT = "input"  # the source name of the workflow's own inputs
+ACCELERATORS = ("dscs",)  # values of a function's ``accelerator:`` field
 # Nesting of a spec document (mappings and lists). A real spec is about 6 deep (functions -> entry ->
 # inputs -> input -> shape); handler params get the rest. Deeper documents are refused before any
 # code recurses over them (a RecursionError would otherwise surface as an internal error).
@@ -134,6 +135,9 @@ class FunctionSpec:
     slo_ms: float | None = None
     device: str = "auto"
     params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # ``accelerator: dscs``: the function's model may run on the in-storage accelerator of the drive
+    # that holds its inputs (gfaas.runtime.accel); None: it always runs on a CPU/GPU worker.
+    accelerator: str | None = None
 
     def load_handler(self) -> Callable[..., Any]:
         """Import the handler (``module:function``)."""
@@ -168,7 +172,7 @@ class WorkflowSpec:
             "outputs": {k: f"{fn}.{out}" for k, (fn, out) in self.outputs.items()},
             "functions": [
                 {"name": f.name, "kind": f.kind, "handler": f.handler, "model": f.model, "slo_ms": f.slo_ms,
-                 "device": f.device,
+                 "device": f.device, "accelerator": f.accelerator,
                  "inputs": {i.name: {"from": f"{i.source}.{i.output}", "when": str(i.when) if i.when else None}
                             for i in f.inputs},
                  "outputs": {k: _decl_dict(v) for k, v in f.outputs.items()}}
@@ -310,7 +314,8 @@ def from_dict(doc: Any, *, check_handlers: bool = True, where: str = "spec", tex
 
 
 def _function(raw: Any, where: str, check_handlers: bool) -> FunctionSpec:
-    d = _mapping(raw, where, {"name", "kind", "handler", "model", "slo_ms", "params", "inputs", "outputs", "device"},
+    d = _mapping(raw, where, {"name", "kind", "handler", "model", "slo_ms", "params", "inputs", "outputs", "device",
+                                "accelerator"},
                  {"name", "kind", "handler", "inputs", "outputs"})
     name = _name(d["name"], _FN, f"{where}: name")
     ctx = f"function {name!r}"
@@ -331,6 +336,14 @@ def _function(raw: Any, where: str, check_handlers: bool) -> FunctionSpec:
     device = d.get("device", "auto")
     if not isinstance(device, str) or not re.match(r"^(auto|cpu|cuda:\d+)$", device):
         raise SpecError(f"{ctx}: device {device!r} must be auto, cpu or cuda:N")
+    accelerator = d.get("accelerator")
+    if accelerator is not None:
+        if not isinstance(accelerator, str) or accelerator not in ACCELERATORS:
+            raise SpecError(f"{ctx}: accelerator {accelerator!r} is not known; allowed: {list(ACCELERATORS)} "
+                            "(or leave the field out)")
+        if model is None:
+            raise SpecError(f"{ctx}: accelerator {accelerator!r} runs the function's model, but the function names "
+                            "no model; add `model: NAME` (a zoo model, gfaas.models.names()) or remove `accelerator`")
     params = d.get("params") or {}
     if not isinstance(params, dict):
         raise SpecError(f"{ctx}: params must be a mapping, got {type(params).__name__}")
@@ -344,7 +357,7 @@ def _function(raw: Any, where: str, check_handlers: bool) -> FunctionSpec:
     if not outs:
         raise SpecError(f"{ctx} declares no outputs; list what its handler returns under `outputs:`")
     return FunctionSpec(name, kind, handler, tuple(ins), MappingProxyType(outs), model,
-                        None if slo is None else float(slo), device, MappingProxyType(dict(params)))
+                        None if slo is None else float(slo), device, MappingProxyType(dict(params)), accelerator)
 
 
 def _input(name: str, raw: Any, where: str) -> InputSpec:

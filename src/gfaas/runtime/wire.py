@@ -178,10 +178,17 @@ def result_document(res: InvocationResult, outputs: str = "full") -> dict[str, A
         "outputs": {name: enc(arr) for name, arr in res.outputs.items()},
         "scalars": {str(k): jsonable(v) for k, v in res.scalars.items()},
         "breakdown": {k: jsonable(float(v)) for k, v in res.breakdown.as_dict().items()},
-        "functions": [{"function": r.function, "worker": r.worker, "queued_s": jsonable(float(r.queued_s)),
-                       "get_s": jsonable(float(r.get_s)), "compute_s": jsonable(float(r.compute_s)),
-                       "put_s": jsonable(float(r.put_s)), "skipped": bool(r.skipped)} for r in res.functions],
+        "functions": [_record_doc(r) for r in res.functions],
     }
+
+
+def _record_doc(r: FunctionRecord) -> dict[str, Any]:
+    d: dict[str, Any] = {"function": r.function, "worker": r.worker, "queued_s": jsonable(float(r.queued_s)),
+                         "get_s": jsonable(float(r.get_s)), "compute_s": jsonable(float(r.compute_s)),
+                         "put_s": jsonable(float(r.put_s)), "skipped": bool(r.skipped)}
+    if r.placement:  # an `accelerator:` function (runtime.accel): where it ran, and its modelled seconds
+        d.update(placement=r.placement, drive=int(r.drive), accel_s=jsonable(float(r.accel_s)))
+    return d
 
 
 def result_from_document(doc: Mapping[str, Any]) -> InvocationResult:
@@ -196,13 +203,16 @@ def result_from_document(doc: Mapping[str, Any]) -> InvocationResult:
             scalars={k: _float(v) for k, v in (doc.get("scalars") or {}).items()},
             error=doc.get("error"),
             breakdown=Breakdown(**{k: float(_float(b.get(k, 0.0))) for k in
-                                   ("queue_s", "host_pass_s", "fn_pass_s", "compute_s", "total_s")}),
+                                   ("queue_s", "host_pass_s", "fn_pass_s", "compute_s", "total_s",
+                                    "accel_s")}),
             functions=tuple(FunctionRecord(function=str(r["function"]), worker=str(r.get("worker", "")),
                                            queued_s=float(_float(r.get("queued_s", 0.0))),
                                            get_s=float(_float(r.get("get_s", 0.0))),
                                            compute_s=float(_float(r.get("compute_s", 0.0))),
                                            put_s=float(_float(r.get("put_s", 0.0))),
-                                           skipped=bool(r.get("skipped", False)))
+                                           skipped=bool(r.get("skipped", False)),
+                                           placement=str(r.get("placement", "")), drive=int(r.get("drive", -1)),
+                                           accel_s=float(_float(r.get("accel_s", 0.0))))
                             for r in doc.get("functions") or ()),
         )
     except WireError:

@@ -74,6 +74,9 @@ class Task(_Ctl):
     # The runtime passes a connection to the node daemon with this task (SCM_RIGHTS): a sandboxed
     # worker cannot reach the daemon's socket itself.
     with_socket: bool = False
+    # An accelerator preset name when the runtime placed this call of an ``accelerator:`` function on
+    # a drive (runtime.accel): its model runs on the emulated accelerator; "": the normal path.
+    accel: str = ""
 
 
 class Done(_Ctl):
@@ -85,6 +88,7 @@ class Done(_Ctl):
     compute_s: float
     put_s: float
     host_put_s: float
+    accel_s: float = 0.0  # modelled accelerator seconds of this call (runtime.accel); 0 off the drive
 
 
 class Failed(_Ctl):
@@ -126,6 +130,7 @@ class FunctionHost:
             from .. import models
 
             self.model = models.load(self.fn.model, scale=init.scale, device=init.device, threads=init.threads)
+        self._emulated: dict[str, Any] = {}  # accelerator preset -> EmulatedModel, built on first use
         self.load_s = time.perf_counter() - t0
 
     def run(self, task: Task, sock: socket.socket | None = None) -> Reply:
@@ -170,11 +175,16 @@ class FunctionHost:
             finally:
                 host_get[0] += time.perf_counter() - t0
 
+        model, accel0 = self.model, 0.0
+        if task.accel:
+            model = self._emulated_model(task.accel)
+            accel0 = model.seconds
         ctx = Context(workflow=self.workflow, function=self.fn.name, invocation=task.invocation, getter=getter,
-                      params=self.fn.params, model=self.model, device=self.device, scale=self.scale, gpu=self.gpu)
+                      params=self.fn.params, model=model, device=self.device, scale=self.scale, gpu=self.gpu)
         t0 = time.perf_counter()
         out = self.handler(ctx, dict(task.inputs))
         handler_s = time.perf_counter() - t0
+        accel_s = model.seconds - accel0 if task.accel else 0.0
         values = self._check(out)
         scalars = {k: float(v) for k, v in values.items() if v.ndim == 0 and v.dtype.kind in "biuf"}
         refs: dict[str, str] = {}
@@ -188,7 +198,17 @@ class FunctionHost:
             else:
                 put_s += dt
         return Done(task.invocation, refs, scalars, host_get[0], ctx.get_s - host_get[0], handler_s - ctx.get_s,
-                    put_s, host_put_s)
+                    put_s, host_put_s, accel_s)
+
+    def _emulated_model(self, accel: str) -> Any:
+        if accel not in self._emulated:
+            from ..accel.arch import preset
+            from .accel import EmulatedModel
+
+            if self.model is None:
+                raise SpecError(f"function {self.fn.name!r} was placed on an accelerator but names no model")
+            self._emulated[accel] = EmulatedModel(self.model, preset(accel))
+        return self._emulated[accel]
 
     def _check(self, out: Any) -> dict[str, np.ndarray]:
         where = f"function {self.fn.name!r} (handler {self.fn.handler})"
