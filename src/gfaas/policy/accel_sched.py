@@ -6,7 +6,7 @@ completion, no preemption); when the accelerator cannot take the function (busy,
 the function fails over to conventional execution on a CPU compute node that reads the data remotely.
 A request that finds neither waits in one bounded FIFO queue; when the queue is full it is refused.
 
-Pure and clock-free: the caller (the rack simulator in :mod:`gfaas.sim.dscs`, later the runtime)
+Pure and clock-free: the caller (the rack simulator in :mod:`gfaas.sim.dscs` and the runtime, `gfaas.runtime.accel`)
 owns time and tells the policy what became free. The decisions:
 
 * :func:`place` -- one arriving request: ``"accel"`` (its home drive is idle and healthy),
