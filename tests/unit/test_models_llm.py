@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from gfaas.errors import ConfigError, DependencyMissing, GfaasError, ProtocolError
 from gfaas.models import LlamaConfig, LlamaModel, LlamaStage, RequestState, pack_block, unpack_block
 from gfaas.models.llm import generate, random_block, random_blocks
-from gfaas.models.llm_blocks import ALIGN, aligned_buffer, header_length, packed_size, read_header
+from gfaas.models.llm_blocks import ALIGN, aligned_buffer, header_length, packed_size, read_header, unpack_blocks
 from gfaas.models.llm_config import PRESETS, block_shapes, param_count, preset, split_layers
 from gfaas.models.llm_ops import apply_rope, rmsnorm, rope_tables
 
@@ -288,6 +288,13 @@ def test_stage_and_state_misuse_is_refused() -> None:
         _model().forward("long", np.zeros(65, dtype=np.int64))
     with pytest.raises(ConfigError, match=r"lacks the KV cache of layers \[2, 3\]"):
         s1.import_kv("x", RequestState([1], s0.export_kv("r")))
+    # The one block parser both stage classes (numpy, torch) use: a repeated block or none is refused.
+    with pytest.raises(ConfigError, match="block 1 given twice"):
+        unpack_blocks([bufs[1], bufs[1]], DEEP)
+    with pytest.raises(ConfigError, match="at least one packed block"):
+        unpack_blocks([], DEEP)
+    blocks, count = unpack_blocks(bufs[:2], DEEP)
+    assert sorted(blocks) == [0, 1] and count == 3
 
 
 def test_request_state_bytes_round_trip_and_refuse_garbage() -> None:

@@ -26,7 +26,7 @@ from typing import Protocol
 import numpy as np
 
 from ..errors import ConfigError, ProtocolError
-from .llm_blocks import aligned_buffer, pack_block, packed_size, read_header, unpack_block
+from .llm_blocks import aligned_buffer, pack_block, packed_size, unpack_block, unpack_blocks
 from .llm_config import PRESETS, LlamaConfig, block_shapes, param_count, preset, split_layers
 from .llm_ops import apply_rope, attention, rmsnorm, rope_tables, swiglu
 
@@ -230,17 +230,7 @@ class LlamaStage:
     @classmethod
     def from_packed(cls, cfg: LlamaConfig, buffers: Sequence[bytes | bytearray | memoryview]) -> LlamaStage:
         """A stage over packed blocks (zero-copy for float32 storage); all from the same split."""
-        blocks: dict[int, dict[str, np.ndarray]] = {}
-        count = None
-        for buf in buffers:
-            index, tensors = unpack_block(buf, cfg, count)
-            if count is None:
-                count = read_header(buf)[1]
-            if index in blocks:
-                raise ConfigError(f"block {index} given twice")
-            blocks[index] = tensors
-        if count is None:
-            raise ConfigError("a stage needs at least one packed block")
+        blocks, count = unpack_blocks(buffers, cfg)
         return cls(cfg, count, blocks)
 
     @property

@@ -26,7 +26,7 @@ the buffer at a 64-byte-aligned address (:func:`aligned_buffer`, pre-allocated f
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -180,3 +180,22 @@ def unpack_block(buf: bytes | bytearray | memoryview, cfg: LlamaConfig,
     if prev_end != len(mv):
         raise ProtocolError(f"packed block {index}: {len(mv) - prev_end} bytes after the last tensor")
     return index, out
+
+
+def unpack_blocks(buffers: Sequence[bytes | bytearray | memoryview], cfg: LlamaConfig
+                  ) -> tuple[dict[int, dict[str, np.ndarray]], int]:
+    """The blocks of one stage, ``({index: tensors}, num_blocks)``: every buffer from the same split
+    (the first one's count), no block twice, at least one block. Both stage classes (numpy, torch)
+    build from this."""
+    blocks: dict[int, dict[str, np.ndarray]] = {}
+    count = None
+    for buf in buffers:
+        if count is None:
+            count = read_header(buf)[1]
+        index, tensors = unpack_block(buf, cfg, count)
+        if index in blocks:
+            raise ConfigError(f"block {index} given twice")
+        blocks[index] = tensors
+    if count is None:
+        raise ConfigError("a stage needs at least one packed block")
+    return blocks, count

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import ConfigError, require_extra
 from .llm import RequestState
-from .llm_blocks import read_header, unpack_block
+from .llm_blocks import unpack_blocks
 from .llm_config import LlamaConfig, block_shapes, split_layers
 from .llm_ops import rope_tables
 
@@ -56,13 +56,7 @@ class TorchStage:
     def from_packed(cls, cfg: LlamaConfig, buffers: Sequence[bytes | bytearray | memoryview],
                     device: str = "cuda") -> TorchStage:
         _torch()  # the missing extra is named before any buffer is read
-        blocks, count = {}, None
-        for buf in buffers:
-            count = read_header(buf)[1] if count is None else count
-            index, tensors = unpack_block(buf, cfg, count)
-            blocks[index] = tensors
-        if count is None:
-            raise ConfigError("a stage needs at least one packed block")
+        blocks, count = unpack_blocks(buffers, cfg)  # the numpy stage's checks, duplicates included
         return cls(cfg, count, blocks, device)
 
     @property
