@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, shape_inference
 
 from ..errors import ConfigError
 from ..models import zoo
-from ..models.builder import IR_VERSION, OPSET, GraphBuilder
+from ..models.builder import IR_VERSION, OPSET
 
 __all__ = ["Work", "graph_work", "zoo_work"]
 
@@ -109,8 +109,7 @@ def zoo_work(name: str, batch: int = 1) -> Work:
     zoo.check_name(name)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ConfigError(f"batch={batch!r}: give a whole number >= 1")
-    b = GraphBuilder(None)
-    sig = zoo._ZOO[name].define(b, "full", False)
+    b, sig = zoo.define_shapes(name, "full")
     rename = {p: f"param:{p}" for p in b.param_shapes}
     nodes = []
     for n in b.nodes:
