@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 from gfaas.errors import ConfigError, DependencyMissing, GfaasError, ProtocolError
 from gfaas.models import LlamaConfig, LlamaModel, LlamaStage, RequestState, pack_block, unpack_block
 from gfaas.models.llm import generate, random_block, random_blocks
-from gfaas.models.llm_blocks import ALIGN, aligned_buffer, header_length, packed_size, read_header, unpack_blocks
+from gfaas.models.llm_blocks import (
+    ALIGN,
+    aligned_buffer,
+    header_length,
+    packed_size,
+    read_header,
+    unpack_blocks,
+)
 from gfaas.models.llm_config import PRESETS, block_shapes, param_count, preset, split_layers
 from gfaas.models.llm_ops import apply_rope, rmsnorm, rope_tables
 
