@@ -20,7 +20,7 @@ from gfaas.errors import ConfigError, DependencyMissing, NotFound
 from gfaas.models import cache, zoo
 from gfaas.models.builder import GraphBuilder
 
-NAMES = ["resnet50", "yolo", "fcn", "efficientnet_b0", "vit_b16", "bert_base", "gpt2_small", "logreg"]
+NAMES = ["resnet50", "yolo", "fcn", "efficientnet_b0", "alexnet", "vit_b16", "bert_base", "gpt2_small", "logreg"]
 
 # What param_count("X", "full") must return: the published counts (sources in zoo.py and
 # docs/models.md); bert_base is the published 109,482,240 plus its 2-class head (768 * 2 + 2).
@@ -29,6 +29,7 @@ FULL_COUNTS = {
     "yolo": 8_852_366,
     "fcn": 32_957_013,
     "efficientnet_b0": 5_288_548,
+    "alexnet": 61_100_840,
     "vit_b16": 86_567_656,
     "bert_base": 109_482_240 + 1_538,
     "gpt2_small": 124_439_808,
@@ -46,8 +47,8 @@ def small(cache_root: Path) -> dict[str, models.Model]:
     return {n: models.load(n, "small", cache_dir=cache_root) for n in NAMES}
 
 
-def test_names_are_the_eight_models() -> None:
-    """names() lists the eight models in a fixed order."""
+def test_names_are_the_nine_models() -> None:
+    """names() lists the nine models in a fixed order."""
     assert models.names() == NAMES
 
 
@@ -144,6 +145,7 @@ EXPECTED_OUTPUTS = {
     "yolo": {"boxes": (1, 60, 4), "scores": (1, 60, 80)},
     "fcn": {"logits": (1, 21, 64, 64)},
     "efficientnet_b0": {"logits": (1, 1000)},
+    "alexnet": {"logits": (1, 1000)},
     "vit_b16": {"logits": (1, 1000)},
     "bert_base": {"hidden": (1, 32, 64), "pooled": (1, 64), "logits": (1, 2)},
     "gpt2_small": {"logits": (1, 32, 1000)},

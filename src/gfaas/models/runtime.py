@@ -135,16 +135,27 @@ class Model:
 
 
 def load(name: str, scale: str = "small", seed: int = 0, device: str = "cpu",
-         cache_dir: str | os.PathLike[str] | None = None, threads: int | None = None) -> Model:
+         cache_dir: str | os.PathLike[str] | None = None, threads: int | None = None, *, shared: bool = False,
+         domain: str = "default", store_dir: Path | None = None) -> Model:
     """The model ``name`` at ``scale`` (built and cached on first use) in an onnxruntime session on
     ``device`` ('cpu' or 'cuda:N'); ``threads`` caps onnxruntime's intra-op threads (default: its own
-    choice, one per core)."""
+    choice, one per core).
+
+    ``shared=True`` (CPU only) keeps the weights in a read-only mapping of the content-addressed store
+    (``store_dir``, sharing ``domain``) that every process loading the same model maps, instead of a
+    private copy per process (:mod:`gfaas.dedup.ort`); the outputs equal the default session's to
+    float rounding."""
     name, scale, seed = zoo.check_name(name), zoo.check_scale(scale), zoo.check_seed(seed)
+    if shared and device != "cpu":
+        raise ConfigError(f"shared=True needs device='cpu', not {device!r}: on a GPU the weights live in "
+                          "device memory; use shared=False there")
     providers = _providers(device)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)
                                 or threads < 1):
         raise ConfigError(f"threads {threads!r} must be a positive integer or None (onnxruntime's default)")
     p = cache.path(name, scale, seed, cache_dir)
+    if shared:
+        return Model(name, scale, seed, p, _shared_session(p, threads, domain, store_dir), device)
     opts = ort.SessionOptions()
     # onnxruntime writes its own warnings to stderr; a library must stay quiet unless it fails.
     opts.log_severity_level = 3
@@ -154,3 +165,21 @@ def load(name: str, scale: str = "small", seed: int = 0, device: str = "cpu",
     session = ort.InferenceSession(str(p), sess_options=opts, providers=providers)
     log.debug("loaded %s on %s", p.name, device)
     return Model(name, scale, seed, p, session, device)
+
+
+def _shared_session(p: Path, threads: int | None, domain: str, store_dir: Path | None) -> ort.InferenceSession:
+    from ..dedup import ort as dedup_ort
+    from ..dedup.shared import check_domain, load_shared
+    from ..errors import DedupError
+
+    check_domain(domain)
+    # The weights are hashed once, by load_shared; the graph records their digest, so a damaged
+    # weights file shows up as a mismatch here and is rebuilt once.
+    graph, weights = dedup_ort.prepare(p, verify_weights=False)
+    buf = load_shared(weights, domain=domain, store_dir=store_dir)
+    try:
+        return dedup_ort.load_session(graph, buf, threads=threads)
+    except DedupError:
+        log.warning("prepared weights of %s do not match their graph; preparing them again", p.name)
+    graph, weights = dedup_ort.prepare(p, force=True)
+    return dedup_ort.load_session(graph, load_shared(weights, domain=domain, store_dir=store_dir), threads=threads)

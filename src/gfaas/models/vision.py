@@ -1,5 +1,5 @@
 """Image models: ResNet-50 v1.5, FCN-ResNet50, YOLOv3-tiny (with in-graph decoding),
-EfficientNet-B0 and ViT-B/16, each as a definition over a :class:`~.builder.GraphBuilder`.
+EfficientNet-B0, AlexNet and ViT-B/16, each as a definition over a :class:`~.builder.GraphBuilder`.
 
 Parameter names follow torchvision's where there is one, so that a reader can line our counts up
 against ``model.named_parameters()`` (torchvision stores Linear weights [out, in]; we store [in, out]
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from .builder import LEAKY_GAIN, SILU_GAIN, GraphBuilder
+from .builder import LEAKY_GAIN, RELU_GAIN, SILU_GAIN, GraphBuilder
 from .signature import Signature, TensorSig
 
 # ---- ResNet-50 ----------------------------------------------------------------------------------
@@ -299,6 +299,54 @@ def define_efficientnet_b0(b: GraphBuilder, scale: str, debug: bool = False) -> 
     b.rename(classifier(b, y, head, cfg.classes, "classifier.1"), "logits")
     return Signature({"image": (("N", 3, "H", "W"), "float32")}, {"logits": (("N", cfg.classes), "float32")},
                      {"H": cfg.side, "W": cfg.side})
+
+
+# ---- AlexNet ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AlexNetConfig:
+    widths: tuple[int, ...] = (64, 192, 384, 256, 256)
+    hidden: int = 4096
+    classes: int = 1000
+    side: int = 224
+
+
+ALEXNET = {"full": AlexNetConfig(), "small": AlexNetConfig(widths=(8, 24, 48, 32, 32), hidden=128, side=64)}
+
+
+def define_alexnet(b: GraphBuilder, scale: str, debug: bool = False) -> Signature:
+    """AlexNet (torchvision ``alexnet``, the one-GPU variant of Krizhevsky et al. 2012): five convs
+    (11x11 stride 4, 5x5, three 3x3) with ReLU and three 3x3/2 max pools, then three linear layers
+    (9216 -> 4096 -> 4096 -> 1000). Most of its 61.1M parameters are in the first linear layer, which
+    makes it the zoo's weight-heavy, compute-light model.
+
+    Departure: torchvision's ``AdaptiveAvgPool2d((6, 6))`` is the identity at 224x224 (the features are
+    6x6 already), so the graph omits it and fixes the input at 224x224 (64x64 at small scale, 1x1
+    features); dropout is training-only."""
+    cfg = ALEXNET[scale]
+    (c1, c2, c3, c4, c5), side = cfg.widths, cfg.side
+
+    def pool(x: str, name: str) -> str:
+        return b.op("MaxPool", [x], name, kernel_shape=[3, 3], strides=[2, 2])
+
+    y = b.op("Relu", [b.conv("image", "features.0", 3, c1, 11, 4, bias=True, pad=2)])
+    y = pool(y, "features.2")
+    y = b.op("Relu", [b.conv(y, "features.3", c1, c2, 5, bias=True)])
+    y = pool(y, "features.5")
+    y = b.op("Relu", [b.conv(y, "features.6", c2, c3, 3, bias=True)])
+    y = b.op("Relu", [b.conv(y, "features.8", c3, c4, 3, bias=True)])
+    y = b.op("Relu", [b.conv(y, "features.10", c4, c5, 3, bias=True)])
+    y = pool(y, "features.12")
+    s = (side + 4 - 11) // 4 + 1
+    for _ in range(3):
+        s = (s - 3) // 2 + 1
+    flat = c5 * s * s
+    y = b.op("Flatten", [y], "flatten", axis=1)
+    y = b.op("Relu", [b.linear(y, "classifier.1", flat, cfg.hidden, std=RELU_GAIN / math.sqrt(flat))])
+    y = b.op("Relu", [b.linear(y, "classifier.4", cfg.hidden, cfg.hidden, std=RELU_GAIN / math.sqrt(cfg.hidden))])
+    b.rename(b.linear(y, "classifier.6", cfg.hidden, cfg.classes), "logits")
+    return Signature({"image": (("N", 3, side, side), "float32")}, {"logits": (("N", cfg.classes), "float32")})
 
 
 # ---- ViT-B/16 -----------------------------------------------------------------------------------

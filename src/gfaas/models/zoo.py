@@ -57,6 +57,11 @@ _ZOO: dict[str, _Entry] = {
         vision.define_efficientnet_b0, 5_288_548,
         "torchvision efficientnet_b0 (IMAGENET1K_V1 metadata: 5,288,548); Tan & Le 2019 report 5.3M",
         "EfficientNet-B0 image classifier: MBConv, squeeze-excitation, swish", batchnorm=True),
+    "alexnet": _Entry(
+        vision.define_alexnet, 61_100_840,
+        "torchvision alexnet (IMAGENET1K_V1 metadata: num_params 61,100,840); Krizhevsky et al. 2012, "
+        "torchvision's one-GPU channel widths (64, 192, 384, 256, 256)",
+        "AlexNet image classifier, 1000 ImageNet classes; 61M parameters, 96% of them in the three linear layers"),
     "vit_b16": _Entry(
         vision.define_vit_b16, 86_567_656,
         "torchvision vit_b_16 (IMAGENET1K_V1 metadata: 86,567,656); Dosovitskiy et al. 2021 report 86M",
