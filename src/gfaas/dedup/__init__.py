@@ -1,0 +1,1 @@
+"""Page merging: opt-in hints, KSM burst control and content-addressed shared mappings."""
