@@ -64,9 +64,10 @@ class World:
     def controller(self, **kw: float) -> MergeController:
         return MergeController(self.state, ksm=self.ksm, proc_root=self.proc, clock=self.clock, **kw)
 
-    def pid(self, pid: int, merging: int = 0, mergeable: bool = True) -> None:
+    def pid(self, pid: int, merging: int = 0, mergeable: bool = True, started: int = 1000) -> None:
         d = self.proc / str(pid)
         d.mkdir(exist_ok=True)
+        (d / "stat").write_text(f"{pid} (python3) S " + " ".join(["0"] * 18) + f" {started} 0 0\n")
         (d / "ksm_stat").write_text(
             f"ksm_rmap_items {merging}\nksm_merging_pages {merging}\nksm_process_profit {merging * PAGE}\n"
             f"ksm_merge_any: no\nksm_mergeable: {'yes' if mergeable else 'no'}\n"
@@ -274,3 +275,24 @@ def test_status_is_json_and_watcher_thread_ends_burst(tmp_path: Path) -> None:
     st = json.loads(json.dumps(ctl.status()))
     assert st["last_burst"]["reason"] == "settled" and st["saved_bytes"] == 0
     assert w.settings() == SAVED and not w.state.exists()
+
+
+def test_reused_pid_is_not_the_hinted_process(w: World) -> None:
+    """A hinted process exits and a later process gets its pid: it is not registered (start time
+    differs), so another domain is admitted, and the running burst, now serving that domain, is
+    audited at once and stopped for the mergeable newcomer."""
+    w.ctl.start(watch=False)
+    w.pid(101, started=1000)
+    w.ctl.hint(101, domain="a", workflow="wf", function="f", nbytes=PAGE)
+    w.pid(101, started=2000)  # pid reused
+    w.pid(202)
+    w.ctl.hint(202, domain="b", workflow="wf", function="g", nbytes=PAGE)
+    assert [e for e in w.ctl.events if e[0] in ("hint", "gone", "audit")] == [
+        ("hint", 101, "a"),
+        ("gone", 101),
+        ("hint", 202, "b"),
+        ("audit", (101,)),
+    ]
+    assert list(w.ctl.events)[-2:] == [("burst_end", "foreign_mergeable"), ("restored", SAVED)]
+    assert w.ctl.status()["active_domain"] == "b"
+    w.ctl.stop()

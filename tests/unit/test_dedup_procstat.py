@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gfaas.dedup.procstat import KsmStat, MemUsage, ksm_stat, mem_usage, mergeable_pids
+from gfaas.dedup.procstat import KsmStat, MemUsage, ksm_stat, mem_usage, mergeable_pids, start_time
 
 STAT = """\
 ksm_rmap_items 25600
@@ -70,3 +70,13 @@ def test_real_proc_self() -> None:
     mu = mem_usage(os.getpid())
     assert st is not None and mu is not None
     assert mu.rss > 0 and 0 < mu.pss <= mu.rss
+
+
+def test_start_time_survives_odd_command_names(tmp_path: Path) -> None:
+    """Field 22 of /proc/PID/stat, counted after the last ')' (names may hold spaces and parens)."""
+    rest = " ".join(str(i) for i in range(3, 53))  # fields 3..52: field 22 holds "22"
+    _proc(tmp_path, 7, stat=f"7 (a) b (c)) {rest}\n")
+    assert start_time(7, tmp_path) == 22
+    assert start_time(8, tmp_path) is None
+    own = start_time(os.getpid())
+    assert own is not None and own == start_time(os.getpid())

@@ -33,7 +33,7 @@ from ..errors import ConfigError, DedupRefused
 from ..policy.dedup import admit, burst_settings, min_gain_for, settled
 from .ksm import KsmSysfs
 from .madvise import PAGE
-from .procstat import ksm_stat, mem_usage, mergeable_pids
+from .procstat import KsmStat, ksm_stat, mem_usage, mergeable_pids, start_time
 
 log = logging.getLogger("gfaas.dedup")
 
@@ -49,6 +49,7 @@ class _Proc:
     hinted_bytes: int
     hinted_at: float
     full_scans_at_hint: int
+    started: int | None = None
     pending: bool = True
     samples: list[tuple[float, int]] = field(default_factory=list)
     last_gain_at: float | None = None
@@ -202,6 +203,7 @@ class MergeController:
             if reason is not None:
                 self._event("refused", pid, domain)
                 raise DedupRefused(reason)
+            switched = self._active_domain != domain
             self._active_domain = domain
             now = self.clock()
             scans = self.ksm.counters().full_scans if self.ksm.available() else 0
@@ -214,10 +216,15 @@ class MergeController:
                 hinted_bytes=(old.hinted_bytes if old and old.domain == domain else 0) + nbytes,
                 hinted_at=now,
                 full_scans_at_hint=scans,
+                started=start_time(pid, self.proc_root),
             )
             self._event("hint", pid, domain)
             if self._burst is None and self.ksm.why_not_controllable() is None:
                 self._begin_burst(now)
+            elif self._burst is not None and switched:
+                # The burst now serves another domain: the previous one's processes must not stay in it.
+                self._burst.last_audit_at = now
+                self._audit()
 
     def forget(self, pid: int) -> None:
         """A worker stopped: drop its registration."""
@@ -227,8 +234,15 @@ class MergeController:
             if not self._procs:
                 self._active_domain = None
 
+    def _stat(self, p: _Proc) -> KsmStat | None:
+        """The process's ksm_stat; None when it is gone, or when its pid now names a later process."""
+        st = ksm_stat(p.pid, self.proc_root)
+        if st is not None and p.started is not None and start_time(p.pid, self.proc_root) != p.started:
+            return None
+        return st
+
     def _prune(self) -> None:
-        for pid in [p for p in self._procs if ksm_stat(p, self.proc_root) is None]:
+        for pid in [pid for pid, p in self._procs.items() if self._stat(p) is None]:
             del self._procs[pid]
             self._event("gone", pid)
         if not self._procs:
@@ -239,6 +253,15 @@ class MergeController:
     def _foreign(self) -> list[int]:
         mine = {p.pid for p in self._procs.values() if p.domain == self._active_domain}
         return sorted(mergeable_pids(self.proc_root) - mine)
+
+    def _audit(self) -> bool:
+        """End the burst if a process outside the active domain has mergeable memory; False then."""
+        foreign = self._foreign()
+        if not foreign:
+            return True
+        self._event("audit", tuple(foreign))
+        self._end_burst("foreign_mergeable")
+        return False
 
     def _begin_burst(self, now: float) -> None:
         foreign = self._foreign()
@@ -290,16 +313,13 @@ class MergeController:
             now = self.clock()
             if self.audit_s == 0 or now - burst.last_audit_at >= self.audit_s:
                 burst.last_audit_at = now
-                foreign = self._foreign()
-                if foreign:
-                    self._event("audit", tuple(foreign))
-                    self._end_burst("foreign_mergeable")
+                if not self._audit():
                     return
             full_scans = self.ksm.counters().full_scans
             for p in list(self._procs.values()):
                 if not p.pending:
                     continue
-                st = ksm_stat(p.pid, self.proc_root)
+                st = self._stat(p)
                 if st is None:
                     p.pending = False
                     del self._procs[p.pid]
@@ -365,7 +385,7 @@ class MergeController:
             counters = self.ksm.counters().as_dict() if available else {}
             procs = []
             for p in sorted(self._procs.values(), key=lambda p: p.pid):
-                st = ksm_stat(p.pid, self.proc_root)
+                st = self._stat(p)
                 try:
                     mu = mem_usage(p.pid, self.proc_root)
                 except OSError:

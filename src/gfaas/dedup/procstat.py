@@ -81,6 +81,19 @@ def mem_usage(pid: int, proc_root: Path = Path("/proc")) -> MemUsage | None:
     )
 
 
+def start_time(pid: int, proc_root: Path = Path("/proc")) -> int | None:
+    """When ``pid`` started (clock ticks after boot, ``/proc/PID/stat`` field 22); None when gone or
+    unreadable. A pid number can be reused by a later process; the pair (pid, start time) cannot."""
+    text = _read(proc_root / str(pid) / "stat")
+    if text is None or ")" not in text:
+        return None
+    fields = text[text.rindex(")") + 1 :].split()  # the command name may hold spaces and ')'
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
 def mergeable_pids(proc_root: Path = Path("/proc")) -> set[int]:
     """Processes with ``ksm_mergeable: yes`` (some of their memory is a KSM candidate)."""
     out: set[int] = set()
