@@ -91,6 +91,14 @@ class Overloaded(WorkflowError):
     """A queue is full: the request was refused, not lost; retry later or raise the limit."""
 
 
+class DedupError(GfaasError):
+    """Page merging or shared loading failed (see gfaas.dedup)."""
+
+
+class DedupRefused(DedupError):
+    """A merge hint was refused (another sharing domain is active on the node, or merging is off)."""
+
+
 class ScalingError(GfaasError):
     """The real scaling testbed failed: network namespaces cannot be made here (they need root and
     iproute2), or a node process reported an error or exited."""
