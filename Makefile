@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: accel-results demo test bench check setup clean test-gpu bench-gpu results cluster-day scale-results
+.PHONY: accel-results demo test bench check setup clean test-gpu bench-gpu results cluster-day scale-results dedup-results
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -82,6 +82,14 @@ scale-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make scale-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas bench scale --json --out $(R)/scale-netns.json --figure docs/scaling-ramp.png > /dev/null
 	$(BIN)/python benchmarks/scale_tables.py $(R)/scale-netns.json --write docs/scaling.md
+
+# Page merging (root: it bursts KSM and reads other processes' memory; ~10 minutes; not in `results`):
+# the result file, the figure docs/dedup.png and the generated tables of docs/dedup.md.
+dedup-results: $(STAMP)
+	@[ "$$(id -u)" = 0 ] || { echo "make dedup-results: KSM and other processes' memory need root; run: sudo make dedup-results"; exit 2; }
+	@git diff --quiet -- src benchmarks/*.py || { echo "make dedup-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/gfaas bench dedup --json --out $(R)/dedup.json --figure docs/dedup.png > /dev/null
+	$(BIN)/python benchmarks/dedup_tables.py $(R)/dedup.json --write docs/dedup.md
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests

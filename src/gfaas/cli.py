@@ -35,6 +35,7 @@ def _node_config(a: argparse.Namespace) -> NodeConfig:
         cluster_key_file=a.cluster_key_file or "",
         redis_password_file=a.redis_password_file or "",
         redis_ca_file=a.redis_ca_file or "",
+        dedup=not a.no_dedup,
     )
 
 
@@ -57,6 +58,8 @@ def _add_node_args(p: argparse.ArgumentParser) -> None:
                    " needed with --transfer-host or --redis-url")
     p.add_argument("--redis-password-file", help="file (0600) with the global directory's password")
     p.add_argument("--redis-ca-file", help="CA bundle of a TLS directory (rediss://)")
+    p.add_argument("--no-dedup", action="store_true",
+                   help="no page-merging controller (gfaas.dedup): hints are refused, KSM is never touched")
 
 
 def _print(data: Any, as_json: bool, render: Any = None) -> None:
@@ -165,6 +168,10 @@ def cmd_bench(a: argparse.Namespace) -> int:
         from .cli_scale import bench_scale
 
         return bench_scale(a)
+    if a.what == "dedup":
+        from .bench.dedup import main as bench_dedup
+
+        return bench_dedup(a)
     print(f"gfaas bench {a.what}: not built yet (later issues)", file=sys.stderr)
     return 2
 
@@ -203,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "warm-up's compute times (default 0.3; bursts run at twice the mean)")
     d.add_argument("--workflows", help="comma-separated subset (default: all six)")
     d.add_argument("--out", default="out/demo", help="directory for report.md, report.png, results.json")
+    d.add_argument("--dedup", choices=["off", "shared", "merge", "on"], default="on",
+                   help="page merging of the warm workers (docs/dedup.md): shared weights and/or KSM merging "
+                        "(default on: both; merging needs root)")
     d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser("bench", help="benchmarks against real peers, in one run")
@@ -222,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
 
     from .cli_accel import add_parsers as add_accel
+    from .cli_dedup import add_parsers as add_dedup
     from .cli_runtime import add_parsers as add_runtime
     from .cli_scale import add_parsers as add_scale
     from .cli_sim import add_parsers
@@ -230,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_runtime(sub)
     add_scale(sub)
     add_accel(sub)
+    add_dedup(sub)
     return p
 
 

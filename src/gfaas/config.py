@@ -114,6 +114,11 @@ class NodeConfig:
         max_connections_per_uid: the most of those from one local user (``SO_PEERCRED``).
         hello_timeout_s: a connection that has not presented credentials (``Hello`` or
             ``AdminHello``) this many seconds after connecting is closed.
+        dedup: run the page-merging controller (:mod:`gfaas.dedup`, docs/dedup.md). It does
+            nothing until the runtime relays a worker's merge hint; as root it then switches KSM to
+            a burst setting until the hinted pages are merged and restores the previous settings.
+        ksm_lock_dir: the machine-wide directory (root only) whose lock says which node daemon owns
+            KSM's global settings and where it saves them for a restore after a crash.
 
     Peers (docs/security/peers.md):
         cluster_key_file: the key every node of the cluster shares (>= 32 bytes, mode 0600;
@@ -168,6 +173,9 @@ class NodeConfig:
     max_connections: int = 4096
     max_connections_per_uid: int = 1024
     hello_timeout_s: float = 5.0
+    # ---- page merging (issue 17; gfaas.dedup) ----
+    dedup: bool = True
+    ksm_lock_dir: str = "/run/gfaas-ksm"
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

@@ -104,14 +104,6 @@ class ScalingError(GfaasError):
     iproute2), or a node process reported an error or exited."""
 
 
-class DedupError(GfaasError):
-    """Page merging or shared loading failed (see gfaas.dedup)."""
-
-
-class DedupRefused(DedupError):
-    """A merge hint was refused (another sharing domain is active on the node, or merging is off)."""
-
-
 _BY_CODE: dict[str, type[GfaasError]] = {
     cls.__name__: cls
     for cls in (
@@ -136,6 +128,8 @@ _BY_CODE: dict[str, type[GfaasError]] = {
         NotFound,
         Overloaded,
         ScalingError,
+        DedupError,
+        DedupRefused,
     )
 }
 

@@ -895,6 +895,27 @@ class Admin:
         r, _ = self._ch.call(P.QueueHint(inv, dict(positions), list(done)))
         assert isinstance(r, P.Ok)
 
+    def dedup_hint(self, pid: int, workflow: str, function: str, domain: str, nbytes: int) -> None:
+        """Tell the node's merge controller that worker ``pid`` marked ``nbytes`` mergeable
+        (:mod:`gfaas.dedup`); raises :class:`~gfaas.errors.DedupRefused` when another sharing domain
+        holds KSM on the node."""
+        r, _ = self._ch.call(P.DedupHint(pid, workflow, function, domain, nbytes))
+        assert isinstance(r, P.Ok)
+
+    def dedup_forget(self, pid: int) -> None:
+        """The worker ``pid`` stopped: its hints no longer hold its sharing domain."""
+        r, _ = self._ch.call(P.DedupForget(pid))
+        assert isinstance(r, P.Ok)
+
+    def dedup_status(self) -> dict[str, Any]:
+        """The node's page-merging report (``gfaas dedup status``)."""
+        import json
+
+        r, _ = self._ch.call(P.DedupStatus())
+        assert isinstance(r, P.DedupReport)
+        out: dict[str, Any] = json.loads(r.report)
+        return out
+
     def stats(self) -> dict[str, Any]:
         r, _ = self._ch.call(P.Stats())
         assert isinstance(r, P.StatsReply)

@@ -118,6 +118,14 @@ class Daemon:
         self._refusal_logged = 0.0
         self._max_conns = config.max_connections
         self._setup_state()
+        # Page merging (gfaas.dedup): created here, so settings a crashed run left in KSM are restored
+        # at the next start even if no hint ever comes.
+        self.dedup = None
+        if config.dedup:
+            from ..dedup.node import NodeDedup
+
+            self.dedup = NodeDedup(config.state_dir, config.ksm_lock_dir)
+            self.dedup.start()
         self.store = Store(
             config,
             make_backend(config.backend),
@@ -149,6 +157,9 @@ class Daemon:
             P.EndInvocation: self._end,
             P.Stats: self._stats,
             P.QueueHint: self._queue_hint,
+            P.DedupHint: self._dedup_hint,
+            P.DedupForget: self._dedup_forget,
+            P.DedupStatus: self._dedup_status,
             P.Lease: self._lease,
             P.MoreIds: self._more_ids,
             P.Seal: self._seal_small,
@@ -360,6 +371,8 @@ class Daemon:
         return wait
 
     def close(self) -> None:
+        if self.dedup is not None:
+            self.dedup.stop()  # KSM back to the settings it had before any burst
         if self.remote is not None:
             self.remote.stop()
         for conn in list(self._conns.values()):
@@ -777,6 +790,25 @@ class Daemon:
         self._need_admin(conn)
         self.store.queue_hint(m.invocation_id, m.positions, m.done)
         return P.Ok(), []
+
+    def _need_dedup(self) -> Any:
+        if self.dedup is None:
+            raise ConfigError("page merging is off on this node (NodeConfig.dedup=False); start it with dedup on")
+        return self.dedup
+
+    def _dedup_hint(self, conn: Conn, m: P.DedupHint) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        self._need_dedup().hint(m.pid, m.workflow, m.function, m.domain, m.nbytes)
+        return P.Ok(), []
+
+    def _dedup_forget(self, conn: Conn, m: P.DedupForget) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        self._need_dedup().forget(m.pid)
+        return P.Ok(), []
+
+    def _dedup_status(self, conn: Conn, m: P.DedupStatus) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        return P.DedupReport(self._need_dedup().report()), []
 
     def _export(self, conn: Conn, seg: Segment, writable: bool) -> list[int]:
         sent = conn.sent_rw if writable else conn.sent_ro

@@ -81,6 +81,28 @@ class QueueHint(_Msg):
     done: list[str] = []
 
 
+class DedupHint(_Msg):
+    """Admin: the worker process ``pid`` of ``workflow``/``function`` marked ``nbytes`` of its memory
+    mergeable (:mod:`gfaas.dedup`); merge it with the other processes of sharing ``domain``. The
+    runtime sends it, never function code: a function cannot pick its own domain."""
+
+    pid: int
+    workflow: str
+    function: str
+    domain: str
+    nbytes: int
+
+
+class DedupForget(_Msg):
+    """Admin: the worker process ``pid`` stopped; its hints no longer hold the domain."""
+
+    pid: int
+
+
+class DedupStatus(_Msg):
+    """Admin: the page-merging report (``gfaas dedup status``)."""
+
+
 class Lease(_Msg):
     """Ask for a fresh slab to pack small objects into, plus a batch of IDs."""
 
@@ -168,6 +190,9 @@ Request = (
     | EndInvocation
     | Stats
     | QueueHint
+    | DedupHint
+    | DedupForget
+    | DedupStatus
     | Lease
     | MoreIds
     | Seal
@@ -291,6 +316,12 @@ class Located(_Msg):
     read_log: int = 0
 
 
+class DedupReport(_Msg):
+    """The merge controller's status as JSON (:meth:`gfaas.dedup.controller.MergeController.status`)."""
+
+    report: bytes
+
+
 class Ok(_Msg):
     retired: list[int] = []
 
@@ -311,6 +342,7 @@ Reply = (
     | Allocated
     | Derived
     | Located
+    | DedupReport
     | Ok
     | Error
 )
@@ -372,6 +404,18 @@ def _check_derive(m: Derive) -> None:
     _range(m, "nbytes", 0)
 
 
+_NAME_MAX = 128  # workflow, function and domain names (the spec allows fewer characters)
+
+
+def _check_dedup_hint(m: DedupHint) -> None:
+    _range(m, "pid", 1, (1 << 22), "a process id (1..4194304)")
+    _range(m, "nbytes", 0)
+    for name in ("workflow", "function", "domain"):
+        v = getattr(m, name)
+        if not v or len(v) > _NAME_MAX or not v.isprintable():
+            raise ProtocolError(f"DedupHint.{name}={v[:40]!r} must be 1..{_NAME_MAX} printable characters")
+
+
 def _check_release(m: Release) -> None:
     if any(not 0 <= x <= _I64 for x in m.segments):
         raise ProtocolError("Release.segments names a segment out of range; give the segment numbers of replies")
@@ -383,6 +427,8 @@ _CHECKS: dict[type, Callable[[Any], None]] = {
     SealAllocated: _check_seal_allocated,
     Derive: _check_derive,
     Release: _check_release,
+    DedupHint: _check_dedup_hint,
+    DedupForget: lambda m: _range(m, "pid", 1, (1 << 22), "a process id (1..4194304)"),
 }
 
 

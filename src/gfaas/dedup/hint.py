@@ -13,12 +13,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import DedupError
 from .madvise import advise, buffer_span, page_range
 
 log = logging.getLogger("gfaas.dedup")
 
 _lock = threading.Lock()
 _hinted = 0
+_advised: list[tuple[int, int]] = []  # every range advised, for unmerge_all
 
 
 @dataclass(frozen=True)
@@ -30,10 +32,12 @@ class Hint:
     requested: int
 
 
-def _record(nbytes: int) -> None:
+def _record(start: int, nbytes: int) -> None:
     global _hinted
     with _lock:
         _hinted += nbytes
+        if nbytes:
+            _advised.append((start, nbytes))
 
 
 def merge(obj: Any) -> Hint:
@@ -44,7 +48,7 @@ def merge(obj: Any) -> Hint:
     addr, nbytes = buffer_span(obj)
     start, length = page_range(addr, nbytes)
     advise(start, length)
-    _record(length)
+    _record(start, length)
     log.debug("merge hint %#x +%d bytes (%d requested)", start, length, nbytes)
     return Hint(start=start, length=length, requested=nbytes)
 
@@ -55,7 +59,7 @@ def merge_regions(regions: Iterable[tuple[int, int]]) -> int:
     for addr, nbytes in regions:
         start, length = page_range(addr, nbytes)
         advise(start, length)
-        _record(length)  # per range: a later failure must not lose what was already advised
+        _record(start, length)  # per range: a later failure must not lose what was already advised
         total += length
     return total
 
@@ -66,3 +70,23 @@ def take_hinted() -> int:
     with _lock:
         n, _hinted = _hinted, 0
     return n
+
+
+def unmerge_all() -> int:
+    """Take back every hint of this process (``MADV_UNMERGEABLE``: merged pages are copied back and
+    KSM no longer sees them). The runtime asks for it when the node refused the hints (another
+    sharing domain holds KSM): memory left mergeable would otherwise be merged by that domain's
+    next burst. Ranges unmapped since are skipped. Returns the bytes taken back."""
+    global _hinted
+    with _lock:
+        ranges, _advised[:] = list(_advised), []
+        _hinted = 0
+    done = 0
+    for start, length in ranges:
+        try:
+            advise(start, length, mergeable=False)
+        except DedupError as exc:  # unmapped since (the object was freed): nothing left to unmerge
+            log.debug("unmerge %#x +%d: %s", start, length, exc)
+            continue
+        done += length
+    return done

@@ -30,12 +30,12 @@ Getter = Callable[[Any], np.ndarray]
 class Context:
     """The per-invocation view a handler gets of the platform."""
 
-    __slots__ = ("_getter", "_model", "device", "function", "get_s", "gpu", "invocation", "log", "params", "scale",
+    __slots__ = ("_getter", "_merger", "_model", "device", "function", "get_s", "gpu", "invocation", "log", "params", "scale",
                  "workflow")
 
     def __init__(self, *, workflow: str, function: str, invocation: str, getter: Getter,
                  params: Mapping[str, Any] | None = None, model: Any = None, device: str = "cpu",
-                 scale: str = "small", gpu: str = "") -> None:
+                 scale: str = "small", gpu: str = "", merger: Callable[[Any], int] | None = None) -> None:
         self.workflow = workflow
         self.function = function
         self.invocation = invocation
@@ -47,6 +47,7 @@ class Context:
         self.get_s = 0.0  # seconds spent fetching inputs (data passing, not compute)
         self._getter = getter
         self._model = model
+        self._merger = merger
 
     def get(self, ref: Any) -> np.ndarray:
         """The array behind an input reference (read-only; copy it before writing)."""
@@ -55,6 +56,19 @@ class Context:
             return self._getter(ref)
         finally:
             self.get_s += time.perf_counter() - t0
+
+    def merge(self, obj: Any) -> int:
+        """Hint that ``obj`` (a numpy array, buffer or CPU tensor this worker keeps, such as weights it
+        built) holds content other warm workers of its sharing domain hold too: its whole pages are
+        marked mergeable and the node merges them with identical pages within about a second
+        (:mod:`gfaas.dedup`, docs/dedup.md). A page written later is copied back, for this worker only.
+
+        Returns the bytes marked (whole pages inside ``obj``; 0 when the runtime runs with page
+        merging off, ``RuntimeConfig(dedup="off")``, since a hint is advice, never a requirement)."""
+        if self._merger is None:
+            self.log.debug("ctx.merge: page merging is off in this runtime (RuntimeConfig.dedup); nothing marked")
+            return 0
+        return self._merger(obj)
 
     @property
     def model(self) -> Any:

@@ -20,17 +20,19 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import ConfigError, FunctionFailed, NotFound, Overloaded, SpecError
+from ..errors import ConfigError, FunctionFailed, GfaasError, NotFound, Overloaded, SpecError
 from ..policy.bandwidth import input_deadline, slo_for
 from ..topology import Topology
 from ..units import GiB
 from .accel import DSCS, Decision, DscsDrive, DscsDrives
 from .dag import DagState
+from .dedup import RuntimeDedup
+from .dedup import check_mode as check_dedup_mode
 from .hints import Hint, QueueHinter
 from .result import Breakdown, FunctionRecord, InvocationResult, Status
 from .sandbox import Identity, TenantIds, sandbox_enabled
@@ -84,6 +86,13 @@ class RuntimeConfig:
             functions marked ``accelerator: dscs`` (:mod:`gfaas.runtime.accel`; 0: none, so marked
             functions always run on a CPU worker). ``LocalRuntime.drives`` holds them.
         dscs_preset: the accelerator preset of those drives (:func:`gfaas.accel.preset`).
+        dedup: page merging of warm workers' memory (:mod:`gfaas.runtime.dedup`, docs/dedup.md):
+            ``off`` (default); ``shared``: workers map their model's weights from one copy per sharing
+            domain (content-addressed, in RAM, removed with the runtime); ``merge``: the memory a
+            model load added is marked mergeable and the node merges identical pages by a KSM burst
+            (root); ``on``: both. ``ctx.merge(obj)`` hints more unless ``off``.
+        dedup_domain: the sharing domain of every workflow of this runtime (one owner's workflows);
+            ``""`` (default): each workflow is a domain of its own, so no two share a page.
     """
 
     transport: Literal["gfaas", "redis"] = "gfaas"
@@ -107,6 +116,8 @@ class RuntimeConfig:
     sandbox_uid_base: int = 200000
     dscs_drives: int = 1
     dscs_preset: str = "dscs"
+    dedup: Literal["off", "shared", "merge", "on"] = "off"
+    dedup_domain: str = ""
 
     def __post_init__(self) -> None:
         if self.transport not in ("gfaas", "redis"):
@@ -135,6 +146,7 @@ class RuntimeConfig:
             raise ConfigError(f"sandbox_uid_base={self.sandbox_uid_base!r} must be an integer >= 1000")
         if isinstance(self.dscs_drives, bool) or not isinstance(self.dscs_drives, int) or self.dscs_drives < 0:
             raise ConfigError(f"dscs_drives={self.dscs_drives!r} must be a whole number >= 0 (0: no drives)")
+        check_dedup_mode(self.dedup)
 
 
 @dataclass(frozen=True)
@@ -183,7 +195,8 @@ class _Pool:
         ident = rt.tenant_identity(spec.name)
         self.init = Init(spec.name, function, spec.text, rt.config.scale, rt.transport_settings(self.node),
                          rt.config.threads_per_worker, "cpu", rt.gpu_of(spec.name, function),
-                         ident.uid if ident else -1, ident.gid if ident else -1)
+                         ident.uid if ident else -1, ident.gid if ident else -1,
+                         **rt.dedup.init_fields(spec.name))
         self.queue: deque[tuple[_Invocation, str]] = deque()
         # The function's last compute time: what its SLO and its inputs' deadline derive from
         # (policy.bandwidth; 0 until it has run once).
@@ -300,6 +313,8 @@ class LocalRuntime:
         self._gpus: dict[str, dict[str, str]] = {}  # workflow -> GPU function -> GPU (see _place)
         self._topo: Topology | None = None
         self._tenants: TenantIds | None = None
+        self.dedup = RuntimeDedup(self.config.dedup, self.config.dedup_domain)
+        self._closers.append(self.dedup.close)
         if sandbox_enabled(self.config.sandbox, self.config.executor):
             self._tenants = TenantIds(self.config.sandbox_uid_base)
         elif self.config.sandbox == "auto" and self.config.executor == "process":
@@ -377,6 +392,13 @@ class LocalRuntime:
         return self._tenants(workflow) if self._tenants is not None else None
 
     def start_worker(self, init: Init, node: str = "") -> Any:
+        worker = self._new_worker(init, node)
+        if init.dedup != "off":
+            with self._admin_lock:
+                self.dedup.started(worker, init.workflow, init.function, self._admins.get(node) or self._admin)
+        return worker
+
+    def _new_worker(self, init: Init, node: str) -> Any:
         if self.config.executor == "inproc":
             return InProcessWorker(init)
         if self.config.executor == "ray":
@@ -563,6 +585,28 @@ class LocalRuntime:
         with self._admin_lock:
             return {name: admin.stats() for name, admin in self._admins.items()}
 
+    def memory_report(self) -> dict[str, Any]:
+        """What page merging saves now (``RuntimeConfig.dedup``): each live worker's RSS, PSS and
+        KSM-merged bytes, the shared store's files and the copies they save, and each node's merge
+        controller report (``gfaas dedup status``)."""
+        workers = [asdict(w) for w in self.dedup.memory()]
+        nodes: dict[str, Any] = {}
+        if self.dedup.mode in ("merge", "on"):
+            with self._admin_lock:
+                for name, admin in self._admins.items():
+                    try:
+                        nodes[name] = admin.dedup_status()
+                    except GfaasError as exc:
+                        nodes[name] = {"error": str(exc)}
+        shared = self.dedup.shared_report()
+        # KSM's saving is the node's (pages_sharing: the copies merged away), not a sum over workers,
+        # whose merged counts include the one copy each merged page keeps.
+        merged = sum(int(r.get("saved_bytes", 0)) for r in nodes.values())
+        return {"mode": self.dedup.mode, "workers": workers, "shared": shared, "nodes": nodes,
+                "rss_bytes": sum(w["rss_bytes"] for w in workers), "pss_bytes": sum(w["pss_bytes"] for w in workers),
+                "merged_saved_bytes": merged, "saved_bytes": shared["saved_bytes"] + merged,
+                "refused": list(self.dedup.refused)}
+
     def queue_depths(self) -> dict[str, int]:
         with self._lock:
             pools = list(self._pools.values())
@@ -733,6 +777,10 @@ class LocalRuntime:
             self.failed(inv, fn, reply.message)
             return
         assert isinstance(reply, Done)
+        if reply.hinted_bytes:  # ctx.merge during the call
+            with self._admin_lock:
+                self.dedup.hinted(worker, inv.spec.name, fn, self._admins.get(pool.node) or self._admin,
+                                  reply.hinted_bytes)
         if reply.compute_s > 0:
             pool.compute_s = reply.compute_s
         rec = FunctionRecord(fn, worker.name, started - inv.enqueued[fn], reply.fn_get_s, reply.compute_s,

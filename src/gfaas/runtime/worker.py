@@ -54,11 +54,17 @@ class Init(_Ctl):
     # The tenant identity the worker drops to once loaded (runtime.sandbox); -1: no sandbox.
     sandbox_uid: int = -1
     sandbox_gid: int = -1
+    # Page merging (runtime.dedup): "off", "shared" (model weights mapped from the domain's
+    # content-addressed store), "merge" (the memory the model load added is hinted to KSM) or "on".
+    dedup: str = "off"
+    dedup_domain: str = ""
+    shared_dir: str = ""
 
 
 class Ready(_Ctl):
     pid: int
     load_s: float
+    hinted_bytes: int = 0  # bytes the model load marked mergeable (the runtime tells the node daemon)
 
 
 class Task(_Ctl):
@@ -89,6 +95,7 @@ class Done(_Ctl):
     put_s: float
     host_put_s: float
     accel_s: float = 0.0  # modelled accelerator seconds of this call (runtime.accel); 0 off the drive
+    hinted_bytes: int = 0  # bytes the handler marked mergeable with ctx.merge during this call
 
 
 class Failed(_Ctl):
@@ -102,9 +109,17 @@ class Stop(_Ctl):
     pass
 
 
+class Unmerge(_Ctl):
+    """The node refused this worker's merge hints: take them back (gfaas.dedup.hint.unmerge_all)."""
+
+
+class Unmerged(_Ctl):
+    nbytes: int
+
+
 Reply = Done | Failed
 _enc = msgspec.msgpack.Encoder()
-_dec = msgspec.msgpack.Decoder(Init | Ready | Task | Done | Failed | Stop)
+_dec = msgspec.msgpack.Decoder(Init | Ready | Task | Done | Failed | Stop | Unmerge | Unmerged)
 
 
 class WorkerDied(GfaasError):
@@ -126,10 +141,14 @@ class FunctionHost:
         self.transport = TransportConfig(**init.transport)  # type: ignore[arg-type]
         self.sandboxed = init.sandbox_uid >= 0
         self.model: Any = None
+        self.dedup = init.dedup
+        self.hinted_bytes = 0
         if self.fn.model:
-            from .. import models
+            self.model = _load_model(self.fn.model, init)
+        if self.dedup != "off":
+            from ..dedup.hint import take_hinted
 
-            self.model = models.load(self.fn.model, scale=init.scale, device=init.device, threads=init.threads)
+            self.hinted_bytes = take_hinted()
         self._emulated: dict[str, Any] = {}  # accelerator preset -> EmulatedModel, built on first use
         self.load_s = time.perf_counter() - t0
 
@@ -180,7 +199,8 @@ class FunctionHost:
             model = self._emulated_model(task.accel)
             accel0 = model.seconds
         ctx = Context(workflow=self.workflow, function=self.fn.name, invocation=task.invocation, getter=getter,
-                      params=self.fn.params, model=model, device=self.device, scale=self.scale, gpu=self.gpu)
+                      params=self.fn.params, model=model, device=self.device, scale=self.scale, gpu=self.gpu,
+                      merger=_merge if self.dedup in ("merge", "on") else None)
         t0 = time.perf_counter()
         out = self.handler(ctx, dict(task.inputs))
         handler_s = time.perf_counter() - t0
@@ -197,8 +217,20 @@ class FunctionHost:
                 host_put_s += dt
             else:
                 put_s += dt
+        hinted = 0
+        if self.dedup != "off":
+            from ..dedup.hint import take_hinted
+
+            hinted = take_hinted()
         return Done(task.invocation, refs, scalars, host_get[0], ctx.get_s - host_get[0], handler_s - ctx.get_s,
-                    put_s, host_put_s, accel_s)
+                    put_s, host_put_s, accel_s, hinted)
+
+    def unmerge(self) -> int:
+        if self.dedup == "off":
+            return 0
+        from ..dedup.hint import unmerge_all
+
+        return unmerge_all()
 
     def _emulated_model(self, accel: str) -> Any:
         if accel not in self._emulated:
@@ -227,6 +259,36 @@ class FunctionHost:
         return values
 
 
+def _load_model(name: str, init: Init) -> Any:
+    """The function's model, loaded as ``init.dedup`` says (runtime.dedup): its weights mapped from the
+    sharing domain's store, and/or the memory the load added hinted to KSM."""
+    from pathlib import Path
+
+    from .. import models
+
+    kw: dict[str, Any] = {}
+    if init.dedup in ("shared", "on"):
+        kw = {"shared": True, "domain": init.dedup_domain or "default",
+              "store_dir": Path(init.shared_dir) if init.shared_dir else None}
+    if init.dedup not in ("merge", "on"):
+        return models.load(name, scale=init.scale, device=init.device, threads=init.threads, **kw)
+    from ..dedup.hint import merge_regions
+    from ..dedup.regions import track_regions
+
+    # onnxruntime's own copies (prepacked weights, arenas) are heap memory Python never sees: what the
+    # load added to this process's anonymous mappings is what a warm worker of the same model repeats.
+    with track_regions() as tracked:
+        model = models.load(name, scale=init.scale, device=init.device, threads=init.threads, **kw)
+    merge_regions(tracked.regions)
+    return model
+
+
+def _merge(obj: Any) -> int:
+    from ..dedup.hint import merge
+
+    return merge(obj).length
+
+
 # ---- worker handles: what the invoker holds ---------------------------------------------------------
 class InProcessWorker:
     """A function host in the caller's process (tests, debugging; no isolation from crashes)."""
@@ -238,9 +300,13 @@ class InProcessWorker:
         except Exception as exc:
             raise FunctionFailed(f"function {init.function!r} could not start: {exc}") from exc
         self.pid = os.getpid()
+        self.hinted_bytes = self._host.hinted_bytes
 
     def run(self, task: Task) -> Reply:
         return self._host.run(task)
+
+    def unmerge(self) -> int:
+        return self._host.unmerge()
 
     def alive(self) -> bool:
         return True
@@ -279,6 +345,7 @@ class ProcessWorker:
             raise FunctionFailed(f"function {init.function!r} could not start: {first.message}")
         assert isinstance(first, Ready)
         self.load_s = first.load_s
+        self.hinted_bytes = first.hinted_bytes
         self._sock.settimeout(None)
 
     def _recv(self) -> Any:
@@ -310,6 +377,16 @@ class ProcessWorker:
         reply = self._recv()
         assert isinstance(reply, Done | Failed)
         return reply
+
+    def unmerge(self) -> int:
+        """Have the (idle) worker take back its merge hints; returns the bytes it un-advised."""
+        try:
+            self._sock.send(_enc.encode(Unmerge()))
+        except OSError:
+            raise WorkerDied(f"worker {self.name} is gone (status {self.proc.poll()})") from None
+        reply = self._recv()
+        assert isinstance(reply, Unmerged)
+        return reply.nbytes
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -365,7 +442,7 @@ def serve_fd(fd: int) -> int:
     except Exception as exc:
         sock.send(_enc.encode(Failed("", type(exc).__name__, str(exc), traceback.format_exc()[-8000:])))
         return 1
-    sock.send(_enc.encode(Ready(os.getpid(), host.load_s)))
+    sock.send(_enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes)))
     while True:
         data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MSG, 1)
         if not data:
@@ -373,6 +450,9 @@ def serve_fd(fd: int) -> int:
         msg = _dec.decode(data)
         if isinstance(msg, Stop):
             return 0
+        if isinstance(msg, Unmerge):
+            sock.send(_enc.encode(Unmerged(host.unmerge())))
+            continue
         assert isinstance(msg, Task)
         conn = socket.socket(fileno=fds[0]) if fds else None
         sock.send(_enc.encode(host.run(msg, conn)))
