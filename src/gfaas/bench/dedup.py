@@ -177,7 +177,8 @@ def _one(job: dict[str, Any], n: int, system: str, ctx: dict[str, Any]) -> dict[
 
             clear_store(Path(job["store_dir"]))
     pss = [u.pss for u in usage if u is not None]
-    row = {"system": system, "model": job.get("model", f"{job['nbytes'] // 10**6} MB random bytes"),
+    what = job["model"] if job["kind"] == "model" else f"{job['nbytes'] // 10**6} MB random bytes"
+    row = {"system": system, "model": what,
            "processes": n, "merge_seconds": merge_s, "merge_seconds_85": merge85,
            "pss_mib_per_process": sum(pss) / len(pss) / MIB,
            "rss_mib_per_process": sum(u.rss for u in usage if u) / len(pss) / MIB,
@@ -203,6 +204,7 @@ def _relative(rows: list[dict[str, Any]]) -> None:
         r["density_vs_none"] = base["system_used_mib"] / r["system_used_mib"] if r["system_used_mib"] > 0 else None
         r["pss_ratio_vs_none"] = base["pss_mib_per_process"] / r["pss_mib_per_process"]
         r["call_ms_vs_none"] = (r["call_ms"] / base["call_ms"]) if r["call_ms"] and base["call_ms"] else None
+    for r in rows:
         del r["sum_pss"]
 
 

@@ -267,8 +267,10 @@ class MergeController:
         foreign = self._foreign()
         if foreign:
             self._event("audit", tuple(foreign))
-            log.warning("KSM burst not started: processes %s outside domain %r have mergeable memory",
-                        foreign, self._active_domain)
+            # Usually workers that marked memory and whose hint is still on its way (the next hint
+            # starts the burst); a process that never hints keeps showing up here and in the events.
+            log.info("KSM burst not started yet: processes %s outside domain %r have mergeable memory",
+                     foreign, self._active_domain)
             return
         pending_pages = sum(p.hinted_bytes for p in self._procs.values() if p.pending) // PAGE
         settings = burst_settings(pending_pages).as_sysfs()
