@@ -33,6 +33,9 @@ REQUESTS = [
     P.Sync(),
     P.QueueHint("0" * 32, {"f": 0, "g": 3}),
     P.QueueHint("0" * 32, {}, ["f"]),
+    P.DedupHint(4242, "wf", "f", "wf", 1 << 20),
+    P.DedupForget(4242),
+    P.DedupStatus(),
 ]
 
 REPLIES = [
@@ -41,6 +44,7 @@ REPLIES = [
     P.InvocationOpened("0" * 32, {"f": "1" * 32}),
     P.Ended("0" * 32, 3),
     P.StatsReply("n0", 1, 0, 4096, 100, 1 << 30, 1, 1, 2, 0),
+    P.DedupReport(b'{"processes": []}'),
     P.Leased(1, 0, 1 << 20, [OID], [3]),
     P.Leased(1, 0, 1 << 20, [OID, OID], [], 7),
     P.Ids([OID, OID]),
@@ -73,11 +77,12 @@ def test_request_and_reply_types_are_pinned() -> None:
     import typing
 
     assert sorted(t.__name__ for t in typing.get_args(P.Request)) == [
-        "AdminHello", "Allocate", "Consumed", "Delete", "Derive", "EndInvocation", "Get", "Hello", "Lease", "MoreIds",
-        "OpenInvocation", "QueueHint", "Release", "Seal", "SealAllocated", "Stats", "Sync"]
+        "AdminHello", "Allocate", "Consumed", "DedupForget", "DedupHint", "DedupStatus", "Delete", "Derive",
+        "EndInvocation", "Get", "Hello", "Lease", "MoreIds", "OpenInvocation", "QueueHint", "Release", "Seal",
+        "SealAllocated", "Stats", "Sync"]
     assert sorted(t.__name__ for t in typing.get_args(P.Reply)) == [
-        "AdminWelcome", "Allocated", "Derived", "Ended", "Error", "Ids", "InvocationOpened", "Leased", "Located", "Ok",
-        "StatsReply", "Welcome"]
+        "AdminWelcome", "Allocated", "DedupReport", "Derived", "Ended", "Error", "Ids", "InvocationOpened", "Leased",
+        "Located", "Ok", "StatsReply", "Welcome"]
     assert {type(m).__name__ for m in REQUESTS} == {t.__name__ for t in typing.get_args(P.Request)}
     assert {type(m).__name__ for m in REPLIES} == {t.__name__ for t in typing.get_args(P.Reply)}
 

@@ -46,7 +46,7 @@ def _load_bytes(job: dict[str, Any]) -> Loaded:
         return Loaded(load_shared(path, domain="bench", store_dir=store), time.perf_counter() - t0)
     mem = mmap.mmap(-1, os.path.getsize(path), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # what KSM may merge
     with open(path, "rb") as f:
-        f.readinto(mem)  # type: ignore[attr-defined]
+        f.readinto(mem)
     out = Loaded(mem, time.perf_counter() - t0)
     t1 = time.perf_counter()
     if system in HINTING:
@@ -115,10 +115,12 @@ def main() -> int:
             break
         if cmd[0] == "calls":
             times = []
-            for _ in range(int(cmd[1]) if got.call is not None else 0):
-                t1 = time.perf_counter()
-                got.call()
-                times.append((time.perf_counter() - t1) * 1e3)
+            call = got.call
+            if call is not None:
+                for _ in range(int(cmd[1])):
+                    t1 = time.perf_counter()
+                    call()
+                    times.append((time.perf_counter() - t1) * 1e3)
             print(json.dumps({"call_ms": times}), flush=True)
     return 0
 

@@ -115,6 +115,7 @@ class MergeController:
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
         self._stop = threading.Event()
+        self._kick = threading.Event()  # a burst started (or stop): wakes the idle watcher
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -132,6 +133,7 @@ class MergeController:
     def stop(self) -> None:
         """End any burst, restore settings, join the thread (idempotent)."""
         self._stop.set()
+        self._kick.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -286,6 +288,7 @@ class MergeController:
             self._event("restored", dict(saved))
             raise
         self._burst = _Burst(settings=settings, saved=saved, started_at=now, last_audit_at=now)
+        self._kick.set()
 
     def _end_burst(self, reason: str) -> None:
         burst = self._burst
@@ -351,7 +354,14 @@ class MergeController:
                 self._end_burst("max_burst_s")
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.poll_s):
+        while not self._stop.is_set():
+            if self._burst is None:
+                # Idle: no wake-ups at all until a hint starts a burst (zero cost while nobody hinted).
+                self._kick.wait()
+                self._kick.clear()
+                continue
+            if self._stop.wait(self.poll_s):
+                break
             try:
                 self.poll()
             except Exception:
