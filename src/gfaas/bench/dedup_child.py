@@ -1,8 +1,11 @@
-"""One worker process of ``gfaas bench dedup``: loads what the parent says, reports, waits.
+"""One worker process of ``gfaas bench dedup``: loads what the parent says, hints on its signal, waits.
 
-Protocol on stdin/stdout, one JSON document per line: the parent sends the job; the child answers
-``{"pid", "before_private", "load_s", "hint_s", "hinted_bytes", "first_call_ms"}`` once loaded,
-then answers ``calls N`` with ``{"call_ms": [...]}`` and exits on ``exit`` or end of input.
+Protocol on stdin/stdout, one JSON document per line: the parent sends the job; the child loads and
+answers ``{"loaded": true}``; on ``hint`` it hints (so every process of a row hints at the same
+moment, after all have loaded) and answers ``{"pid", "before_private", "load_s", "hint_s",
+"hint_t0", "hint_t1", "hinted_bytes", "first_call_ms"}`` (``hint_t*``: ``time.monotonic()``, one
+clock for every process of the machine); then ``calls N`` gets ``{"call_ms": [...]}``; ``exit`` or end
+of input ends it.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ HINTING = ("ksm-default", "gfaas-merge")
 class Loaded:
     held: Any  # keeps the memory alive
     load_s: float
-    hint_s: float = 0.0
-    hinted: int = 0
+    view: memoryview | None = None  # the synthetic job's bytes
+    hint: Callable[[], int] | None = None  # marks or remaps what was loaded; returns the bytes
     call: Callable[[], Any] | None = None
 
 
@@ -36,28 +39,36 @@ def _private_bytes() -> int:
         return sum(int(line.split()[1]) * 1024 for line in f if line.startswith(("Private_Clean:", "Private_Dirty:")))
 
 
+def _touch(view: memoryview) -> None:
+    """A function reads what it holds: every page faulted in (after a remap too), in every row."""
+    sum(view[k] for k in range(0, len(view), mmap.PAGESIZE))
+
+
 def _load_bytes(job: dict[str, Any]) -> Loaded:
     """The synthetic job: the bytes of the file ``path`` in this process's memory."""
     system, path, store = job["system"], job["path"], Path(job["store_dir"])
     t0 = time.perf_counter()
+    buf: Any
     if system == "gfaas-shared":
         from gfaas.dedup.shared import load_shared
 
-        return Loaded(load_shared(path, domain="bench", store_dir=store), time.perf_counter() - t0)
-    mem = mmap.mmap(-1, os.path.getsize(path), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # what KSM may merge
-    with open(path, "rb") as f:
-        f.readinto(mem)
-    out = Loaded(mem, time.perf_counter() - t0)
-    t1 = time.perf_counter()
+        shared = load_shared(path, domain="bench", store_dir=store)
+        buf, view = shared, shared.view
+    else:
+        buf = mmap.mmap(-1, os.path.getsize(path), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # KSM may merge it
+        with open(path, "rb") as f:
+            f.readinto(buf)
+        view = memoryview(buf)
+    _touch(view)
+    out = Loaded(buf, time.perf_counter() - t0, view=view)
     if system in HINTING:
         from gfaas.dedup.hint import merge
 
-        out.hinted = merge(mem).length
+        out.hint = lambda: merge(buf).length
     elif system == "gfaas-remap":
         from gfaas.dedup.remap import remap_shared
 
-        out.hinted = remap_shared(mem, domain="bench", store_dir=store)
-    out.hint_s = time.perf_counter() - t1
+        out.hint = lambda: remap_shared(buf, domain="bench", store_dir=store)
     return out
 
 
@@ -76,9 +87,7 @@ def _load_model(job: dict[str, Any]) -> Loaded:
     if system in HINTING:
         from gfaas.dedup.hint import merge_regions
 
-        t1 = time.perf_counter()
-        out.hinted = merge_regions(tracked.regions)
-        out.hint_s = time.perf_counter() - t1
+        out.hint = lambda: merge_regions(tracked.regions)
     feeds = model.example_inputs()
     out.call = lambda: model(**feeds)
     return out
@@ -98,17 +107,21 @@ def main() -> int:
         import gfaas.models  # noqa: F401
     before = _private_bytes()
     got = _load_bytes(job) if job["kind"] == "bytes" else _load_model(job)
-    if job["kind"] == "bytes":
-        # A function reads what it loaded: fault every page in, as the copy in the other rows is.
-        view = got.held.view if hasattr(got.held, "view") else memoryview(got.held)
-        sum(view[k] for k in range(0, len(view), mmap.PAGESIZE))
+    print(json.dumps({"loaded": True}), flush=True)
+    if sys.stdin.readline().strip() != "hint":
+        return 0
+    t0 = time.monotonic()
+    hinted = got.hint() if got.hint is not None else 0
+    t1 = time.monotonic()
+    if got.view is not None:
+        _touch(got.view)
     first_ms = 0.0
     if got.call is not None:
-        t0 = time.perf_counter()
+        t2 = time.perf_counter()
         got.call()
-        first_ms = (time.perf_counter() - t0) * 1e3
-    print(json.dumps({"pid": os.getpid(), "before_private": before, "load_s": got.load_s, "hint_s": got.hint_s,
-                      "hinted_bytes": got.hinted, "first_call_ms": first_ms}), flush=True)
+        first_ms = (time.perf_counter() - t2) * 1e3
+    print(json.dumps({"pid": os.getpid(), "before_private": before, "load_s": got.load_s, "hint_s": t1 - t0,
+                      "hint_t0": t0, "hint_t1": t1, "hinted_bytes": hinted, "first_call_ms": first_ms}), flush=True)
     for line in sys.stdin:
         cmd = line.split()
         if not cmd or cmd[0] == "exit":
@@ -118,9 +131,9 @@ def main() -> int:
             call = got.call
             if call is not None:
                 for _ in range(int(cmd[1])):
-                    t1 = time.perf_counter()
+                    t3 = time.perf_counter()
                     call()
-                    times.append((time.perf_counter() - t1) * 1e3)
+                    times.append((time.perf_counter() - t3) * 1e3)
             print(json.dumps({"call_ms": times}), flush=True)
     return 0
 
