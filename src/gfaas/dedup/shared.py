@@ -15,6 +15,7 @@ RAM), counted once however many processes map them. The store must be cleaned li
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import mmap
@@ -134,20 +135,29 @@ def _publish(directory: Path, digest: str, write: Any) -> Path:
     target = directory / digest
     if target.exists():
         return target
-    fd, tmp = tempfile.mkstemp(prefix=f".{digest[:16]}.", suffix=".tmp", dir=directory)
+    # Processes that start together all miss at once: the directory's lock lets one write the file
+    # while the others wait and then find it, instead of each writing its own copy first.
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        with os.fdopen(fd, "wb") as f:
-            got = write(f)
-        if got != digest:
-            raise DedupError(f"content changed while it was published to the shared store (expected sha256 {digest},"
-                             f" wrote {got}); retry once the file is no longer being written")
-        os.chmod(tmp, 0o444)
+        fcntl.flock(dfd, fcntl.LOCK_EX)
+        if target.exists():
+            return target
+        fd, tmp = tempfile.mkstemp(prefix=f".{digest[:16]}.", suffix=".tmp", dir=directory)
         try:
-            os.link(tmp, target)
-        except FileExistsError:
-            pass  # another process published the same content first: use its file
+            with os.fdopen(fd, "wb") as f:
+                got = write(f)
+            if got != digest:
+                raise DedupError(f"content changed while it was published to the shared store (expected sha256 "
+                                 f"{digest}, wrote {got}); retry once the file is no longer being written")
+            os.chmod(tmp, 0o444)
+            try:
+                os.link(tmp, target)  # link, not rename: never replaces a file another store user made
+            except FileExistsError:
+                pass
+        finally:
+            Path(tmp).unlink(missing_ok=True)
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        os.close(dfd)  # releases the lock
     return target
 
 
