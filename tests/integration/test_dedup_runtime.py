@@ -58,14 +58,7 @@ functions:
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def support() -> Iterator[None]:
-    mp = pytest.MonkeyPatch()
-    path = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "support"))
-    mp.syspath_prepend(path)
-    mp.setenv("PYTHONPATH", path)
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("rt_handlers")  # tests/support on the path (dedup_handlers.py)
 
 
 @pytest.fixture
