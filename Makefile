@@ -23,16 +23,15 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/gfaas bench dataplane
 
-# GPU tier (needs a CUDA GPU; installs the gpu extra, i.e. CuPy): the CUDA backend's tests, then
-# the GPU rows of the data-plane benchmark and the h100-x1 calibration drawn from them.
-test-gpu: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[dev,gpu]'
-	$(BIN)/python -m pytest -q -rs tests/gpu tests/integration/test_device_objects.py
+# GPU tier (needs a CUDA GPU): the CUDA backend's tests; the GPU rows of the data-plane benchmark and
+# the h100-x1 calibration drawn from them. No venv and no CuPy install: scripts/gpu_env.py runs them with
+# the Python that already imports cupy (.venv's, else the system's with PYTHONPATH=src) and installs only
+# carried wheels (.whl/, e.g. msgspec) on a machine without a package index. See docs/benchmarks.md.
+test-gpu:
+	$(PY) scripts/gpu_env.py test
 
-bench-gpu: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[dev,gpu]'
-	$(BIN)/gfaas bench dataplane --gpu --systems none --out benchmarks/results/dataplane-gpu.json
-	$(BIN)/python benchmarks/calibrate_h100.py benchmarks/results/dataplane-gpu.json
+bench-gpu:
+	$(PY) scripts/gpu_env.py bench
 
 # Every committed result file, regenerated at the current commit (commit first: each file records the
 # commit it measured and refuses nothing, but tests/unit/test_results_provenance.py fails on a dirty

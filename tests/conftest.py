@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
 
 import gfaas
 from gfaas.config import MiB
@@ -32,15 +31,21 @@ from gfaas.dataplane.local import LocalNode
 _TESTS = Path(__file__).resolve().parent
 
 # CI runs are reproducible: derandomized Hypothesis, no example database carried between runs.
-settings.register_profile("ci", derandomize=True, database=None, deadline=None)
-settings.register_profile("dev", deadline=None)
-settings.load_profile("ci" if os.environ.get("CI") else "dev")
+# Hypothesis is optional here: `make test-gpu` runs on an image that may lack it (no property tests there).
+with contextlib.suppress(ImportError):
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True, database=None, deadline=None)
+    settings.register_profile("dev", deadline=None)
+    settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "node_config(**kwargs): NodeConfig overrides for the `node` fixture of this test"
     )
+    if not config.pluginmanager.hasplugin("timeout"):  # an image without pytest-timeout (make test-gpu)
+        config.addinivalue_line("markers", "timeout(seconds): ignored: pytest-timeout is not installed")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
