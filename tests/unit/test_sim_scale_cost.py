@@ -15,7 +15,7 @@ from gfaas.bench.simscale import row
 
 def test_cost_per_request_at_32_nodes_is_within_2_5x_of_2_nodes() -> None:
     small, large = [], []
-    for _ in range(2):  # interleaved, best of two: a busy neighbour slows one sample, not the ratio
+    for _ in range(3):  # interleaved, best of three: a busy neighbour slows some samples, not the ratio
         small.append(float(row(2, 8.0)["us_per_request"]))  # type: ignore[arg-type]  # ~320 requests
         large.append(float(row(32, 1.0)["us_per_request"]))  # type: ignore[arg-type]  # ~640 requests
     assert min(large) <= 2.5 * min(small), (small, large)
