@@ -226,3 +226,24 @@ def test_a_killed_daemon_leaves_ksm_to_be_restored_by_the_next(make_config: Any,
         for k in kids:
             k.kill()
             k.wait()
+
+
+def test_a_failed_shared_load_falls_back_to_a_private_copy(monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A store that cannot take the weights (a full /dev/shm) costs the worker memory, not the function:
+    it loads a private copy, says so, and answers as before."""
+    import errno
+
+    import gfaas.dedup.shared as shared
+
+    def full(*_a: Any, **_k: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shared, "load_shared", full)
+    want = _reference_logits()
+    with caplog.at_level("WARNING", logger="gfaas.runtime"), \
+            _rt(dedup="shared", executor="inproc", sandbox="none") as rt:
+        rt.deploy(twins("full"))
+        out = rt.invoke("full", {"img": IMG}, timeout=120).outputs
+    np.testing.assert_allclose(out["f"], want, rtol=1e-5, atol=1e-5)
+    assert any("shared loading failed" in r.message and "private copy" in r.message for r in caplog.records)

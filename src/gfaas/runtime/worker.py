@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..errors import DaemonUnavailable, FunctionFailed, GfaasError, SpecError
+from ..errors import DaemonUnavailable, DedupError, FunctionFailed, GfaasError, SpecError
 from .context import Context
 from .sandbox import Identity, drop_privileges, worker_env
 from .spec import FunctionSpec, loads, name_diff
@@ -270,15 +270,26 @@ def _load_model(name: str, init: Init) -> Any:
     if init.dedup in ("shared", "on"):
         kw = {"shared": True, "domain": init.dedup_domain or "default",
               "store_dir": Path(init.shared_dir) if init.shared_dir else None}
+
+    def load() -> Any:
+        try:
+            return models.load(name, scale=init.scale, device=init.device, threads=init.threads, **kw)
+        except (OSError, DedupError) as exc:
+            if not kw:
+                raise
+            # Shared loading saves memory; it must not cost the function (a full /dev/shm, say).
+            log.warning("model %s: shared loading failed (%s); this worker keeps a private copy", name, exc)
+            return models.load(name, scale=init.scale, device=init.device, threads=init.threads)
+
     if init.dedup not in ("merge", "on"):
-        return models.load(name, scale=init.scale, device=init.device, threads=init.threads, **kw)
+        return load()
     from ..dedup.hint import merge_regions
     from ..dedup.regions import track_regions
 
     # onnxruntime's own copies (prepacked weights, arenas) are heap memory Python never sees: what the
     # load added to this process's anonymous mappings is what a warm worker of the same model repeats.
     with track_regions() as tracked:
-        model = models.load(name, scale=init.scale, device=init.device, threads=init.threads, **kw)
+        model = load()
     merge_regions(tracked.regions)
     return model
 
