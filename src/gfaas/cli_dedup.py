@@ -14,8 +14,11 @@ from .units import format_bytes
 
 def _render(st: dict[str, Any]) -> str:
     ksm = st.get("ksm", {})
-    lines = [f"node {st.get('node_id', '?')}: saved {format_bytes(int(st.get('saved_bytes', 0)))} "
-             f"(KSM pages_sharing {ksm.get('pages_sharing', 0)}); sharing domain: {st.get('active_domain') or '-'}"]
+    counters = ksm.get("counters", {})
+    # KSM updates its counters as ksmd scans: pages of processes that exited since the last scan still count.
+    lines = [f"node {st.get('node_id', '?')}: KSM saves {format_bytes(int(st.get('saved_bytes', 0)))} machine-wide "
+             f"(pages_sharing {counters.get('pages_sharing', 0)}, as of ksmd's last scan); "
+             f"sharing domain: {st.get('active_domain') or '-'}"]
     if not ksm.get("controllable", False):
         lines.append(f"  KSM is not controlled here: {ksm.get('reason') or st.get('note') or 'unknown reason'}")
     burst = st.get("burst")
