@@ -101,10 +101,96 @@ def test_ipc_get_in_another_process_sees_the_producers_bytes(tmp_path: Any) -> N
 
 
 def test_torch_interop_without_copies() -> None:
+    """torch takes a read-only store view through DLPack (as_torch); torch.as_tensor on
+    __cuda_array_interface__ refuses the read-only flag, which is why gfaas does not use it."""
     torch = pytest.importorskip("torch", reason="needs torch with CUDA")
-    from gfaas.dataplane.device_client import CudaMapper, DeviceView
+    from gfaas.dataplane.device_client import CudaMapper, DeviceView, as_torch
 
     x = cp.arange(16, dtype=cp.float32)
     v = DeviceView(CudaMapper(), 0, int(x.data.ptr), x.nbytes, np.dtype(np.float32), (16,), True)
-    t = torch.as_tensor(v, device="cuda:0")
+    t = as_torch(v)
     assert t.data_ptr() == int(x.data.ptr) and float(t.sum()) == float(x.sum())
+    with pytest.raises((TypeError, ValueError, RuntimeError)):
+        torch.as_tensor(v, device="cuda:0")
+
+
+def test_cuda_out_of_memory_is_a_capacity_error() -> None:
+    from gfaas.dataplane.backends.cuda import CudaBackend
+    from gfaas.errors import CapacityError
+
+    free, total = cp.cuda.runtime.memGetInfo()
+    be = CudaBackend(0, cap_bytes=4 * total, target_bytes=0, ring_bytes=10 * MiB)
+    try:
+        with pytest.raises(CapacityError, match="out of memory"):
+            be.alloc(free + total // 2)
+        assert be.alloc(MiB).size >= MiB  # nothing was left half-allocated
+    finally:
+        be.close()
+
+
+def _producer_that_exits(sock: str, token: str, q: Any) -> None:
+    import cupy
+
+    import gfaas
+
+    c = gfaas.connect(socket_path=sock, token=token)
+    buf = c.allocate((1 << 24,), np.int32, consumers=["c"], device=0)
+    a = buf.array()
+    for _ in range(50):  # queued work the seal must wait for
+        cupy.add(a, 1, out=a)
+    q.put(str(buf.seal()))
+    os._exit(0)  # gone at once: no IPC event of it may be waited on after this
+
+
+def _node(tag: str, **kw: Any) -> Any:
+    """A daemon in its own process: CUDA IPC cannot open a handle in the process that exported it."""
+    import gfaas
+    from gfaas.dataplane.local import LocalNode
+
+    d = f"/tmp/gfg-{tag}-{os.getpid()}"
+    cfg = gfaas.NodeConfig(node_id="gpu", socket_path=d + ".sock", state_dir=d, devices="cuda:0", **kw)
+    return cfg, LocalNode(cfg)
+
+
+def test_a_producer_that_seals_and_exits_leaves_nothing_to_wait_on() -> None:
+    """The producer's 50 queued kernels finish before its seal returns; it exits at once; the
+    reader sees every write and waits on no event of the dead process."""
+    import multiprocessing as mp
+
+    import gfaas
+
+    cfg, node = _node("exit")
+    with node, gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir) as admin:
+        inv = admin.open_invocation("wf", ["p", "c"])
+        q = mp.get_context("spawn").Queue()
+        p = mp.get_context("spawn").Process(target=_producer_that_exits, args=(cfg.socket_path, inv.tokens["p"], q))
+        p.start()
+        ref = q.get(timeout=120)
+        p.join(60)
+        c = gfaas.connect(inv.credentials("c"))
+        v = c.get(ref)
+        assert int(cp.asarray(v).sum()) == 50 * (1 << 24)
+        del v
+        c.close()
+
+
+def test_two_clients_share_the_process_mapper_and_close_arenas_once() -> None:
+    import gfaas
+    from gfaas.dataplane.device_client import process_mapper
+
+    cfg, node = _node("share", device_pool_floor_bytes=0)
+    with node, gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir) as admin:
+        inv = admin.open_invocation("wf", ["p", "c"])
+        p, c = gfaas.connect(inv.credentials("p")), gfaas.connect(inv.credentials("c"))
+        buf = p.allocate((100 * MiB,), np.uint8, consumers=["c"], device=0)  # an arena of its own
+        cp.copyto(buf.array(), cp.full(100 * MiB, 3, cp.uint8))
+        v = c.get(buf.seal())
+        assert [n for _, n in process_mapper()._opened.values()] == [2]  # one open, two users
+        assert int(cp.asarray(v).sum()) == 3 * 100 * MiB
+        del v, buf
+        for _ in range(3):  # releases; the emptied arena is retired, both hear gone, both close
+            p.allocate(16, np.uint8)
+            c.allocate(16, np.uint8)
+        assert process_mapper()._opened == {}
+        p.close()
+        c.close()

@@ -1,21 +1,35 @@
 """Device objects through a real daemon process whose GPUs are modelled (``devices='null:0,1'``).
 
 No CUDA here: the daemon's pools hand out fake addresses and fake IPC handles, and the client's
-mapper records the CUDA calls it would make. What is checked is everything around them: one open
-per arena per process, handles closed when the daemon frees an arena, the consumer waiting on the
-producer's event before it reads, read-only views, deliveries between tiers, errors.
+mapper records the CUDA calls it would make (``FakeMapper``) or is the real ``CudaMapper`` over the
+asynchronous fake runtime (``fake_gpu``: queued work completes later, "device memory" is host
+memory, so bytes are checked). What is checked is everything around them: one open per arena per
+process, handles closed and arenas freed only after every holder closed them, the producer's
+queued writes finished before its seal, a block reused only after a reader's queued work, read-only
+views, deliveries between tiers, errors.
 """
 
 from __future__ import annotations
 
+import ctypes
+import sys
+import threading
+import time
+import types
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from gfaas.config import MiB
-from gfaas.dataplane.device_client import DeviceView
-from gfaas.errors import ConfigError, ObjectStateError
+from gfaas.dataplane import device_client
+from gfaas.dataplane.device_client import CudaMapper, DeviceView
+from gfaas.errors import ConfigError, DataPlaneError, ObjectStateError
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from fake_cuda import FakeCupy, FakeRuntime  # noqa: E402
 
 pytestmark = pytest.mark.node_config(devices="null:0,1", device_capacity_bytes=512 * MiB)
 
@@ -32,14 +46,22 @@ class FakeMapper:
     def close(self, device: int, base: int) -> None:
         self.calls.append(("close", device, base))
 
-    def record(self, device: int) -> bytes:
-        self.calls.append(("record", device))
-        return b"event-%d" % len(self.calls)
+    def finish(self, device: int, stream: int | None = None) -> None:
+        self.calls.append(("finish", device))
+
+    def mark(self, device: int) -> None:
+        self.calls.append(("mark", device))
+
+    def done(self, device: int) -> bool:
+        return True
 
     def wait(self, device: int, event: bytes) -> None:
         self.calls.append(("wait", device, event))
 
-    def copy(self, device: int, dst: int, src: int, nbytes: int) -> None:
+    def stream_of(self, obj: Any) -> int | None:
+        return None
+
+    def copy(self, device: int, dst: int, src: int, nbytes: int, stream: int | None = None) -> None:
         self.calls.append(("copy", device, dst, src, nbytes))
 
     def array(self, view: DeviceView) -> Any:
@@ -64,19 +86,18 @@ class FakeTensor:
                 "strides": None}
 
 
-def test_allocate_seal_get_maps_each_arena_once_and_orders_by_event(node: Any) -> None:
+def test_allocate_seal_get_maps_each_arena_once_and_the_producer_finishes_first(node: Any) -> None:
     pm, cm = FakeMapper(), FakeMapper()
     prod = node.connect("f", device_mapper=pm)
     cons = node.connect("g", device_mapper=cm)
     bufs = [prod.allocate((4, 1024), np.float32, consumers=["g"], device=0) for _ in range(3)]
     assert all(not b.view.readonly for b in bufs)
     refs = [b.seal() for b in bufs]
-    assert pm.kinds() == ["open", "record", "record", "record"]  # one arena, opened once
+    assert pm.kinds() == ["open", "finish", "finish", "finish"]  # one arena, opened once
     ptrs = [b.view.ptr for b in bufs]
     assert len(set(ptrs)) == 3 and all(p >= 0x7F0000000000 for p in ptrs)
     views = [cons.get(r) for r in refs]
-    assert cm.kinds() == ["open", "wait", "wait", "wait"]
-    assert [c[2] for c in cm.calls[1:]] == [b"event-2", b"event-3", b"event-4"]  # each producer's seal
+    assert cm.kinds() == ["open"]  # the producer's writes finished before its seal: nothing to wait on
     for v, b in zip(views, bufs, strict=True):
         cai = v.__cuda_array_interface__
         assert cai["shape"] == (4, 1024) and cai["typestr"] == "<f4" and cai["data"][1] is True
@@ -90,7 +111,7 @@ def test_a_device_tensor_put_is_one_device_copy_into_the_pool(node: Any) -> None
     pm = FakeMapper()
     prod = node.connect("f", device_mapper=pm)
     ref = prod.put(FakeTensor(1, (8, 8), "<i8"), consumers=["g"])
-    assert pm.kinds() == ["open", "copy", "record"]
+    assert pm.kinds() == ["open", "copy", "finish", "mark"]  # mark: its view died (see _device_view_died)
     assert pm.calls[1][1:] == (1, pm.calls[1][2], 0xDEAD0000, 512)
     v = node.connect("g", device_mapper=FakeMapper()).get(ref)
     assert (v.device, v.shape, v.dtype) == (1, (8, 8), np.dtype("<i8"))
@@ -224,3 +245,184 @@ def test_the_daemon_refuses_a_bad_deadline_on_the_wire(node: Any) -> None:
         with pytest.raises(gfaas.ProtocolError, match="deadline_s"):
             g._call(P.Get(ref.id, -1, P.HOST, bad))
     np.testing.assert_array_equal(g.get(ref, copy=True), np.arange(10))  # still there, read once
+
+
+# ---- the real mapper over the asynchronous fake runtime -------------------------------------
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRuntime]:
+    """This process's mapper is a ``CudaMapper`` over the asynchronous fake (one per process)."""
+    rt = FakeRuntime()
+    cp = FakeCupy(rt)
+    monkeypatch.setattr(device_client, "_process_mapper", None)
+    monkeypatch.setattr(device_client, "_cupy", lambda: cp)
+    yield rt
+    rt.close()
+
+
+def _slowly(fn: Any) -> Any:
+    """A kernel that takes a while: anything not ordered after it runs first."""
+    return lambda: (time.sleep(0.05), fn())
+
+
+def test_two_clients_in_a_process_share_its_mapper(node: Any, fake_gpu: FakeRuntime) -> None:
+    """Each arena is opened once per process and closed when the last client using it closes;
+    events are created once per GPU and process, whichever client seals or drops a view."""
+    rt = fake_gpu
+    f1, f2 = node.connect("f"), node.connect("g")
+    refs = [c.allocate(64, np.uint8, consumers=["h"], device=0).seal() for c in (f1, f2, f1)]
+    reader = node.connect("h")
+    views = [reader.get(r) for r in refs]
+    opens = [c for c in rt.calls if c[0] == "ipc-open"]
+    assert len(opens) == 1  # one arena, three clients, one open
+    del views
+    f2.allocate(64, np.uint8, consumers=["h"], device=0).seal()
+    # Two events per GPU and process, whichever client: one for seals, one for dropped views.
+    assert [c[0] for c in rt.calls].count("event-create") == 2
+    f1.close()
+    reader.close()
+    assert [c for c in rt.calls if c[0] == "ipc-close"] == []  # f2 still uses it
+    f2.close()
+    assert len([c for c in rt.calls if c[0] == "ipc-close"]) == 1
+
+
+def test_a_seal_waits_for_the_producers_queued_writes(node: Any, fake_gpu: FakeRuntime) -> None:
+    rt = fake_gpu
+    f, g = node.connect("f"), node.connect("g")
+    buf = f.allocate(4096, np.uint8, consumers=["g"], device=0)
+    ptr = buf.view.ptr
+    rt.launch(0, _slowly(lambda: ctypes.memset(ptr, 7, 4096)))  # the producer's kernel, still queued
+    ref = buf.seal()
+    v = g.get(ref)
+    assert ctypes.string_at(v.ptr, 4096) == b"\x07" * 4096  # the reader needs no event: it is there
+
+
+def test_a_put_copies_after_the_work_on_the_tensors_stream(monkeypatch: pytest.MonkeyPatch, node: Any,
+                                                           fake_gpu: FakeRuntime) -> None:
+    """put of a torch tensor queues its copy on the tensor's (torch's current) stream, after the
+    kernel still writing the tensor there, and seals once that copy is done."""
+    rt = fake_gpu
+    s = rt.streamCreateWithFlags(rt.streamNonBlocking)
+    torch = types.ModuleType("torch")
+
+    class Tensor:
+        device = 0
+
+        def __init__(self, ptr: int) -> None:
+            self.ptr = ptr
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return (2, 0)
+
+        @property
+        def __cuda_array_interface__(self) -> dict[str, Any]:
+            return {"shape": (4096,), "typestr": "|u1", "data": (self.ptr, False), "version": 3, "strides": None}
+
+    torch.Tensor = Tensor  # type: ignore[attr-defined]
+    torch.cuda = types.SimpleNamespace(current_stream=lambda dev: types.SimpleNamespace(cuda_stream=s))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    src = ctypes.create_string_buffer(4096)
+    rt.launch(s, _slowly(lambda: ctypes.memset(src, 9, 4096)))  # the kernel producing the tensor
+    ref = node.connect("f").put(Tensor(ctypes.addressof(src)), consumers=["g"])
+    v = node.connect("g").get(ref)
+    assert ctypes.string_at(v.ptr, 4096) == b"\x09" * 4096
+    assert ("memcpy", rt.memcpyDeviceToDevice, 4096, s) in rt.calls
+
+
+@pytest.mark.node_config(devices="null:0", device_pool_floor_bytes=0)
+def test_a_block_is_reused_only_after_the_readers_queued_work(node: Any, fake_gpu: FakeRuntime) -> None:
+    """A reader drops its view while a kernel reading the block is still queued: the block goes
+    back (and is written by the next object) only after that kernel ran."""
+    rt = fake_gpu
+    f, g = node.connect("f"), node.connect("g")
+    buf = f.allocate(4096, np.uint8, consumers=["g"], device=0)
+    ctypes.memset(buf.view.ptr, 1, 4096)
+    ref = buf.seal()
+    del buf
+    v = g.get(ref)
+    ptr, seen = v.ptr, ctypes.create_string_buffer(4096)
+    rt.launch(0, _slowly(lambda: ctypes.memmove(seen, ptr, 4096)))  # the reader's kernel, queued
+    del v
+    g.allocate(16, np.uint8)  # a request: releases what may be released
+    f.allocate(16, np.uint8)
+    nxt = f.allocate(4096, np.uint8, device=0)
+    ctypes.memset(nxt.view.ptr, 2, 4096)  # the next object's bytes, written now
+    CudaMapper.finish(device_client.process_mapper(), 0)
+    assert seen.raw == b"\x01" * 4096  # the kernel read the object it was queued on
+    g.close()  # waits for the reader's work, then releases: the block is reused now
+    again = f.allocate(4096, np.uint8, device=0)
+    assert again.view.ptr == ptr
+
+
+def test_an_event_that_never_completes_is_an_error_and_blocks_no_one(make_config: Any,
+                                                                     thread_daemon: Any) -> None:
+    """A seal sent with an IPC event (a client that does not finish its writes itself) is held
+    until the event completes, off the daemon's loop and lock: other clients are served meanwhile;
+    one that never completes fails that seal with an error naming it after the bound."""
+    import gfaas
+    from gfaas.dataplane import protocol as P
+
+    cfg = make_config(devices="null:0", device_capacity_bytes=64 * MiB)
+    with thread_daemon(cfg) as d:
+        dev = d.store.devices[0]
+        gate = threading.Event()
+        dev.event_timeout_s = 0.5
+        dev._event_done = lambda e: e == b"later" and gate.is_set()
+        admin = gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir)
+        inv = admin.open_invocation("wf", ["f", "g", "h"])
+        f = gfaas.connect(inv.credentials("f"), device_mapper=FakeMapper())
+        h = gfaas.connect(inv.credentials("h"))
+        stuck = f.allocate(16, np.uint8, consumers=["g"], device=0)
+        with pytest.raises(DataPlaneError, match="producer event 737475636b on GPU 0 did not complete within 0.5 s"):
+            f._call(P.SealAllocated(stuck._id, b"stuck"))
+        later = f.allocate(16, np.uint8, consumers=["g"], device=0)
+        out: list[Any] = []
+        t = threading.Thread(target=lambda: out.append(f._call(P.SealAllocated(later._id, b"later"))))
+        t.start()
+        for k in range(3):  # the loop serves others while that seal waits
+            ref = h.put(np.full(1000, k), consumers=["h"])
+            np.testing.assert_array_equal(h.get(ref), np.full(1000, k))
+        assert out == []
+        gate.set()
+        t.join(30)
+        assert isinstance(out[0], P.Ok)
+        assert d.store.objects[later._id].event == b""  # nobody waits on it again
+        for c in (f, h, admin):
+            c.close()
+
+
+def test_a_trimmed_arena_is_freed_after_every_holder_closed_it(make_config: Any, thread_daemon: Any) -> None:
+    """trim/set_target return an arena two processes have open: each hears ``gone`` in its next
+    device reply; the memory is freed only after both have closed it (their next request, or
+    leaving)."""
+    import gfaas
+
+    cfg = make_config(devices="null:0", device_capacity_bytes=512 * MiB, device_pool_floor_bytes=512 * MiB)
+    with thread_daemon(cfg) as d:
+        dev = d.store.devices[0]
+        admin = gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir)
+        inv = admin.open_invocation("wf", ["f", "g"])
+        f = gfaas.connect(inv.credentials("f"), device_mapper=(fm := FakeMapper()))
+        g = gfaas.connect(inv.credentials("g"), device_mapper=(gm := FakeMapper()))
+        buf = f.allocate(100 * MiB, np.uint8, consumers=["g"], device=0)
+        v = g.get(buf.seal())
+        (base,) = [b for b, n in dev.raw.items() if n >= 100 * MiB]
+        del v, buf
+        f.allocate(16, np.uint8)
+        g.allocate(16, np.uint8)  # both let go: the block is free, the arena kept (the floor)
+        assert base in dev.raw
+        with d.lock:
+            dev.pool.set_target(0)  # returns it
+        g.allocate(16, np.uint8)  # g hears gone and closes its handle
+        assert [c[0] for c in gm.calls].count("close") == 1
+        assert base in dev.raw  # f has not closed it yet
+        f.allocate(16, np.uint8)  # f hears it
+        assert [c[0] for c in fm.calls].count("close") == 1
+        g.allocate(16, np.uint8)  # g's next request: it had closed
+        assert base in dev.raw
+        f.close()  # f leaves
+        deadline = time.monotonic() + 10
+        while base in dev.raw and time.monotonic() < deadline:
+            time.sleep(0.01)  # the daemon sees f's socket close on its loop
+        assert base not in dev.raw
+        g.close()
+        admin.close()

@@ -116,13 +116,22 @@ class _Mapper:
     def close(self, device: int, base: int) -> None:
         pass
 
-    def record(self, device: int) -> bytes:
-        return b"event"
+    def finish(self, device: int, stream: int | None = None) -> None:
+        pass
+
+    def mark(self, device: int) -> None:
+        pass
+
+    def done(self, device: int) -> bool:
+        return True
 
     def wait(self, device: int, event: bytes) -> None:
         pass
 
-    def copy(self, device: int, dst: int, src: int, nbytes: int) -> None:
+    def stream_of(self, obj: Any) -> int | None:
+        return None
+
+    def copy(self, device: int, dst: int, src: int, nbytes: int, stream: int | None = None) -> None:
         pass
 
     def array(self, view: Any) -> Any:

@@ -1,113 +1,43 @@
-"""The CUDA backend's own code against a fake CUDA runtime whose "device memory" is host memory.
+"""The CUDA backend's own code against an asynchronous fake CUDA runtime (tests/support/fake_cuda.py).
 
 No GPU here, so this cannot say anything about CUDA itself; it runs every line of
 ``backends/cuda.py`` (pool over ``malloc``, ring in ``hostAlloc`` memory, chunked copies on two
-streams with an event per slot, D2D and peer copies, IPC handles, close) and checks the bytes.
+streams with an event per slot, D2D and peer copies, IPC handles, close) and checks the bytes. The
+fake's copies complete later, on a worker thread per stream, so deleting a synchronisation point
+(``ops.wait``, ``eventRecord`` in ``launch``, ``streamSynchronize`` after a D2D or peer copy) makes
+these tests read stale bytes and fail.
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
+import threading
+import types
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
 from gfaas.config import MiB
+from gfaas.dataplane import device_client
 from gfaas.dataplane.backends import cuda
+from gfaas.dataplane.backends.device import NullDeviceBackend
+from gfaas.dataplane.device_client import CudaMapper, DeviceView, as_torch
+from gfaas.errors import CapacityError, DataPlaneError
 
-
-class FakeRuntime:
-    memcpyHostToDevice, memcpyDeviceToHost, memcpyDeviceToDevice = 1, 2, 3
-    streamNonBlocking, eventDisableTiming, eventInterprocess = 1, 2, 4
-
-    def __init__(self, gpus: int = 2) -> None:
-        self.gpus = gpus
-        self.buffers: dict[int, Any] = {}
-        self.calls: list[tuple[Any, ...]] = []
-        self.current = 0
-        self._next = 100
-
-    def getDeviceCount(self) -> int:
-        return self.gpus
-
-    def setDevice(self, d: int) -> None:
-        self.current = d
-
-    def memGetInfo(self) -> tuple[int, int]:
-        return 1024 * MiB, 2048 * MiB
-
-    def deviceCanAccessPeer(self, a: int, b: int) -> int:
-        return 1
-
-    def deviceEnablePeerAccess(self, peer: int) -> None:
-        self.calls.append(("peer", self.current, peer))
-
-    def _buf(self, n: int) -> int:
-        b = ctypes.create_string_buffer(n)
-        self.buffers[ctypes.addressof(b)] = b
-        return ctypes.addressof(b)
-
-    def malloc(self, n: int) -> int:
-        self.calls.append(("malloc", self.current, n))
-        return self._buf(n)
-
-    def free(self, p: int) -> None:
-        self.calls.append(("free", self.current))
-        del self.buffers[p]
-
-    hostAlloc = lambda self, n, flags: self._buf(n)  # noqa: E731
-    freeHost = free
-
-    def _id(self) -> int:
-        self._next += 1
-        return self._next
-
-    def streamCreateWithFlags(self, f: int) -> int:
-        return self._id()
-
-    def eventCreateWithFlags(self, f: int) -> int:
-        return self._id()
-
-    def memcpyAsync(self, dst: int, src: int, n: int, kind: int, stream: int) -> None:
-        self.calls.append(("memcpy", kind, n, stream))
-        ctypes.memmove(dst, src, n)
-
-    def memcpyPeerAsync(self, dst: int, dd: int, src: int, sd: int, n: int, stream: int) -> None:
-        self.calls.append(("peer-copy", sd, dd, n))
-        ctypes.memmove(dst, src, n)
-
-    def eventRecord(self, ev: int, stream: int) -> None:
-        self.calls.append(("record", ev, stream))
-
-    def eventQuery(self, ev: int) -> int:
-        return 0
-
-    def eventSynchronize(self, ev: int) -> None:
-        self.calls.append(("sync-event", ev))
-
-    def streamSynchronize(self, s: int) -> None:
-        pass
-
-    def streamDestroy(self, s: int) -> None:
-        pass
-
-    def eventDestroy(self, e: int) -> None:
-        pass
-
-    def ipcGetMemHandle(self, p: int) -> bytes:
-        return p.to_bytes(64, "little")
-
-    def ipcOpenEventHandle(self, h: bytes) -> int:
-        return int.from_bytes(h[:8], "little")
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "support"))
+from fake_cuda import CUDARuntimeError, FakeArray, FakeCupy, FakeRuntime  # noqa: E402
 
 
 @pytest.fixture
-def rt(monkeypatch: pytest.MonkeyPatch) -> FakeRuntime:
+def rt(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRuntime]:
     fake = FakeRuntime()
     monkeypatch.setattr(cuda, "runtime", lambda: fake)
     monkeypatch.setattr(cuda, "_current", cuda._DeviceThread())
-    return fake
+    yield fake
+    fake.close()
 
 
 def _dev_bytes(seg: Any, n: int) -> bytes:
@@ -115,16 +45,17 @@ def _dev_bytes(seg: Any, n: int) -> bytes:
 
 
 def test_copies_go_through_the_ring_in_chunks_and_back(rt: FakeRuntime) -> None:
-    be = cuda.CudaBackend(0, ring_bytes=10 * MiB, target_bytes=0)
+    """Chunks reuse ring slots only after their DMA completed; D2H reads a slot only after it landed."""
+    be = cuda.CudaBackend(0, ring_bytes=10 * MiB, target_bytes=0)  # 5 slots: a 23 MiB copy reuses each
     try:
         assert be.pool.cap == 512 * MiB  # half of the (fake) free memory
         assert ("peer", 0, 1) in rt.calls
-        src = np.random.default_rng(3).integers(0, 256, 7 * MiB + 5, dtype=np.uint8)
+        src = np.random.default_rng(3).integers(0, 256, 23 * MiB + 5, dtype=np.uint8)
         seg = be.alloc(src.nbytes)
         be.copy_in(seg, 0, memoryview(src.data))
         assert _dev_bytes(seg, src.nbytes) == src.tobytes()
         h2d = [c for c in rt.calls if c[0] == "memcpy" and c[1] == rt.memcpyHostToDevice]
-        assert [c[2] for c in h2d] == [2 * MiB] * 3 + [MiB + 5]
+        assert [c[2] for c in h2d] == [2 * MiB] * 11 + [MiB + 5]
         assert len({c[3] for c in h2d}) == 2  # two streams, alternating
         out = np.zeros_like(src)
         be.copy_out(seg, 0, src.nbytes, memoryview(out.data))
@@ -135,32 +66,199 @@ def test_copies_go_through_the_ring_in_chunks_and_back(rt: FakeRuntime) -> None:
         be.close()
 
 
-def test_device_and_peer_transfers_and_event_waits(rt: FakeRuntime) -> None:
+def test_device_and_peer_transfers_complete_before_they_return(rt: FakeRuntime) -> None:
     g0 = cuda.CudaBackend(0, ring_bytes=10 * MiB, target_bytes=0)
     g1 = cuda.CudaBackend(1, ring_bytes=10 * MiB, target_bytes=0)
     try:
         a, b, c = g0.alloc(4096), g0.alloc(4096), g1.alloc(4096)
         g0.copy_in(a, 0, memoryview(b"\x05" * 4096))
         g0.transfer(a, 0, b, 0, 4096)
+        assert _dev_bytes(b, 4096) == b"\x05" * 4096  # read at once: the D2D copy has completed
         g1.transfer(a, 0, c, 0, 4096)
-        assert _dev_bytes(b, 4096) == _dev_bytes(c, 4096) == b"\x05" * 4096
+        assert _dev_bytes(c, 4096) == b"\x05" * 4096
         assert ("peer-copy", 0, 1, 4096) in rt.calls
-        g0.wait_event((77).to_bytes(64, "little"))
-        g0.wait_event((77).to_bytes(64, "little"))
-        assert rt.calls.count(("sync-event", 77)) == 2
     finally:
         g0.close()
         g1.close()
     assert not rt.buffers  # pools, rings: everything went back
 
 
-def test_a_gpu_that_does_not_exist(rt: FakeRuntime) -> None:
-    from gfaas.errors import ConfigError
+def test_a_producer_event_is_polled_with_a_bound_never_synchronised_on(rt: FakeRuntime) -> None:
+    """An event whose exporter exited may never complete: the wait polls eventQuery and fails,
+    naming the producer, after event_timeout_s; it never calls cudaEventSynchronize."""
+    be = cuda.CudaBackend(0, ring_bytes=10 * MiB, target_bytes=0)
+    try:
+        ok, stuck = rt.eventCreateWithFlags(0), rt.eventCreateWithFlags(0)
+        rt.stuck.add(stuck)
+        rt.eventRecord(ok, 0)
+        rt.eventRecord(stuck, 0)
+        be.event_timeout_s = 0.2
+        be.wait_event(rt.ipcGetEventHandle(ok))
+        assert rt.eventQuery(ok) == 0
+        with pytest.raises(DataPlaneError, match="did not complete within 0.2 s"):
+            be.wait_event(rt.ipcGetEventHandle(stuck))
+        assert [c for c in rt.calls if c[0] == "sync-event"] == []
+        assert [c[0] for c in rt.calls].count("ipc-open-event") == 2  # each opened once
+        be.wait_event(rt.ipcGetEventHandle(ok))
+        assert [c[0] for c in rt.calls].count("ipc-open-event") == 2
+    finally:
+        be.close()
 
-    with pytest.raises(ConfigError, match="GPU 4 does not exist: this machine has 2"):
-        cuda.CudaBackend(4)
+
+def test_cuda_out_of_memory_is_a_capacity_error(rt: FakeRuntime) -> None:
+    be = cuda.CudaBackend(0, ring_bytes=10 * MiB, target_bytes=0)
+    try:
+        rt.oom = True
+        with pytest.raises(CapacityError, match="cuda:0 is out of memory: cudaMalloc of 67108864 bytes"):
+            be.alloc(4096)
+        assert be.pool.held == 0  # the pool's books are untouched
+        rt.oom = False
+        assert be.alloc(4096).size >= 4096
+        real = rt.malloc
+
+        def other_error(n: int) -> int:
+            raise CUDARuntimeError(1)  # cudaErrorInvalidValue: a bug, not a full GPU
+
+        rt.malloc = other_error  # type: ignore[method-assign]
+        with pytest.raises(CUDARuntimeError):
+            be.alloc(100 * MiB)
+        rt.malloc = real  # type: ignore[method-assign]
+    finally:
+        be.close()
 
 
-def test_gpu_status_can_be_forced_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GFAAS_FORCE_NO_GPU", "1")
-    assert cuda.gpu_status() == (0, "GFAAS_FORCE_NO_GPU is set")
+@pytest.mark.parametrize("path", ["free", "trim", "set_target", "close"])
+def test_a_returned_arena_is_freed_only_once_released(path: str) -> None:
+    """Every path that returns an exported arena (a freed block emptying it above the target, an
+    eviction's free included; trim; set_target; close) announces it (``collect_gone``) and keeps
+    its memory until ``release_arena``; an arena never exported is freed at once."""
+    be = NullDeviceBackend(0, cap_bytes=512 * MiB, target_bytes=512 * MiB)  # keeps empty arenas
+    shared, private = be.alloc(MiB), be.alloc(65 * MiB)  # an arena each
+    be.export(shared, False)
+    base = shared.block.base
+    if path == "free":
+        be.pool.set_target(0)
+        be.free(shared)
+        be.free(private)
+    elif path == "trim":
+        be.free(shared)
+        be.free(private)
+        assert be.collect_gone() == []  # both kept (target)
+        be.pool.target = 0
+        be.pool.trim()
+    elif path == "set_target":
+        be.free(shared)
+        be.free(private)
+        be.pool.set_target(0)
+    else:
+        be.pool.close()
+    assert be.collect_gone() == [shared.block.arena]
+    assert list(be.raw) == [base]  # announced, not freed: another process may have it open
+    be.release_arena(shared.block.arena)
+    assert be.raw == {}
+    be.close()
+
+
+def test_an_arena_never_exported_is_freed_at_once() -> None:
+    be = NullDeviceBackend(0, cap_bytes=512 * MiB, target_bytes=0)
+    seg = be.alloc(MiB)
+    be.free(seg)
+    assert be.raw == {} and be.collect_gone() == []
+
+
+# ---- the function side: CudaMapper over the fake --------------------------------------------
+@pytest.fixture
+def cp(rt: FakeRuntime) -> FakeCupy:
+    return FakeCupy(rt)
+
+
+def test_finish_waits_for_the_streams_work_and_is_bounded(cp: FakeCupy, rt: FakeRuntime) -> None:
+    """A producer's seal returns only once the work queued before it has run; a stream whose work
+    never completes is an error after the bound, not a hang."""
+    m = CudaMapper(cp, event_timeout_s=0.2)
+    buf = ctypes.create_string_buffer(8)
+    rt.launch(0, lambda: ctypes.memmove(buf, b"written!", 8))
+    m.finish(0)
+    assert buf.raw == b"written!"
+    m.finish(0)
+    assert [c[0] for c in rt.calls].count("event-create") == 1  # created once, re-recorded
+    rt.stuck.add(m._events[(0, "finish")])
+    with pytest.raises(DataPlaneError, match="before a seal did not complete within 0.2 s"):
+        m.finish(0)
+
+
+def test_mark_and_done_follow_the_readers_stream(cp: FakeCupy, rt: FakeRuntime) -> None:
+    m = CudaMapper(cp)
+    assert m.done(0)  # nothing marked
+    gate = threading.Event()
+    rt.launch(0, gate.wait)  # a kernel still reading the block
+    m.mark(0)
+    assert not m.done(0)
+    gate.set()
+    m.finish(0)
+    assert m.done(0)
+
+
+def test_ipc_handles_are_opened_once_per_process_and_closed_by_the_last_user(cp: FakeCupy, rt: FakeRuntime) -> None:
+    m = CudaMapper(cp)
+    base = rt.malloc(4096)
+    h = rt.ipcGetMemHandle(base)
+    assert m.open(0, h) == m.open(0, h) == base
+    assert [c[0] for c in rt.calls].count("ipc-open") == 1
+    m.close(0, base)
+    assert ("ipc-close", 0, base) not in rt.calls  # one user left
+    m.close(0, base)
+    assert rt.calls.count(("ipc-close", 0, base)) == 1
+    m.close(0, base)  # a stale close is ignored
+    assert rt.calls.count(("ipc-close", 0, base)) == 1
+
+
+def test_the_process_mapper_is_one_per_process(monkeypatch: pytest.MonkeyPatch, cp: FakeCupy) -> None:
+    monkeypatch.setattr(device_client, "_process_mapper", None)
+    monkeypatch.setattr(device_client, "_cupy", lambda: cp)
+    assert device_client.process_mapper() is device_client.process_mapper()
+
+
+class _FakeTorch(types.ModuleType):
+    """torch as far as interop goes: ``as_tensor`` reads ``__cuda_array_interface__`` and refuses
+    read-only memory (as torch does); ``from_dlpack`` takes the DLPack capsule."""
+
+    class Tensor:
+        pass
+
+    def __init__(self) -> None:
+        super().__init__("torch")
+        self.protocols: list[str] = []
+
+    def as_tensor(self, obj: Any, device: Any = None) -> Any:
+        self.protocols.append("cai")
+        if obj.__cuda_array_interface__["data"][1]:
+            raise TypeError("the read only flag is not supported, should always be False")
+        return obj
+
+    def from_dlpack(self, obj: Any) -> Any:
+        self.protocols.append("dlpack")
+        assert obj.__dlpack_device__() == (2, 0)
+        return obj.__dlpack__(stream=None)
+
+
+def test_torch_gets_a_read_only_view_through_dlpack(monkeypatch: pytest.MonkeyPatch, cp: FakeCupy) -> None:
+    torch = _FakeTorch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    v = DeviceView(CudaMapper(cp), 0, 0x7000, 64, np.dtype(np.float32), (16,), True)
+    assert as_torch(v) == ("dltensor", 0x7000, (16,))
+    assert torch.protocols == ["dlpack"]
+    with pytest.raises(TypeError, match="read only"):
+        torch.as_tensor(v)  # what the old docs advised: refused
+    assert isinstance(v.array(), FakeArray)
+
+
+def test_stream_of_a_torch_tensor_is_its_current_stream(monkeypatch: pytest.MonkeyPatch, cp: FakeCupy) -> None:
+    torch = _FakeTorch()
+    torch.cuda = types.SimpleNamespace(current_stream=lambda dev: types.SimpleNamespace(cuda_stream=4242 + dev))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    t = torch.Tensor()
+    t.device = 1  # type: ignore[attr-defined]
+    m = CudaMapper(cp)
+    assert m.stream_of(t) == 4243
+    assert m.stream_of(object()) is None  # CuPy: the thread's current stream

@@ -5,11 +5,15 @@ Rows (each a p50 over ``repeat`` runs after a warm-up, GB/s = bytes / p50 / 1e9)
 ``h2d`` / ``d2h``, 1 MiB ... 1 GiB
     ``gfaas-ring``: :class:`~gfaas.dataplane.backends.cuda.CudaBackend` copies from/into ordinary
     (pageable) host memory through its pinned ring, 2 MiB chunks, 2 streams, batches of 5;
+    ``gfaas-ring-8MiB`` (>= 64 MiB only): the same with 8 MiB chunks (a quarter of the thread hops
+    and launches per byte), to say whether the chunk size holds the ring short of the link;
     ``cuda-pageable``: one ``cudaMemcpy`` from/into the same pageable array;
     ``cuda-pinned``: one ``cudaMemcpy`` from/into ``cudaHostAlloc`` memory (the ceiling).
 ``same-gpu-get``, 64 MiB
     ``gfaas-ipc``: a consumer process ``get``\\ s an object another process put on the same GPU,
-    through a node daemon (``devices='cuda:0'``), arena handle already open (warm);
+    through a node daemon (``devices='cuda:0'``), one object at a time as a pipeline passes them
+    (put, get, drop, so the pool reuses its arenas); only gets whose arena this process had open
+    already count (``cudaIpcOpenMemHandle`` is paid once per arena, reported as ``first_get_us``);
     ``host-round-trip``: the host-centric way, D2H into pageable memory then H2D into a new buffer.
 ``alloc``, 1 MiB and 64 MiB
     ``gfaas-pool``: block alloc + free from the warm pool; ``cuda-malloc``: ``cudaMalloc`` + ``cudaFree``.
@@ -56,7 +60,8 @@ def _row(kind: str, system: str, size: int, secs: float) -> dict[str, Any]:
             "gbps": round(size / secs / 1e9, 3) if secs > 0 else None}
 
 
-def _transfers(rt: Any, be: Any, sizes: list[int], repeat: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+def _transfers(rt: Any, be: Any, sizes: list[int], repeat: int, log: Callable[[str], None],
+               be8: Any = None) -> list[dict[str, Any]]:
     rows = []
     top = max(sizes)
     host = np.ones(top, np.uint8)  # pageable, touched
@@ -80,6 +85,11 @@ def _transfers(rt: Any, be: Any, sizes: list[int], repeat: int, log: Callable[[s
                     pin = _p50(lambda: rt.memcpy(pinned_ptr, seg.address, n, rt.memcpyDeviceToHost), rep)  # noqa: B023
                 rows += [_row(kind, "gfaas-ring", n, ring), _row(kind, "cuda-pageable", n, page),
                          _row(kind, "cuda-pinned", n, pin)]
+                if be8 is not None and n >= 64 * MiB:
+                    seg8 = be8.alloc(n)
+                    fn = (lambda: be8.copy_in(seg8, 0, hv)) if kind == "h2d" else (lambda: be8.copy_out(seg8, 0, n, hv))  # noqa: B023
+                    rows.append(_row(kind, "gfaas-ring-8MiB", n, _p50(fn, rep)))
+                    be8.free(seg8)
     finally:
         be.free(seg)
         rt.freeHost(pinned_ptr)
@@ -111,17 +121,19 @@ def _pinned_rows(rt: Any, be: Any) -> list[dict[str, Any]]:
             {"kind": "pin-100MB", "system": "cudaHostAlloc", "p50_us": round(secs * 1e6, 1)}]
 
 
-def _consumer(sock: str, token: str, refs: list[str], q: Any) -> None:
+def _consumer(sock: str, token: str, q_in: Any, q_out: Any) -> None:
+    """Get each ref sent, timed; say whether the get had to open an arena (cold)."""
     import gfaas
 
     c = gfaas.connect(socket_path=sock, token=token)
-    times = []
-    for r in refs:
+    while (r := q_in.get()) is not None:
+        before = len(c._arenas)
         t0 = time.perf_counter()
         v = c.get(r)
-        times.append(time.perf_counter() - t0)
-        del v
-    q.put(times)
+        secs = time.perf_counter() - t0
+        del v  # released with the next request, so the producer's next put reuses the block
+        q_out.put((secs, len(c._arenas) > before))
+    c.close()
 
 
 def _ipc_rows(repeat: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -139,18 +151,24 @@ def _ipc_rows(repeat: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
             inv = admin.open_invocation("bench", ["p", "c"])
             prod = gfaas.connect(inv.credentials("p"))
             src = cp.ones(n, cp.uint8)
-            refs = [str(prod.put(src, consumers=["c"])) for _ in range(repeat + 1)]
-            cp.cuda.get_current_stream().synchronize()
-            log("  same-GPU get through a daemon (IPC)")
+            log("  same-GPU get through a daemon (IPC), arenas already open")
             ctx = mp.get_context("spawn")
-            q = ctx.Queue()
-            proc = ctx.Process(target=_consumer, args=(cfg.socket_path, inv.tokens["c"], refs, q))
+            q_in, q_out = ctx.Queue(), ctx.Queue()
+            proc = ctx.Process(target=_consumer, args=(cfg.socket_path, inv.tokens["c"], q_in, q_out))
             proc.start()
-            times = q.get(timeout=300)
+            cold: list[float] = []
+            warm: list[float] = []
+            for _ in range(repeat + 4):  # a 64 MiB object fills an arena: the first few open theirs
+                q_in.put(str(prod.put(src, consumers=["c"])))
+                secs, opened = q_out.get(timeout=300)
+                (cold if opened else warm).append(secs)
+            q_in.put(None)
             proc.join(60)
-            first, warm = times[0], times[1:]
+            if not warm:
+                raise SystemExit("bench: every same-GPU get opened a new arena; the pool did not reuse its arenas")
             rows.append(_row("same-gpu-get", "gfaas-ipc", n, statistics.median(warm)))
-            rows[-1]["first_get_us"] = round(first * 1e6, 1)
+            rows[-1]["first_get_us"] = round(cold[0] * 1e6, 1) if cold else None
+            rows[-1]["cold_gets"] = len(cold)
 
             def round_trip() -> None:
                 h = cp.asnumpy(src)
@@ -201,13 +219,15 @@ def run_gpu(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     repeat = 5 if quick else 20
     be = CudaBackend(0, cap_bytes=4 * 1024 * MiB, target_bytes=2 * 1024 * MiB)
+    be8 = CudaBackend(0, cap_bytes=2048 * MiB, target_bytes=0, ring_bytes=40 * MiB, chunk_bytes=8 * MiB)
     try:
         log(f"GPU 0: {name}")
-        rows = _transfers(rt, be, QUICK_SIZES if quick else SIZES, repeat, log)
+        rows = _transfers(rt, be, QUICK_SIZES if quick else SIZES, repeat, log, be8)
         rows += _alloc_rows(rt, be, repeat)
         rows += _pinned_rows(rt, be)
     finally:
         be.close()
+        be8.close()
     rows += _ipc_rows(repeat, log)
     return {"device": name, "gpus": count, "rows": rows, "targets": targets(rows)}
 

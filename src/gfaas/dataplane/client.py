@@ -27,7 +27,15 @@ from . import protocol as P
 from .backends.host import attach
 from .channel import Channel
 from .copy import as_bytes, copy_bytes
-from .device_client import CudaMapper, DeviceMapper, DeviceView, cuda_interface, device_of
+from .device_client import (
+    EVENT_TIMEOUT_S,
+    DeviceMapper,
+    DeviceView,
+    cuda_interface,
+    device_of,
+    process_mapper,
+    wait_until,
+)
 from .ids import DataRef
 from .meta import _ITEMSIZE, RAW, align, check_consumers, itemsize
 from .slabindex import (
@@ -185,8 +193,8 @@ class Buffer:
 
 class DeviceBuffer:
     """Space in a GPU's pool for an object the producer writes in place (``.view`` exposes
-    ``__cuda_array_interface__``/DLPack, ``.array()`` a CuPy array); :meth:`seal` records a CUDA IPC
-    event after the writes queued on the current stream and publishes the object."""
+    ``__cuda_array_interface__``/DLPack, ``.array()`` a CuPy array); :meth:`seal` waits for the
+    writes queued on the current stream, then publishes the object."""
 
     def __init__(self, client: Client, oid: bytes, view: DeviceView) -> None:
         self._client, self._id, self.view = client, oid, view
@@ -199,11 +207,14 @@ class DeviceBuffer:
     def array(self) -> Any:
         return self.view.array()
 
-    def seal(self) -> DataRef:
+    def seal(self, stream: int | None = None) -> DataRef:
+        """Publish the object once the work queued on ``stream`` (default: the current CuPy
+        stream) has completed. The producer waits, not its readers: an IPC event would die with
+        the producer's process, which may exit right after the seal (docs/design/gpu-storage.md)."""
         if self._sealed:
             raise ObjectStateError(f"object {self._id.hex()} is already sealed; objects are sealed once")
-        event = self._client._device_mapper().record(self.view.device)
-        self._client._call(P.SealAllocated(self._id, event))
+        self._client._device_mapper().finish(self.view.device, stream)
+        self._client._call(P.SealAllocated(self._id))
         self._sealed = True
         self.view.readonly = True
         return DataRef(self._id, self._client.node_id)
@@ -216,6 +227,8 @@ class Client:
                  device_mapper: DeviceMapper | None = None, sock: socket.socket | None = None) -> None:
         self._mapper = device_mapper
         self._arenas: dict[int, tuple[int, int]] = {}  # arena -> (GPU, base address here)
+        # Device blocks whose views died -> their GPU: released once the work queued before is done.
+        self._device_dropped: list[tuple[int, int]] = []
         self._ch = Channel(socket_path, timeout, sock)
         w = self._ch.handshake(P.Hello(token))
         assert isinstance(w, P.Welcome)
@@ -266,6 +279,8 @@ class Client:
 
     # ---- plumbing ------------------------------------------------------------------------------
     def _flush_released(self) -> None:
+        if self._device_dropped:
+            self._flush_device_dropped()
         if self._released:
             done, self._released[:] = list(self._released), []
             self._ch.send(P.Release(done))
@@ -328,8 +343,29 @@ class Client:
 
     def _device_mapper(self) -> DeviceMapper:
         if self._mapper is None:
-            self._mapper = CudaMapper()
+            self._mapper = process_mapper()
         return self._mapper
+
+    def _device_view_died(self, seg: int, device: int) -> None:
+        """A device view's finalizer: its block may still be read by kernels queued on this
+        thread's stream, so mark that point; the release waits for it (_flush_device_dropped)."""
+        try:
+            self._device_mapper().mark(device)
+        finally:
+            self._device_dropped.append((seg, device))
+
+    def _flush_device_dropped(self, wait: bool = False) -> None:
+        """Release the dropped device blocks whose queued work has completed (``wait``: all)."""
+        mapper = self._device_mapper()
+        devices = {d for _, d in self._device_dropped}
+        if wait:
+            for d in devices:
+                wait_until(lambda d=d: mapper.done(d), EVENT_TIMEOUT_S,  # type: ignore[misc]
+                           f"the work queued on GPU {d} before its views were dropped")
+        ready = {d for d in devices if mapper.done(d)}
+        keep = [(s, d) for s, d in self._device_dropped if d not in ready]
+        self._released.extend(s for s, d in self._device_dropped if d in ready)
+        self._device_dropped[:] = keep
 
     def _device_view(self, ref: P.DeviceRef, offset_in_seg: int, nbytes: int, dtype: str, shape: list[int],
                      readonly: bool, pin: int | None) -> DeviceView:
@@ -342,7 +378,7 @@ class Client:
         view = DeviceView(mapper, ref.device, opened[1] + ref.offset + offset_in_seg, nbytes, np_dt,
                           tuple(shape), readonly)
         if pin is not None:
-            weakref.finalize(view, self._released.append, pin)
+            weakref.finalize(view, self._device_view_died, pin, ref.device)
         return view
 
     def _populate_once(self, mm: mmap.mmap, seg: int, writable: bool, offset: int, nbytes: int) -> None:
@@ -623,9 +659,11 @@ class Client:
         ptr, shape, dt = cuda_interface(obj)
         n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         buf = self._allocate_device(n, dt.str, list(shape), cons, gpu)
+        mapper = self._device_mapper()
+        stream = mapper.stream_of(obj)  # the tensor's pending writes are on its stream: copy after them
         if n:
-            self._device_mapper().copy(gpu, buf.view.ptr, ptr, n)
-        return buf.seal()
+            mapper.copy(gpu, buf.view.ptr, ptr, n, stream)
+        return buf.seal(stream)
 
     def _derive(self, arr: np.ndarray, dt: str, cons: list[str] | None) -> DataRef | None:
         """A put of a slice of an object this connection read (e.g. one chunk of an input clip)
@@ -786,6 +824,9 @@ class Client:
         one round trip first makes sure they all went through, and the error of one that did not
         is raised here (after the connection is closed)."""
         try:
+            if self._device_dropped and self._ch.sock is not None:
+                self._flush_device_dropped(wait=True)
+                self._call(P.Sync())
             if self._unsynced and self._ch.sock is not None:
                 self._call(P.Sync())
         except DaemonUnavailable:
@@ -794,6 +835,11 @@ class Client:
             self._close()
 
     def _close(self) -> None:
+        # Close this client's arena references before the daemon learns it left (the channel's
+        # close), which may let the daemon free them; the process's other clients keep theirs.
+        arenas, self._arenas = self._arenas, {}
+        for device, base in arenas.values():
+            self._device_mapper().close(device, base)
         self._ch.close()
         self._maps.clear()
         self._populated.clear()

@@ -81,7 +81,8 @@ class Conn:
     sent_ro: set[int] = field(default_factory=set)
     retired: list[int] = field(default_factory=list)
     arenas: set[int] = field(default_factory=set)  # device arenas whose IPC handle it was sent
-    gone: list[int] = field(default_factory=list)  # of those, freed since its last device reply
+    gone: list[int] = field(default_factory=list)  # of those, retired since its last device reply
+    closing: list[int] = field(default_factory=list)  # gone arenas sent: closed once it sends again
     pending_error: GfaasError | None = None
     read_log: ReadLog | None = None  # where it notes its local reads (slabindex.py)
     busy: bool = False  # a deferred or parked reply is outstanding: read nothing more from it yet
@@ -98,6 +99,8 @@ class Daemon:
         self._ep = select.epoll()
         self._conns: dict[int, Conn] = {}
         self._seg_holders: dict[int, set[Conn]] = {}
+        # Retired device arenas -> (their backend, the connections that may still have them open).
+        self._arena_holders: dict[int, tuple[Any, set[Conn]]] = {}
         self._done: queue.SimpleQueue[tuple[Conn, P.Reply, list[int]]] = queue.SimpleQueue()
         # Evictions to disk are written by one worker thread; the loop finishes them (see _start_spill).
         self._spilled: queue.SimpleQueue[tuple[SpillJob, Exception | None]] = queue.SimpleQueue()
@@ -521,6 +524,8 @@ class Daemon:
             self._per_uid.pop(conn.uid, None)
         self._scan(conn)  # what it put or read before it left counts
         with self.lock:
+            self._arenas_closed(conn, conn.closing + conn.gone)
+            conn.closing, conn.gone = [], []
             if conn.read_log is not None:
                 conn.read_log.close()
                 conn.read_log = None
@@ -538,15 +543,41 @@ class Daemon:
             conn.sent_rw.discard(seg_id)
             conn.sent_ro.discard(seg_id)
             conn.retired.append(seg_id)
-        gone = [a for dev in self.store.devices.values() for a in dev.collect_gone()]
-        if gone:
-            for conn in self._conns.values():
-                for a in gone:
-                    if a in conn.arenas:
-                        conn.arenas.discard(a)
-                        conn.gone.append(a)
+        self._collect_gone()
         if self.remote is not None:
             self.remote.on_retire(seg_id)
+
+    def _collect_gone(self) -> None:
+        """Arenas the GPU pools retired, on any path (a freed block, trim, set_target, an eviction):
+        each connection that was sent one hears so in its next device reply and closes it; the
+        arena is freed once all of them have (``_arenas_closed``): cudaFree under another process's
+        mapping is undefined. The memory stays held until then (an idle holder delays it)."""
+        if not any(dev.gone for dev in self.store.devices.values()):
+            return
+        with self.lock:
+            for dev in self.store.devices.values():
+                for a in dev.collect_gone():
+                    holders = set()
+                    for conn in self._conns.values():
+                        if a in conn.arenas:
+                            conn.arenas.discard(a)
+                            conn.gone.append(a)
+                            holders.add(conn)
+                    if holders:
+                        self._arena_holders[a] = (dev, holders)
+                    else:
+                        dev.release_arena(a)
+
+    def _arenas_closed(self, conn: Conn, arenas: list[int]) -> None:
+        """``conn``'s process closed these retired arenas (or left): free those nobody has open."""
+        with self.lock:
+            for a in arenas:
+                entry = self._arena_holders.get(a)
+                if entry is not None:
+                    entry[1].discard(conn)
+                    if not entry[1]:
+                        del self._arena_holders[a]
+                        entry[0].release_arena(a)
 
     def _serve(self, conn: Conn, drain: bool = False) -> None:
         """Handle the next message on ``conn``; with ``drain``, every message queued on it.
@@ -564,6 +595,9 @@ class Daemon:
             if not data:
                 self._drop(conn)
                 return
+            if conn.closing:  # it read the reply naming them before sending this: it closed them
+                closing, conn.closing = conn.closing, []
+                self._arenas_closed(conn, closing)
             self._handle(conn, data)
             if not drain:
                 return
@@ -627,13 +661,16 @@ class Daemon:
                 self.store.settle()
         except Exception:  # a failed background eviction must not take the node down
             log.exception("error while rebalancing the storage tiers")
+        self._collect_gone()  # arenas it returned with no holder are freed now, not at the next reply
 
     def _send(self, conn: Conn, reply: P.Reply, fds: list[int]) -> None:
         if conn.retired and hasattr(reply, "retired"):
             reply = msgspec.structs.replace(reply, retired=conn.retired)
             conn.retired = []
+        self._collect_gone()
         if conn.gone and hasattr(reply, "gone"):
             reply = msgspec.structs.replace(reply, gone=conn.gone)
+            conn.closing.extend(conn.gone)
             conn.gone = []
         data = P.encode(reply)
         try:
@@ -948,10 +985,27 @@ class Daemon:
         return P.Allocated(rec.id, seg.id, rec.offset, pin=self.store.pin(self._need_session(conn), seg),
                            device=self._device_ref(conn, seg)), fds
 
-    def _seal_allocated(self, conn: Conn, m: P.SealAllocated) -> tuple[P.Reply, list[int]]:
-        rec = self.store.seal(self._need_session(conn), m.id, m.event)
-        self._published(rec)
-        return P.Ok(), []
+    def _seal_allocated(self, conn: Conn, m: P.SealAllocated) -> tuple[P.Reply, list[int]] | None:
+        s = self._need_session(conn)
+        rec = self.store.objects.get(m.id)
+        seg = self.store.segments.get(rec.segment) if rec is not None else None
+        if not m.event or seg is None or seg.device < 0:
+            rec = self.store.seal(s, m.id, m.event)  # refuses an event on a host object
+            self._published(rec)
+            return P.Ok(), []
+        dev = self.store.devices[seg.device]
+
+        def work() -> tuple[P.Reply, list[int]]:
+            # A producer that sends an event (ours wait before sealing) may exit before it completes:
+            # wait here, bounded and off the loop and the lock, and store no event, so no reader,
+            # delivery or eviction ever waits on another process's event.
+            dev.wait_event(m.event)
+            with self.lock:
+                self._published(self.store.seal(s, m.id))
+            return P.Ok(), []
+
+        self.defer(conn, work)
+        return None
 
     def _derive(self, conn: Conn, m: P.Derive) -> tuple[P.Reply, list[int]]:
         rec = self.store.derive(self._need_session(conn), m.segment, m.offset, m.nbytes, m.dtype, m.shape,

@@ -11,6 +11,10 @@
   shared by SLO rates. The ring is never mapped into a function's process.
 * GPU<->GPU: ``cudaMemcpyPeerAsync`` (peer access enabled where the hardware allows), waiting on
   that copy's stream only.
+* Out of device memory: ``cudaMalloc`` failing with ``cudaErrorMemoryAllocation`` is a
+  :class:`~gfaas.errors.CapacityError`, as a full pool is, so the tiers evict and retry.
+* Producers' IPC events (from clients that send one) are polled, never synchronised on, and only
+  on worker threads: an event whose process exited may never complete (``wait_event``).
 
 Built on CuPy's runtime bindings (``cupy.cuda.runtime``): one dependency gives the IPC, event,
 stream and pinned-memory calls and, on the function side, arrays with DLPack and
@@ -29,12 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ConfigError, DependencyMissing
+from ...errors import CapacityError, ConfigError, DependencyMissing
 from ...units import MiB
 from ..staging import D2H, H2D, CopyEngine, StagingPlanner
 from .device import DEFAULT_TARGET_BYTES, DeviceBackend
 
 log = logging.getLogger("gfaas.dataplane.cuda")
+
+OUT_OF_MEMORY = 2  # cudaErrorMemoryAllocation: CuPy's CUDARuntimeError carries it in .status
 
 
 def runtime() -> Any:
@@ -167,18 +173,26 @@ class CudaBackend(DeviceBackend):
         self._xfer_lock = threading.Lock()
         self._events: dict[bytes, int] = {}  # producers' IPC events, opened once
 
-    def wait_event(self, event: bytes) -> None:
+    def _event_done(self, event: bytes) -> bool:
         rt = self.rt
         with self._xfer_lock:
             _on(rt, self.device)
             ev = self._events.get(event)
             if ev is None:
                 ev = self._events[event] = int(rt.ipcOpenEventHandle(event))
-        rt.eventSynchronize(ev)  # this event only: the producer's writes, not the whole device
+        # Queried, not synchronised on: the base class polls with a bound (the exporter may be gone).
+        return int(rt.eventQuery(ev)) == 0
 
     def _raw_alloc(self, nbytes: int) -> int:
         _on(self.rt, self.device)
-        return int(self.rt.malloc(nbytes))
+        try:
+            return int(self.rt.malloc(nbytes))
+        except Exception as exc:
+            if getattr(exc, "status", None) != OUT_OF_MEMORY:
+                raise
+            raise CapacityError(
+                f"cuda:{self.device} is out of memory: cudaMalloc of {nbytes} bytes failed with"
+                f" {self.pool.held} bytes held by the pool; free objects or lower cap_bytes") from exc
 
     def _raw_free(self, base: int) -> None:
         _on(self.rt, self.device)

@@ -2,7 +2,13 @@
 segments as blocks of its arenas, and exports as :class:`~gfaas.dataplane.protocol.DeviceRef`.
 
 :class:`DeviceBackend` leaves four things to its subclass: the raw allocation of an arena, its
-IPC handle, the host<->device copies and device<->device copies. :class:`NullDeviceBackend` does
+IPC handle, the host<->device copies and device<->device copies.
+
+*Arenas other processes may have open.* ``cudaFree`` of memory another process still has mapped
+through CUDA IPC is undefined, so an arena the pool returns (``free``, ``trim``, ``set_target``,
+an eviction emptying it, ``close``) is only *retired*: announced in :meth:`collect_gone` and freed
+by :meth:`release_arena` once the daemon knows every process it was sent to closed it. One whose
+handle was never exported is freed at once. :class:`NullDeviceBackend` does
 them with fake addresses and modelled durations (CPU tests, simulator); ``cuda.CudaBackend`` with
 CUDA.
 """
@@ -18,6 +24,7 @@ from typing import Any
 from ...errors import ConfigError
 from ...policy.pool import Block, SegmentPool
 from ...units import MiB
+from ..device_client import EVENT_TIMEOUT_S, wait_until
 from ..protocol import DeviceRef
 from ..staging import D2H, H2D, StagingModel, StagingPlanner, model_timeline
 from .base import Backend
@@ -45,17 +52,21 @@ class DeviceBackend(Backend):
     #: link to a peer GPU (0: none known, so evicted objects go to host memory).
     host_link_gbps: float = 25.0
     peer_link_gbps: float = 0.0
+    #: How long :meth:`wait_event` polls a producer's event before failing (it may never complete).
+    event_timeout_s: float = EVENT_TIMEOUT_S
 
     def __init__(self, device: int, *, cap_bytes: int, arena_bytes: int = 64 * MiB,
                  target_bytes: int = DEFAULT_TARGET_BYTES) -> None:
         if device < 0:
             raise ConfigError(f"device={device}: GPU ordinals are >= 0")
         self.device = device
-        self.gone: list[int] = []  # arenas freed since the daemon last collected them
-        self.pool = SegmentPool(self._raw_alloc, self._raw_free, cap_bytes=cap_bytes, arena_bytes=arena_bytes,
+        self.gone: list[int] = []  # arenas retired since the daemon last collected them
+        self.retired: dict[int, int] = {}  # arena serial -> base: returned by the pool, not freed yet
+        self._dropped_base = -1
+        self.pool = SegmentPool(self._raw_alloc, self._retire_base, cap_bytes=cap_bytes, arena_bytes=arena_bytes,
                                 serial_base=device << 32,
                                 target_bytes=min(target_bytes, cap_bytes), name=f"{self.name}:{device}",
-                                on_arena_freed=self.gone.append)
+                                on_arena_freed=self._arena_returned)
         self._handles: dict[int, bytes] = {}
 
     # ---- Backend hooks -----------------------------------------------------------------------
@@ -73,22 +84,49 @@ class DeviceBackend(Backend):
             h = self._handles[b.arena] = self._ipc_handle(b.base)
         return DeviceRef(self.device, b.arena, h, b.offset, handle.size)
 
+    def _retire_base(self, base: int) -> None:
+        self._dropped_base = base  # the pool names the arena's serial next (_arena_returned)
+
+    def _arena_returned(self, serial: int) -> None:
+        base, self._dropped_base = self._dropped_base, -1
+        if self._handles.pop(serial, None) is None:
+            self._raw_free(base)  # never exported: no other process can have it open
+        else:
+            self.retired[serial] = base
+            self.gone.append(serial)
+
     def collect_gone(self) -> list[int]:
-        """Arenas freed since the last call (their cached IPC handles must be closed by holders)."""
+        """Arenas retired since the last call: each holder must close its handle, then the daemon
+        calls :meth:`release_arena`."""
         out, self.gone[:] = list(self.gone), []
-        for a in out:
-            self._handles.pop(a, None)
         return out
 
+    def release_arena(self, serial: int) -> None:
+        """Free a retired arena: no process has it open any more."""
+        base = self.retired.pop(serial, None)
+        if base is not None:
+            self._raw_free(base)
+
     def wait_event(self, event: bytes) -> None:
-        """Block this thread (only) until a producer's IPC event has completed."""
+        """Block this thread (only) until a producer's IPC event has completed, polling, for at
+        most :attr:`event_timeout_s` (:class:`~gfaas.errors.DataPlaneError` then)."""
+        wait_until(lambda: self._event_done(event), self.event_timeout_s,
+                   f"producer event {event[:8].hex()} on GPU {self.device}")
+
+    def _event_done(self, event: bytes) -> bool:
+        """Whether a producer's IPC event has completed (``cudaEventQuery``)."""
+        return True
 
     def free_bytes(self) -> int | None:
         """Free memory of the device for the pool target's cap (``None``: the pool's cap bounds it)."""
         return None
 
     def close(self) -> None:
+        """Free everything, retired arenas too: the daemon is going away."""
         self.pool.close()
+        for serial in list(self.retired):
+            self.release_arena(serial)
+        self.gone.clear()
 
     # ---- subclass mechanics ----------------------------------------------------------------
     @abstractmethod
@@ -150,6 +188,7 @@ class NullDeviceBackend(DeviceBackend):
 
     def wait_event(self, event: bytes) -> None:
         self.events_waited.append(event)
+        super().wait_event(event)
 
     def staged_seconds(self, kind: str, nbytes: int) -> float:
         """Modelled time of one host<->device copy of ``nbytes`` through the ring, alone on the link."""

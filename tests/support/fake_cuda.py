@@ -1,0 +1,267 @@
+"""An asynchronous fake CUDA runtime (and the slice of CuPy gfaas uses) for CPU-only machines.
+
+"Device memory" is host memory, so tests check bytes. Unlike a synchronous fake, work queued on a
+stream runs *later*, in order, on that stream's worker thread (after ``delay_s``), as on a GPU:
+
+* ``memcpyAsync`` / ``memcpyPeerAsync`` read their source when they run, not when queued;
+* an event completes when the work queued on its stream before ``eventRecord`` has run;
+  ``eventQuery`` says not-ready (600) until then; an event never recorded is complete;
+* ``eventSynchronize`` / ``streamSynchronize`` block until then; ``streamWaitEvent`` makes the
+  stream's later work wait for the event, without blocking the host.
+
+So code that reads or reuses memory without waiting for the copy that fills it reads stale bytes,
+which is what the tests that delete a synchronisation point rely on. ``stuck`` events never
+complete (a producer whose work never finishes, or whose process exited); ``oom`` makes
+``malloc`` fail as CuPy does (``CUDARuntimeError`` with status 2, cudaErrorMemoryAllocation).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+NOT_READY = 600  # cudaErrorNotReady
+MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation
+
+
+class CUDARuntimeError(RuntimeError):
+    """CuPy's error type, duck-typed: the CUDA status is in ``.status``."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        super().__init__(f"cudaError {status}")
+
+
+class _Stream:
+    def __init__(self, sid: int, delay_s: float) -> None:
+        self.q: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self.delay_s = delay_s
+        self.thread = threading.Thread(target=self._run, name=f"fake-stream-{sid}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            op = self.q.get()
+            if op is None:
+                return
+            time.sleep(self.delay_s)  # the GPU is busy: queued work completes later
+            op()
+
+
+class FakeRuntime:
+    """``cupy.cuda.runtime``'s calls gfaas makes; see the module docstring."""
+
+    memcpyHostToDevice, memcpyDeviceToHost, memcpyDeviceToDevice = 1, 2, 3
+    streamNonBlocking, eventDisableTiming, eventInterprocess = 1, 2, 4
+    cudaIpcMemLazyEnablePeerAccess = 1
+
+    def __init__(self, gpus: int = 2, delay_s: float = 0.002, ipc_bytes: int = 1 << 30) -> None:
+        self.gpus, self.delay_s, self.ipc_bytes = gpus, delay_s, ipc_bytes
+        self.buffers: dict[int, Any] = {}
+        self.calls: list[tuple[Any, ...]] = []
+        self.current = 0
+        self.stuck: set[int] = set()
+        self.oom = False
+        self._lock = threading.Lock()
+        self._next = 100
+        self._streams: dict[int, _Stream] = {0: _Stream(0, delay_s)}  # 0: the legacy default stream
+        self._events: dict[int, threading.Event | None] = {}
+        self._ipc: dict[bytes, tuple[mmap.mmap, Any]] = {}
+
+    # ---- devices and memory ----------------------------------------------------------------
+    def getDeviceCount(self) -> int:
+        return self.gpus
+
+    def setDevice(self, d: int) -> None:
+        self.current = d
+
+    def memGetInfo(self) -> tuple[int, int]:
+        return 1024 << 20, 2048 << 20
+
+    def deviceCanAccessPeer(self, a: int, b: int) -> int:
+        return 1
+
+    def deviceEnablePeerAccess(self, peer: int) -> None:
+        self.calls.append(("peer", self.current, peer))
+
+    def _buf(self, n: int) -> int:
+        b = ctypes.create_string_buffer(n)
+        self.buffers[ctypes.addressof(b)] = b
+        return ctypes.addressof(b)
+
+    def malloc(self, n: int) -> int:
+        if self.oom:
+            raise CUDARuntimeError(MEMORY_ALLOCATION)
+        self.calls.append(("malloc", self.current, n))
+        return self._buf(n)
+
+    def free(self, p: int) -> None:
+        self.calls.append(("free", self.current, p))
+        del self.buffers[p]
+
+    def hostAlloc(self, n: int, flags: int) -> int:
+        return self._buf(n)
+
+    def freeHost(self, p: int) -> None:
+        del self.buffers[p]
+
+    # ---- IPC -------------------------------------------------------------------------------
+    def ipcGetMemHandle(self, p: int) -> bytes:
+        return p.to_bytes(64, "little")
+
+    def ipcOpenMemHandle(self, handle: bytes, flags: int = 0) -> int:
+        """The arena's memory: our own allocation if the handle names one, else (a null-GPU
+        daemon's fake handle) a lazily backed region of ``ipc_bytes`` shared by every opener."""
+        handle = bytes(handle)
+        self.calls.append(("ipc-open", self.current, handle))
+        p = int.from_bytes(handle[:8], "little")
+        if p in self.buffers:
+            return p
+        with self._lock:
+            if handle not in self._ipc:
+                mm = mmap.mmap(-1, self.ipc_bytes)
+                self._ipc[handle] = (mm, ctypes.c_char.from_buffer(mm))
+            return ctypes.addressof(self._ipc[handle][1])
+
+    def ipcCloseMemHandle(self, base: int) -> None:
+        self.calls.append(("ipc-close", self.current, base))
+
+    def ipcGetEventHandle(self, e: int) -> bytes:
+        return e.to_bytes(64, "little")
+
+    def ipcOpenEventHandle(self, h: bytes) -> int:
+        self.calls.append(("ipc-open-event", bytes(h)))
+        return int.from_bytes(bytes(h)[:8], "little")
+
+    # ---- streams, events, copies -----------------------------------------------------------
+    def _id(self) -> int:
+        with self._lock:
+            self._next += 1
+            return self._next
+
+    def streamCreateWithFlags(self, f: int) -> int:
+        s = self._id()
+        self._streams[s] = _Stream(s, self.delay_s)
+        return s
+
+    def streamDestroy(self, s: int) -> None:
+        self._streams.pop(s).q.put(None)
+
+    def _enqueue(self, stream: int, op: Callable[[], None]) -> None:
+        self._streams[int(stream)].q.put(op)
+
+    def eventCreateWithFlags(self, f: int) -> int:
+        e = self._id()
+        self.calls.append(("event-create", self.current, e))
+        self._events[e] = None
+        return e
+
+    def eventDestroy(self, e: int) -> None:
+        self._events.pop(e, None)
+
+    def memcpyAsync(self, dst: int, src: int, n: int, kind: int, stream: int) -> None:
+        self.calls.append(("memcpy", kind, n, stream))
+        self._enqueue(stream, lambda: ctypes.memmove(dst, src, n))
+
+    def memcpyPeerAsync(self, dst: int, dd: int, src: int, sd: int, n: int, stream: int) -> None:
+        self.calls.append(("peer-copy", sd, dd, n))
+        self._enqueue(stream, lambda: ctypes.memmove(dst, src, n))
+
+    def launch(self, stream: int, fn: Callable[[], None]) -> None:
+        """A "kernel": ``fn`` runs on ``stream`` after the work queued there before it."""
+        self._enqueue(stream, fn)
+
+    def eventRecord(self, ev: int, stream: int) -> None:
+        self.calls.append(("record", ev, stream))
+        done = threading.Event()
+        self._events[ev] = done
+        if ev not in self.stuck:
+            self._enqueue(stream, done.set)
+
+    def eventQuery(self, ev: int) -> int:
+        done = self._events.get(ev)
+        return 0 if done is None or done.is_set() else NOT_READY
+
+    def eventSynchronize(self, ev: int) -> None:
+        self.calls.append(("sync-event", ev))
+        done = self._events.get(ev)
+        if done is not None:
+            done.wait()
+
+    def streamWaitEvent(self, stream: int, ev: int, flags: int = 0) -> None:
+        self.calls.append(("stream-wait", stream, ev))
+        done = self._events.get(ev)
+        if done is not None:
+            self._enqueue(stream, done.wait)
+
+    def streamSynchronize(self, s: int) -> None:
+        done = threading.Event()
+        self._enqueue(s, done.set)
+        done.wait()
+
+    def close(self) -> None:
+        for s in self._streams.values():
+            s.q.put(None)
+
+
+class _Stream_:
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+class FakeCupy:
+    """The part of the ``cupy`` module gfaas's mapper uses: ``cuda.runtime``, ``cuda.Device``,
+    ``cuda.get_current_stream``; arrays are :class:`FakeArray`."""
+
+    def __init__(self, rt: FakeRuntime) -> None:
+        self.rt = rt
+        self.cuda = self
+        self.runtime = rt
+        self._tls = threading.local()
+
+    def Device(self, d: int) -> Any:  # noqa: N802 - CuPy's name
+        rt = self.rt
+
+        class _Ctx:
+            def __enter__(self) -> None:
+                self.prev = rt.current
+                rt.current = d
+
+            def __exit__(self, *a: Any) -> None:
+                rt.current = self.prev
+
+        return _Ctx()
+
+    def get_current_stream(self) -> _Stream_:
+        return _Stream_(getattr(self._tls, "stream", 0))
+
+    def use_stream(self, s: int) -> None:
+        """Make ``s`` this thread's current stream (CuPy: ``with stream:``)."""
+        self._tls.stream = s
+
+    def UnownedMemory(self, ptr: int, n: int, owner: Any, device: int) -> tuple[int, int, Any]:  # noqa: N802
+        return (ptr, n, owner)
+
+    def MemoryPointer(self, mem: Any, off: int) -> tuple[Any, int]:  # noqa: N802
+        return (mem, off)
+
+    def ndarray(self, shape: tuple[int, ...], dtype: Any, memptr: Any) -> FakeArray:
+        return FakeArray(memptr[0][0], shape, dtype, memptr[0][2])
+
+
+class FakeArray:
+    """A CuPy array over device memory, as far as DLPack consumers see it."""
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any) -> None:
+        self.ptr, self.shape, self.dtype, self.owner = ptr, shape, dtype, owner
+
+    def __dlpack__(self, stream: Any = None, **kw: Any) -> tuple[str, int, tuple[int, ...]]:
+        return ("dltensor", self.ptr, self.shape)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, getattr(self.owner, "device", 0))
