@@ -13,7 +13,7 @@ import pytest
 
 from gfaas.config import MiB
 
-cp = pytest.importorskip("cupy", reason="needs the gpu extra: pip install 'gfaas[gpu]'")
+cp = pytest.importorskip("cupy", reason="needs CuPy: pip install 'gfaas[gpu]' (CUDA 12) or 'gfaas[gpu-cuda13]' (CUDA 13)")
 
 
 @pytest.fixture

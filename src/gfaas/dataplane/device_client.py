@@ -98,7 +98,7 @@ def _cupy() -> Any:
         import cupy
     except ImportError as exc:
         raise DependencyMissing(
-            "device objects need CuPy and a CUDA GPU: install the extra with pip install 'gfaas[gpu]'"
+            "device objects need CuPy and a CUDA GPU: pip install 'gfaas[gpu]' (CUDA 12) or 'gfaas[gpu-cuda13]' (CUDA 13)"
         ) from exc
     return cupy
 

@@ -49,7 +49,7 @@ def runtime() -> Any:
         from cupy.cuda import runtime as rt
     except ImportError as exc:
         raise DependencyMissing(
-            "the cuda backend needs CuPy: install the extra with pip install 'gfaas[gpu]'"
+            "the cuda backend needs CuPy: install the extra that matches the driver's CUDA (nvidia-smi): pip install 'gfaas[gpu]' (CUDA 12) or 'gfaas[gpu-cuda13]' (CUDA 13)"
         ) from exc
     return rt
 
