@@ -9,7 +9,8 @@
   process of a domain that loads identical bytes shares one copy at once; :func:`remap_shared` does
   the same for a big buffer already in memory.
 
-Submodules load on first use: ``import gfaas.dedup`` pulls in neither onnxruntime nor the controller.
+``import gfaas.dedup`` loads the hint and store modules only: neither onnxruntime (``gfaas.dedup.ort``)
+nor the controller (``gfaas.dedup.controller``, the node daemon's) comes with it.
 """
 
 from __future__ import annotations
