@@ -82,7 +82,7 @@ scale-results: $(STAMP)
 	$(BIN)/gfaas bench scale --json --out $(R)/scale-netns.json --figure docs/scaling-ramp.png > /dev/null
 	$(BIN)/python benchmarks/scale_tables.py $(R)/scale-netns.json --write docs/scaling.md
 
-# Page merging (root: it bursts KSM and reads other processes' memory; ~10 minutes; not in `results`):
+# Page merging (root: it bursts KSM and reads other processes' memory; ~5 minutes; not in `results`):
 # the result file, the figure docs/dedup.png and the generated tables of docs/dedup.md.
 dedup-results: $(STAMP)
 	@[ "$$(id -u)" = 0 ] || { echo "make dedup-results: KSM and other processes' memory need root; run: sudo make dedup-results"; exit 2; }

@@ -17,7 +17,6 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,16 +143,11 @@ class RuntimeDedup:
             shutil.rmtree(self.store_dir, ignore_errors=True)  # mapped pages live on until their workers exit
 
 
-def _mapped_paths(pid: int) -> Iterable[str]:
-    seen = set()
+def _mapped_paths(pid: int) -> set[str]:
+    """The files ``pid`` maps (its ``/proc/PID/maps``); empty once it is gone."""
+    from ..dedup.regions import read_maps
+
     try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                parts = line.split(maxsplit=5)
-                if len(parts) == 6 and parts[5].startswith("/"):
-                    path = parts[5].rstrip("\n")
-                    if path not in seen:
-                        seen.add(path)
-                        yield path
+        return {e.path for e in read_maps(pid) if e.path.startswith("/")}
     except OSError:
-        return
+        return set()
