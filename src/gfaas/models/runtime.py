@@ -7,6 +7,7 @@ import numbers
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -42,22 +43,24 @@ class Model:
     the input and the fix instead of an onnxruntime status string.
     """
 
-    def __init__(self, name: str, scale: str, seed: int, model_path: Path, session: ort.InferenceSession,
-                 device: str) -> None:
+    def __init__(self, name: str, scale: str, seed: int, model_path: Path, session: Any,
+                 device: str, engine: str = "onnxruntime") -> None:
         self.name = name
         self.scale = scale
         self.seed = seed
         self.path = model_path
         self.session = session
         self.device = device
+        self.engine = engine  # "onnxruntime", or "torch" (a TorchSession: GPU functions)
         self.info = zoo.info(name, scale)
         self._inputs = {i.name: (tuple(i.shape), _ORT_DTYPES[i.type]) for i in session.get_inputs()}
         self.output_names = tuple(o.name for o in session.get_outputs())
 
     def __repr__(self) -> str:
-        return f"Model({self.name!r}, scale={self.scale!r}, seed={self.seed}, device={self.device!r})"
+        return (f"Model({self.name!r}, scale={self.scale!r}, seed={self.seed}, device={self.device!r}, "
+                f"engine={self.engine!r})")
 
-    def _check(self, feeds: dict[str, object]) -> dict[str, np.ndarray]:
+    def _check(self, feeds: dict[str, object]) -> dict[str, Any]:
         want = list(self._inputs)
         unknown = sorted(set(feeds) - set(want))
         missing = [k for k in want if k not in feeds]
@@ -66,10 +69,10 @@ class Model:
                               + (f"unknown {unknown}" if unknown else "")
                               + ("; " if unknown and missing else "")
                               + (f"missing {missing}" if missing else ""))
-        out: dict[str, np.ndarray] = {}
+        out: dict[str, Any] = {}
         sizes: dict[str, tuple[int, str]] = {}
         for k, (shape, dtype) in self._inputs.items():
-            v = np.asarray(feeds[k])
+            v = _feed(feeds[k], self.engine)
             if v.dtype != dtype:
                 raise ConfigError(f"model {self.name!r} input {k!r} has dtype {v.dtype}, expected {dtype}: "
                                   f"pass x.astype(np.{dtype})")
@@ -93,26 +96,36 @@ class Model:
         self._check_tokens(out, sizes)
         return out
 
-    def _check_tokens(self, feeds: dict[str, np.ndarray], sizes: dict[str, tuple[int, str]]) -> None:
+    def _check_tokens(self, feeds: dict[str, Any], sizes: dict[str, tuple[int, str]]) -> None:
         info = self.info
         if info.max_seq_len is not None and "L" in sizes and sizes["L"][0] > info.max_seq_len:
             raise ConfigError(f"model {self.name!r}: sequence length {sizes['L'][0]} exceeds the "
                               f"{info.max_seq_len} position embeddings; truncate to {info.max_seq_len}")
         ids = feeds.get("input_ids")
         if ids is not None and info.vocab_size is not None:
-            lo, hi = int(ids.min()), int(ids.max())
+            lo, hi = _minmax(ids)
             if lo < 0 or hi >= info.vocab_size:
                 bad = lo if lo < 0 else hi
                 raise ConfigError(f"model {self.name!r}: token id {bad} is outside the vocabulary "
                                   f"[0, {info.vocab_size}); map unknown tokens to an id below {info.vocab_size}")
         mask = feeds.get("attention_mask")
-        if mask is not None and not np.isin(mask, (0, 1)).all():
+        if mask is not None and not _all_binary(mask):
             raise ConfigError(f"model {self.name!r}: attention_mask must hold only 0 (padding) and 1 (token)")
 
-    def __call__(self, **feeds: np.ndarray) -> dict[str, np.ndarray]:
+    def __call__(self, **feeds: Any) -> dict[str, np.ndarray]:
+        """The outputs as host arrays. Feeds are numpy arrays, or (torch engine) device tensors."""
         checked = self._check(dict(feeds))
         values = self.session.run(None, checked)
         return {k: np.asarray(v) for k, v in zip(self.output_names, values, strict=True)}
+
+    def run_device(self, **feeds: Any) -> dict[str, Any]:
+        """Like calling the model, but a model on a GPU (torch engine) leaves its outputs there, as
+        :class:`~gfaas.dataplane.device_array.DeviceArray` (numpy code can still read them; a
+        function returning one passes it on device to device). On the CPU: host arrays."""
+        checked = self._check(dict(feeds))
+        if self.engine != "torch":
+            return {k: np.asarray(v) for k, v in zip(self.output_names, self.session.run(None, checked), strict=True)}
+        return dict(zip(self.output_names, self.session.run_device(checked), strict=True))
 
     def example_inputs(self, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
         """Deterministic inputs of the default shapes with ``batch`` rows: standard-normal images and
@@ -136,16 +149,32 @@ class Model:
 
 def load(name: str, scale: str = "small", seed: int = 0, device: str = "cpu",
          cache_dir: str | os.PathLike[str] | None = None, threads: int | None = None, *, shared: bool = False,
-         domain: str = "default", store_dir: Path | None = None) -> Model:
-    """The model ``name`` at ``scale`` (built and cached on first use) in an onnxruntime session on
-    ``device`` ('cpu' or 'cuda:N'); ``threads`` caps onnxruntime's intra-op threads (default: its own
-    choice, one per core).
+         domain: str = "default", store_dir: Path | None = None, engine: str = "auto") -> Model:
+    """The model ``name`` at ``scale`` (built and cached on first use) on ``device`` ('cpu' or
+    'cuda:N'); ``threads`` caps onnxruntime's intra-op threads (default: its own choice, one per core).
+
+    ``engine``: ``onnxruntime``, ``torch`` (the same graph and weights converted to torch,
+    :mod:`gfaas.models.torch_engine`) or ``auto`` (default): onnxruntime on the CPU; on a GPU,
+    onnxruntime if its build has the CUDA provider, else torch.
 
     ``shared=True`` (CPU only) keeps the weights in a read-only mapping of the content-addressed store
     (``store_dir``, sharing ``domain``) that every process loading the same model maps, instead of a
     private copy per process (:mod:`gfaas.dedup.ort`); the outputs equal the default session's to
     float rounding."""
     name, scale, seed = zoo.check_name(name), zoo.check_scale(scale), zoo.check_seed(seed)
+    if engine not in ("auto", "onnxruntime", "torch"):
+        raise ConfigError(f"engine {engine!r} is not 'auto', 'onnxruntime' or 'torch'")
+    if engine == "auto" and isinstance(device, str) and device.startswith("cuda") \
+            and "CUDAExecutionProvider" not in ort.get_available_providers():
+        engine = "torch"
+    if engine == "torch":
+        if shared:
+            raise ConfigError("shared=True maps weights for onnxruntime on the CPU; the torch engine keeps "
+                              "them in device memory: use shared=False")
+        from .torch_engine import TorchSession
+
+        p = cache.path(name, scale, seed, cache_dir)
+        return Model(name, scale, seed, p, TorchSession(p, device), device, engine="torch")
     if shared and device != "cpu":
         raise ConfigError(f"shared=True needs device='cpu', not {device!r}: on a GPU the weights live in "
                           "device memory; use shared=False there")
@@ -165,6 +194,37 @@ def load(name: str, scale: str = "small", seed: int = 0, device: str = "cpu",
     session = ort.InferenceSession(str(p), sess_options=opts, providers=providers)
     log.debug("loaded %s on %s", p.name, device)
     return Model(name, scale, seed, p, session, device)
+
+
+def _feed(value: Any, engine: str) -> Any:
+    """A feed as the engine takes it: a device tensor stays where it is (torch engine; its shape and
+    dtype are checked from its metadata), anything else becomes a numpy array."""
+    if engine == "torch":
+        from ..dataplane.device_array import DeviceArray, on_device
+
+        if isinstance(value, DeviceArray):
+            return value
+        if on_device(value) or type(value).__module__.startswith("torch"):
+            from .torch_engine import as_tensor
+
+            return DeviceArray(as_tensor(value))
+    return np.asarray(value)
+
+
+def _minmax(value: Any) -> tuple[int, int]:
+    if isinstance(value, np.ndarray):
+        return int(value.min()), int(value.max())
+    from .torch_engine import minmax
+
+    return minmax(value)
+
+
+def _all_binary(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return bool(np.isin(value, (0, 1)).all())
+    from .torch_engine import all_binary
+
+    return all_binary(value)
 
 
 def _shared_session(p: Path, threads: int | None, domain: str, store_dir: Path | None) -> ort.InferenceSession:
