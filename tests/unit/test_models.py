@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -295,11 +296,15 @@ def test_unknown_names_and_bad_arguments() -> None:
         models.load("logreg", threads=0)
 
 
-def test_cuda_without_gpu_onnxruntime_names_the_gpu_extra(tmp_path: Path) -> None:
-    """device='cuda:0' without onnxruntime's CUDA provider raises DependencyMissing naming the gpu extra."""
+def test_cuda_without_gpu_onnxruntime_names_the_gpu_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """device='cuda:0' with engine='onnxruntime' but without its CUDA provider raises DependencyMissing
+    naming the gpu extra; engine='auto' turns to torch, and without torch names the torch extra."""
     if "CUDAExecutionProvider" in ort.get_available_providers():
         pytest.skip("onnxruntime-gpu is installed here")
     with pytest.raises(DependencyMissing, match=r"pip install 'gfaas\[gpu\]' onnxruntime-gpu"):
+        models.load("logreg", device="cuda:0", cache_dir=tmp_path, engine="onnxruntime")
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(DependencyMissing, match=r"pip install 'gfaas\[torch\]'"):
         models.load("logreg", device="cuda:0", cache_dir=tmp_path)
     assert not list(tmp_path.iterdir())  # refused before building anything
 

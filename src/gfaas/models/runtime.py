@@ -171,8 +171,10 @@ def load(name: str, scale: str = "small", seed: int = 0, device: str = "cpu",
         if shared:
             raise ConfigError("shared=True maps weights for onnxruntime on the CPU; the torch engine keeps "
                               "them in device memory: use shared=False")
-        from .torch_engine import TorchSession
+        from .torch_engine import TorchSession, check_device, require
 
+        check_device(device)
+        require()  # before building anything
         p = cache.path(name, scale, seed, cache_dir)
         return Model(name, scale, seed, p, TorchSession(p, device), device, engine="torch")
     if shared and device != "cpu":

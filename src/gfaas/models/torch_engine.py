@@ -31,6 +31,11 @@ _ONNX_TYPES = {1: "tensor(float)", 7: "tensor(int64)"}
 _DEVICE = re.compile(r"^(cpu|cuda(?::\d+)?)$")
 
 
+def require() -> None:
+    """Raise :class:`DependencyMissing` (naming the extra) unless torch and onnx2torch import."""
+    _import()
+
+
 def _import() -> tuple[Any, Any]:
     try:
         import torch
