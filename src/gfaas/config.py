@@ -271,25 +271,8 @@ class NodeConfig:
         return storage_policy(self.storage_policy)
 
     def device_spec(self) -> tuple[str, tuple[int, ...] | None]:
-        """``(kind, GPU ordinals)`` of :attr:`devices`: kind ``""``, ``"cuda"`` or ``"null"``;
-        ordinals ``None`` means every GPU the runtime sees."""
-        spec = self.devices.strip() if isinstance(self.devices, str) else None
-        if spec is None:
-            raise ConfigError(f"devices={self.devices!r} must be a string such as 'cuda', 'cuda:0,1' or 'null:0'")
-        if not spec:
-            return "", ()
-        kind, _, ids = spec.partition(":")
-        if kind not in ("cuda", "null"):
-            raise ConfigError(f"devices={spec!r}: unknown kind {kind!r}; use 'cuda', 'cuda:0,1' or 'null:0'")
-        if not ids:
-            return kind, (None if kind == "cuda" else (0,))
-        try:
-            ordinals = tuple(int(x) for x in ids.split(","))
-        except ValueError:
-            raise ConfigError(f"devices={spec!r}: GPU ordinals must be integers, e.g. 'cuda:0,1'") from None
-        if any(i < 0 for i in ordinals) or len(set(ordinals)) != len(ordinals):
-            raise ConfigError(f"devices={spec!r}: GPU ordinals must be distinct and >= 0")
-        return kind, ordinals
+        """``(kind, GPU ordinals)`` of :attr:`devices` (:func:`parse_devices`)."""
+        return parse_devices(self.devices)
 
     @property
     def small_object_max(self) -> int:
@@ -300,3 +283,25 @@ class NodeConfig:
         a segment of their own, which is kept warm and reused (docs/benchmarks.md).
         """
         return min(self.slab_bytes // 4, self.slab_object_bytes)
+
+
+def parse_devices(devices: object) -> tuple[str, tuple[int, ...] | None]:
+    """``(kind, GPU ordinals)`` of a devices string: kind ``""``, ``"cuda"`` or ``"null"``;
+    ordinals ``None`` means every GPU the runtime sees."""
+    spec = devices.strip() if isinstance(devices, str) else None
+    if spec is None:
+        raise ConfigError(f"devices={devices!r} must be a string such as 'cuda', 'cuda:0,1' or 'null:0'")
+    if not spec:
+        return "", ()
+    kind, _, ids = spec.partition(":")
+    if kind not in ("cuda", "null"):
+        raise ConfigError(f"devices={spec!r}: unknown kind {kind!r}; use 'cuda', 'cuda:0,1' or 'null:0'")
+    if not ids:
+        return kind, (None if kind == "cuda" else (0,))
+    try:
+        ordinals = tuple(int(x) for x in ids.split(","))
+    except ValueError:
+        raise ConfigError(f"devices={spec!r}: GPU ordinals must be integers, e.g. 'cuda:0,1'") from None
+    if any(i < 0 for i in ordinals) or len(set(ordinals)) != len(ordinals):
+        raise ConfigError(f"devices={spec!r}: GPU ordinals must be distinct and >= 0")
+    return kind, ordinals

@@ -915,6 +915,8 @@ class Admin:
         w = self._ch.handshake(P.AdminHello(admin_token))
         assert isinstance(w, P.AdminWelcome)
         self.node_id = w.node_id
+        self.devices: tuple[int, ...] = tuple(w.devices)  # the node's GPUs with a memory pool
+        self.device_kind = w.device_kind  # "cuda", "null" (modelled GPUs) or "" (none)
 
     def open_invocation(self, workflow: str, functions: list[str], invocation_id: str | None = None,
                         tokens: dict[str, str] | None = None) -> InvocationHandle:

@@ -795,7 +795,8 @@ class Daemon:
                 f"wrong admin token; read it from {os.path.join(self.config.state_dir, 'admin.token')}"
             )
         conn.admin = True
-        return P.AdminWelcome(self.config.node_id), []
+        kind = self.config.device_spec()[0] if self.store.devices else ""
+        return P.AdminWelcome(self.config.node_id, sorted(self.store.devices), kind), []
 
     def _open(self, conn: Conn, m: P.OpenInvocation) -> tuple[P.Reply, list[int]]:
         self._need_admin(conn)

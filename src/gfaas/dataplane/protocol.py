@@ -223,6 +223,8 @@ class Welcome(_Msg):
 
 class AdminWelcome(_Msg):
     node_id: str
+    devices: list[int] = []  # GPUs with a memory pool on this node (what the runtime places GPU functions on)
+    device_kind: str = ""  # "cuda" (real GPUs), "null" (modelled ones: no bytes, tests and simulation) or ""
 
 
 class InvocationOpened(_Msg):

@@ -31,6 +31,15 @@ _ONNX_TYPES = {1: "tensor(float)", 7: "tensor(int64)"}
 _DEVICE = re.compile(r"^(cpu|cuda(?::\d+)?)$")
 
 
+def import_torch() -> Any:
+    """torch, or :class:`DependencyMissing` naming the extra."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise DependencyMissing("a function on a GPU needs torch: pip install 'gfaas[torch]'") from exc
+    return torch
+
+
 def require() -> None:
     """Raise :class:`DependencyMissing` (naming the extra) unless torch and onnx2torch import."""
     _import()

@@ -4,7 +4,8 @@ A handler is a plain function ``handler(ctx, inputs) -> outputs``:
 
 * ``inputs`` maps each input name of the function's spec to a reference (a :class:`~gfaas.DataRef`
   on the gfaas data plane, an opaque key on the host-centric baseline); ``ctx.get(ref)`` returns the
-  array, read-only (zero-copy on the same node with gfaas).
+  array, read-only (zero-copy on the same node with gfaas). A function running on a GPU may ask
+  for it there instead, ``ctx.get(ref, device=True)`` (docs/gpu.md).
 * it returns a dict from output name to a numpy array, or to a Python/numpy scalar. Scalars are also
   reported to the invoker, which is how ``when:`` conditions of downstream edges are evaluated.
 
@@ -30,12 +31,13 @@ Getter = Callable[[Any], np.ndarray]
 class Context:
     """The per-invocation view a handler gets of the platform."""
 
-    __slots__ = ("_getter", "_merger", "_model", "device", "function", "get_s", "gpu", "invocation", "log", "params", "scale",
-                 "workflow")
+    __slots__ = ("_device_getter", "_getter", "_merger", "_model", "device", "function", "get_s", "gpu", "invocation",
+                 "log", "params", "scale", "workflow")
 
     def __init__(self, *, workflow: str, function: str, invocation: str, getter: Getter,
                  params: Mapping[str, Any] | None = None, model: Any = None, device: str = "cpu",
-                 scale: str = "small", gpu: str = "", merger: Callable[[Any], int] | None = None) -> None:
+                 scale: str = "small", gpu: str = "", merger: Callable[[Any], int] | None = None,
+                 device_getter: Callable[[Any], Any] | None = None) -> None:
         self.workflow = workflow
         self.function = function
         self.invocation = invocation
@@ -48,11 +50,19 @@ class Context:
         self._getter = getter
         self._model = model
         self._merger = merger
+        self._device_getter = device_getter
 
-    def get(self, ref: Any) -> np.ndarray:
-        """The array behind an input reference (read-only; copy it before writing)."""
+    def get(self, ref: Any, device: bool = False) -> Any:
+        """The array behind an input reference (read-only; copy it before writing).
+
+        ``device=True``: on a function that runs on a GPU (``ctx.device`` is ``cuda:K``), the input
+        on that GPU, as a :class:`~gfaas.dataplane.device_array.DeviceArray` (a torch tensor;
+        ``np.asarray`` still reads it); the node delivers it there (from another function's GPU
+        output by CUDA IPC, without a host trip). Elsewhere the host array, as without it."""
         t0 = time.perf_counter()
         try:
+            if device and self._device_getter is not None:
+                return self._device_getter(ref)
             return self._getter(ref)
         finally:
             self.get_s += time.perf_counter() - t0

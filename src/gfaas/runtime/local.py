@@ -33,6 +33,7 @@ from .accel import DSCS, Decision, DscsDrive, DscsDrives
 from .dag import DagState
 from .dedup import RuntimeDedup
 from .dedup import check_mode as check_dedup_mode
+from .gpus import check_gpus, node_devices, ordinal, spread
 from .hints import Hint, QueueHinter
 from .result import Breakdown, FunctionRecord, InvocationResult, Status
 from .sandbox import Identity, TenantIds, sandbox_enabled
@@ -93,6 +94,16 @@ class RuntimeConfig:
             (root); ``on``: both. ``ctx.merge(obj)`` hints more unless ``off``.
         dedup_domain: the sharing domain of every workflow of this runtime (one owner's workflows);
             ``""`` (default): each workflow is a domain of its own, so no two share a page.
+        gpus: the GPUs of the node this runtime starts (:mod:`gfaas.runtime.gpus`): ``auto``
+            (default: every CUDA GPU CuPy sees, none on a CPU-only machine), ``none``, ``cuda``,
+            ``cuda:0,1``, or ``null:0,1`` (modelled GPUs: placement only, compute stays on the CPU).
+            ``kind: gpu`` functions run on the node's CUDA GPUs (models by the torch engine); with
+            no GPU they run on the CPU as before. Nodes given in ``nodes`` report their own GPUs.
+        gpu_passing: how GPU functions exchange data with the gfaas transport: ``device`` (default:
+            inputs arrive as device views, staged onto the GPU by the node; device outputs go into the
+            node's GPU pool with one device-to-device copy and pass on by CUDA IPC) or ``host``
+            (every object through host memory, the function copying to and from its GPU: the
+            comparison point of ``gfaas demo --gpu``).
     """
 
     transport: Literal["gfaas", "redis"] = "gfaas"
@@ -118,6 +129,8 @@ class RuntimeConfig:
     dscs_preset: str = "dscs"
     dedup: Literal["off", "shared", "merge", "on"] = "off"
     dedup_domain: str = ""
+    gpus: str = "auto"
+    gpu_passing: Literal["device", "host"] = "device"
 
     def __post_init__(self) -> None:
         if self.transport not in ("gfaas", "redis"):
@@ -147,6 +160,9 @@ class RuntimeConfig:
         if isinstance(self.dscs_drives, bool) or not isinstance(self.dscs_drives, int) or self.dscs_drives < 0:
             raise ConfigError(f"dscs_drives={self.dscs_drives!r} must be a whole number >= 0 (0: no drives)")
         check_dedup_mode(self.dedup)
+        check_gpus(self.gpus)
+        if self.gpu_passing not in ("device", "host"):
+            raise ConfigError(f"gpu_passing={self.gpu_passing!r} is not 'device' or 'host'")
 
 
 @dataclass(frozen=True)
@@ -194,9 +210,9 @@ class _Pool:
         self.node = rt.node_of(spec.name, function)
         ident = rt.tenant_identity(spec.name)
         self.init = Init(spec.name, function, spec.text, rt.config.scale, rt.transport_settings(self.node),
-                         rt.config.threads_per_worker, "cpu", rt.gpu_of(spec.name, function),
-                         ident.uid if ident else -1, ident.gid if ident else -1,
-                         **rt.dedup.init_fields(spec.name))
+                         rt.config.threads_per_worker, rt.device_of(spec.name, function),
+                         rt.gpu_of(spec.name, function), ident.uid if ident else -1, ident.gid if ident else -1,
+                         **rt.dedup.init_fields(spec.name), gpu_passing=rt.config.gpu_passing)
         self.queue: deque[tuple[_Invocation, str]] = deque()
         # The function's last compute time: what its SLO and its inputs' deadline derive from
         # (policy.bandwidth; 0 until it has run once).
@@ -353,7 +369,8 @@ class LocalRuntime:
             run_dir = tempfile.mkdtemp(prefix="gfaas-rt-", dir="/tmp")
             self._closers.append(lambda: shutil.rmtree(run_dir, ignore_errors=True))
             node_cfg = NodeConfig(node_id="rt0", socket_path=os.path.join(run_dir, "node.sock"),
-                                  state_dir=os.path.join(run_dir, "state"), capacity_bytes=cfg.node_capacity_bytes)
+                                  state_dir=os.path.join(run_dir, "state"), capacity_bytes=cfg.node_capacity_bytes,
+                                  devices=node_devices(cfg.gpus))
             node = LocalNode(node_cfg).__enter__()
             self._closers.append(lambda: node.__exit__(None, None, None))
             nodes = [NodeEndpoint("rt0", node_cfg.socket_path, node_cfg.state_dir)]
@@ -475,8 +492,12 @@ class LocalRuntime:
         log.info("undeployed %s (%d functions)", workflow, len(pools))
 
     def _place(self, spec: WorkflowSpec) -> None:
-        """GPUs for the spec's GPU functions on the first node (call under the lock): the free ones
-        first, all of them once every GPU holds some function (functions then share GPUs)."""
+        """GPUs for the spec's GPU functions (call under the lock): on a ``topology``, by the policy
+        on the first node's GPUs, the free ones first (all of them once every GPU holds some
+        function: functions then share GPUs); else on the GPUs their node reports."""
+        if not self.config.topology:
+            self._place_on_nodes(spec)
+            return
         topo = self._topology()
         gpus = [g for g in topo.gpus if topo.device(g).node == topo.device(topo.gpus[0]).node] if topo else []
         if len(gpus) < 2 or not any(f.kind == "gpu" for f in spec.functions):
@@ -493,6 +514,50 @@ class LocalRuntime:
         free = [g for g in gpus if g not in used] or gpus
         self._gpus[spec.name] = place_gpu_functions(spec, topo, free, sizes)  # type: ignore[arg-type]
         log.info("placed %s on %s", spec.name, self._gpus[spec.name])
+
+    def _place_on_nodes(self, spec: WorkflowSpec) -> None:
+        """GPU functions on the GPUs of the node each runs on: one GPU takes them all; several are
+        shared out by the policy on the machine's detected topology (CUDA), or in turn (modelled)."""
+        placed: dict[str, str] = {}
+        by_node: dict[str, list[str]] = {}
+        for f in spec.functions:
+            if f.kind == "gpu":
+                by_node.setdefault(self.node_of(spec.name, f.name), []).append(f.name)
+        for node, fns in by_node.items():
+            admin = self._admins.get(node)
+            if admin is None or not admin.devices:
+                continue
+            gpus = list(admin.devices)
+            if len(gpus) == 1:
+                placed.update({f: f"gpu{gpus[0]}" for f in fns})
+                continue
+            topo = self._detected_topology() if admin.device_kind == "cuda" else None
+            names = [f"gpu{k}" for k in gpus]
+            every = [f.name for f in spec.functions if f.kind == "gpu"]
+            if topo is not None and fns == every and all(n in topo.gpus for n in names):
+                from .placement import place_gpu_functions
+
+                placed.update(place_gpu_functions(spec, topo, names))
+            else:
+                placed.update({f: f"gpu{k}" for f, k in spread(fns, gpus).items()})
+        if placed:
+            self._gpus[spec.name] = placed
+            log.info("placed %s on %s", spec.name, placed)
+
+    def _detected_topology(self) -> Topology | None:
+        if self._topo is None:
+            from ..topology import detect
+
+            self._topo = detect()
+        return self._topo
+
+    def device_of(self, workflow: str, function: str) -> str:
+        """Where ``function`` computes: ``cuda:K`` when it is placed on a CUDA GPU of its node, else ``cpu``."""
+        k = ordinal(self.gpu_of(workflow, function))
+        admin = self._admins.get(self.node_of(workflow, function))
+        if k is None or admin is None or admin.device_kind != "cuda" or k not in admin.devices:
+            return "cpu"
+        return f"cuda:{k}"
 
     def _topology(self) -> Topology | None:
         if not self.config.topology:

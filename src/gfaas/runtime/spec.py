@@ -65,7 +65,8 @@ class TypeDecl:
 
     def check(self, value: Any, what: str) -> None:
         """Raise :class:`SpecError` if ``value`` does not fit this declaration."""
-        arr = np.asarray(value)
+        # A device array (gfaas.dataplane.device_array) is checked from its metadata, not copied here.
+        arr = value if hasattr(value, "tensor") and hasattr(value, "shape") else np.asarray(value)
         if self.dtype is not None and arr.dtype != np.dtype(self.dtype):
             raise SpecError(f"{what}: dtype {arr.dtype} where {self.dtype} is declared")
         if self.shape is not None and not _shape_fits(arr.shape, self.shape):

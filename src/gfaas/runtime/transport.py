@@ -39,7 +39,7 @@ class TransportConfig:
 
 
 class Transport(Protocol):
-    def get(self, ref: str, deadline_s: float | None = None) -> np.ndarray: ...
+    def get(self, ref: str, deadline_s: float | None = None, device: int | None = None) -> Any: ...
     def put(self, value: np.ndarray, consumers: Sequence[str] | None) -> str: ...
     def close(self) -> None: ...
 
@@ -50,11 +50,25 @@ class GfaasTransport:
 
         self._c = connect(socket_path=cfg.socket_path, token=token, sock=sock)
 
-    def get(self, ref: str, deadline_s: float | None = None) -> np.ndarray:
-        return np.asarray(self._c.get(ref, deadline_s=deadline_s))
+    def get(self, ref: str, deadline_s: float | None = None, device: int | None = None) -> Any:
+        """A host array (``device=None``; one on a GPU is copied out by the node), or with
+        ``device=k`` a read-only ``DeviceView`` on GPU ``k`` (a host object is copied there by the
+        node's staging engine, within ``deadline_s``)."""
+        if device is None:
+            # Only a node with GPU pools can hold an object off the host: ask for host memory there.
+            return np.asarray(self._c.get(ref, deadline_s=deadline_s, device="host" if self._c.devices else None))
+        return self._c.get(ref, deadline_s=deadline_s, device=device)
 
-    def put(self, value: np.ndarray, consumers: Sequence[str] | None) -> str:
-        return str(self._c.put(np.asarray(value), consumers=list(consumers) if consumers else None))
+    @property
+    def devices(self) -> frozenset[int]:
+        """The GPUs with a memory pool on this transport's node."""
+        return frozenset(self._c.devices)
+
+    def put(self, value: Any, consumers: Sequence[str] | None) -> str:
+        """Store ``value``: a host array, or a device tensor (into its GPU's pool with one
+        device-to-device copy when the node has one, else through host memory)."""
+        obj = value if hasattr(value, "__dlpack_device__") else np.asarray(value)
+        return str(self._c.put(obj, consumers=list(consumers) if consumers else None))
 
     def close(self) -> None:
         self._c.close()
@@ -75,8 +89,10 @@ class RedisTransport:
         self._prefix = f"gfaas:{invocation}:{function}:"
         self._n = 0
 
-    def get(self, ref: str, deadline_s: float | None = None) -> np.ndarray:
-        del deadline_s  # Redis has no notion of one: the host-centric baseline
+    devices: frozenset[int] = frozenset()  # the baseline keeps everything in host memory
+
+    def get(self, ref: str, deadline_s: float | None = None, device: int | None = None) -> np.ndarray:
+        del deadline_s, device  # Redis has no notion of either: the host-centric baseline
         key, dtype, shape = parse_redis_ref(ref)
         data = self._r.get(key)
         if not isinstance(data, bytes):
@@ -84,7 +100,7 @@ class RedisTransport:
         return np.frombuffer(data, dtype=dtype).reshape(shape)
 
     def put(self, value: np.ndarray, consumers: Sequence[str] | None) -> str:
-        arr = np.asarray(value, order="C")
+        arr = np.asarray(np.asarray(value), order="C")  # (a device tensor is copied to the host here)
         self._n += 1
         key = f"{self._prefix}{self._n}"
         self._r.set(key, arr.tobytes())

@@ -26,6 +26,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..dataplane.device_array import DeviceArray, on_device
+from ..dataplane.device_client import device_of
 from ..errors import DaemonUnavailable, DedupError, FunctionFailed, GfaasError, SpecError
 from .context import Context
 from .sandbox import Identity, drop_privileges, worker_env
@@ -59,6 +61,8 @@ class Init(_Ctl):
     dedup: str = "off"
     dedup_domain: str = ""
     shared_dir: str = ""
+    # How a function on a CUDA GPU passes data (RuntimeConfig.gpu_passing): "device" or "host".
+    gpu_passing: str = "device"
 
 
 class Ready(_Ctl):
@@ -138,6 +142,9 @@ class FunctionHost:
         self.scale = init.scale
         self.device = init.device
         self.gpu = init.gpu
+        self.gpu_passing = init.gpu_passing
+        # The CUDA ordinal this function computes on; None on the CPU (modelled GPUs included).
+        self.cuda = int(init.device[5:]) if init.device.startswith("cuda:") else None
         self.transport = TransportConfig(**init.transport)  # type: ignore[arg-type]
         self.sandboxed = init.sandbox_uid >= 0
         self.model: Any = None
@@ -194,24 +201,38 @@ class FunctionHost:
             finally:
                 host_get[0] += time.perf_counter() - t0
 
+        def device_getter(ref: Any) -> Any:
+            """The input on this function's GPU: delivered there by the node (device passing), or
+            read from host memory and copied up by this function (host passing, the baseline)."""
+            assert self.cuda is not None
+            t0 = time.perf_counter()
+            try:
+                if self.gpu_passing == "device" and self.cuda in getattr(t, "devices", ()):
+                    return _device_array(t.get(ref, left(), device=self.cuda))
+                return _upload(t.get(ref, left()), self.cuda)
+            finally:
+                if ref in host_refs:
+                    host_get[0] += time.perf_counter() - t0
+
         model, accel0 = self.model, 0.0
         if task.accel:
             model = self._emulated_model(task.accel)
             accel0 = model.seconds
         ctx = Context(workflow=self.workflow, function=self.fn.name, invocation=task.invocation, getter=getter,
                       params=self.fn.params, model=model, device=self.device, scale=self.scale, gpu=self.gpu,
-                      merger=_merge if self.dedup in ("merge", "on") else None)
+                      merger=_merge if self.dedup in ("merge", "on") else None,
+                      device_getter=device_getter if self.cuda is not None else None)
         t0 = time.perf_counter()
         out = self.handler(ctx, dict(task.inputs))
         handler_s = time.perf_counter() - t0
         accel_s = model.seconds - accel0 if task.accel else 0.0
         values = self._check(out)
-        scalars = {k: float(v) for k, v in values.items() if v.ndim == 0 and v.dtype.kind in "biuf"}
+        scalars = {k: float(np.asarray(v)) for k, v in values.items() if v.ndim == 0 and v.dtype.kind in "biuf"}
         refs: dict[str, str] = {}
         put_s = host_put_s = 0.0
         for name, readers in task.consumers.items():
             t1 = time.perf_counter()
-            refs[name] = t.put(values[name], readers)
+            refs[name] = t.put(self._outgoing(values[name], readers, t), readers)
             dt = time.perf_counter() - t1
             if readers == [GATEWAY]:
                 host_put_s += dt
@@ -242,21 +263,55 @@ class FunctionHost:
             self._emulated[accel] = EmulatedModel(self.model, preset(accel))
         return self._emulated[accel]
 
-    def _check(self, out: Any) -> dict[str, np.ndarray]:
+    def _outgoing(self, value: Any, readers: list[str], t: Transport) -> Any:
+        """What to store for an output: a device tensor stays on the GPU when it passes on device
+        (into the node's pool, one device-to-device copy); results for the client, host passing and
+        a node without a pool for that GPU take it through host memory."""
+        if not isinstance(value, DeviceArray):
+            return value
+        on_pool = self.gpu_passing == "device" and self.cuda in getattr(t, "devices", ()) \
+            and device_of(value) == self.cuda
+        if not on_pool or readers == [GATEWAY]:
+            return np.asarray(value)
+        return value.tensor.contiguous()
+
+    def _check(self, out: Any) -> dict[str, Any]:
         where = f"function {self.fn.name!r} (handler {self.fn.handler})"
         if not isinstance(out, dict):
             raise SpecError(f"{where} returned {type(out).__name__}; a handler returns a dict of output -> array")
         diff = name_diff(self.fn.outputs, out, "undeclared")
         if diff:
             raise SpecError(f"{where} returned outputs {sorted(out)}; the spec declares {sorted(self.fn.outputs)}{diff}")
-        values = {}
+        values: dict[str, Any] = {}
         for name, v in out.items():
+            if on_device(v) or isinstance(v, DeviceArray):  # checked from its metadata, left on the GPU
+                dev = v if isinstance(v, DeviceArray) else _device_array(v)
+                self.fn.outputs[name].check(dev, f"{where}: output {name!r}")
+                values[name] = dev
+                continue
             arr = np.asarray(v)
             if arr.dtype == object:
                 raise SpecError(f"{where}: output {name!r} is not a numeric array or scalar ({type(v).__name__})")
             self.fn.outputs[name].check(arr, f"{where}: output {name!r}")
             values[name] = arr
         return values
+
+
+def _device_array(obj: Any) -> DeviceArray:
+    """A device object (a data-plane ``DeviceView``, a torch or CuPy tensor) as a DeviceArray."""
+    if isinstance(obj, DeviceArray):
+        return obj
+    from ..models.torch_engine import as_tensor
+
+    return DeviceArray(as_tensor(obj))
+
+
+def _upload(host: Any, cuda: int) -> DeviceArray:
+    """A host array copied to GPU ``cuda`` by this function (host passing)."""
+    from ..models.torch_engine import import_torch
+
+    torch = import_torch()
+    return DeviceArray(torch.from_numpy(np.array(host)).to(f"cuda:{cuda}"))
 
 
 def _load_model(name: str, init: Init) -> Any:
@@ -267,7 +322,7 @@ def _load_model(name: str, init: Init) -> Any:
     from .. import models
 
     kw: dict[str, Any] = {}
-    if init.dedup in ("shared", "on"):
+    if init.dedup in ("shared", "on") and init.device == "cpu":  # a GPU model's weights live on the GPU
         kw = {"shared": True, "domain": init.dedup_domain or "default",
               "store_dir": Path(init.shared_dir) if init.shared_dir else None}
 
