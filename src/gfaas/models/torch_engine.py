@@ -134,7 +134,9 @@ class TorchSession:
         elif on_device(value):
             t = torch.from_dlpack(value)
         else:
-            t = torch.from_numpy(np.ascontiguousarray(value))
+            with warnings.catch_warnings():  # a read-only input view: the model never writes its inputs
+                warnings.simplefilter("ignore", UserWarning)
+                t = torch.from_numpy(np.ascontiguousarray(value))
         return t.to(self.device, non_blocking=False)
 
     def run_device(self, feeds: dict[str, Any]) -> list[DeviceArray]:

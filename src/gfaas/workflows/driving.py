@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dataplane.device_array import DeviceArray
 from ..runtime.context import Context
 from ._util import run_model
 from .imaging import colourise, gaussian3x3, median3x3, model_image_hw, resize, to_model_input
@@ -40,8 +41,9 @@ def segment(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
     hw = model_image_hw(ctx.model)
     if len(frames) == 0:
         return {"logits": np.zeros((0, 21, *hw), dtype=np.float32)}
-    logits = run_model(ctx.model, image=to_model_input(frames, *hw))["logits"]
-    return {"logits": np.ascontiguousarray(logits, dtype=np.float32)}
+    # On a GPU the logits stay there: colour reads them through the node (docs/gpu.md).
+    logits = run_model(ctx.model, image=to_model_input(frames, *hw), keep_on_device=True)["logits"]
+    return {"logits": logits if isinstance(logits, DeviceArray) else np.ascontiguousarray(logits, dtype=np.float32)}
 
 
 def colour(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dataplane.device_array import DeviceArray
 from ..runtime.context import Context
 from ._util import run_model
 from .imaging import gaussian3x3, model_image_hw, softmax, to_model_input, top_k
@@ -26,7 +27,8 @@ def classify(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
     """One ensemble member: the image resized to this model's input, its 1000 class logits."""
     img = ctx.get(inputs["image"])
     x = to_model_input(img[None], *model_image_hw(ctx.model))
-    return {"logits": np.asarray(run_model(ctx.model, image=x)["logits"][0], dtype=np.float32)}
+    logits = run_model(ctx.model, image=x, keep_on_device=True)["logits"][0]  # on a GPU, left there
+    return {"logits": logits if isinstance(logits, DeviceArray) else np.asarray(logits, dtype=np.float32)}
 
 
 def ensemble(logits: list[np.ndarray], weights: list[float] | None = None) -> np.ndarray:

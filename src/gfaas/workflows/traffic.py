@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dataplane.device_array import DeviceArray
 from ..runtime.context import Context
 from ._util import run_model, scaled
 from .detection import PERSON, VEHICLES, DetectParams, crops, detect_in_frames
@@ -55,7 +56,7 @@ def detect(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
 
 def recognise(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
     """ResNet-50 over the crops: the top class of each and its probability."""
-    return classify_crops(ctx, ctx.get(inputs["crops"]))
+    return classify_crops(ctx, ctx.get(inputs["crops"], device=True))
 
 
 def classify_crops(ctx: Context, batch: np.ndarray) -> dict[str, Any]:
@@ -65,8 +66,10 @@ def classify_crops(ctx: Context, batch: np.ndarray) -> dict[str, Any]:
         return {"labels": np.zeros(0, dtype=np.int64), "top_prob": np.zeros(0, dtype=np.float32)}
     hw = model_image_hw(ctx.model)
     if tuple(batch.shape[-2:]) != hw:
-        batch = resize(batch, *hw, channels_last=False)
-    probs = softmax(run_model(ctx.model, image=np.ascontiguousarray(batch, dtype=np.float32))["logits"])
+        batch = resize(np.asarray(batch), *hw, channels_last=False)
+    # Crops on a GPU (DeviceArray) feed the model where they are; only the logits come to the host.
+    x = batch if isinstance(batch, DeviceArray) else np.ascontiguousarray(batch, dtype=np.float32)
+    probs = softmax(run_model(ctx.model, image=x)["logits"])
     labels = probs.argmax(axis=1)
     return {"labels": labels.astype(np.int64), "top_prob": probs[np.arange(len(probs)), labels].astype(np.float32)}
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.context import Context
-from ._util import scaled
+from ._util import concat, scaled
 from .detection import DetectParams, crops, detect_in_frames
 from .scenes import HD_HW, SMALL_HW, check_scale, face_frames
 from .traffic import classify_crops
@@ -37,8 +37,8 @@ def detect_faces(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
 
 def recognise(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
     """ResNet-50 over the faces of all chunks, in chunk order; ``per_chunk`` counts them per chunk."""
-    parts = [ctx.get(inputs[f"crops_{i}"]) for i in range(CHUNKS)]
-    out = classify_crops(ctx, np.concatenate(parts, axis=0))
+    parts = [ctx.get(inputs[f"crops_{i}"], device=True) for i in range(CHUNKS)]  # on its GPU, if it has one
+    out = classify_crops(ctx, concat(parts))
     out["per_chunk"] = np.array([len(p) for p in parts], dtype=np.int64)
     return out
 

@@ -66,8 +66,8 @@ def filter_spam(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
 def score_sentiment(ctx: Context, inputs: dict[str, Any]) -> dict[str, Any]:
     """BERT sentiment of the kept sentences; ``positive`` is the mean probability of class 1 (0.5, no
     opinion, when every sentence was filtered out)."""
-    ids = ctx.get(inputs["input_ids"])
-    mask = ctx.get(inputs["attention_mask"])
+    ids = ctx.get(inputs["input_ids"], device=True)  # on a GPU the node delivers them there
+    mask = ctx.get(inputs["attention_mask"], device=True)
     if len(ids) == 0:
         return {"logits": np.zeros((0, 2), dtype=np.float32), "positive": np.float32(0.5)}
     logits = np.asarray(run_model(ctx.model, input_ids=ids, attention_mask=mask)["logits"], dtype=np.float32)
