@@ -129,6 +129,9 @@ def test_host_object_delivered_to_a_gpu_and_back(node: Any) -> None:
     dref = f.allocate(1000, np.uint8, consumers=["h"], device=0).seal()
     out = node.connect("h").get(dref, device="host")
     assert isinstance(out, np.ndarray) and out.shape == (1000,)
+    st = node.stats()  # what the runtime's GPU tests read to tell device passing happened
+    assert (st["device_objects"], st["deliveries_to_device"], st["deliveries_to_host"]) == (1, 1, 1)
+    assert st["bytes_delivered"] == host.nbytes + 1000
 
 
 def test_copy_and_out_of_a_device_object_land_in_host_memory(node: Any) -> None:

@@ -263,6 +263,10 @@ class StatsReply(_Msg):
     bytes_on_disk: int = 0
     pool_target: int = 0  # host tier: the demand target that bounds the warm cache
     device_pool_target: int = 0  # sum of the GPU pools' targets
+    device_objects: int = 0  # objects written into a GPU pool, in all
+    deliveries_to_device: int = 0  # copies onto a GPU for a reader there (host -> GPU, GPU -> GPU)
+    deliveries_to_host: int = 0  # copies of GPU objects into host memory for a host reader
+    bytes_delivered: int = 0  # bytes of those copies
 
 
 class Leased(_Msg):

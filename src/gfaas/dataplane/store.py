@@ -100,6 +100,9 @@ class Store:
         self._next_session = 0
         self._pool: dict[str, list[Segment]] = {}  # workflow -> free warm segments
         self.pooled_bytes = 0
+        # Objects written into a GPU pool, and copies between tiers for a reader on the other one.
+        self.device_counters = {"device_objects": 0, "deliveries_to_device": 0, "deliveries_to_host": 0,
+                                "bytes_delivered": 0}
         self.tiers = Tiers(self, config, spill)
         assert config.quota_reserved_bytes is not None  # set by NodeConfig.__post_init__
         self.quotas = Quotas(Limits(config.quota_reserved_bytes, config.quota_unsealed_objects,
@@ -581,6 +584,7 @@ class Store:
         own = True  # a segment of its own, charged to the reserved-bytes quota until sealed
         if device >= 0:  # a GPU pool has a cap of its own; the quota is on host memory
             own = False
+            self.device_counters["device_objects"] += 1
             seg, off = self._new_segment(s.invocation, None, max(nbytes, 1), "allocation", device), 0
         elif nbytes <= self.config.small_object_max and seg is not None and off + nbytes <= (seg.limit or seg.size):
             s.arena_next = off + nbytes
@@ -698,6 +702,8 @@ class Store:
         self.check_live(s)
         self.check_device(device)
         seg = self._new_segment(s.invocation, None, max(nbytes, 1), "delivery", device)
+        self.device_counters["deliveries_to_device" if device >= 0 else "deliveries_to_host"] += 1
+        self.device_counters["bytes_delivered"] += nbytes
         seg.open = False
         seg.recyclable = False
         return seg
@@ -801,6 +807,7 @@ class Store:
             "device_bytes_held": sum(b.pool.held for b in self.devices.values()),
             "device_bytes_used": sum(b.pool.used for b in self.devices.values()),
             **self.tiers.counters,
+            **self.device_counters,
             "objects_on_disk": sum(len(sp.objects) for sp in self.tiers.spilled.values()),
             "bytes_on_disk": self.tiers.spill.bytes_on_disk if self.tiers.spill is not None else 0,
             "pool_target": self.tiers.host_target,
