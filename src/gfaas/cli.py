@@ -138,6 +138,18 @@ def cmd_cluster(a: argparse.Namespace) -> int:
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
+    if a.requests is None:
+        a.requests = 5 if a.gpu else 3
+    if a.requests < 1:
+        print(f"gfaas: error: --requests {a.requests}: give at least 1", file=sys.stderr)
+        return 2
+    if a.gpu:
+        from . import demo_gpu
+
+        ns = argparse.Namespace(scale=a.scale, requests=a.requests,
+                                workflows=a.workflows, gpus="auto", json=a.json, results=a.results,
+                                out="out/demo-gpu" if a.out == "out/demo" else a.out)
+        return demo_gpu.run(ns)
     from .demo import run_demo
 
     return run_demo(a)
@@ -204,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="print the results as one JSON document")
     d.add_argument("--scale", choices=["small", "full"], default="full",
                    help="model sizes: full = the real architectures (default), small = shrunk, for a quick look")
-    d.add_argument("--requests", type=int, default=3, help="bursty requests per workflow and transport (default 3)")
+    d.add_argument("--requests", type=int, default=None,
+                   help="bursty requests per workflow and transport (default 3; with --gpu, 5 one at a time)")
     d.add_argument("--load", type=float, default=0.3,
                    help="mean offered load as a fraction of this machine's CPU capacity, estimated from the "
                         "warm-up's compute times (default 0.3; bursts run at twice the mean)")
@@ -213,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--dedup", choices=["off", "shared", "merge", "on"], default="on",
                    help="page merging of the warm workers (docs/dedup.md): shared weights and/or KSM merging "
                         "(default on: both; merging needs root)")
+    d.add_argument("--gpu", action="store_true",
+                   help="the GPU demo instead (docs/gpu.md): GPU functions on this machine's CUDA GPUs, gfaas device "
+                        "passing vs Redis vs gfaas host-only passing, requests one at a time (--requests, default 5)")
+    d.add_argument("--results", default="", help="--gpu: also write the results here "
+                   "(benchmarks/results/demo-gpu.json is what make demo-gpu writes)")
     d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser("bench", help="benchmarks against real peers, in one run")

@@ -107,6 +107,15 @@ class TorchSession:
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise DependencyMissing(f"device {device!r}: torch {torch.__version__} sees no CUDA GPU here; "
                                     "run on a GPU machine, or use device='cpu'")
+        if self.device.startswith("cuda"):
+            # Same inputs, same bits: cuDNN's autotuner and non-deterministic kernels would make two
+            # runs of one request differ in the last bits (gfaas demo --gpu compares outputs exactly).
+            torch.backends.cudnn.benchmark = False
+            torch.backends.cudnn.deterministic = True
+            # Full fp32, as onnxruntime computes on the CPU: TF32 convolutions (torch's default on
+            # Ampere and later) would round the zoo's outputs to ~1e-3 of the reference.
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
         graph = onnx.load(str(path))
         self._inputs = [SimpleNamespace(name=i.name, type=_ONNX_TYPES[i.type.tensor_type.elem_type],
                                         shape=[d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim])
