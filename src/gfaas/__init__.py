@@ -35,6 +35,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "DedupRefused": ("gfaas.errors", "DedupRefused"),
     "DemandTracker": ("gfaas.policy", "DemandTracker"),
     "DependencyMissing": ("gfaas.errors", "DependencyMissing"),
+    "DeviceArray": ("gfaas.dataplane.device_array", "DeviceArray"),
     "DeviceBuffer": ("gfaas.dataplane", "DeviceBuffer"),
     "DeviceView": ("gfaas.dataplane", "DeviceView"),
     "FunctionFailed": ("gfaas.errors", "FunctionFailed"),
@@ -100,6 +101,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         InvocationHandle,
         connect,
     )
+    from .dataplane.device_array import DeviceArray
     from .dedup.controller import MergeController
     from .dedup.shared import load_shared
     from .errors import (
@@ -187,6 +189,7 @@ __all__ = [
     "DedupRefused",
     "DemandTracker",
     "DependencyMissing",
+    "DeviceArray",
     "DeviceBuffer",
     "DeviceView",
     "FunctionFailed",

@@ -26,6 +26,7 @@ PUBLIC = [
     "DedupRefused",
     "DemandTracker",
     "DependencyMissing",
+    "DeviceArray",
     "DeviceBuffer",
     "DeviceView",
     "FunctionFailed",

@@ -557,6 +557,12 @@ class LocalRuntime:
         admin = self._admins.get(self.node_of(workflow, function))
         if k is None or admin is None or admin.device_kind != "cuda" or k not in admin.devices:
             return "cpu"
+        if self.config.executor == "ray":
+            # A Ray actor sees only the GPUs Ray assigned it (CUDA_VISIBLE_DEVICES), none without a
+            # num_gpus request: GPU placement under Ray is issue 20's; until then it computes on the CPU.
+            log.warning("%s/%s: the ray executor runs GPU functions on the CPU (no GPU requests yet)",
+                        workflow, function)
+            return "cpu"
         return f"cuda:{k}"
 
     def _topology(self) -> Topology | None:

@@ -493,6 +493,8 @@ def _enter_sandbox(init: Init) -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+    if init.device.startswith("cuda"):
+        importlib.import_module("torch")  # a GPU function's device inputs and outputs are torch tensors
     drop_privileges(Identity(init.sandbox_uid, init.sandbox_gid))
 
 
