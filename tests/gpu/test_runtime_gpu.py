@@ -5,7 +5,9 @@ the reason, without a CUDA GPU, torch or onnx2torch."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,9 @@ from gfaas import models  # noqa: E402
 from gfaas import workflows as W  # noqa: E402
 from gfaas.dataplane.device_array import DeviceArray  # noqa: E402
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from outputs import same_output  # noqa: E402
 
 
 @pytest.mark.parametrize("name", models.names())
@@ -54,21 +59,13 @@ def device_rt() -> Iterator[LocalRuntime]:
         yield rt
 
 
-def _close(got: np.ndarray, want: np.ndarray) -> bool:
-    if got.dtype != want.dtype or got.shape != want.shape:
-        return False
-    if want.dtype.kind in "fc":
-        return bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
-    return bool(np.array_equal(got, want))
-
-
 @pytest.mark.parametrize("name", W.names())
 def test_workflows_on_the_gpu_match_the_reference(device_rt: LocalRuntime, reference: dict[str, dict[str, Any]],
                                                   name: str) -> None:
     res = device_rt.invoke(name, W.make_inputs(name, seed=3, scale="small"), timeout=300)
     assert res.ok, res.error
     for key, want in reference[name]["outputs"].items():
-        assert _close(np.asarray(res.outputs[key]), want), f"{name}.{key} differs"
+        assert same_output(res.outputs[key], want, rtol=1e-3, atol=1e-4), f"{name}.{key} differs"
 
 
 def test_device_passing_kept_data_on_the_gpu(device_rt: LocalRuntime) -> None:

@@ -3,14 +3,18 @@ give the outputs of the in-process reference executor ``gfaas.workflows.run_loca
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from gfaas import workflows as W
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from outputs import same_output  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -26,15 +30,6 @@ def reference() -> dict[str, dict[str, Any]]:
     return {name: W.run_local(name, seed=3, scale="small") for name in W.names()}
 
 
-def same(got: np.ndarray, want: np.ndarray) -> bool:
-    """Bit-equal for integers; floats within onnxruntime's run-to-run noise."""
-    if got.dtype != want.dtype or got.shape != want.shape:
-        return False
-    if want.dtype.kind in "fc":
-        return bool(np.allclose(got, want, rtol=1e-5, atol=1e-5))
-    return bool(np.array_equal(got, want))
-
-
 @pytest.mark.parametrize("transport", ["gfaas", "redis"])
 @pytest.mark.parametrize("name", W.names())
 def test_workflow_matches_the_reference_executor(rt: LocalRuntime, reference: dict[str, dict[str, Any]],
@@ -44,7 +39,7 @@ def test_workflow_matches_the_reference_executor(rt: LocalRuntime, reference: di
     assert res.ok, res.error
     assert set(res.outputs) == set(ref["outputs"])
     for key, want in ref["outputs"].items():
-        assert same(res.outputs[key], want), f"{name}.{key} differs ({transport})"
+        assert same_output(res.outputs[key], want), f"{name}.{key} differs ({transport})"
     ran = [f.function for f in res.functions if not f.skipped]
     assert sorted(ran) == sorted(ref["ran"])
     assert res.scalars == pytest.approx(ref["scalars"])

@@ -9,16 +9,20 @@ tests/gpu/test_runtime_gpu.py runs the same workflows on a real GPU with device 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from gfaas import models
 from gfaas import workflows as W
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
 from gfaas.runtime.spec import loads
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from outputs import same_output  # noqa: E402
 
 pytest.importorskip("onnx2torch", reason="needs torch and onnx2torch: pip install 'gfaas[torch]'")
 pytest.importorskip("torch", reason="needs torch and onnx2torch: pip install 'gfaas[torch]'")
@@ -43,14 +47,6 @@ def rt(reference: dict[str, dict[str, Any]]) -> Iterator[LocalRuntime]:
         mp.undo()
 
 
-def _close(got: np.ndarray, want: np.ndarray) -> bool:
-    if got.dtype != want.dtype or got.shape != want.shape:
-        return False
-    if want.dtype.kind in "fc":  # two engines: float rounding differs, not the result
-        return bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
-    return bool(np.array_equal(got, want))
-
-
 @pytest.mark.parametrize("name", W.names())
 def test_torch_engine_matches_the_onnxruntime_reference(rt: LocalRuntime, reference: dict[str, dict[str, Any]],
                                                         name: str) -> None:
@@ -60,4 +56,5 @@ def test_torch_engine_matches_the_onnxruntime_reference(rt: LocalRuntime, refere
     gpu_fns = {f.name for f in loads(W.spec_text(name)).functions if f.kind == "gpu" and f.model}
     assert gpu_fns and all(rt._pools[f"{name}/{f}"].slots[0]._host.model.engine == "torch" for f in gpu_fns)
     for key, want in ref["outputs"].items():
-        assert _close(np.asarray(res.outputs[key]), want), f"{name}.{key} differs"
+        # two engines: float rounding differs, not the result
+        assert same_output(res.outputs[key], want, rtol=1e-3, atol=1e-4), f"{name}.{key} differs"
