@@ -164,22 +164,22 @@ def load(name: str, scale: str = "small", seed: int = 0, device: str = "cpu",
     name, scale, seed = zoo.check_name(name), zoo.check_scale(scale), zoo.check_seed(seed)
     if engine not in ("auto", "onnxruntime", "torch"):
         raise ConfigError(f"engine {engine!r} is not 'auto', 'onnxruntime' or 'torch'")
+    if shared and device != "cpu":
+        raise ConfigError(f"shared=True needs device='cpu', not {device!r}: on a GPU the weights live in "
+                          "device memory; use shared=False there")
     if engine == "auto" and isinstance(device, str) and device.startswith("cuda") \
             and "CUDAExecutionProvider" not in ort.get_available_providers():
         engine = "torch"
     if engine == "torch":
         if shared:
-            raise ConfigError("shared=True maps weights for onnxruntime on the CPU; the torch engine keeps "
-                              "them in device memory: use shared=False")
+            raise ConfigError("shared=True maps weights into onnxruntime's sessions; the torch engine keeps a "
+                              "copy of its own: use shared=False")
         from .torch_engine import TorchSession, check_device, require
 
         check_device(device)
         require()  # before building anything
         p = cache.path(name, scale, seed, cache_dir)
         return Model(name, scale, seed, p, TorchSession(p, device), device, engine="torch")
-    if shared and device != "cpu":
-        raise ConfigError(f"shared=True needs device='cpu', not {device!r}: on a GPU the weights live in "
-                          "device memory; use shared=False there")
     providers = _providers(device)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)
                                 or threads < 1):
