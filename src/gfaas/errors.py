@@ -79,6 +79,10 @@ class SpecError(WorkflowError, ConfigError):
     """A workflow spec is malformed or inconsistent (cycle, unknown function or handler, type mismatch)."""
 
 
+class CodePackageError(SpecError):
+    """A workflow's code package is refused (not an archive, a path escaping it, a link, over a limit)."""
+
+
 class FunctionFailed(WorkflowError):
     """A function's handler raised, returned something invalid, or its worker died mid-invocation."""
 

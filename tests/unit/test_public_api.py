@@ -14,6 +14,7 @@ PUBLIC = [
     "CapacityError",
     "Client",
     "Clock",
+    "CodePackageError",
     "ConfigError",
     "Context",
     "Credentials",
