@@ -195,8 +195,8 @@ def test_bad_requests_are_refused_and_lose_nothing(rt: LocalRuntime) -> None:
         rt.submit("seq", seed=1)
     with pytest.raises(NotFound, match="no invocation '0{32}'"):
         rt.result("0" * 32)
-    with pytest.raises(SpecError, match="already deployed"):
-        rt.deploy(SEQ)
+    assert rt.deploy(SEQ) == "seq"  # the same spec again: no new version, nothing restarted
+    assert [v["version"] for v in rt.versions("seq")] == [1]
     res = rt.invoke("seq", {"x": np.ones(3)}, timeout=30)
     assert res.ok
 

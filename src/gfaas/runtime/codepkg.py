@@ -34,7 +34,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Any
 
 from ..errors import CodePackageError
 
@@ -181,6 +181,29 @@ def read_archive(data: bytes, *, max_bytes: int = MAX_BYTES, max_files: int = MA
     return Package(files, digest(files))
 
 
+def top_level_modules(package: Package) -> set[str]:
+    """The importable top-level names a package provides: ``x`` for ``x.py`` or a folder ``x/``."""
+    out = set()
+    for name in package.files:
+        first = name.split("/", 1)[0]
+        if "/" in name:
+            out.add(first)
+        elif first.endswith(".py"):
+            out.add(first[:-3])
+    return out
+
+
+def check_handlers_in(spec: Any, package: Package) -> None:
+    """Every handler of ``spec`` names a module of ``package`` (the workers import from it alone)."""
+    tops = top_level_modules(package)
+    for f in spec.functions:
+        module = f.handler.partition(":")[0]
+        if module.split(".")[0] not in tops:
+            raise CodePackageError(f"function {f.name!r}: handler {f.handler!r} names module {module!r}, which the "
+                                   f"code package does not hold (its top-level modules: {sorted(tops) or 'none'}); "
+                                   "put the module in the package or fix the handler")
+
+
 def _parents(name: str) -> list[str]:
     parts = name.split("/")
     return ["/".join(parts[:k]) for k in range(1, len(parts))]
@@ -268,7 +291,7 @@ class CodeStore:
             except FileExistsError:  # another deploy of the same package won the race: same content
                 shutil.rmtree(tmp, ignore_errors=True)
             except BaseException:
-                _force_rmtree(tmp)
+                remove_tree(tmp)
                 raise
         if group is not None:
             os.chown(wf_dir, -1, group)
@@ -279,7 +302,7 @@ class CodeStore:
 
     def remove(self, workflow: str) -> None:
         """Delete every package of ``workflow`` (on undeploy of its last version)."""
-        _force_rmtree(self.root / workflow)
+        remove_tree(self.root / workflow)
 
 
 def _chgrp_tree(top: Path, group: int) -> None:
@@ -288,7 +311,7 @@ def _chgrp_tree(top: Path, group: int) -> None:
         os.chown(p, -1, group, follow_symlinks=False)
 
 
-def _force_rmtree(top: Path) -> None:
+def remove_tree(top: Path) -> None:
     """Remove a tree whose directories were made read-only (0555)."""
     if not top.exists():
         return

@@ -25,11 +25,20 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import ConfigError, FunctionFailed, GfaasError, NotFound, Overloaded, SpecError
+from ..errors import (
+    CodePackageError,
+    ConfigError,
+    FunctionFailed,
+    GfaasError,
+    NotFound,
+    Overloaded,
+    SpecError,
+)
 from ..policy.bandwidth import input_deadline, slo_for
 from ..topology import Topology
 from ..units import GiB
 from .accel import DSCS, Decision, DscsDrive, DscsDrives
+from .codepkg import CodeStore, Package, StoredPackage, check_handlers_in, read_archive
 from .dag import DagState
 from .dedup import RuntimeDedup
 from .dedup import check_mode as check_dedup_mode
@@ -39,6 +48,7 @@ from .result import Breakdown, FunctionRecord, InvocationResult, Status
 from .sandbox import Identity, TenantIds, sandbox_enabled
 from .spec import INPUT, WorkflowSpec, loads, name_diff
 from .transport import RedisTransport, Transport, TransportConfig, open_transport
+from .versions import VersionTable, WorkflowVersion
 from .worker import GATEWAY, Done, Failed, Init, InProcessWorker, ProcessWorker, Task, WorkerDied
 
 log = logging.getLogger("gfaas.runtime")
@@ -104,6 +114,8 @@ class RuntimeConfig:
             node's GPU pool with one device-to-device copy and pass on by CUDA IPC) or ``host``
             (every object through host memory, the function copying to and from its GPU: the
             comparison point of ``gfaas demo --gpu``).
+        drain_timeout_s: how long an old version's invocations may run on after an update made
+            another version current, before they fail as on undeploy.
     """
 
     transport: Literal["gfaas", "redis"] = "gfaas"
@@ -131,6 +143,7 @@ class RuntimeConfig:
     dedup_domain: str = ""
     gpus: str = "auto"
     gpu_passing: Literal["device", "host"] = "device"
+    drain_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.transport not in ("gfaas", "redis"):
@@ -163,6 +176,8 @@ class RuntimeConfig:
         check_gpus(self.gpus)
         if self.gpu_passing not in ("device", "host"):
             raise ConfigError(f"gpu_passing={self.gpu_passing!r} is not 'device' or 'host'")
+        if not self.drain_timeout_s > 0:
+            raise ConfigError(f"drain_timeout_s must be > 0 seconds, got {self.drain_timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -200,19 +215,28 @@ class _Invocation:
     done: threading.Event = field(default_factory=threading.Event)
     # (source, output) -> the simulated drive that holds it (runtime.accel's rule); -1: none
     homes: dict[tuple[str, str], int] = field(default_factory=dict)
+    version: int = 1  # the workflow version it runs on (the current one when it was submitted)
+
+
+def pool_key(workflow: str, version: int, function: str) -> str:
+    """``workflow/function`` for a first version, ``workflow@N/function`` for later ones (names
+    never hold '@' or '/', so keys cannot collide)."""
+    return f"{workflow}/{function}" if version == 1 else f"{workflow}@{version}/{function}"
 
 
 # ---- one function: queue + dispatch slots ------------------------------------------------------------
 class _Pool:
-    def __init__(self, rt: LocalRuntime, spec: WorkflowSpec, function: str) -> None:
+    def __init__(self, rt: LocalRuntime, spec: WorkflowSpec, function: str, version: int = 1,
+                 code_dir: str = "") -> None:
         self.rt = rt
-        self.key = f"{spec.name}/{function}"
+        self.key = pool_key(spec.name, version, function)
+        self.version = version
         self.node = rt.node_of(spec.name, function)
         ident = rt.tenant_identity(spec.name)
         self.init = Init(spec.name, function, spec.text, rt.config.scale, rt.transport_settings(self.node),
                          rt.config.threads_per_worker, rt.device_of(spec.name, function),
                          rt.gpu_of(spec.name, function), ident.uid if ident else -1, ident.gid if ident else -1,
-                         **rt.dedup.init_fields(spec.name), gpu_passing=rt.config.gpu_passing)
+                         **rt.dedup.init_fields(spec.name), gpu_passing=rt.config.gpu_passing, code_dir=code_dir)
         self.queue: deque[tuple[_Invocation, str]] = deque()
         # The function's last compute time: what its SLO and its inputs' deadline derive from
         # (policy.bandwidth; 0 until it has run once).
@@ -315,7 +339,11 @@ class LocalRuntime:
         self.drives = DscsDrives([DscsDrive(f"drive{k}", self.config.dscs_preset)
                                   for k in range(self.config.dscs_drives)])
         self._seq = 0  # invocations submitted: which drive stores an invocation's inputs
-        self._specs: dict[str, WorkflowSpec] = {}
+        self._specs: dict[str, WorkflowSpec] = {}  # each workflow's current version's spec
+        self._versions = VersionTable()
+        self._deploying: set[str] = set()
+        self._code: CodeStore | None = None  # code packages (runtime.codepkg), created on first use
+        self._closed = False
         self._pools: dict[str, _Pool] = {}
         self._invs: dict[str, _Invocation] = {}
         self._finished: deque[str] = deque()
@@ -426,8 +454,45 @@ class LocalRuntime:
         return ProcessWorker(init, prefix=["ip", "netns", "exec", netns] if netns else None)
 
     # -- RuntimeAPI
-    def deploy(self, spec_text: str) -> str:
-        spec = loads(spec_text)
+    def deploy(self, spec_text: str, code: bytes | None = None) -> str:
+        """Deploy a workflow, or a new version of a deployed one (docs/deploying-code.md).
+
+        ``code``: a code package, the bytes of a tar, tar.gz or zip archive of the modules (and files)
+        the handlers use; it is checked (:mod:`gfaas.runtime.codepkg`) and stored by content, and the
+        workers import from it alone. Deploying a name that is deployed starts the new version's
+        workers, then makes it current: invocations submitted before finish on the old version,
+        whose workers stop once they have. The same spec and code as the current version: nothing
+        changes. A failure leaves the current version as it was."""
+        # A package's handlers are imported by its workers only, inside the sandbox: never here.
+        spec = loads(spec_text, check_handlers=code is None)
+        self._check_models(spec)
+        package = None
+        if code is not None:
+            package = read_archive(code)
+            check_handlers_in(spec, package)
+        return self._deploy(spec, package, None, "")
+
+    def versions(self, workflow: str) -> list[dict[str, Any]]:
+        """Every version of ``workflow``, oldest first: number, whether current, creation time, note
+        (a rollback's origin) and its code package (digest, files, bytes) if it has one."""
+        with self._lock:
+            return self._versions.describe(workflow)
+
+    def rollback(self, workflow: str, version: int) -> int:
+        """Make version ``version``'s spec and code current again, as a new version (returned); the
+        current version drains as on any update."""
+        with self._lock:
+            old = self._versions.get(workflow, version)
+            cur = self._versions.current(workflow)
+        if cur is not None and cur.number == version:
+            return version
+        self._deploy(old.spec, None, old.code, f"rollback to {version}")
+        with self._lock:
+            new = self._versions.current(workflow)
+        assert new is not None
+        return new.number
+
+    def _check_models(self, spec: WorkflowSpec) -> None:
         for f in spec.functions:
             if f.model:
                 from .. import models
@@ -435,34 +500,96 @@ class LocalRuntime:
                 if f.model not in models.names():
                     raise SpecError(f"function {f.name!r} uses model {f.model!r}, which the zoo does not have; "
                                     f"known: {models.names()}")
+
+    def _code_store(self) -> CodeStore:
         with self._lock:
-            if spec.name in self._specs:
-                raise SpecError(f"workflow {spec.name!r} is already deployed; pick another name")
-            self._specs[spec.name] = spec
-            try:
-                self._place(spec)
-            except BaseException:
-                del self._specs[spec.name]
-                raise
-        pools = [_Pool(self, spec, f.name) for f in spec.functions]
+            if self._code is None:
+                root = tempfile.mkdtemp(prefix="gfaas-code-", dir="/tmp")
+                os.chmod(root, 0o711)  # tenants pass through to their own workflow's packages, list nothing
+                self._closers.append(lambda: _rmtree_code(root))
+                self._code = CodeStore(os.path.join(root, "packages"))
+            return self._code
+
+    def _deploy(self, spec: WorkflowSpec, package: Package | None, stored: StoredPackage | None, note: str) -> str:
+        digest = package.digest if package is not None else stored.digest if stored is not None else None
+        with self._lock:
+            cur = self._versions.current(spec.name)
+            if cur is not None and not note and cur.same_content(spec, digest):
+                return spec.name  # deployed twice: nothing to do
+            if spec.name in self._deploying:
+                raise SpecError(f"workflow {spec.name!r} is being deployed by another call; retry once it ends")
+            self._deploying.add(spec.name)
+            number = self._versions.next_number(spec.name)
         try:
-            # Workers start (and load their models) side by side: a deploy takes about as long as
-            # its slowest function rather than the sum of them.
-            with ThreadPoolExecutor(max_workers=len(pools), thread_name_prefix=f"deploy-{spec.name}") as ex:
-                for fut in [ex.submit(p.start, self.config.prewarm) for p in pools]:
-                    fut.result()
-        except BaseException:
-            for p in pools:
-                p.close()
+            if package is not None:
+                ident = self.tenant_identity(spec.name)
+                stored = self._code_store().put(spec.name, package, ident.gid if ident else None)
             with self._lock:
-                del self._specs[spec.name]
-                self._gpus.pop(spec.name, None)
-            raise
-        with self._lock:
-            for p in pools:
-                self._pools[p.key] = p
-        log.info("deployed %s (%d functions)", spec.name, len(spec.functions))
+                prior = self._gpus.pop(spec.name, None)
+                try:
+                    self._place(spec)
+                except BaseException:
+                    self._restore_gpus(spec.name, prior)
+                    raise
+            code_dir = str(stored.path) if stored is not None else ""
+            pools = [_Pool(self, spec, f.name, number, code_dir) for f in spec.functions]
+            try:
+                # Workers start (and load their models) side by side: a deploy takes about as long as
+                # its slowest function rather than the sum of them.
+                with ThreadPoolExecutor(max_workers=len(pools), thread_name_prefix=f"deploy-{spec.name}") as ex:
+                    for fut in [ex.submit(p.start, self.config.prewarm) for p in pools]:
+                        fut.result()
+            except BaseException as exc:
+                for p in pools:
+                    p.close()
+                with self._lock:
+                    self._restore_gpus(spec.name, prior)
+                if stored is not None and isinstance(exc, FunctionFailed):
+                    raise CodePackageError(f"workflow {spec.name!r} (code {stored.digest[:12]}): {exc}; a handler "
+                                           "names module:function of a module inside the package") from None
+                raise
+            with self._lock:
+                old = self._versions.add(WorkflowVersion(number, spec, stored, note=note))
+                self._specs[spec.name] = spec
+                for p in pools:
+                    self._pools[p.key] = p
+        finally:
+            with self._lock:
+                self._deploying.discard(spec.name)
+        if old is not None:
+            self._retire_version(spec.name, old)
+        log.info("deployed %s version %d (%d functions%s)", spec.name, number, len(spec.functions),
+                 f", code {stored.digest[:12]}" if stored is not None else "")
         return spec.name
+
+    def _restore_gpus(self, workflow: str, prior: dict[str, str] | None) -> None:
+        if prior is None:
+            self._gpus.pop(workflow, None)
+        else:
+            self._gpus[workflow] = prior
+
+    def _retire_version(self, workflow: str, version: int) -> None:
+        """Stop an old version's workers once its invocations have finished (on a thread of its own,
+        so the deploy returns at once); after ``drain_timeout_s`` the stragglers fail as on undeploy."""
+        prefix = pool_key(workflow, version, "")
+
+        def busy() -> bool:
+            with self._lock:
+                return any(i.spec.name == workflow and i.version == version and i.result is None
+                           for i in self._invs.values())
+
+        def drain() -> None:
+            deadline = time.monotonic() + self.config.drain_timeout_s
+            while busy() and time.monotonic() < deadline and not self._closed:
+                time.sleep(0.02)
+            with self._lock:
+                pools = [p for key, p in self._pools.items() if key.startswith(prefix)]
+            self._stop_pools(workflow, pools, version,
+                             f"workflow {workflow!r} version {version} was replaced and did not finish this "
+                             f"invocation within drain_timeout_s={self.config.drain_timeout_s}")
+            log.info("retired %s version %d", workflow, version)
+
+        threading.Thread(target=drain, name=f"gfaas-drain-{workflow}@{version}", daemon=True).start()
 
     def undeploy(self, workflow: str) -> None:
         """Remove a deployed workflow and stop its workers (``NotFound`` if it is not deployed).
@@ -470,26 +597,37 @@ class LocalRuntime:
         New submits are refused at once; a task already running finishes (its worker is stopped right
         after); the workflow's unfinished invocations fail with "undeployed" and their data is freed.
         """
-        prefix = f"{workflow}/"
         with self._lock:
             if self._specs.pop(workflow, None) is None:
                 raise NotFound(f"no workflow {workflow!r} is deployed; deployed: {sorted(self._specs)}")
             self._gpus.pop(workflow, None)
-            pools = [p for key, p in self._pools.items() if key.startswith(prefix)]
+            self._versions.drop(workflow)
+            pools = [p for key, p in self._pools.items() if key.startswith((f"{workflow}/", f"{workflow}@"))]
+            code = self._code
+        self._stop_pools(workflow, pools, None,
+                         f"workflow {workflow!r} was undeployed before this invocation finished")
+        if code is not None:
+            code.remove(workflow)
+        log.info("undeployed %s (%d functions)", workflow, len(pools))
+
+    def _stop_pools(self, workflow: str, pools: list[_Pool], version: int | None, reason: str) -> None:
+        """Close ``pools`` (a running task ends first) and fail the invocations of ``workflow`` (of
+        ``version``; None: of any) that had not finished."""
         for p in pools:
             p.close()  # joins its dispatch threads (a running task ends first) and stops its workers
         with self._lock:
             for p in pools:
-                self._pools.pop(p.key, None)
+                if self._pools.get(p.key) is p:
+                    del self._pools[p.key]
                 while p.queue:  # queued tasks never run: they no longer count against their invocation
                     inv, _ = p.queue.popleft()
                     inv.running -= 1
                     self._maybe_release(inv)
-            for inv in [i for i in self._invs.values() if i.spec.name == workflow and i.result is None]:
+            for inv in [i for i in self._invs.values() if i.spec.name == workflow and i.result is None
+                        and (version is None or i.version == version)]:
                 inv.running += 1  # _fail_locked counts one task as ending
-                self._fail_locked(inv, f"workflow {workflow!r} was undeployed before this invocation finished")
+                self._fail_locked(inv, reason)
         self.queues_changed()
-        log.info("undeployed %s (%d functions)", workflow, len(pools))
 
     def _place(self, spec: WorkflowSpec) -> None:
         """GPUs for the spec's GPU functions (call under the lock): on a ``topology``, by the policy
@@ -593,7 +731,11 @@ class LocalRuntime:
 
     def submit(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
                transport: str | None = None) -> str:
-        spec = self._spec(workflow)
+        with self._lock:
+            current = self._versions.current(workflow)
+        if current is None:
+            raise NotFound(f"no workflow {workflow!r} is deployed; deployed: {self.workflows()}")
+        spec, version = current.spec, current.number
         kind = transport or self.config.transport
         if kind not in ("gfaas", "redis"):
             raise ConfigError(f"transport {kind!r} is not 'gfaas' or 'redis'")
@@ -609,7 +751,7 @@ class LocalRuntime:
                 for admin in self._admins.values():  # every node honours the same tokens
                     if admin is not self._admin:
                         admin.open_invocation(spec.name, functions, inv_id, tokens)
-        inv = _Invocation(inv_id, spec, DagState(spec), time.perf_counter(), tokens, kind)
+        inv = _Invocation(inv_id, spec, DagState(spec), time.perf_counter(), tokens, kind, version=version)
         with self._lock:
             self._invs[inv_id] = inv
             drive = self.drives.input_drive(self._seq)
@@ -691,7 +833,8 @@ class LocalRuntime:
         inv = self._inv(invocation_id)
         out = {}
         for f in inv.spec.functions:
-            pos = self._pools[f"{inv.spec.name}/{f.name}"].position(invocation_id)
+            pool = self._pools.get(pool_key(inv.spec.name, inv.version, f.name))
+            pos = pool.position(invocation_id) if pool is not None else None
             if pos is not None:
                 out[f.name] = pos
         return out
@@ -734,6 +877,7 @@ class LocalRuntime:
                 admin.queue_hint(inv_id, positions, done)
 
     def close(self) -> None:
+        self._closed = True
         if self._hinter is not None:
             self._hinter.close()
             self._hinter = None
@@ -806,7 +950,7 @@ class LocalRuntime:
                 inv.running += 1
                 inv.enqueued[fn] = time.perf_counter()
             try:
-                pool = self._pools.get(f"{inv.spec.name}/{fn}")
+                pool = self._pools.get(pool_key(inv.spec.name, inv.version, fn))
                 if pool is None:  # undeployed while the invocation ran
                     raise NotFound(f"workflow {inv.spec.name!r} was undeployed")
                 pool.submit(inv, fn)
@@ -964,3 +1108,12 @@ class LocalRuntime:
 def runtime_config(**overrides: Any) -> RuntimeConfig:
     """``RuntimeConfig`` with overrides (a convenience for the CLI)."""
     return replace(RuntimeConfig(), **overrides)
+
+
+def _rmtree_code(root: str) -> None:
+    """Remove the runtime's code packages (their directories are read-only)."""
+    from pathlib import Path
+
+    from .codepkg import remove_tree
+
+    remove_tree(Path(root))

@@ -63,6 +63,8 @@ class Init(_Ctl):
     shared_dir: str = ""
     # How a function on a CUDA GPU passes data (RuntimeConfig.gpu_passing): "device" or "host".
     gpu_passing: str = "device"
+    # The workflow version's code package (runtime.codepkg): handlers import from here alone; "": none.
+    code_dir: str = ""
 
 
 class Ready(_Ctl):
@@ -133,12 +135,16 @@ class WorkerDied(GfaasError):
 class FunctionHost:
     """Runs one function: handler and model loaded once, then one task at a time."""
 
-    def __init__(self, init: Init) -> None:
+    def __init__(self, init: Init, enter_sandbox: Any = None) -> None:
+        """``enter_sandbox``: called once the platform's own loading is done and before any of the
+        workflow's code package is imported (code from a client never runs with the runtime's rights)."""
         t0 = time.perf_counter()
-        spec = loads(init.spec_text)
+        spec = loads(init.spec_text, check_handlers=not init.code_dir)  # a package's: imported below
         self.workflow = spec.name
         self.fn: FunctionSpec = spec.function(init.function)
-        self.handler = self.fn.load_handler()
+        self.sandbox_entered = False
+        if not init.code_dir:
+            self.handler = self.fn.load_handler()  # an installed package: the operator's code
         self.scale = init.scale
         self.device = init.device
         self.gpu = init.gpu
@@ -152,6 +158,11 @@ class FunctionHost:
         self.hinted_bytes = 0
         if self.fn.model:
             self.model = _load_model(self.fn.model, init)
+        if init.code_dir:
+            if enter_sandbox is not None:
+                enter_sandbox()
+                self.sandbox_entered = True
+            self.handler = _load_from_package(self.fn, init.code_dir)
         if self.dedup != "off":
             from ..dedup.hint import take_hinted
 
@@ -295,6 +306,17 @@ class FunctionHost:
             self.fn.outputs[name].check(arr, f"{where}: output {name!r}")
             values[name] = arr
         return values
+
+
+def _load_from_package(fn: FunctionSpec, code_dir: str) -> Any:
+    """The handler from the version's code package: the package first on ``sys.path`` (one worker
+    process serves one version of one function, so two workflows' same-named modules never meet)."""
+    import importlib
+
+    if code_dir not in sys.path:
+        sys.path.insert(0, code_dir)
+    importlib.invalidate_caches()
+    return fn.load_handler()
 
 
 def _device_array(obj: Any) -> DeviceArray:
@@ -504,9 +526,10 @@ def serve_fd(fd: int) -> int:
     init = _dec.decode(sock.recv(MAX_MSG))
     assert isinstance(init, Init)
     try:
-        host = FunctionHost(init)
-        if init.sandbox_uid >= 0:
-            _enter_sandbox(init)
+        sandbox = (lambda: _enter_sandbox(init)) if init.sandbox_uid >= 0 else None
+        host = FunctionHost(init, enter_sandbox=sandbox)
+        if sandbox is not None and not host.sandbox_entered:
+            sandbox()
     except Exception as exc:
         sock.send(_enc.encode(Failed("", type(exc).__name__, str(exc), traceback.format_exc()[-8000:])))
         return 1
