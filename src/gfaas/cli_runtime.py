@@ -34,10 +34,15 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--max-functions", type=int, default=64, help="functions per spec (default 64)")
     s.set_defaults(func=cmd_serve)
 
-    w = sub.add_parser("workflows", help="the reference workflows: list them or print one's spec")
-    w.add_argument("action", choices=["list", "show"])
-    w.add_argument("name", nargs="?", help="show: the workflow")
+    from .cli_deploy import add_gateway_args
+
+    w = sub.add_parser("workflows", help="the reference workflows (list, show); a gateway's workflow versions "
+                                         "(versions NAME, rollback NAME VERSION)")
+    w.add_argument("action", choices=["list", "show", "versions", "rollback"])
+    w.add_argument("name", nargs="?", help="show, versions, rollback: the workflow")
+    w.add_argument("version", nargs="?", type=int, help="rollback: the version to make current again")
     w.add_argument("--json", action="store_true")
+    add_gateway_args(w)
     w.set_defaults(func=cmd_workflows)
 
 
@@ -45,6 +50,14 @@ def cmd_workflows(a: argparse.Namespace) -> int:
     from . import workflows
     from .runtime.spec import loads
 
+    if a.action in ("versions", "rollback"):
+        from .cli_deploy import cmd_rollback, cmd_versions
+
+        if not a.name or (a.action == "rollback" and a.version is None):
+            print(f"gfaas workflows {a.action}: give the workflow's name"
+                  + (" and the version to make current again" if a.action == "rollback" else ""), file=sys.stderr)
+            return 2
+        return cmd_versions(a) if a.action == "versions" else cmd_rollback(a)
     if a.action == "list":
         rows = [{"name": n, "description": loads(workflows.spec_text(n)).description} for n in workflows.names()]
         if a.json:

@@ -72,8 +72,9 @@ class FakeRuntime:
         if self.bug == method:
             raise RuntimeError(f"fake runtime bug in {method}")
 
-    def deploy(self, spec_text: str) -> str:
+    def deploy(self, spec_text: str, code: bytes | None = None) -> str:
         self._maybe_bug("deploy")
+        self.code = code
         try:
             spec = yaml.safe_load(spec_text)
         except yaml.YAMLError as exc:
@@ -92,6 +93,18 @@ class FakeRuntime:
         with self.lock:
             if self.specs.pop(workflow, None) is None:
                 raise NotFound(f"no workflow {workflow!r} is deployed")
+
+    def versions(self, workflow: str) -> list[dict[str, Any]]:
+        with self.lock:
+            if workflow not in self.specs:
+                raise NotFound(f"no workflow {workflow!r} is deployed")
+        return [{"version": 1, "current": True, "created": 0.0, "note": "", "code": None}]
+
+    def rollback(self, workflow: str, version: int) -> int:
+        self.versions(workflow)
+        if version != 1:
+            raise NotFound(f"workflow {workflow!r} has no version {version}")
+        return 1
 
     def workflows(self) -> list[str]:
         with self.lock:

@@ -31,8 +31,17 @@ __all__ = ["RuntimeAPI"]
 class RuntimeAPI(Protocol):
     """What a workflow runtime offers to the gateway. Every method may be called from several threads."""
 
-    def deploy(self, spec_text: str) -> str:
-        """Deploy a workflow from its YAML or JSON spec text and return its name; ``SpecError`` if bad."""
+    def deploy(self, spec_text: str, code: bytes | None = None) -> str:
+        """Deploy a workflow (or a new version of a deployed one) from its YAML or JSON spec text and,
+        optionally, a code package (archive bytes); return its name. ``SpecError`` if bad."""
+        ...
+
+    def versions(self, workflow: str) -> list[dict[str, Any]]:
+        """Every version of a deployed workflow, oldest first; ``NotFound`` if it is not deployed."""
+        ...
+
+    def rollback(self, workflow: str, version: int) -> int:
+        """Make ``version`` current again as a new version; returns its number."""
         ...
 
     def undeploy(self, workflow: str) -> None:

@@ -151,11 +151,32 @@ class GatewayClient:
         except httpx.HTTPError:
             return False
 
-    def deploy(self, spec_text: str, content_type: str = "application/yaml") -> str:
-        """Deploy a spec (YAML or JSON text); returns the workflow's name."""
-        r = self._http.post("/v1/workflows", content=spec_text.encode("utf-8"),
-                            headers={"content-type": content_type})
+    def deploy(self, spec_text: str, content_type: str = "application/yaml",
+               code: str | Path | bytes | None = None) -> str:
+        """Deploy a spec (YAML or JSON text); returns the workflow's name. ``code``: a directory of the
+        handlers' modules (packed with the spec as ``workflow.yaml``), or a package's archive bytes
+        (which must hold ``workflow.yaml`` itself; ``spec_text`` is then ignored). A deployed name
+        gets a new version (docs/deploying-code.md)."""
+        if code is None:
+            r = self._http.post("/v1/workflows", content=spec_text.encode("utf-8"),
+                                headers={"content-type": content_type})
+        else:
+            from .codepkg import pack_dir
+
+            archive = code if isinstance(code, bytes) else \
+                pack_dir(code, extra={"workflow.yaml": spec_text.encode("utf-8")})
+            content = "application/zip" if archive[:4] == b"PK\x03\x04" else "application/gzip"
+            r = self._http.post("/v1/workflows", content=archive, headers={"content-type": content})
         return str(_check(r)["workflow"])
+
+    def versions(self, workflow: str) -> list[dict[str, Any]]:
+        """Every version of ``workflow``, oldest first."""
+        out: list[dict[str, Any]] = _check(self._http.get(f"/v1/workflows/{workflow}/versions"))["versions"]
+        return out
+
+    def rollback(self, workflow: str, version: int) -> int:
+        """Make ``version`` current again (as a new version, returned)."""
+        return int(_check(self._http.post(f"/v1/workflows/{workflow}/rollback", json={"version": version}))["version"])
 
     def undeploy(self, workflow: str) -> None:
         """Undeploy ``workflow``: its workers stop; ``NotFound`` if it is not deployed."""

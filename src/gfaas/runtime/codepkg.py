@@ -22,6 +22,7 @@ import it but neither change it nor make it writable, and no other tenant can re
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import logging
@@ -218,19 +219,29 @@ def digest(files: dict[str, tuple[bytes, bool]]) -> str:
     return h.hexdigest()
 
 
-def pack_dir(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES, max_files: int = MAX_FILES) -> bytes:
+def pack_dir(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES, max_files: int = MAX_FILES,
+             extra: dict[str, bytes] | None = None) -> bytes:
     """A directory as a gzip-compressed tar of its regular files (sorted, zeroed timestamps and owners,
     so the same files give the same bytes). Links and special files are refused, as the server would;
-    ``__pycache__`` folders and ``.pyc`` files are left out."""
+    ``__pycache__`` folders and ``.pyc`` files are left out. ``extra``: more files by archive path
+    (``gfaas deploy`` adds the spec as ``workflow.yaml``), in place of the directory's own."""
     root = Path(path)
     if not root.is_dir():
         raise CodePackageError(f"--code {str(path)!r} is not a directory; give the folder holding the handler modules")
     buf = io.BytesIO()
     budget = _Budget(max_bytes, max_files)
-    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tf:
+    extra = extra or {}
+    # mtime 0 in the gzip header too: the same files, the same bytes
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for name in sorted(extra):
+            budget.file(name)
+            info = tarfile.TarInfo(check_path(name))
+            info.size, info.mode = len(extra[name]), 0o644
+            tf.addfile(info, io.BytesIO(extra[name]))
         for p in sorted(root.rglob("*")):
             rel = p.relative_to(root).as_posix()
-            if "__pycache__" in p.parts or p.suffix == ".pyc":
+            if "__pycache__" in p.parts or p.suffix == ".pyc" or rel in extra:
                 continue
             st = p.lstat()
             if stat.S_ISDIR(st.st_mode):

@@ -255,14 +255,16 @@ def _check_depth(doc: Any, where: str) -> None:
             stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
 
 
-def screen(text: str, *, handler_packages: Sequence[str], max_functions: int, where: str = "spec") -> Any:
+def screen(text: str, *, handler_packages: Sequence[str], max_functions: int, where: str = "spec",
+           import_handlers: bool = True) -> Any:
     """Check a spec from an untrusted client before a runtime sees it; returns the parsed document.
 
     Beyond :func:`parse`'s bounds: at most ``max_functions`` functions, and every ``handler`` names a
     function of a module inside one of ``handler_packages`` (``pkg`` allows ``pkg`` and ``pkg.sub``),
     checked by name before the module is imported; the imported object must be a callable defined
     in an allowed package too (not, say, ``os.system`` imported into an allowed module). The rest
-    of the validation is the runtime's (:func:`loads`).
+    of the validation is the runtime's (:func:`loads`). ``import_handlers=False`` (a spec deployed
+    with its code package) checks only the bounds: the runtime checks the handlers against the package.
     """
     doc = parse(text, where)
     fns = doc.get("functions") if isinstance(doc, dict) else None
@@ -271,7 +273,7 @@ def screen(text: str, *, handler_packages: Sequence[str], max_functions: int, wh
     if len(fns) > max_functions:
         raise SpecError(f"{where}: {len(fns)} functions, more than this gateway's max_functions={max_functions}; "
                         "split the workflow or start the gateway with a larger max_functions")
-    for k, f in enumerate(fns):
+    for k, f in enumerate(fns if import_handlers else []):
         handler = f.get("handler") if isinstance(f, dict) else None
         if isinstance(handler, str):
             name = f.get("name")

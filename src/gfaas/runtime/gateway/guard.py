@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .auth import token_matches
 from .errors import error_response
-from .limits import GatewayLimits
+from .limits import CODE_TYPES, GatewayLimits
 from .ratelog import RateLimitedLog
 
 log = RateLimitedLog(logging.getLogger("gfaas.gateway"))
@@ -54,9 +54,13 @@ class Guard:
         self.retry_after_s = retry_after_s
         self.active = 0  # requests in progress (one event loop: no lock needed)
 
-    def _limit(self, method: str, path: str) -> tuple[int, str]:
-        if method == "POST" and path == "/v1/workflows" and self.limits.max_spec_bytes < self.max_body_bytes:
-            return self.limits.max_spec_bytes, "max_spec_bytes"
+    def _limit(self, method: str, path: str, headers: dict[bytes, bytes]) -> tuple[int, str]:
+        if method == "POST" and path == "/v1/workflows":
+            ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower().decode("latin-1")
+            if ctype in CODE_TYPES:  # a code package: its own limit, which may pass the general one
+                return self.limits.max_code_bytes, "max_code_bytes"
+            if self.limits.max_spec_bytes < self.max_body_bytes:
+                return self.limits.max_spec_bytes, "max_spec_bytes"
         return self.max_body_bytes, "max_body_bytes"
 
     def _refusal(self, scope: Scope, path: str) -> JSONResponse | None:
@@ -71,7 +75,7 @@ class Guard:
             return error_response(503, "busy", f"the gateway has {self.active} requests in progress (max_requests="
                                   f"{self.limits.max_requests}); retry later", {"retry-after": str(self.retry_after_s)},
                                   retry_after_s=self.retry_after_s)
-        limit, knob = self._limit(scope.get("method", ""), path)
+        limit, knob = self._limit(scope.get("method", ""), path, headers)
         length = headers.get(b"content-length")
         if length is not None:
             try:
@@ -104,7 +108,7 @@ class Guard:
             self.active -= 1
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
-        limit, knob = self._limit(scope.get("method", ""), path)
+        limit, knob = self._limit(scope.get("method", ""), path, dict(scope.get("headers") or ()))
         deadline = time.monotonic() + self.limits.body_timeout_s
         received = 0
         cut: JSONResponse | None = None

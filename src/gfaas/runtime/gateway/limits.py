@@ -11,6 +11,10 @@ from ...units import KiB
 DEFAULT_HANDLER_PACKAGES = ("gfaas.workflows",)
 
 
+# Content types of a deploy that carries a code package: an archive holding workflow.yaml and the code.
+CODE_TYPES = ("application/gzip", "application/x-gzip", "application/x-tar", "application/x-gtar", "application/zip")
+
+
 @dataclass(frozen=True)
 class GatewayLimits:
     """Caps and timeouts of a gateway, each answered with a clear 4xx (or a closed connection for the
@@ -20,6 +24,8 @@ class GatewayLimits:
         handler_packages: modules (and their submodules) deployed specs may name as handlers; any other
             handler is a 400 naming it, checked before anything is imported.
         max_spec_bytes: the largest spec body (413; the shipped specs are under 3 KiB).
+        max_code_bytes: the largest code package, archive and unpacked contents alike (413 for the
+            body, 400 for what it expands to; docs/deploying-code.md).
         max_functions: functions per spec (400).
         max_workflows: workflows deployed at once (409; undeploy one with ``DELETE /v1/workflows/NAME``).
         max_requests: requests in progress at once, waits included (more: 503 with ``Retry-After``).
@@ -32,6 +38,7 @@ class GatewayLimits:
 
     handler_packages: tuple[str, ...] = DEFAULT_HANDLER_PACKAGES
     max_spec_bytes: int = 64 * KiB
+    max_code_bytes: int = 64 * 1024 * KiB
     max_functions: int = 64
     max_workflows: int = 64
     max_requests: int = 512
@@ -46,7 +53,7 @@ class GatewayLimits:
         for p in self.handler_packages:
             if not isinstance(p, str) or not p or p.startswith(".") or p.endswith(".") or ":" in p:
                 raise ConfigError(f"handler_packages: {p!r} is not a package name such as 'gfaas.workflows'")
-        for name in ("max_spec_bytes", "max_functions", "max_workflows", "max_requests", "max_connections"):
+        for name in ("max_spec_bytes", "max_code_bytes", "max_functions", "max_workflows", "max_requests", "max_connections"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"GatewayLimits.{name}={value!r} is invalid: give an integer >= 1")

@@ -1,0 +1,84 @@
+"""CLI commands that talk to a running gateway: ``gfaas deploy SPEC [--code DIR]`` and the version
+commands ``gfaas workflows versions NAME`` / ``gfaas workflows rollback NAME VERSION``.
+
+The gateway is ``--url`` (default ``$GFAAS_URL``, else ``http://127.0.0.1:8080``, where ``gfaas serve``
+listens by default); its token is ``--token-file``, else ``$GFAAS_GATEWAY_TOKEN`` /
+``$GFAAS_GATEWAY_TOKEN_FILE``, else the file ``gfaas serve`` keeps in its default state directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def add_gateway_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default="", help=f"the gateway (default $GFAAS_URL, else {DEFAULT_URL})")
+    p.add_argument("--token-file", default="", metavar="FILE",
+                   help="the gateway's bearer token (default $GFAAS_GATEWAY_TOKEN(_FILE), else gfaas serve's file)")
+
+
+def add_parsers(sub: Any) -> None:
+    d = sub.add_parser("deploy", help="deploy a workflow to a running gateway, optionally with its code")
+    d.add_argument("spec", help="the workflow spec (YAML or JSON file)")
+    d.add_argument("--code", default="", metavar="DIR",
+                   help="a directory of the handlers' modules (and model files), shipped with the spec; "
+                        "a deployed name gets a new version (docs/deploying-code.md)")
+    add_gateway_args(d)
+    d.set_defaults(func=cmd_deploy)
+
+
+def client(a: argparse.Namespace) -> Any:
+    from .runtime.client_http import GatewayClient
+
+    url = a.url or os.environ.get("GFAAS_URL") or DEFAULT_URL
+    token_file: str | None = a.token_file or None
+    if token_file is None and not (os.environ.get("GFAAS_GATEWAY_TOKEN") or os.environ.get("GFAAS_GATEWAY_TOKEN_FILE")):
+        from .config import default_run_dir
+        from .runtime.gateway.auth import TOKEN_FILE
+
+        default = Path(default_run_dir()) / "gateway" / TOKEN_FILE  # where gfaas serve keeps it
+        token_file = str(default) if default.exists() else None
+    return GatewayClient(url, token_file=token_file, timeout=600)
+
+
+def cmd_deploy(a: argparse.Namespace) -> int:
+    try:
+        text = Path(a.spec).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"gfaas deploy: cannot read the spec {a.spec}: {exc}", file=sys.stderr)
+        return 2
+    with client(a) as c:
+        name = c.deploy(text, code=a.code or None)
+        current = [v for v in c.versions(name) if v["current"]]
+    v: dict[str, Any] = current[0] if current else {"version": "?", "code": None}
+    code = f", code {v['code']['digest'][:12]} ({v['code']['files']} files)" if v.get("code") else ""
+    print(f"deployed {name} version {v['version']}{code}")
+    return 0
+
+
+def cmd_versions(a: argparse.Namespace) -> int:
+    with client(a) as c:
+        rows = c.versions(a.name)
+    if a.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        when = datetime.fromtimestamp(r["created"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        code = r["code"]["digest"][:12] if r.get("code") else "-"
+        print(f"{'*' if r['current'] else ' '} {r['version']:>4}  {when}  code {code}  {r.get('note', '')}".rstrip())
+    return 0
+
+
+def cmd_rollback(a: argparse.Namespace) -> int:
+    with client(a) as c:
+        number = c.rollback(a.name, a.version)
+    print(f"{a.name}: version {number} is current (the content of version {a.version})")
+    return 0
