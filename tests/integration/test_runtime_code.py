@@ -134,3 +134,69 @@ def test_undeploy_removes_every_version_and_its_code(rt: LocalRuntime, tmp_path:
     assert not (store.root / "gone").exists() and rt.workflows() == []
     with pytest.raises(NotFound):
         rt.versions("gone")
+
+
+MODEL_SPEC = """
+name: {name}
+inputs: {{x: {{dtype: float32, shape: [-1, 32]}}}}
+outputs: {{p: f.p}}
+functions:
+  - {{name: f, kind: cpu, handler: "scorer:predict", model: {{file: {path}}}, inputs: {{x: input.x}},
+     outputs: {{p: {{dtype: float32}}}}}}
+"""
+
+SCORER = """
+import numpy as np
+
+
+def predict(ctx, inputs):
+    x = np.ascontiguousarray(ctx.get(inputs["x"]))
+    return {"p": ctx.model(**{next(iter(ctx.model.info.inputs)): x})[ctx.model.output_names[0]]}
+"""
+
+
+def model_package(tmp: Path, onnx_bytes: bytes, path: str = "models/net.onnx") -> bytes:
+    d = tmp / "modelpkg"
+    (d / "models").mkdir(parents=True, exist_ok=True)
+    (d / "scorer.py").write_text(SCORER)
+    (d / path).parent.mkdir(parents=True, exist_ok=True)
+    (d / path).write_bytes(onnx_bytes)
+    return pack_dir(d)
+
+
+def test_a_model_file_from_the_package_matches_onnxruntime_on_the_same_file(rt: LocalRuntime, tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from gfaas import models
+
+    data = models.path("logreg").read_bytes()  # any ONNX file of the user's: the zoo's logistic regression here
+    rt.deploy(MODEL_SPEC.format(name="mine", path="models/net.onnx"), code=model_package(tmp_path, data))
+    x = np.random.default_rng(1).standard_normal((5, 32), dtype=np.float32)
+    res = rt.invoke("mine", {"x": x}, timeout=60)
+    assert res.ok, res.error
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    want = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    np.testing.assert_allclose(res.outputs["p"], want, rtol=1e-6, atol=1e-7)
+    assert rt.describe("mine")["functions"][0]["model"] == {"file": "models/net.onnx"}
+
+
+def test_model_files_are_checked_at_deploy(rt: LocalRuntime, tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    from gfaas import models
+
+    good = models.path("logreg").read_bytes()
+    with pytest.raises(CodePackageError, match="'models/other.onnx' is not in the code package"):
+        rt.deploy(MODEL_SPEC.format(name="m1", path="models/other.onnx"), code=model_package(tmp_path, good))
+    with pytest.raises(CodePackageError, match="is not a valid ONNX model"):
+        rt.deploy(MODEL_SPEC.format(name="m2", path="models/net.onnx"), code=model_package(tmp_path, b"\x08garbage"))
+    g = helper.make_graph([helper.make_node("Identity", ["img"], ["out"])], "g",
+                          [helper.make_tensor_value_info("img", TensorProto.UINT8, [1, 4])],
+                          [helper.make_tensor_value_info("out", TensorProto.UINT8, [1, 4])])
+    u8 = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with pytest.raises(CodePackageError, match="input 'img' is uint8; gfaas feeds models float32 or int64"):
+        rt.deploy(MODEL_SPEC.format(name="m3", path="models/net.onnx"), code=model_package(tmp_path, u8))
+    with pytest.raises(CodePackageError, match="comes in the workflow's code package"):
+        rt.deploy(MODEL_SPEC.format(name="m4", path="models/net.onnx").replace("scorer:predict",
+                                                                               "gfaas.workflows.image:classify"))
+    assert rt.workflows() == []

@@ -43,8 +43,8 @@ class Model:
     the input and the fix instead of an onnxruntime status string.
     """
 
-    def __init__(self, name: str, scale: str, seed: int, model_path: Path, session: Any,
-                 device: str, engine: str = "onnxruntime") -> None:
+    def __init__(self, name: str, scale: str, seed: int | None, model_path: Path, session: Any,
+                 device: str, engine: str = "onnxruntime", info: zoo.ModelInfo | None = None) -> None:
         self.name = name
         self.scale = scale
         self.seed = seed
@@ -52,7 +52,7 @@ class Model:
         self.session = session
         self.device = device
         self.engine = engine  # "onnxruntime", or "torch" (a TorchSession: GPU functions)
-        self.info = zoo.info(name, scale)
+        self.info = info if info is not None else zoo.info(name, scale)  # a user's file brings its own
         self._inputs = {i.name: (tuple(i.shape), _ORT_DTYPES[i.type]) for i in session.get_inputs()}
         self.output_names = tuple(o.name for o in session.get_outputs())
 
@@ -132,6 +132,9 @@ class Model:
         features, uniform token ids, an all-ones attention mask."""
         if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
             raise ConfigError(f"batch {batch!r} must be a positive integer, e.g. batch=1")
+        if self.info.scale == "file":
+            raise ConfigError(f"example_inputs knows the zoo's models, not the file {self.path.name}; build the "
+                              f"feeds from model.info.inputs ({dict(self.info.inputs)})")
         rng = np.random.default_rng(zoo.check_seed(seed))
         sig = zoo.signature(self.name, self.scale)
         out: dict[str, np.ndarray] = {}
@@ -167,26 +170,55 @@ def load(name: str, scale: str = "small", seed: int = 0, device: str = "cpu",
     if shared and device != "cpu":
         raise ConfigError(f"shared=True needs device='cpu', not {device!r}: on a GPU the weights live in "
                           "device memory; use shared=False there")
+    engine = _engine(engine, device)
+    if engine == "torch" and shared:
+        raise ConfigError("shared=True maps weights into onnxruntime's sessions; the torch engine keeps a "
+                          "copy of its own: use shared=False")
+    if shared:
+        _providers(device)
+        _check_threads(threads)
+        p = cache.path(name, scale, seed, cache_dir)
+        return Model(name, scale, seed, p, _shared_session(p, threads, domain, store_dir), device)
+    _check_open(device, threads, engine)  # before building anything
+    return open_session(cache.path(name, scale, seed, cache_dir), zoo.info(name, scale), device, threads, engine,
+                        seed=seed)
+
+
+def _engine(engine: str, device: str) -> str:
     if engine == "auto" and isinstance(device, str) and device.startswith("cuda") \
             and "CUDAExecutionProvider" not in ort.get_available_providers():
-        engine = "torch"
-    if engine == "torch":
-        if shared:
-            raise ConfigError("shared=True maps weights into onnxruntime's sessions; the torch engine keeps a "
-                              "copy of its own: use shared=False")
-        from .torch_engine import TorchSession, check_device, require
+        return "torch"
+    return "onnxruntime" if engine == "auto" else engine
 
-        check_device(device)
-        require()  # before building anything
-        p = cache.path(name, scale, seed, cache_dir)
-        return Model(name, scale, seed, p, TorchSession(p, device), device, engine="torch")
-    providers = _providers(device)
+
+def _check_threads(threads: int | None) -> None:
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)
                                 or threads < 1):
         raise ConfigError(f"threads {threads!r} must be a positive integer or None (onnxruntime's default)")
-    p = cache.path(name, scale, seed, cache_dir)
-    if shared:
-        return Model(name, scale, seed, p, _shared_session(p, threads, domain, store_dir), device)
+
+
+def _check_open(device: str, threads: int | None, engine: str) -> None:
+    if engine == "torch":
+        from .torch_engine import check_device, require
+
+        check_device(device)
+        require()
+    else:
+        _providers(device)
+        _check_threads(threads)
+
+
+def open_session(p: Path, info: zoo.ModelInfo, device: str, threads: int | None, engine: str,
+                 seed: int | None = None) -> Model:
+    """A :class:`Model` over the ONNX file ``p`` described by ``info`` (a zoo model, or a user's file:
+    :func:`gfaas.models.files.load_file`), on ``device`` with ``engine`` (``auto`` resolved here)."""
+    engine = _engine(engine, device)
+    _check_open(device, threads, engine)
+    if engine == "torch":
+        from .torch_engine import TorchSession
+
+        return Model(info.name, info.scale, seed, p, TorchSession(p, device), device, engine="torch", info=info)
+    providers = _providers(device)
     opts = ort.SessionOptions()
     # onnxruntime writes its own warnings to stderr; a library must stay quiet unless it fails.
     opts.log_severity_level = 3
@@ -195,7 +227,7 @@ def load(name: str, scale: str = "small", seed: int = 0, device: str = "cpu",
         opts.inter_op_num_threads = 1
     session = ort.InferenceSession(str(p), sess_options=opts, providers=providers)
     log.debug("loaded %s on %s", p.name, device)
-    return Model(name, scale, seed, p, session, device)
+    return Model(info.name, info.scale, seed, p, session, device, info=info)
 
 
 def _feed(value: Any, engine: str) -> Any:

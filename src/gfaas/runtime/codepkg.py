@@ -205,6 +205,25 @@ def check_handlers_in(spec: Any, package: Package) -> None:
                                    "put the module in the package or fix the handler")
 
 
+def check_model_file(fn: Any, package: Package | None) -> None:
+    """``model: {file: PATH}`` of function ``fn`` is an ONNX model in ``package`` whose feeds gfaas can
+    give (read, never run: its workers load it, inside the sandbox)."""
+    where = f"function {fn.name!r}: model file {fn.model_file!r}"
+    if package is None:
+        raise CodePackageError(f"{where}: a model file comes in the workflow's code package; deploy with one "
+                               "(gfaas deploy SPEC --code DIR)")
+    if fn.model_file not in package.files:
+        raise CodePackageError(f"{where} is not in the code package; ship it there (package paths are relative "
+                               "to the package root)")
+    from ..errors import ConfigError
+    from ..models.files import inspect
+
+    try:
+        inspect(package.files[fn.model_file][0], where)
+    except ConfigError as exc:
+        raise CodePackageError(str(exc)) from None
+
+
 def _parents(name: str) -> list[str]:
     parts = name.split("/")
     return ["/".join(parts[:k]) for k in range(1, len(parts))]

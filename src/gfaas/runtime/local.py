@@ -38,7 +38,7 @@ from ..policy.bandwidth import input_deadline, slo_for
 from ..topology import Topology
 from ..units import GiB
 from .accel import DSCS, Decision, DscsDrive, DscsDrives
-from .codepkg import CodeStore, Package, StoredPackage, check_handlers_in, read_archive
+from .codepkg import CodeStore, Package, StoredPackage, check_handlers_in, check_model_file, read_archive
 from .dag import DagState
 from .dedup import RuntimeDedup
 from .dedup import check_mode as check_dedup_mode
@@ -465,11 +465,11 @@ class LocalRuntime:
         changes. A failure leaves the current version as it was."""
         # A package's handlers are imported by its workers only, inside the sandbox: never here.
         spec = loads(spec_text, check_handlers=code is None)
-        self._check_models(spec)
         package = None
         if code is not None:
             package = read_archive(code)
             check_handlers_in(spec, package)
+        self._check_models(spec, package)
         return self._deploy(spec, package, None, "")
 
     def versions(self, workflow: str) -> list[dict[str, Any]]:
@@ -492,8 +492,10 @@ class LocalRuntime:
         assert new is not None
         return new.number
 
-    def _check_models(self, spec: WorkflowSpec) -> None:
+    def _check_models(self, spec: WorkflowSpec, package: Package | None) -> None:
         for f in spec.functions:
+            if f.model_file is not None:
+                check_model_file(f, package)
             if f.model:
                 from .. import models
 

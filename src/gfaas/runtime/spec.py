@@ -132,13 +132,15 @@ class FunctionSpec:
     handler: str
     inputs: tuple[InputSpec, ...]
     outputs: Mapping[str, TypeDecl]
-    model: str | None = None
+    model: str | None = None  # a zoo model's name
     slo_ms: float | None = None
     device: str = "auto"
     params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     # ``accelerator: dscs``: the function's model may run on the in-storage accelerator of the drive
     # that holds its inputs (gfaas.runtime.accel); None: it always runs on a CPU/GPU worker.
     accelerator: str | None = None
+    # ``model: {file: PATH}``: an ONNX file inside the workflow's code package (gfaas.models.files)
+    model_file: str | None = None
 
     def load_handler(self) -> Callable[..., Any]:
         """Import the handler (``module:function``)."""
@@ -172,7 +174,8 @@ class WorkflowSpec:
             "inputs": {k: _decl_dict(v) for k, v in self.inputs.items()},
             "outputs": {k: f"{fn}.{out}" for k, (fn, out) in self.outputs.items()},
             "functions": [
-                {"name": f.name, "kind": f.kind, "handler": f.handler, "model": f.model, "slo_ms": f.slo_ms,
+                {"name": f.name, "kind": f.kind, "handler": f.handler,
+                 "model": f.model if f.model_file is None else {"file": f.model_file}, "slo_ms": f.slo_ms,
                  "device": f.device, "accelerator": f.accelerator,
                  "inputs": {i.name: {"from": f"{i.source}.{i.output}", "when": str(i.when) if i.when else None}
                             for i in f.inputs},
@@ -331,8 +334,13 @@ def _function(raw: Any, where: str, check_handlers: bool) -> FunctionSpec:
     if check_handlers:
         _import_handler(handler, ctx)
     model = d.get("model")
-    if model is not None and not isinstance(model, str):
-        raise SpecError(f"{ctx}: model {model!r} must be a model zoo name (see gfaas.models.names())")
+    model_file = None
+    if isinstance(model, dict):
+        model_file = _model_file(model, ctx)
+        model = None
+    elif model is not None and not isinstance(model, str):
+        raise SpecError(f"{ctx}: model {model!r} must be a model zoo name (see gfaas.models.names()) or "
+                        "{file: PATH}, an ONNX file in the workflow's code package")
     slo = d.get("slo_ms")
     if slo is not None and (isinstance(slo, bool) or not isinstance(slo, int | float) or slo <= 0):
         raise SpecError(f"{ctx}: slo_ms {slo!r} must be a positive number of milliseconds")
@@ -344,7 +352,7 @@ def _function(raw: Any, where: str, check_handlers: bool) -> FunctionSpec:
         if not isinstance(accelerator, str) or accelerator not in ACCELERATORS:
             raise SpecError(f"{ctx}: accelerator {accelerator!r} is not known; allowed: {list(ACCELERATORS)} "
                             "(or leave the field out)")
-        if model is None:
+        if model is None and model_file is None:
             raise SpecError(f"{ctx}: accelerator {accelerator!r} runs the function's model, but the function names "
                             "no model; add `model: NAME` (a zoo model, gfaas.models.names()) or remove `accelerator`")
     params = d.get("params") or {}
@@ -360,7 +368,26 @@ def _function(raw: Any, where: str, check_handlers: bool) -> FunctionSpec:
     if not outs:
         raise SpecError(f"{ctx} declares no outputs; list what its handler returns under `outputs:`")
     return FunctionSpec(name, kind, handler, tuple(ins), MappingProxyType(outs), model,
-                        None if slo is None else float(slo), device, MappingProxyType(dict(params)), accelerator)
+                        None if slo is None else float(slo), device, MappingProxyType(dict(params)), accelerator,
+                        model_file)
+
+
+def _model_file(raw: dict[str, Any], ctx: str) -> str:
+    """The package path of ``model: {file: PATH}`` (relative, inside the package, an .onnx file)."""
+    d = _mapping(raw, f"{ctx}: model", {"file"}, {"file"})
+    path = d["file"]
+    if not isinstance(path, str):
+        raise SpecError(f"{ctx}: model file {path!r} must be a path inside the code package, e.g. models/net.onnx")
+    from .codepkg import check_path
+
+    try:
+        path = check_path(path)
+    except SpecError as exc:
+        raise SpecError(f"{ctx}: model file: {exc}") from None
+    if not path.endswith(".onnx"):
+        raise SpecError(f"{ctx}: model file {path!r} is not an .onnx file; gfaas runs ONNX models (export yours "
+                        "with torch.onnx.export); torch and safetensors files need the model's code as well")
+    return path
 
 
 def _input(name: str, raw: Any, where: str) -> InputSpec:

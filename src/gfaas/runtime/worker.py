@@ -163,6 +163,11 @@ class FunctionHost:
                 enter_sandbox()
                 self.sandbox_entered = True
             self.handler = _load_from_package(self.fn, init.code_dir)
+            if self.fn.model_file:  # the user's model: parsed with the tenant's rights only
+                from ..models.files import load_file
+
+                self.model = load_file(os.path.join(init.code_dir, self.fn.model_file), device=init.device,
+                                       threads=init.threads)
         if self.dedup != "off":
             from ..dedup.hint import take_hinted
 
@@ -517,6 +522,9 @@ def _enter_sandbox(init: Init) -> None:
             pass
     if init.device.startswith("cuda"):
         importlib.import_module("torch")  # a GPU function's device inputs and outputs are torch tensors
+    if init.code_dir:  # what loading the package's own model needs, read while the files are readable
+        for name in ("onnx", "onnxruntime", "gfaas.models.files", "gfaas.models.runtime"):
+            importlib.import_module(name)
     drop_privileges(Identity(init.sandbox_uid, init.sandbox_gid))
 
 
