@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,7 +69,7 @@ def test_dead_actor_fails_its_invocation_and_is_replaced(rt: LocalRuntime) -> No
 @pytest.mark.parametrize("name", W.names())
 def test_reference_workflows_on_ray_match_the_reference_executor(rt: LocalRuntime, name: str) -> None:
     """The demo's six workflows (small scale) on Ray actors give run_local's outputs."""
-    from test_runtime_workflows import same
+    from outputs import same_output as same  # tests/support (on the path: the rt fixture)
 
     want = W.run_local(name, seed=5, scale="small")
     res = rt.invoke(name, W.make_inputs(name, seed=5, scale="small"), timeout=120)
@@ -77,3 +78,14 @@ def test_reference_workflows_on_ray_match_the_reference_executor(rt: LocalRuntim
     for key, value in want["outputs"].items():
         assert same(res.outputs[key], value), f"{name}.{key} differs on Ray"
     assert all("@ray:" in r.worker for r in res.functions if not r.skipped)
+
+
+def test_ray_actors_import_a_versions_code_package(rt: LocalRuntime, tmp_path: Path) -> None:
+    """On Ray (one machine), a version's actors import its package from the runtime's store."""
+    from test_runtime_code import package, spec
+
+    rt.deploy(spec("raycode"), code=package(tmp_path, 4))
+    res = rt.invoke("raycode", {"x": np.zeros(2)}, timeout=120)
+    assert res.ok, res.error
+    assert float(res.outputs["y"][0]) == 4.0 and all("@ray:" in r.worker for r in res.functions)
+    rt.undeploy("raycode")

@@ -79,6 +79,9 @@ class RayWorker:
         if num_cpus > total:
             raise ConfigError(f"function {init.function!r} asks Ray for {num_cpus} CPUs but the whole cluster has "
                               f"{total:g}; lower ray_cpus_per_worker or add Ray nodes")
+        # A version's code package is read from the runtime's store by path, which holds on this
+        # machine. Ray accepts a local directory as a runtime_env only for the whole job (ray.init), so
+        # shipping a package to other machines' actors needs it served at a URI: issue 20's part.
         self.actor = _actor_class().options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0,
                                             max_task_retries=0).remote(_enc.encode(init))
         try:
