@@ -215,3 +215,20 @@ def test_keep_alive_decisions_nonnegative_and_deterministic(name: str, gaps: lis
         ka, pa = a.keep_alive_s(now), a.prewarm_after_s(now)
         assert ka >= 0 and (pa is None or pa >= 0)
         assert (ka, pa) == (b.keep_alive_s(now), b.prewarm_after_s(now))
+
+
+def test_gfaas_learns_by_ski_rental_then_prices() -> None:
+    """Before 10 idle times gfaas keeps an instance for its break-even time (40 minutes by default,
+    gfaas:N sets it); a 3-hour idle time is not worth paying for once the histogram is known."""
+    p, q = keep_alive_policy("gfaas"), keep_alive_policy("gfaas:90")
+    for pol in (p, q):
+        pol.on_invocation(0.0)
+    assert (p.keep_alive_s(0.0), q.keep_alive_s(0.0)) == (40 * 60.0, 90 * 60.0)
+    t = 0.0
+    for g in [7, 180, 7, 2, 180, 7, 2, 180, 7, 2, 180, 7]:  # no period, few samples: at least 40 min
+        t += g * 60.0
+        p.on_invocation(t)
+        assert p.keep_alive_s(t) >= 40 * 60.0 or p.hist.n >= 10
+    assert p.hist.n >= 10 and p.keep_alive_s(t) == pytest.approx(8 * 60 * 1.1)
+    with pytest.raises(ConfigError, match="break-even"):
+        keep_alive_policy("gfaas:0")

@@ -58,7 +58,7 @@ __all__ = [
     "parse_scaling",
 ]
 
-_KEEP_ALIVE_FORMS = "'fixed:<minutes>' (e.g. fixed:10), 'hybrid' or 'gfaas'"
+_KEEP_ALIVE_FORMS = "'fixed:<minutes>' (e.g. fixed:10), 'hybrid', 'gfaas' or 'gfaas:<break-even minutes>'"
 
 
 @dataclass(frozen=True)
@@ -353,23 +353,27 @@ def _forecast_window(forecast_min: float) -> tuple[float, float | None]:
 
 
 class GfaasKeepAlive:
-    """gfaas's default keep-alive: a histogram policy that acts on short histories, recognises periodic
-    functions and forgets old behaviour (see the module docstring)."""
+    """gfaas's keep-alive: ski rental while it learns, then a priced idle-time histogram, with
+    periodic functions pre-warmed (see the module docstring)."""
 
-    name = "gfaas"
-
-    def __init__(self, *, first_keep_s: float = 600.0, min_samples: int = 10, cv_threshold: float = 2.0,
-                 oob_fraction: float = 0.5, head: float = 5.0, tail: float = 99.0, margin: float = 0.1,
-                 decay: float = 0.98, periodic_tolerance_min: int = 1, break_even_min: float = 60.0,
-                 periodic_share: float = 0.8) -> None:
+    def __init__(self, break_even_min: float = 40.0, *, min_samples: int = 10, margin: float = 0.1,
+                 decay: float = 0.98, periodic_tolerance_min: int = 1, periodic_share: float = 0.8) -> None:
+        if not (math.isfinite(break_even_min) and break_even_min > 0):
+            raise ConfigError(f"gfaas keep-alive break-even of {break_even_min!r} minutes: give minutes > 0, "
+                              f"e.g. gfaas:40")
         self.hist = _IdleHistogram(decay)
-        self.break_even_min = break_even_min
-        self.periodic_share = periodic_share
-        self.first_keep_s = first_keep_s
-        self.min_samples, self.cv_threshold, self.oob_fraction = min_samples, cv_threshold, oob_fraction
-        self.head, self.tail, self.margin = head, tail, margin
+        self.break_even_min = float(break_even_min)
+        self.min_samples, self.margin = min_samples, margin
         self.tol = periodic_tolerance_min
-        self._decision: tuple[float, float | None] = (first_keep_s, None)
+        self.periodic_share = periodic_share
+        # Ski rental: keeping an instance longer than a cold start is worth never pays on its own, and
+        # keeping it exactly that long costs at most twice the best choice made in hindsight.
+        self.learning_keep_s = min(self.break_even_min, RANGE_MIN) * 60.0
+        self._decision: tuple[float, float | None] = (self.learning_keep_s, None)
+
+    @property
+    def name(self) -> str:
+        return "gfaas" if self.break_even_min == 40.0 else f"gfaas:{self.break_even_min:g}"
 
     def on_invocation(self, now: float) -> None:
         self.hist.add(now)
@@ -378,17 +382,19 @@ class GfaasKeepAlive:
     def _decide(self) -> tuple[float, float | None]:
         h = self.hist
         if h.n == 0:
-            return self.first_keep_s, None
+            return self.learning_keep_s, None
         recent = list(h.recent)
         if len(recent) >= 3:
             med = sorted(recent)[len(recent) // 2]
-            if all(abs(b - med) <= self.tol for b in recent):
-                lo = max(0, med - self.tol)
-                return _window(lo, med + self.tol, 0.0)  # periodic: a window around the period
+            if med > 2 * self.tol and all(abs(b - med) <= self.tol for b in recent):
+                return _window(med - self.tol, med + self.tol, 0.0)  # periodic: a window around the period
         mode = self._mode(h)
-        if mode is not None:
-            return _window(max(0, mode - self.tol), mode + self.tol, 0.0)
-        return self._priced_keep(h), None
+        if mode is not None and mode > 2 * self.tol:
+            return _window(mode - self.tol, mode + self.tol, 0.0)
+        keep = self._priced_keep(h)
+        if h.n < self.min_samples:
+            keep = max(keep, self.learning_keep_s)
+        return keep, None
 
     def _mode(self, h: _IdleHistogram) -> int | None:
         """The period (bin) when at least ``periodic_share`` of the weight lies within the tolerance
@@ -435,6 +441,13 @@ def keep_alive_policy(name: str) -> KeepAlive:
         return HybridKeepAlive()
     if n == "gfaas":
         return GfaasKeepAlive()
+    if n.startswith("gfaas:"):
+        try:
+            minutes = float(n[len("gfaas:"):])
+        except ValueError:
+            raise ConfigError(f"keep-alive policy {name!r}: the break-even minutes must be a number > 0; "
+                              f"give {_KEEP_ALIVE_FORMS}") from None
+        return GfaasKeepAlive(minutes)
     if n.startswith("fixed:"):
         try:
             minutes = float(n[len("fixed:"):])
