@@ -25,16 +25,18 @@ the runtime and the keep-alive simulator (``gfaas sim keepalive``) run the same 
     idle times fall beyond the range, a time-series forecast takes over: we use simple exponential
     smoothing (alpha 0.5) of the out-of-range idle times instead of the paper's ARIMA, pre-warming at
     85% of the forecast and keeping the instance for 30% of it (a +-15% band around the forecast).
-  - ``gfaas``: gfaas's default. The same idle-time histogram, with three changes aimed at the cost
-    the hybrid policy pays on a short history. (1) *No blind fallback*: with fewer samples than
-    hybrid needs, it still follows the idle times it has seen (pre-warm just before the shortest,
-    keep until just after the longest) rather than holding the instance for 4 hours; with no idle
-    time seen yet it keeps ``first_keep_s`` (10 minutes). (2) *Periodicity*: when the recent idle
-    times agree (all within one minute of their median), the function is treated as periodic and
-    the instance is pre-loaded one minute before the next expected invocation and kept for three
-    minutes, whatever the older history says. (3) *Recency*: bin counts decay by ``decay`` per
-    observation, so a function whose pattern changes (a bursty function going quiet) is re-learnt
-    within tens of invocations instead of never. Beyond the 4-hour range it forecasts like hybrid.
+  - ``gfaas``: gfaas's default (``gfaas:<C>`` sets its price). A cold start is worth ``C``
+    *break-even minutes* of an idle instance (default 40). (1) *Ski rental while learning*: until a
+    function has ``min_samples`` (10) idle times, keep the instance C minutes (at most 4 hours):
+    with nothing known, keeping for the break-even time costs at most twice the best choice in
+    hindsight, where hybrid holds every new function for 4 hours. (2) *Periodic functions*: when
+    the last four idle times agree within a minute, or 80% of the histogram lies within a minute of
+    its fullest bin (periods over 2 minutes), unload after use, pre-load one minute before the
+    expected invocation and keep for three minutes. (3) *Priced histogram* otherwise: choose the
+    keep-alive K maximising ``hits(K) - idle_minutes(K) / C`` over the recency-weighted idle-time
+    histogram (each idle time weighs 1/0.98 times the one before), plus a 10% margin. One price
+    for all functions spends idle memory where it saves the most cold starts (a Pareto-efficient
+    allocation), which a fixed keep-alive, the same for every function, cannot.
 """
 
 from __future__ import annotations
