@@ -100,6 +100,8 @@ def _show(topo: Any) -> None:
 
 
 def cmd_sim(a: argparse.Namespace) -> int:
+    if a.action == "keepalive":
+        return cmd_keepalive(a)
     from .sim.experiments import REGISTRY
 
     if a.action == "list":
@@ -141,6 +143,53 @@ def cmd_sim(a: argparse.Namespace) -> int:
             f.write("\n]}\n")
     if a.json:
         _emit(results[0].as_json() if len(results) == 1 else [r.as_json() for r in results])
+    return 0
+
+
+def cmd_keepalive(a: argparse.Namespace) -> int:
+    """``gfaas sim keepalive``: a day of functions replayed under keep-alive policies (docs/autoscaling.md)."""
+    from .sim.keepalive import DEFAULT_POLICIES, fixed_curve, pareto_figure, simulate
+
+    if a.name:
+        raise ConfigError(f"sim keepalive takes no experiment name (got {a.name!r}); use --trace DIR for a trace")
+    policies = [p.strip() for p in a.policies.split(",") if p.strip()] if a.policies else list(DEFAULT_POLICIES)
+    t0 = time.monotonic()
+    if a.trace:
+        from .sim.azure_trace import load_function_day
+
+        day = load_function_day(a.trace)
+    else:
+        from .sim.synthetic_functions import synthetic_day
+
+        day = synthetic_day(a.functions, a.seed)
+    print(f"{day.functions:,} functions, {day.invocations:,} invocations ({day.source}) in "
+          f"{time.monotonic() - t0:.1f} s", file=sys.stderr)
+
+    def progress(name: str, done: int, total: int) -> None:
+        if done == 0:
+            print(f"  {name} ...", file=sys.stderr)
+
+    doc = simulate(day, policies, progress)
+    doc["seconds"] = round(time.monotonic() - t0, 2)
+    if a.figure:
+        curve = fixed_curve(day)
+        if pareto_figure(doc, curve, a.figure):
+            print(f"wrote {a.figure}", file=sys.stderr)
+        else:
+            print("no figure: matplotlib is missing (pip install 'gfaas[dev]')", file=sys.stderr)
+        doc["fixed_curve"] = curve
+    doc["provenance"] = provenance()
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+    if a.json:
+        _emit(doc)
+        return 0
+    print(f"{'policy':12} {'cold starts':>12} {'cold % p75':>11} {'idle GB-min':>12}")
+    for p in doc["policies"]:
+        print(f"{p['policy']:12} {p['cold_starts']:>12,} {p['cold_start_pct_p75']:>11.2f} {p['idle_memory_gb_min']:>12,.1f}")
+    print(f"({doc['seconds']:.1f} s)")
     return 0
 
 
@@ -243,7 +292,8 @@ def add_parsers(sub: Any) -> None:
     t.set_defaults(func=cmd_topo)
 
     s = sub.add_parser("sim", help="simulator experiments, one per paper figure")
-    s.add_argument("action", choices=["list", "run"])
+    s.add_argument("action", choices=["list", "run", "keepalive"],
+                   help="keepalive: replay a day of functions under keep-alive policies (docs/autoscaling.md)")
     s.add_argument("name", nargs="?", help="run: experiment name, several joined by commas, or 'all'")
     s.add_argument("--quick", action="store_true", help="a smaller sweep (smoke test)")
     s.add_argument("--out", help="write NAME.json, NAME.md and NAME.png here")
@@ -252,4 +302,11 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="run: an experiment parameter (repeatable; `gfaas sim list` names them)")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--trace", metavar="DIR", help="keepalive: an Azure Functions 2019 trace directory "
+                   "(default: the synthetic day)")
+    s.add_argument("--policies", metavar="LIST", help="keepalive: policies joined by commas "
+                   "(default fixed:10,fixed:60,hybrid,gfaas)")
+    s.add_argument("--functions", type=int, default=10_000, help="keepalive: synthetic functions (default 10000)")
+    s.add_argument("--seed", type=int, default=0, help="keepalive: synthetic seed (default 0)")
+    s.add_argument("--figure", metavar="PNG", help="keepalive: write the Pareto plot here")
     s.set_defaults(func=cmd_sim)

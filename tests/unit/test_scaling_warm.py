@@ -42,3 +42,28 @@ def test_too_large_and_bad_settings() -> None:
     assert c.keys() == ["small"]
     with pytest.raises(ConfigError, match="capacity_bytes >= 0"):
         WarmCache(-1, 1)
+
+
+def test_a_keep_alive_policy_governs_the_cache() -> None:
+    """keep_alive="fixed:1": a model is kept 60 s after each use (the same policy objects as workers);
+    a bad policy name is refused at construction."""
+    c = WarmCache(capacity_bytes=1000, keep_alive="fixed:1")
+    c.put("m", [memoryview(b"x" * 10)], now=0.0)
+    assert c.get("m", now=60.0) is not None  # used again at 60 s: kept until 120 s
+    assert c.expire(now=120.0) == []
+    assert c.expire(now=120.5) == ["m"]
+    with pytest.raises(ConfigError, match="unknown keep-alive policy"):
+        WarmCache(1000, keep_alive="lru")
+
+
+def test_gfaas_policy_learns_a_models_period() -> None:
+    """Used every 45 minutes: after a few uses the gfaas policy keeps the model through its pre-warm
+    window (44 min) and keep-alive (3 min), so the next use finds it; the default 600 s would not."""
+    c = WarmCache(capacity_bytes=1000, keep_alive="gfaas")
+    fixed = WarmCache(capacity_bytes=1000)
+    for i in range(5):
+        for cache in (c, fixed):
+            if cache.get("m", now=i * 2700.0) is None:
+                cache.put("m", [memoryview(b"x")], now=i * 2700.0)
+    assert c.get("m", now=5 * 2700.0) is not None
+    assert fixed.get("m", now=5 * 2700.0) is None

@@ -1,10 +1,12 @@
-"""Policy: path routing, SLO-aware bandwidth shares, workflow placement, elastic storage, and
-model scaling (block multicast schedules, execution pipelines).
+"""Policy: path routing, SLO-aware bandwidth shares, workflow placement, elastic storage,
+model scaling (block multicast schedules, execution pipelines), and autoscaling (worker counts,
+keep-alive and pre-warm).
 
 Everything here is pure decision logic (no clock, no I/O, no threads, randomness only through an
 explicit seed); the simulator and the real runtime call the same objects.
 """
 
+from .autoscale import ConcurrencyScaler, KeepAlive, ScalingSpec, keep_alive_policy, parse_scaling
 from .bandwidth import (
     SLO_FACTOR,
     ChunkBatcher,
@@ -41,6 +43,11 @@ from .storage import (
 )
 
 __all__ = [
+    "ConcurrencyScaler",
+    "KeepAlive",
+    "ScalingSpec",
+    "keep_alive_policy",
+    "parse_scaling",
     "SLO_FACTOR",
     "STORAGE_POLICIES",
     "ChunkBatcher",
