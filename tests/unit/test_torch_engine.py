@@ -104,3 +104,14 @@ def test_trilu_converter_matches_numpy(torch, upper: int, k: int | None) -> None
     y = onnx2torch.convert(onnx.load_from_string(model.SerializeToString()))(torch.from_numpy(x)).numpy()
     want = (np.triu if upper else np.tril)(x, k or 0)
     np.testing.assert_array_equal(y, want)
+
+
+def test_a_users_onnx_file_runs_on_the_torch_engine_too(torch) -> None:  # type: ignore[no-untyped-def]
+    from gfaas.models.files import load_file
+
+    path = models.path("resnet50")  # any ONNX file: a zoo graph here
+    ref, got = load_file(path), load_file(path, engine="torch")
+    assert (ref.engine, got.engine, got.info.scale) == ("onnxruntime", "torch", "file")
+    x = np.random.default_rng(0).standard_normal((2, 3, 64, 64), dtype=np.float32)
+    want = ref(image=x)["logits"]
+    assert float(np.max(np.abs(got(image=x)["logits"] - want))) <= 1e-4 * float(np.max(np.abs(want)))
