@@ -178,6 +178,10 @@ class FakeRuntime:
         assert inv.result is not None
         return inv.result
 
+    def logs(self, workflow: str, function: str | None = None, invocation: str | None = None,
+             since: float | None = None, limit: int = 1000, after: int | None = None) -> list[dict[str, Any]]:
+        return []
+
     def queue_depths(self) -> dict[str, int]:
         self._maybe_bug("queue_depths")
         return dict(self.depths)
