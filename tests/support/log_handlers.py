@@ -28,6 +28,11 @@ def chatty(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     return {"y": x + 1}
 
 
+def say(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    print("a tenant's secret: 42")
+    return {"y": ctx.get(inputs["x"]) + 1}
+
+
 def quiet(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     return {"y": ctx.get(inputs["x"]) + 1}
 
