@@ -121,6 +121,7 @@ class Capture:
         self._skip: dict[int, bool] = {}  # the rest of a cut line is dropped up to its newline
         self._fds: dict[int, str] = {}
         self._thread: threading.Thread | None = None
+        self._ready = select.poll()
         self.console = -1  # the worker's own stderr before install: for the worker's fatal errors only
 
     def fatal(self, text: str) -> None:
@@ -146,6 +147,8 @@ class Capture:
                                       errors="backslashreplace", line_buffering=True)
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
                                       errors="backslashreplace", line_buffering=True)
+        for fd in self._fds:
+            self._ready.register(fd, select.POLLIN)
         root = logging.getLogger()
         root.addHandler(_Records(self))
         root.setLevel(level)
@@ -188,8 +191,11 @@ class Capture:
     # -- the pipes
     def _drain(self, final: bool) -> None:
         with self._lock:
+            # One poll finds what is readable (a task that printed nothing costs this one system call).
+            ready = {fd for fd, _ in self._ready.poll(0)} if self._fds else set()
             for fd in self._fds:
-                self._read_fd(fd)
+                if fd in ready:
+                    self._read_fd(fd)
                 if final and self._partial[fd]:
                     self._line(fd, bytes(self._partial[fd]))
                     self._partial[fd].clear()

@@ -512,7 +512,10 @@ def serve_fd(fd: int) -> int:
     assert isinstance(init, Init)
     # From here on, what this process prints or logs is the function's log (runtime.logs), sent with
     # each reply: model load and start-up lines with Ready, a task's lines with its Done or Failed.
-    cap = Capture()
+    # GFAAS_WORKER_LOGS=off leaves the worker's output on the runtime's own terminal (debugging a worker).
+    cap = Capture() if os.environ.get("GFAAS_WORKER_LOGS", "on") != "off" else None
+    if cap is None:
+        return _serve(sock, init, None)
     cap.install()
     try:
         return _serve(sock, init, cap)
@@ -522,16 +525,20 @@ def serve_fd(fd: int) -> int:
         raise
 
 
-def _serve(sock: socket.socket, init: Init, cap: Capture) -> int:
+def _take(cap: Capture | None) -> list[LogLine]:
+    return cap.take() if cap is not None else []
+
+
+def _serve(sock: socket.socket, init: Init, cap: Capture | None) -> int:
     try:
         host = FunctionHost(init)
         if init.sandbox_uid >= 0:
             _enter_sandbox(init)
     except Exception as exc:
         sock.send(_enc.encode(Failed("", type(exc).__name__, str(exc), traceback.format_exc()[-8000:],
-                                     cap.take())))
+                                     _take(cap))))
         return 1
-    sock.send(_enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes, cap.take())))
+    sock.send(_enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes, _take(cap))))
     while True:
         data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MSG, 1)
         if not data:
@@ -544,6 +551,9 @@ def _serve(sock: socket.socket, init: Init, cap: Capture) -> int:
             continue
         assert isinstance(msg, Task)
         conn = socket.socket(fileno=fds[0]) if fds else None
+        if cap is None:
+            sock.send(_enc.encode(host.run(msg, conn)))
+            continue
         cap.begin()
         reply = host.run(msg, conn)
         reply.logs = cap.take()
