@@ -156,3 +156,10 @@ def test_files_rotate_and_are_private(tmp_path: Any) -> None:
     small.add("wf", "fn", "i", [LogLine(float(k), "stdout", "", str(k), True) for k in range(12)])
     assert [r["text"] for r in small.read("wf")] == ["7", "8", "9", "10", "11"]
     small.close()
+    # and at most ring_bytes of text (10,000 lines of 8 KiB would otherwise be 80 MB per function)
+    capped = LogStore(str(tmp_path / "capped"), ring=10_000, ring_bytes=100_000)
+    for k in range(50):
+        capped.add("wf", "fn", "i", [LogLine(float(k), "stdout", "", f"{k:02d}" + "y" * 8000, True)])
+    kept = [r["text"][:2] for r in capped.read("wf")]
+    assert kept == [f"{k:02d}" for k in range(50 - len(kept), 50)] and len(kept) == 100_000 // 8066
+    capped.close()

@@ -266,13 +266,16 @@ def _private_dir(path: str) -> None:
 
 
 class LogStore:
-    """The runtime's logs: the last ``ring`` lines per function in memory plus rotated JSON lines files."""
+    """The runtime's logs: per function, the last ``ring`` lines (at most ``ring_bytes`` of text) in
+    memory, plus rotated JSON lines files."""
 
-    def __init__(self, directory: str, *, ring: int = 10_000, file_bytes: int = 4 << 20, keep_files: int = 3) -> None:
-        if ring < 1 or file_bytes < 1 or keep_files < 0:
-            raise ConfigError("LogStore: ring and file_bytes must be >= 1 and keep_files >= 0")
+    def __init__(self, directory: str, *, ring: int = 10_000, ring_bytes: int = 4 << 20, file_bytes: int = 4 << 20,
+                 keep_files: int = 3) -> None:
+        if ring < 1 or ring_bytes < 1 or file_bytes < 1 or keep_files < 0:
+            raise ConfigError("LogStore: ring, ring_bytes and file_bytes must be >= 1 and keep_files >= 0")
         self.dir = directory
-        self.ring, self.file_bytes, self.keep_files = ring, file_bytes, keep_files
+        self.ring, self.ring_bytes, self.file_bytes, self.keep_files = ring, ring_bytes, file_bytes, keep_files
+        self._held: dict[tuple[str, str], int] = {}  # text bytes (characters) each ring holds
         _private_dir(directory)
         self._lock = threading.Lock()
         self._seq = 0
@@ -293,8 +296,14 @@ class LogStore:
                 recs.append(_record(workflow, version, function, invocation if line.task else "", line, self._seq))
             ring = self._rings.get(key)
             if ring is None:
-                ring = self._rings[key] = deque(maxlen=self.ring)
-            ring.extend(recs)
+                ring = self._rings[key] = deque()
+            held = self._held.get(key, 0)
+            for r in recs:
+                ring.append(r)
+                held += len(r["text"]) + 64
+            while ring and (len(ring) > self.ring or held > self.ring_bytes):
+                held -= len(ring.popleft()["text"]) + 64
+            self._held[key] = held
             try:
                 self._write(key, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs).encode())
             except OSError as exc:  # a full disk loses file lines, never the invocation
