@@ -101,7 +101,7 @@ def test_function_code_cannot_forge_another_function_s_or_invocation_s_lines(han
 
 @pytest.mark.root
 def test_a_sandboxed_function_cannot_read_another_workflow_s_log_files(handlers: str, tmp_path: Any) -> None:
-    outs = ", read: {shape: []}, listed: {shape: []}"
+    outs = ", read: {shape: []}, listed: {shape: []}, safe: {shape: []}, threads: {shape: []}"
     victim_spec = VICTIM.replace("log_handlers:chatty", "log_handlers:say")  # no child process: python is root's
     for sandbox, expect in (("uid", 0.0), ("none", 1.0)):
         log_dir = tmp_path / sandbox
@@ -114,6 +114,8 @@ def test_a_sandboxed_function_cannot_read_another_workflow_s_log_files(handlers:
             res = rt.invoke("intruder", {"x": np.array([1.0])}, timeout=60)
             assert res.ok, res.error
             assert (res.scalars["a.read"], res.scalars["a.listed"]) == (expect, expect), sandbox
+            if sandbox == "uid":  # the log reader thread is no way back to root either
+                assert res.scalars["a.threads"] >= 2 and res.scalars["a.safe"] == 1.0
             # nor its own: the files are the runtime's, not the tenant's
             own = os.path.join(str(log_dir), "intruder", "a.log")
             st = os.stat(own)

@@ -88,4 +88,12 @@ def read_file(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
         listed = 1
     except OSError:
         listed = 0
-    return {"y": ctx.get(inputs["x"]) + 1, "read": got, "listed": listed}
+    # Every thread of the worker (the log reader's too) has dropped root and may gain no privileges.
+    safe = 1
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/status") as f:
+            status = dict(line.split(":", 1) for line in f if ":" in line)
+        if status["Uid"].split()[0] == "0" or status.get("NoNewPrivs", "0").strip() != "1":
+            safe = 0
+    threads = len(os.listdir("/proc/self/task"))
+    return {"y": ctx.get(inputs["x"]) + 1, "read": got, "listed": listed, "safe": safe, "threads": threads}

@@ -180,12 +180,11 @@ class Capture:
         self._drain(final=True)
         with self._lock:
             batch, self._batch = self._batch, _Batch()
-            self._in_task = False
+            in_task, self._in_task = self._in_task, False
         lines = batch.lines
-        if batch.dropped:
+        if batch.dropped:  # the task's when a task ran (most of a flood is), else no invocation's
             lines.append(LogLine(time.time(), "stderr", "", f"[gfaas] {batch.dropped} lines dropped (over the "
-                                 f"{MAX_BATCH_LINES} lines / {MAX_BATCH_BYTES} bytes of one batch)", bool(lines)
-                                 and lines[-1].task))
+                                 f"{MAX_BATCH_LINES} lines / {MAX_BATCH_BYTES} bytes of one batch)", in_task))
         return lines
 
     # -- the pipes
@@ -202,6 +201,14 @@ class Capture:
                 self._skip[fd] = False if final else self._skip[fd]
 
     def _reader(self) -> None:
+        # no_new_privs is a thread's own: the sandbox sets it on the thread that drops privileges, so
+        # this one sets it itself (nothing it could ever start may gain privileges by exec).
+        from .sandbox import _PR_SET_NO_NEW_PRIVS, _prctl
+
+        try:
+            _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+        except OSError:
+            pass
         poll = select.poll()
         for fd in self._fds:
             poll.register(fd, select.POLLIN)
