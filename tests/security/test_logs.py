@@ -120,3 +120,20 @@ def test_a_sandboxed_function_cannot_read_another_workflow_s_log_files(handlers:
             own = os.path.join(str(log_dir), "intruder", "a.log")
             st = os.stat(own)
             assert st.st_uid == os.geteuid() and st.st_mode & 0o077 == 0
+
+
+def test_what_a_worker_sends_is_checked(tmp_path: Any) -> None:
+    """A worker is function code: a bad stream, a long level, a NaN time or an over-long line it sends
+    over the control socket are kept as safe values, and the lines stay valid JSON."""
+    import json
+    import math
+
+    from gfaas.runtime.logs import MAX_LINE, LogLine, LogStore
+
+    store = LogStore(str(tmp_path / "logs"))
+    (rec,) = store.add("wf", "fn", "inv", [LogLine(math.nan, "../../etc", "X" * 100, "t" * (MAX_LINE * 2), True)])
+    assert rec["stream"] == "stdout" and len(rec["level"]) == 16 and math.isfinite(rec["time"])
+    assert len(rec["text"].encode()) < MAX_LINE + 64
+    store.close()
+    (line,) = (tmp_path / "logs" / "wf" / "fn.log").read_text().splitlines()
+    assert json.loads(line)["seq"] == rec["seq"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import os
 import select
 import sys
@@ -258,8 +259,10 @@ class Capture:
 
 # ---- the runtime's side ----------------------------------------------------------------------------
 def _record(workflow: str, version: str, function: str, invocation: str, line: LogLine, seq: int) -> dict[str, Any]:
+    # A worker is function code: what it sends is checked like input (a NaN time would make bad JSON).
     stream = line.stream if line.stream in STREAMS else "stdout"
-    return {"seq": seq, "time": float(line.t), "workflow": workflow, "version": version, "function": function,
+    t = float(line.t) if math.isfinite(line.t) else time.time()
+    return {"seq": seq, "time": t, "workflow": workflow, "version": version, "function": function,
             "invocation": invocation, "stream": stream, "level": str(line.level)[:16], "text": _cut(str(line.text))}
 
 
@@ -295,6 +298,10 @@ class LogStore:
         lines = list(lines)
         if not lines:
             return []
+        for name in (workflow, function):  # spec names never are; a path must not come from one that is
+            if not name or "/" in name or name.startswith(".") or "\0" in name:
+                raise ConfigError(f"log name {name!r} cannot name a file; workflow and function names are "
+                                  "lower-case letters, digits, '_' and '-'")
         key = (workflow, function)
         with self._lock:
             recs = []
