@@ -55,9 +55,15 @@ def cmd_logs(a: argparse.Namespace) -> int:
         if not a.follow:
             _print(gw.logs(a.workflow, function=a.function, invocation=a.invocation, limit=a.limit), a.json)
             return 0
+        # The gateway ends a follow after its longest wait: reconnect after the last line seen.
+        end, after, limit = time.monotonic() + a.for_s, None, a.limit
         try:
-            _print(gw.follow_logs(a.workflow, function=a.function, invocation=a.invocation, limit=a.limit,
-                                  for_s=a.for_s), a.json)
+            while (left := end - time.monotonic()) > 0:
+                for rec in gw.follow_logs(a.workflow, function=a.function, invocation=a.invocation, limit=limit,
+                                          for_s=left, after=after):
+                    _print([rec], a.json)
+                    after = int(rec["seq"])
+                limit = None if after is not None else limit
         except KeyboardInterrupt:
             print(file=sys.stderr)
     return 0

@@ -90,3 +90,28 @@ def test_follow_sends_new_lines_as_they_come(gateway: tuple[LocalRuntime, str]) 
     # limit=0: nothing old, then this invocation's lines (the import-time line came before: not sent)
     assert seen and all(r["invocation"] == inv and r["function"] == "f" for r in seen)
     assert [r["seq"] for r in seen] == sorted(r["seq"] for r in seen)
+
+
+def test_cli_follow_reconnects_after_the_gateway_s_longest_wait(rt_handlers: str, tmp_path: Any, monkeypatch: Any,
+                                                                capsys: Any) -> None:
+    """The gateway ends a follow after max_timeout_s (1 s here); `gfaas logs --follow --for 3` goes on
+    from the last line it printed: every line once, none twice."""
+    import time
+
+    with LocalRuntime(RuntimeConfig(log_dir=str(tmp_path / "logs"), sandbox="none")) as rt:
+        rt.deploy(SPEC)
+        with serve(rt, port=0, token=TOKEN, access_log=False, max_timeout_s=1.0, default_timeout_s=1.0) as gw:
+            monkeypatch.setenv("GFAAS_GATEWAY_TOKEN", TOKEN)
+            capsys.readouterr()
+            t = threading.Thread(target=main, args=(["logs", "chat", "--function", "f", "--limit", "0", "--follow",
+                                                      "--for", "3", "--url", gw.url],))
+            t.start()
+            time.sleep(0.3)
+            first = rt.invoke("chat", {"x": np.array([1.0])}, timeout=60).invocation_id
+            time.sleep(1.5)  # past the first connection's end
+            second = rt.invoke("chat", {"x": np.array([2.0])}, timeout=60).invocation_id
+            t.join(30)
+            assert not t.is_alive()
+    out = capsys.readouterr().out.splitlines()
+    want = [format_record(r) for r in rt.logs("chat", function="f") if r["invocation"] in (first, second)]
+    assert out == want and len(want) == 14

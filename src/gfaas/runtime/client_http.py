@@ -253,9 +253,12 @@ class GatewayClient:
         return [json.loads(line) for line in r.text.splitlines() if line.strip()]
 
     def follow_logs(self, workflow: str, *, function: str | None = None, invocation: str | None = None,
-                    limit: int | None = None, for_s: float = 60.0) -> Iterator[dict[str, Any]]:
-        """The kept lines, then new ones as they come, for ``for_s`` seconds (the gateway caps it at an hour)."""
+                    limit: int | None = None, for_s: float = 60.0, after: int | None = None) -> Iterator[dict[str, Any]]:
+        """The kept lines (after ``seq`` ``after``, when given), then new ones as they come, for ``for_s``
+        seconds or the gateway's longest wait (``max_timeout_s``), whichever is shorter."""
         params = {**self._log_params(function, invocation, None, limit), "follow": "true", "follow_s": for_s}
+        if after is not None:
+            params["after"] = after
         with self._http.stream("GET", f"/v1/workflows/{workflow}/logs", params=params,
                                **self._timeout_for(for_s)) as r:
             if r.status_code >= 400:
