@@ -252,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_accel import add_parsers as add_accel
     from .cli_dedup import add_parsers as add_dedup
     from .cli_deploy import add_parsers as add_deploy
+    from .cli_logs import add_parsers as add_logs
     from .cli_runtime import add_parsers as add_runtime
     from .cli_scale import add_parsers as add_scale
     from .cli_sim import add_parsers
@@ -262,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_accel(sub)
     add_dedup(sub)
     add_deploy(sub)
+    add_logs(sub)
     return p
 
 

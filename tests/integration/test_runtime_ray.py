@@ -89,3 +89,24 @@ def test_ray_actors_import_a_versions_code_package(rt: LocalRuntime, tmp_path: P
     assert res.ok, res.error
     assert float(res.outputs["y"][0]) == 4.0 and all("@ray:" in r.worker for r in res.functions)
     rt.undeploy("raycode")
+
+
+def test_ray_actors_carry_their_logs_like_worker_processes(rt: LocalRuntime) -> None:
+    """Prints (Python and fd level, a child process's too) and log records of a Ray actor come back
+    with its replies, attributed to their invocation (runtime.logs)."""
+    rt.deploy("""
+name: raylogs
+inputs: {x: null}
+outputs: {out: f.y}
+functions:
+  - {name: f, kind: cpu, handler: "log_handlers:chatty", inputs: {x: input.x}, outputs: {y: null}}
+""")
+    try:
+        res = rt.invoke("raylogs", {"x": np.array([4.0])}, timeout=60)
+        assert res.ok, res.error
+        got = sorted((r["stream"], r["text"]) for r in rt.logs("raylogs", invocation=res.invocation_id))
+        assert got == sorted([("stdout", "print 4"), ("stdout", "fd1 4"), ("stdout", "child 4"),
+                              ("stdout", "no newline"), ("stderr", "stderr 4"), ("stderr", "fd2 4"),
+                              ("log", "userfn: record 4")])
+    finally:
+        rt.undeploy("raylogs")

@@ -191,6 +191,10 @@ class FakeRuntime:
         assert inv.result is not None
         return inv.result
 
+    def logs(self, workflow: str, function: str | None = None, invocation: str | None = None,
+             since: float | None = None, limit: int = 1000, after: int | None = None) -> list[dict[str, Any]]:
+        return []
+
     def queue_depths(self) -> dict[str, int]:
         self._maybe_bug("queue_depths")
         return dict(self.depths)
@@ -1030,9 +1034,10 @@ def test_gateway_package_stays_untied(rt: FakeRuntime) -> None:
             f = f.func
         return f.__module__.startswith(pkg.__name__ + ".") and getattr(sys.modules[f.__module__], f.__name__) is f
 
-    from gfaas.runtime.gateway import invocations, ops, workflows
+    from gfaas.runtime.gateway import invocations, logs, ops, workflows
 
-    routes = [r for router in (ops.router, workflows.router, invocations.router(600.0)) for r in router.routes
+    routes = [r for router in (ops.router, workflows.router, invocations.router(600.0), logs.router)
+              for r in router.routes
               if isinstance(r, APIRoute)]
     for route in routes:
         assert module_level(route.endpoint), f"{route.path}: the endpoint is not a module-level function"

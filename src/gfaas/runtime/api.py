@@ -83,6 +83,14 @@ class RuntimeAPI(Protocol):
         """
         ...
 
+    def logs(self, workflow: str, function: str | None = None, invocation: str | None = None,
+             since: float | None = None, limit: int = 1000, after: int | None = None) -> list[dict[str, Any]]:
+        """The last ``limit`` log lines of ``workflow``'s functions that match, oldest first: dicts of
+        ``seq, time, workflow, version, function, invocation, stream, level, text`` (see
+        :mod:`gfaas.runtime.logs`); ``after`` keeps only lines with a larger ``seq``. ``NotFound`` for an
+        unknown workflow."""
+        ...
+
     def queue_depths(self) -> dict[str, int]:
         """Requests waiting per function, keyed ``"workflow/function"``."""
         ...

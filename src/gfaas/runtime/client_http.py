@@ -22,10 +22,11 @@ given of these (``gfaas serve`` prints the path of the file it keeps the token i
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -252,6 +253,41 @@ class GatewayClient:
             if deadline is not None and time.monotonic() >= deadline:
                 raise InvocationTimeout(invocation_id, f"invocation {invocation_id} still {doc.get('status')} "
                                                        f"after {timeout} s")
+
+    # -- logs
+    @staticmethod
+    def _log_params(function: str | None, invocation: str | None, since: float | None,
+                    limit: int | None) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        for k, v in (("function", function), ("invocation", invocation), ("since", since), ("limit", limit)):
+            if v is not None:
+                params[k] = v
+        return params
+
+    def logs(self, workflow: str, *, function: str | None = None, invocation: str | None = None,
+             since: float | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """The workflow's kept log lines (oldest first; the gateway's default limit is the last 1000):
+        dicts of ``seq, time, workflow, version, function, invocation, stream, level, text``."""
+        r = self._http.get(f"/v1/workflows/{workflow}/logs", params=self._log_params(function, invocation, since, limit))
+        if r.status_code >= 400:
+            _check(r)
+        return [json.loads(line) for line in r.text.splitlines() if line.strip()]
+
+    def follow_logs(self, workflow: str, *, function: str | None = None, invocation: str | None = None,
+                    limit: int | None = None, for_s: float = 60.0, after: int | None = None) -> Iterator[dict[str, Any]]:
+        """The kept lines (after ``seq`` ``after``, when given), then new ones as they come, for ``for_s``
+        seconds or the gateway's longest wait (``max_timeout_s``), whichever is shorter."""
+        params = {**self._log_params(function, invocation, None, limit), "follow": "true", "follow_s": for_s}
+        if after is not None:
+            params["after"] = after
+        with self._http.stream("GET", f"/v1/workflows/{workflow}/logs", params=params,
+                               **self._timeout_for(for_s)) as r:
+            if r.status_code >= 400:
+                r.read()
+                _check(r)
+            for line in r.iter_lines():
+                if line.strip():
+                    yield json.loads(line)
 
     def metrics(self) -> str:
         r = self._http.get("/metrics")

@@ -44,7 +44,8 @@ from .dedup import RuntimeDedup
 from .dedup import check_mode as check_dedup_mode
 from .gpus import check_gpus, node_devices, ordinal, spread
 from .hints import Hint, QueueHinter
-from .result import Breakdown, FunctionRecord, InvocationResult, Status
+from .logs import LogStore, failure_lines
+from .result import Breakdown, Failure, FunctionRecord, InvocationResult, Status
 from .sandbox import Identity, TenantIds, sandbox_enabled
 from .spec import INPUT, WorkflowSpec, loads, name_diff
 from .transport import RedisTransport, Transport, TransportConfig, open_transport
@@ -116,6 +117,10 @@ class RuntimeConfig:
             comparison point of ``gfaas demo --gpu``).
         drain_timeout_s: how long an old version's invocations may run on after an update made
             another version current, before they fail as on undeploy.
+        log_dir: where the functions' logs are kept as rotated JSON lines files, one per function
+            (:mod:`gfaas.runtime.logs`; made 0700, files 0600); ``""`` (default): a private temporary
+            directory removed with the runtime. The last lines of each function are also kept in memory
+            (:meth:`LocalRuntime.logs`).
     """
 
     transport: Literal["gfaas", "redis"] = "gfaas"
@@ -144,6 +149,7 @@ class RuntimeConfig:
     gpus: str = "auto"
     gpu_passing: Literal["device", "host"] = "device"
     drain_timeout_s: float = 600.0
+    log_dir: str = ""
 
     def __post_init__(self) -> None:
         if self.transport not in ("gfaas", "redis"):
@@ -216,6 +222,7 @@ class _Invocation:
     # (source, output) -> the simulated drive that holds it (runtime.accel's rule); -1: none
     homes: dict[tuple[str, str], int] = field(default_factory=dict)
     version: int = 1  # the workflow version it runs on (the current one when it was submitted)
+    failure: Failure | None = None  # the failing function's traceback and last lines
 
 
 def pool_key(workflow: str, version: int, function: str) -> str:
@@ -236,7 +243,8 @@ class _Pool:
         self.init = Init(spec.name, function, spec.text, rt.config.scale, rt.transport_settings(self.node),
                          rt.config.threads_per_worker, rt.device_of(spec.name, function),
                          rt.gpu_of(spec.name, function), ident.uid if ident else -1, ident.gid if ident else -1,
-                         **rt.dedup.init_fields(spec.name), gpu_passing=rt.config.gpu_passing, code_dir=code_dir)
+                         **rt.dedup.init_fields(spec.name), gpu_passing=rt.config.gpu_passing, code_dir=code_dir,
+                         version=version)
         self.queue: deque[tuple[_Invocation, str]] = deque()
         # The function's last compute time: what its SLO and its inputs' deadline derive from
         # (policy.bandwidth; 0 until it has run once).
@@ -359,6 +367,7 @@ class LocalRuntime:
         self._tenants: TenantIds | None = None
         self.dedup = RuntimeDedup(self.config.dedup, self.config.dedup_domain)
         self._closers.append(self.dedup.close)
+        self.logstore = self._logstore()
         if sandbox_enabled(self.config.sandbox, self.config.executor):
             self._tenants = TenantIds(self.config.sandbox_uid_base)
         elif self.config.sandbox == "auto" and self.config.executor == "process":
@@ -371,6 +380,32 @@ class LocalRuntime:
             raise
         if self.config.queue_hints:
             self._hinter = QueueHinter(self._hints, self._send_hint, self.config.queue_hint_interval_s)
+
+    def _logstore(self) -> LogStore:
+        """The functions' logs (runtime.logs): in ``log_dir``, or a private directory removed at close."""
+        d = self.config.log_dir
+        if not d:
+            d = tempfile.mkdtemp(prefix="gfaas-logs-", dir="/tmp")
+            self._closers.append(lambda: shutil.rmtree(d, ignore_errors=True))
+        store = LogStore(d)
+        self._closers.append(store.close)
+        return store
+
+    def logs(self, workflow: str, function: str | None = None, invocation: str | None = None,
+             since: float | None = None, limit: int = 1000, after: int | None = None) -> list[dict[str, Any]]:
+        """The last ``limit`` kept log lines of ``workflow``'s functions, oldest first, each a dict of
+        ``seq, time, workflow, version, function, invocation, stream, level, text`` (runtime.logs).
+
+        Filters: one ``function``; one ``invocation`` (``""``: lines printed outside any task, such as
+        a model load); ``since`` (a ``time.time()``); ``after`` (a ``seq`` already seen: what
+        follow-mode readers poll with). ``NotFound`` for a workflow neither deployed nor logged."""
+        if limit < 0:
+            raise SpecError(f"limit={limit} must be >= 0")
+        with self._lock:
+            deployed = workflow in self._specs
+        if not deployed and not self.logstore.known(workflow):
+            raise NotFound(f"no workflow {workflow!r} is deployed or has logs here; deployed: {self.workflows()}")
+        return self.logstore.read(workflow, function, invocation, since, after, limit)
 
     def queues_changed(self) -> None:
         """A request entered or left a queue (the hinter sends fresh queue hints soon)."""
@@ -438,6 +473,7 @@ class LocalRuntime:
 
     def start_worker(self, init: Init, node: str = "") -> Any:
         worker = self._new_worker(init, node)
+        self.logstore.add(init.workflow, init.function, "", getattr(worker, "start_logs", ()), str(init.version))
         if init.dedup != "off":
             with self._admin_lock:
                 self.dedup.started(worker, init.workflow, init.function, self._admins.get(node) or self._admin)
@@ -986,12 +1022,14 @@ class LocalRuntime:
         except WorkerDied as exc:
             log.warning("%s; replacing it", exc)
             pool.replace_dead(worker)
-            self.failed(inv, fn, str(exc))
+            kept = self.logstore.read(inv.spec.name, fn, inv.id, limit=50)
+            self.failed(inv, fn, str(exc), Failure(fn, "WorkerDied", "", failure_lines(kept, inv.id)))
             return
         finally:
             self.drives.release(where)
+        recs = self.logstore.add(inv.spec.name, fn, inv.id, reply.logs, str(inv.version)) if reply.logs else []
         if isinstance(reply, Failed):
-            self.failed(inv, fn, reply.message)
+            self.failed(inv, fn, reply.message, Failure(fn, reply.error, reply.trace, failure_lines(recs, inv.id)))
             return
         assert isinstance(reply, Done)
         if reply.hinted_bytes:  # ctx.merge during the call
@@ -1026,8 +1064,10 @@ class LocalRuntime:
         except (Overloaded, NotFound) as exc:
             self._fail(inv, str(exc))
 
-    def failed(self, inv: _Invocation, fn: str, message: str) -> None:
+    def failed(self, inv: _Invocation, fn: str, message: str, failure: Failure | None = None) -> None:
         with self._lock:
+            if failure is not None and inv.result is None and inv.failure is None:
+                inv.failure = failure
             self._fail_locked(inv, message)
 
     def dropped(self, inv: _Invocation, fn: str) -> None:
@@ -1083,7 +1123,8 @@ class LocalRuntime:
                       fn_pass_s=sum(r.get_s + r.put_s for r in ran), compute_s=sum(r.compute_s for r in ran),
                       total_s=time.perf_counter() - inv.submitted, accel_s=sum(r.accel_s for r in ran))
         scalars = {f"{fn}.{k}": v for fn, vals in inv.dag.scalars.items() for k, v in vals.items()}
-        inv.result = InvocationResult(inv.id, inv.spec.name, inv.status, outputs, scalars, inv.error, b, recs)
+        inv.result = InvocationResult(inv.id, inv.spec.name, inv.status, outputs, scalars, inv.error, b, recs,
+                                      inv.failure if inv.status == "failed" else None)
         inv.done.set()
         self._finished.append(inv.id)
         while len(self._finished) > 10_000:  # keep recent results fetchable, not all forever

@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from ..errors import ConfigError, FunctionFailed, require_extra
+from .logs import Capture
 from .worker import Done, Failed, FunctionHost, Init, Reply, Task, WorkerDied, _dec, _enc
 
 _ACTOR: Any = None
@@ -29,6 +30,10 @@ class FunctionActor:
     def __init__(self, init: bytes) -> None:
         msg = _dec.decode(init)
         assert isinstance(msg, Init)
+        # The actor's process serves this function only: its prints and records are the function's log
+        # (runtime.logs), carried with each reply as a worker process does; start-up lines go with the first.
+        self.cap = Capture()
+        self.cap.install()
         self.host = FunctionHost(msg)
 
     def ready(self) -> tuple[int, float]:
@@ -37,7 +42,10 @@ class FunctionActor:
     def run(self, task: bytes) -> bytes:
         msg = _dec.decode(task)
         assert isinstance(msg, Task)
-        return _enc.encode(self.host.run(msg))
+        self.cap.begin()
+        reply = self.host.run(msg)
+        reply.logs = self.cap.take()
+        return _enc.encode(reply)
 
 
 def _actor_class() -> Any:

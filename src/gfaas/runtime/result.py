@@ -73,6 +73,18 @@ class FunctionRecord:
 
 
 @dataclass(frozen=True)
+class Failure:
+    """Why an invocation failed, when a function's run did: that ``function``, its exception's type
+    (``error``), its ``trace`` (the handler's traceback; "" when its worker died) and the last lines it
+    printed or logged during this invocation (``logs``, each ``"stream: text"``; see runtime.logs)."""
+
+    function: str
+    error: str = ""
+    trace: str = ""
+    logs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class InvocationResult:
     """The outcome of one invocation. ``outputs`` holds the workflow's declared outputs (arrays);
     ``scalars`` the scalar outputs of every function that ran (what conditions were evaluated on)."""
@@ -85,6 +97,7 @@ class InvocationResult:
     error: str | None = None
     breakdown: Breakdown = field(default_factory=Breakdown)
     functions: tuple[FunctionRecord, ...] = ()
+    failure: Failure | None = None
 
     @property
     def ok(self) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ProtocolError
-from .result import Breakdown, FunctionRecord, InvocationResult
+from .result import Breakdown, Failure, FunctionRecord, InvocationResult
 
 __all__ = ["DTYPES", "MAX_NDIM", "WireError", "decode_array", "encode_array", "jsonable", "result_document",
            "result_from_document"]
@@ -179,6 +179,8 @@ def result_document(res: InvocationResult, outputs: str = "full") -> dict[str, A
         "scalars": {str(k): jsonable(v) for k, v in res.scalars.items()},
         "breakdown": {k: jsonable(float(v)) for k, v in res.breakdown.as_dict().items()},
         "functions": [_record_doc(r) for r in res.functions],
+        **({"failure": {"function": res.failure.function, "error": res.failure.error, "trace": res.failure.trace,
+                        "logs": list(res.failure.logs)}} if res.failure is not None else {}),
     }
 
 
@@ -189,6 +191,13 @@ def _record_doc(r: FunctionRecord) -> dict[str, Any]:
     if r.placement:  # an `accelerator:` function (runtime.accel): where it ran, and its modelled seconds
         d.update(placement=r.placement, drive=int(r.drive), accel_s=jsonable(float(r.accel_s)))
     return d
+
+
+def _failure(doc: Any) -> Failure | None:
+    if doc is None:
+        return None
+    return Failure(str(doc["function"]), str(doc.get("error", "")), str(doc.get("trace", "")),
+                   tuple(str(x) for x in doc.get("logs") or ()))
 
 
 def result_from_document(doc: Mapping[str, Any]) -> InvocationResult:
@@ -214,6 +223,7 @@ def result_from_document(doc: Mapping[str, Any]) -> InvocationResult:
                                            placement=str(r.get("placement", "")), drive=int(r.get("drive", -1)),
                                            accel_s=float(_float(r.get("accel_s", 0.0))))
                             for r in doc.get("functions") or ()),
+            failure=_failure(doc.get("failure")),
         )
     except WireError:
         raise

@@ -30,6 +30,7 @@ from ..dataplane.device_array import DeviceArray, on_device
 from ..dataplane.device_client import device_of
 from ..errors import DaemonUnavailable, DedupError, FunctionFailed, GfaasError, SpecError
 from .context import Context
+from .logs import Capture, LogLine
 from .sandbox import Identity, drop_privileges, worker_env
 from .spec import FunctionSpec, loads, name_diff
 from .transport import Transport, TransportConfig, open_transport
@@ -65,12 +66,14 @@ class Init(_Ctl):
     gpu_passing: str = "device"
     # The workflow version's code package (runtime.codepkg): handlers import from here alone; "": none.
     code_dir: str = ""
+    version: int = 1  # the workflow version this worker serves (runtime.versions)
 
 
 class Ready(_Ctl):
     pid: int
     load_s: float
     hinted_bytes: int = 0  # bytes the model load marked mergeable (the runtime tells the node daemon)
+    logs: list[LogLine] = []  # what the worker printed and logged while it started (runtime.logs)
 
 
 class Task(_Ctl):
@@ -102,6 +105,7 @@ class Done(_Ctl):
     host_put_s: float
     accel_s: float = 0.0  # modelled accelerator seconds of this call (runtime.accel); 0 off the drive
     hinted_bytes: int = 0  # bytes the handler marked mergeable with ctx.merge during this call
+    logs: list[LogLine] = []  # lines printed or logged since the last reply, bounded (runtime.logs)
 
 
 class Failed(_Ctl):
@@ -109,6 +113,7 @@ class Failed(_Ctl):
     error: str
     message: str
     trace: str = ""
+    logs: list[LogLine] = []  # as Done.logs
 
 
 class Stop(_Ctl):
@@ -435,8 +440,11 @@ class ProcessWorker:
             raise FunctionFailed(f"worker for function {init.function!r} did not start: {exc}") from None
         if isinstance(first, Failed):
             self.stop()
-            raise FunctionFailed(f"function {init.function!r} could not start: {first.message}")
+            tail = "".join(f"\n  {ln.stream}: {ln.text}" for ln in first.logs[-10:])
+            raise FunctionFailed(f"function {init.function!r} could not start: {first.message}"
+                                 + (f"; its last output:{tail}" if tail else ""))
         assert isinstance(first, Ready)
+        self.start_logs = first.logs  # the runtime keeps them (runtime.logs)
         self.load_s = first.load_s
         self.hinted_bytes = first.hinted_bytes
         self._sock.settimeout(None)
@@ -533,15 +541,36 @@ def serve_fd(fd: int) -> int:
     sock = socket.socket(fileno=fd)
     init = _dec.decode(sock.recv(MAX_MSG))
     assert isinstance(init, Init)
+    # From here on, what this process prints or logs is the function's log (runtime.logs), sent with
+    # each reply: model load and start-up lines with Ready, a task's lines with its Done or Failed.
+    # GFAAS_WORKER_LOGS=off leaves the worker's output on the runtime's own terminal (debugging a worker).
+    cap = Capture() if os.environ.get("GFAAS_WORKER_LOGS", "on") != "off" else None
+    if cap is None:
+        return _serve(sock, init, None)
+    cap.install()
+    try:
+        return _serve(sock, init, cap)
+    except BaseException:
+        cap.fatal(f"gfaas worker {init.workflow}/{init.function} (pid {os.getpid()}) failed:\n"
+                  f"{traceback.format_exc()}")
+        raise
+
+
+def _take(cap: Capture | None) -> list[LogLine]:
+    return cap.take() if cap is not None else []
+
+
+def _serve(sock: socket.socket, init: Init, cap: Capture | None) -> int:
     try:
         sandbox = (lambda: _enter_sandbox(init)) if init.sandbox_uid >= 0 else None
         host = FunctionHost(init, enter_sandbox=sandbox)
         if sandbox is not None and not host.sandbox_entered:
             sandbox()
     except Exception as exc:
-        sock.send(_enc.encode(Failed("", type(exc).__name__, str(exc), traceback.format_exc()[-8000:])))
+        sock.send(_enc.encode(Failed("", type(exc).__name__, str(exc), traceback.format_exc()[-8000:],
+                                     _take(cap))))
         return 1
-    sock.send(_enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes)))
+    sock.send(_enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes, _take(cap))))
     while True:
         data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MSG, 1)
         if not data:
@@ -554,4 +583,10 @@ def serve_fd(fd: int) -> int:
             continue
         assert isinstance(msg, Task)
         conn = socket.socket(fileno=fds[0]) if fds else None
-        sock.send(_enc.encode(host.run(msg, conn)))
+        if cap is None:
+            sock.send(_enc.encode(host.run(msg, conn)))
+            continue
+        cap.begin()
+        reply = host.run(msg, conn)
+        reply.logs = cap.take()
+        sock.send(_enc.encode(reply))

@@ -114,8 +114,18 @@ class FunctionDoc(BaseModel):
     skipped: bool
 
 
+class FailureDoc(BaseModel):
+    """The function whose run failed the invocation: its exception type, traceback and last log lines."""
+
+    function: str
+    error: str
+    trace: str
+    logs: list[str]
+
+
 class ResultDocument(BaseModel):
-    """A finished invocation. ``status`` is ``done`` or ``failed`` (then ``error`` says why)."""
+    """A finished invocation. ``status`` is ``done`` or ``failed`` (then ``error`` says why, and
+    ``failure``, when a function's run failed it, holds that function's traceback and last log lines)."""
 
     invocation_id: str
     workflow: str
@@ -125,6 +135,7 @@ class ResultDocument(BaseModel):
     scalars: dict[str, Any]
     breakdown: BreakdownDoc
     functions: list[FunctionDoc]
+    failure: FailureDoc | None = None
 
 
 class FieldError(BaseModel):
