@@ -69,6 +69,15 @@ class DeployResponse(BaseModel):
     workflow: str
 
 
+class RollbackRequest(BaseModel):
+    version: int = Field(ge=1, description="the version whose spec and code become current again")
+
+
+class RollbackResponse(BaseModel):
+    workflow: str
+    version: int = Field(description="the new version made from it")
+
+
 class UndeployResponse(BaseModel):
     workflow: str
     status: Literal["undeployed"]

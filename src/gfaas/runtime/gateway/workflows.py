@@ -24,7 +24,14 @@ from ..spec import screen
 from ..wire import jsonable
 from .errors import error_response
 from .limits import CODE_TYPES
-from .schemas import DeployResponse, UndeployResponse, WorkflowList, _responses
+from .schemas import (
+    DeployResponse,
+    RollbackRequest,
+    RollbackResponse,
+    UndeployResponse,
+    WorkflowList,
+    _responses,
+)
 from .state import GatewayDep, _Gateway
 
 _SPEC_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain",
@@ -133,19 +140,11 @@ def versions(name: str, gw: GatewayDep) -> JSONResponse:
     return JSONResponse({"workflow": name, "versions": jsonable(gw.runtime.versions(name))})
 
 
-@router.post("/v1/workflows/{name}/rollback", response_model=dict[str, Any], responses=_responses(400, 404, 422))
-async def rollback(name: str, request: Request, gw: GatewayDep) -> JSONResponse:
+@router.post("/v1/workflows/{name}/rollback", response_model=RollbackResponse, responses=_responses(400, 404, 422))
+async def rollback(name: str, req: RollbackRequest, gw: GatewayDep) -> dict[str, Any]:
     """Make an old version current again (as a new version): body ``{"version": N}``."""
-    try:
-        body = await request.json()
-    except ValueError:
-        body = None
-    version = body.get("version") if isinstance(body, dict) else None
-    if isinstance(version, bool) or not isinstance(version, int):
-        return error_response(422, "invalid_request", 'send {"version": N}, the version to make current again',
-                              errors=[{"field": "version", "message": "an integer version number"}])
-    number = await run_in_threadpool(gw.runtime.rollback, name, version)
-    return JSONResponse({"workflow": name, "version": number})
+    number = await run_in_threadpool(gw.runtime.rollback, name, req.version)
+    return {"workflow": name, "version": number}
 
 
 @router.delete("/v1/workflows/{name}", response_model=UndeployResponse, responses=_responses(404))
