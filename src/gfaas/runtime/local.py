@@ -251,6 +251,7 @@ class _Pool:
         self.compute_s = 0.0
         self.cv = threading.Condition()
         self.closed = False
+        self.cold_starts = 0  # workers started because a request found none warm (not prewarming)
         self.slots: list[Any] = [None] * rt.config.workers_per_function
         self.last_used = [time.monotonic()] * len(self.slots)
         self.threads = [threading.Thread(target=self._dispatch, args=(k,), name=f"gfaas-{self.key}-{k}", daemon=True)
@@ -318,13 +319,17 @@ class _Pool:
                 self.rt.dropped(inv, fn)
                 continue
             worker = self.slots[k]
+            cold = 0.0
             if worker is None or not worker.alive():
+                t0 = time.perf_counter()
                 try:
                     worker = self.slots[k] = self.rt.start_worker(self.init, self.node)
                 except FunctionFailed as exc:
                     self.rt.failed(inv, fn, str(exc))
                     continue
-            self.rt.run_task(inv, fn, worker, self)
+                cold = time.perf_counter() - t0
+                self.cold_starts += 1
+            self.rt.run_task(inv, fn, worker, self, cold)
             self.last_used[k] = time.monotonic()
 
     def replace_dead(self, worker: Any) -> None:
@@ -999,7 +1004,7 @@ class LocalRuntime:
         if complete:
             self._complete(inv)
 
-    def run_task(self, inv: _Invocation, fn: str, worker: Any, pool: _Pool) -> None:
+    def run_task(self, inv: _Invocation, fn: str, worker: Any, pool: _Pool, cold_start_s: float = 0.0) -> None:
         started = time.perf_counter()
         inv.status = "running"
         f = inv.spec.function(fn)
@@ -1041,7 +1046,8 @@ class LocalRuntime:
         rec = FunctionRecord(fn, worker.name, started - inv.enqueued[fn], reply.fn_get_s, reply.compute_s,
                              reply.put_s, slo_s=slo_for(reply.compute_s) if reply.compute_s > 0 else 0.0,
                              deadline_s=input_deadline(0.0, reply.compute_s), placement=where.placement,
-                             drive=where.drive if f.accelerator else -1, accel_s=reply.accel_s)
+                             drive=where.drive if f.accelerator else -1, accel_s=reply.accel_s,
+                             cold_start_s=cold_start_s)
         with self._lock:
             inv.records[fn] = rec
             inv.host_s += reply.host_get_s + reply.host_put_s
@@ -1121,7 +1127,8 @@ class LocalRuntime:
         ran = [r for r in recs if not r.skipped]
         b = Breakdown(queue_s=sum(r.queued_s for r in ran), host_pass_s=inv.host_s,
                       fn_pass_s=sum(r.get_s + r.put_s for r in ran), compute_s=sum(r.compute_s for r in ran),
-                      total_s=time.perf_counter() - inv.submitted, accel_s=sum(r.accel_s for r in ran))
+                      total_s=time.perf_counter() - inv.submitted, accel_s=sum(r.accel_s for r in ran),
+                      cold_start_s=sum(r.cold_start_s for r in ran))
         scalars = {f"{fn}.{k}": v for fn, vals in inv.dag.scalars.items() for k, v in vals.items()}
         inv.result = InvocationResult(inv.id, inv.spec.name, inv.status, outputs, scalars, inv.error, b, recs,
                                       inv.failure if inv.status == "failed" else None)

@@ -32,12 +32,15 @@ class Breakdown:
     compute_s: float = 0.0
     total_s: float = 0.0
     accel_s: float = 0.0
+    cold_start_s: float = 0.0  # the part of queue_s spent starting workers (and loading models) for it
 
     def as_dict(self) -> dict[str, float]:
         d = {"queue_s": self.queue_s, "host_pass_s": self.host_pass_s, "fn_pass_s": self.fn_pass_s,
              "compute_s": self.compute_s, "total_s": self.total_s}
         if self.accel_s:
             d["accel_s"] = self.accel_s
+        if self.cold_start_s:
+            d["cold_start_s"] = self.cold_start_s
         return d
 
 
@@ -65,6 +68,9 @@ class FunctionRecord:
     placement: str = ""
     drive: int = -1
     accel_s: float = 0.0
+    # A cold start: the seconds (within queued_s) this call waited for its worker to start and load its
+    # model, because none was warm; 0.0 on a warm worker.
+    cold_start_s: float = 0.0
 
     @property
     def met_deadline(self) -> bool:

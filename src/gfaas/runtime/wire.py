@@ -190,6 +190,8 @@ def _record_doc(r: FunctionRecord) -> dict[str, Any]:
                          "put_s": jsonable(float(r.put_s)), "skipped": bool(r.skipped)}
     if r.placement:  # an `accelerator:` function (runtime.accel): where it ran, and its modelled seconds
         d.update(placement=r.placement, drive=int(r.drive), accel_s=jsonable(float(r.accel_s)))
+    if r.cold_start_s:
+        d["cold_start_s"] = jsonable(float(r.cold_start_s))
     return d
 
 
@@ -213,7 +215,7 @@ def result_from_document(doc: Mapping[str, Any]) -> InvocationResult:
             error=doc.get("error"),
             breakdown=Breakdown(**{k: float(_float(b.get(k, 0.0))) for k in
                                    ("queue_s", "host_pass_s", "fn_pass_s", "compute_s", "total_s",
-                                    "accel_s")}),
+                                    "accel_s", "cold_start_s")}),
             functions=tuple(FunctionRecord(function=str(r["function"]), worker=str(r.get("worker", "")),
                                            queued_s=float(_float(r.get("queued_s", 0.0))),
                                            get_s=float(_float(r.get("get_s", 0.0))),
@@ -221,7 +223,8 @@ def result_from_document(doc: Mapping[str, Any]) -> InvocationResult:
                                            put_s=float(_float(r.get("put_s", 0.0))),
                                            skipped=bool(r.get("skipped", False)),
                                            placement=str(r.get("placement", "")), drive=int(r.get("drive", -1)),
-                                           accel_s=float(_float(r.get("accel_s", 0.0))))
+                                           accel_s=float(_float(r.get("accel_s", 0.0))),
+                                           cold_start_s=float(_float(r.get("cold_start_s", 0.0))))
                             for r in doc.get("functions") or ()),
             failure=_failure(doc.get("failure")),
         )

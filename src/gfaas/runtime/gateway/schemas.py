@@ -111,6 +111,8 @@ class BreakdownDoc(BaseModel):
     fn_pass_s: float
     compute_s: float
     total_s: float
+    cold_start_s: float | None = Field(default=None, description="seconds spent starting workers for this "
+                                       "invocation (within queue_s); present only when a cold start happened")
 
 
 class FunctionDoc(BaseModel):
@@ -121,6 +123,8 @@ class FunctionDoc(BaseModel):
     compute_s: float
     put_s: float
     skipped: bool
+    cold_start_s: float | None = Field(default=None, description="seconds (within queued_s) this call waited "
+                                       "for its worker to start and load its model; absent on a warm worker")
 
 
 class FailureDoc(BaseModel):
