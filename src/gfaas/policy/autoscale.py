@@ -443,18 +443,12 @@ def keep_alive_policy(name: str) -> KeepAlive:
         return HybridKeepAlive()
     if n == "gfaas":
         return GfaasKeepAlive()
-    if n.startswith("gfaas:"):
-        try:
-            minutes = float(n[len("gfaas:"):])
-        except ValueError:
-            raise ConfigError(f"keep-alive policy {name!r}: the break-even minutes must be a number > 0; "
-                              f"give {_KEEP_ALIVE_FORMS}") from None
-        return GfaasKeepAlive(minutes)
-    if n.startswith("fixed:"):
-        try:
-            minutes = float(n[len("fixed:"):])
-        except ValueError:
-            raise ConfigError(f"keep-alive policy {name!r}: the minutes must be a number > 0; give "
-                              f"{_KEEP_ALIVE_FORMS}") from None
-        return FixedKeepAlive(minutes)
+    for prefix, make, what in (("gfaas:", GfaasKeepAlive, "break-even minutes"), ("fixed:", FixedKeepAlive, "minutes")):
+        if n.startswith(prefix):
+            try:
+                minutes = float(n[len(prefix):])
+            except ValueError:
+                raise ConfigError(f"keep-alive policy {name!r}: the {what} must be a number > 0; give "
+                                  f"{_KEEP_ALIVE_FORMS}") from None
+            return make(minutes)
     raise ConfigError(f"unknown keep-alive policy {name!r}; give {_KEEP_ALIVE_FORMS}")

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from .arrivals import _check_header, _rows, load_azure_functions_invocations
+from .arrivals import _rows, load_azure_functions_invocations
+from .arrivals import _table as _rows_of
 from .synthetic_functions import FunctionDay
 
 log = logging.getLogger(__name__)
@@ -66,21 +67,10 @@ def _number(path: Path, line: int, col: str, cell: str) -> float:
 
 
 def _table(path: Path, expected: list[str], key_cols: int, value_col: str, what: str) -> dict[tuple[str, ...], float]:
-    rows = _rows(path)
-    try:
-        _, header = next(rows)
-    except StopIteration:
-        raise ConfigError(f"{path}: the file is empty; a {what} file starts with {','.join(expected)}") from None
-    _check_header(path, header, expected, what)
-    idx = [c.strip() for c in header].index(value_col)
-    out: dict[tuple[str, ...], float] = {}
-    for line, row in rows:
-        if not row or all(not c.strip() for c in row):
-            continue
-        if len(row) <= idx:
-            raise ConfigError(f"{path}:{line}: {len(row)} fields; a {what} row needs {','.join(expected)}")
-        out[tuple(c.strip() for c in row[:key_cols])] = _number(path, line, value_col, row[idx])
-    return out
+    """``key columns -> value`` of a per-function table (rows read and checked by arrivals' reader)."""
+    rows = list(_rows_of(path, expected, what))  # checks the header (and an empty file) first
+    idx = _header(path).index(value_col)
+    return {tuple(c.strip() for c in row[:key_cols]): _number(path, line, value_col, row[idx]) for line, row in rows}
 
 
 def _header(path: Path) -> list[str]:
