@@ -88,7 +88,10 @@ def test_damaged_prepared_files_are_rebuilt(kind: str, tmp_path: Path, caplog: p
         sh = models.load("alexnet", "small", cache_dir=cache_dir, shared=True, store_dir=tmp_path / "store")
     assert "rebuild" in caplog.text or "preparing them again" in caplog.text
     x = base.example_inputs(seed=2)
-    np.testing.assert_allclose(sh(**x)["logits"], base(**x)["logits"], rtol=1e-5, atol=1e-6)
+    want = base(**x)["logits"]
+    # As above: the prepared graph is optimised, so fp32 sums run in another order (onnxruntime 1.32
+    # differs by ~1e-6 on logits of magnitude ~5): the tolerance scales with the output.
+    np.testing.assert_allclose(sh(**x)["logits"], want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
     stamp = os.stat(graph).st_mtime_ns, os.stat(weights).st_mtime_ns
     assert dort.prepare(base.path) == (graph, weights)
     assert (os.stat(graph).st_mtime_ns, os.stat(weights).st_mtime_ns) == stamp  # valid now: not rebuilt again
