@@ -184,6 +184,10 @@ def cmd_bench(a: argparse.Namespace) -> int:
         from .bench.dedup import main as bench_dedup
 
         return bench_dedup(a)
+    if a.what == "autoscale":
+        from .bench.autoscale import main as bench_autoscale
+
+        return bench_autoscale(a)
     print(f"gfaas bench {a.what}: not built yet (later issues)", file=sys.stderr)
     return 2
 
@@ -234,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser("bench", help="benchmarks against real peers, in one run")
-    b.add_argument("what", choices=["dataplane", "pipeline", "sim", "simscale", "accel", "dedup", "scale"])
+    b.add_argument("what", choices=["dataplane", "pipeline", "sim", "simscale", "accel", "dedup", "scale", "autoscale"])
     b.add_argument("--json", action="store_true")
     b.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (smoke test)")
     b.add_argument("--systems", help="comma-separated subset of systems to run ('none': no CPU rows)")

@@ -77,6 +77,23 @@ def cmd_versions(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(a: argparse.Namespace) -> int:
+    """``gfaas workflows status NAME``: workers per function by state, targets and cold starts."""
+    with client(a) as c:
+        doc = c.scaling_status(a.name)
+    if a.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(f"{doc['workflow']} version {doc['version']}")
+    print(f"  {'function':16s} {'warm':>4} {'busy':>4} {'start':>5} {'queue':>5} {'target':>6} {'min-max':>7} "
+          f"{'cold':>5} {'worker-s':>9}  keep-alive")
+    for fn, c in doc["functions"].items():
+        print(f"  {fn:16s} {c['warm']:>4} {c['busy']:>4} {c['starting']:>5} {c['queued']:>5} {c['target']:>6} "
+              f"{str(c['min']) + '-' + str(c['max']):>7} {c['cold_starts']:>5} {c['worker_seconds']:>9.1f}  "
+              f"{c['keep_alive']}")
+    return 0
+
+
 def cmd_rollback(a: argparse.Namespace) -> int:
     with client(a) as c:
         number = c.rollback(a.name, a.version)

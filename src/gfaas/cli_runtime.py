@@ -36,10 +36,11 @@ def add_parsers(sub: Any) -> None:
 
     from .cli_deploy import add_gateway_args
 
-    w = sub.add_parser("workflows", help="the reference workflows (list, show); a gateway's workflow versions "
-                                         "(versions NAME, rollback NAME VERSION)")
-    w.add_argument("action", choices=["list", "show", "versions", "rollback"])
-    w.add_argument("name", nargs="?", help="show, versions, rollback: the workflow")
+    w = sub.add_parser("workflows", help="the reference workflows (list, show); a gateway's workflows: their "
+                                         "workers and scaling (status NAME), versions (versions NAME, rollback "
+                                         "NAME VERSION)")
+    w.add_argument("action", choices=["list", "show", "status", "versions", "rollback"])
+    w.add_argument("name", nargs="?", help="show, status, versions, rollback: the workflow")
     w.add_argument("version", nargs="?", type=int, help="rollback: the version to make current again")
     w.add_argument("--json", action="store_true")
     add_gateway_args(w)
@@ -50,6 +51,13 @@ def cmd_workflows(a: argparse.Namespace) -> int:
     from . import workflows
     from .runtime.spec import loads
 
+    if a.action == "status":
+        from .cli_deploy import cmd_status
+
+        if not a.name:
+            print("gfaas workflows status: give the workflow's name", file=sys.stderr)
+            return 2
+        return cmd_status(a)
     if a.action in ("versions", "rollback"):
         from .cli_deploy import cmd_rollback, cmd_versions
 

@@ -280,7 +280,7 @@ def test_idle_worker_is_stopped_and_restarted_on_demand(rt_handlers: str) -> Non
         pool = r._pools["failing/f"]
         first = pool.slots[0]
         assert first is not None and first.alive()
-        wait_for(lambda: pool.slots[0] is None, what="the idle worker to be stopped")
+        wait_for(lambda: not pool.slots and not first.alive(), what="the idle worker to be stopped")
         assert not first.alive()
         res = r.invoke("failing", {"x": np.ones(2)}, timeout=60)
         assert res.ok and res.functions[0].worker != first.name

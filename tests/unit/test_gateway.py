@@ -195,6 +195,13 @@ class FakeRuntime:
              since: float | None = None, limit: int = 1000, after: int | None = None) -> list[dict[str, Any]]:
         return []
 
+    def scaling_status(self, workflow: str) -> dict[str, Any]:
+        self._maybe_bug("scaling_status")
+        if workflow not in self.specs:
+            raise NotFound(f"no workflow {workflow!r}")
+        return {"workflow": workflow, "version": 1, "nodes": {},
+                "functions": {"f": {"warm": 1, "idle": 1, "busy": 0, "starting": 0, "queued": 0}}}
+
     def queue_depths(self) -> dict[str, int]:
         self._maybe_bug("queue_depths")
         return dict(self.depths)

@@ -23,6 +23,7 @@ from .multicast import plan as plan_multicast
 from .pipelines import Pipeline, PipelineChange, PipelinePlanner, Stage, assign_stages, pipeline_changes
 from .placement import group_nodes, pair_gbps, place_replicas, place_workflow, placement_cost
 from .pooling import Grant, PoolModel
+from .resources import Candidate, Ledger, Resources, choose_evictions, parse_resources
 from .routing import MiB, Path, Plan, Router, RoutingOptions
 from .storage import (
     STORAGE_POLICIES,
@@ -41,8 +42,17 @@ from .storage import (
     storage_policy,
     unneeded,
 )
+from .workerpool import PoolDecision, WorkerPoolPolicy, WorkerView
 
 __all__ = [
+    "Candidate",
+    "Ledger",
+    "PoolDecision",
+    "Resources",
+    "WorkerPoolPolicy",
+    "WorkerView",
+    "choose_evictions",
+    "parse_resources",
     "ConcurrencyScaler",
     "KeepAlive",
     "ScalingSpec",

@@ -91,6 +91,12 @@ class RuntimeAPI(Protocol):
         unknown workflow."""
         ...
 
+    def scaling_status(self, workflow: str) -> dict[str, Any]:
+        """The workers of the current version's functions: ``{"workflow", "version", "functions":
+        {name: {"warm", "idle", "busy", "starting", "queued", "target", "min", "max", "cold_starts",
+        "worker_seconds", ...}}, "nodes": {...}}`` (docs/autoscaling.md); ``NotFound`` if not deployed."""
+        ...
+
     def queue_depths(self) -> dict[str, int]:
         """Requests waiting per function, keyed ``"workflow/function"``."""
         ...

@@ -175,6 +175,11 @@ class GatewayClient:
         out: list[dict[str, Any]] = _check(self._http.get(f"/v1/workflows/{workflow}/versions"))["versions"]
         return out
 
+    def scaling_status(self, workflow: str) -> dict[str, Any]:
+        """The workflow's workers per function, scaling targets, cold starts (``GET .../status``)."""
+        doc: dict[str, Any] = _check(self._http.get(f"/v1/workflows/{workflow}/status"))
+        return doc
+
     def rollback(self, workflow: str, version: int) -> int:
         """Make ``version`` current again (as a new version, returned)."""
         return int(_check(self._http.post(f"/v1/workflows/{workflow}/rollback", json={"version": version}))["version"])

@@ -1,9 +1,9 @@
 """The local runtime: a node daemon, warm workers per function, per-function queues and the invoker.
 
 :class:`LocalRuntime` implements :class:`~gfaas.runtime.api.RuntimeAPI` for one machine. Per function
-it keeps a FIFO queue and ``workers_per_function`` dispatcher threads, each owning one warm worker
-(pre-warmed at deploy, stopped after ``keep_alive_s`` idle, started again on demand, replaced when it
-dies). An invocation opens a data-plane invocation with a token per function, stores the request's
+it keeps a FIFO queue and a scaled set of warm workers (:mod:`gfaas.runtime.pool`: started and stopped
+by the shared autoscaling policy within the function's ``scaling:`` bounds, each reserving its
+``resources:`` on the node, replaced when it dies). An invocation opens a data-plane invocation with a token per function, stores the request's
 inputs as the ``gateway`` function, hands ready functions to their queues as :class:`DagState` decides,
 and collects the declared outputs when every function has run or been skipped.
 """
@@ -34,7 +34,9 @@ from ..errors import (
     Overloaded,
     SpecError,
 )
+from ..policy.autoscale import ScalingSpec, keep_alive_policy
 from ..policy.bandwidth import input_deadline, slo_for
+from ..policy.resources import DEFAULT_RESOURCES, Ledger, Resources, choose_evictions
 from ..topology import Topology
 from ..units import GiB
 from .accel import DSCS, Decision, DscsDrive, DscsDrives
@@ -45,6 +47,7 @@ from .dedup import check_mode as check_dedup_mode
 from .gpus import check_gpus, node_devices, ordinal, spread
 from .hints import Hint, QueueHinter
 from .logs import LogStore, failure_lines
+from .pool import Autoscaler, FunctionPool
 from .result import Breakdown, Failure, FunctionRecord, InvocationResult, Status
 from .sandbox import Identity, TenantIds, sandbox_enabled
 from .spec import INPUT, WorkflowSpec, loads, name_diff
@@ -67,10 +70,18 @@ class RuntimeConfig:
             see :mod:`gfaas.runtime.ray_executor`) or ``inproc`` (handlers run in this process: for tests
             and debugging, no crash isolation).
         scale: model zoo scale for every function's model, ``small`` or ``full``.
-        workers_per_function: warm workers (and dispatch slots) per function.
+        workers_per_function: the most workers of a function whose spec has no ``scaling:`` (its
+            ``scaling.max``; such a function scales between 0 and this, docs/autoscaling.md).
         max_queue: requests waiting per function before submits are refused with ``Overloaded``.
-        keep_alive_s: an idle worker is stopped after this long; the next request starts one again.
-        prewarm: start every function's workers at deploy rather than on the first request.
+        keep_alive: the keep-alive policy of functions whose spec names none (``gfaas``, ``hybrid``,
+            ``fixed:<minutes>``; :func:`gfaas.policy.keep_alive_policy`).
+        keep_alive_s: if set, a fixed keep-alive in seconds for those functions instead (an idle last
+            worker is stopped after this long; the next request starts one again).
+        prewarm: start each function's first worker (and its ``scaling.min``) at deploy rather than on
+            the first request.
+        scale_tick_s: how often the autoscaler samples each function's concurrency and decides.
+        node_cpus, node_memory_bytes: what the workers of the node this runtime starts may reserve in
+            all (``resources:``; 0: the machine's cores and physical memory).
         threads_per_worker: intra-op threads of each worker's model.
         node_capacity_bytes: shared-memory pool of the node daemon this runtime starts.
         nodes: running node daemons to use instead of starting one; the first is where the gateway
@@ -128,8 +139,12 @@ class RuntimeConfig:
     scale: Literal["small", "full"] = "small"
     workers_per_function: int = 1
     max_queue: int = 1024
-    keep_alive_s: float = 600.0
+    keep_alive: str = "gfaas"
+    keep_alive_s: float | None = None
     prewarm: bool = True
+    scale_tick_s: float = 0.5
+    node_cpus: float = 0.0
+    node_memory_bytes: int = 0
     threads_per_worker: int = 1
     node_capacity_bytes: int = 2 * GiB
     nodes: tuple[NodeEndpoint, ...] = ()
@@ -163,8 +178,15 @@ class RuntimeConfig:
         for name in ("workers_per_function", "max_queue", "threads_per_worker"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.keep_alive_s <= 0:
-            raise ConfigError(f"keep_alive_s must be > 0, got {self.keep_alive_s}")
+        if self.keep_alive_s is not None and not self.keep_alive_s > 0:
+            raise ConfigError(f"keep_alive_s must be > 0 seconds (or None for the keep_alive policy), got "
+                              f"{self.keep_alive_s}")
+        keep_alive_policy(self.keep_alive)  # validates the name
+        if not self.scale_tick_s > 0:
+            raise ConfigError(f"scale_tick_s must be > 0 seconds, got {self.scale_tick_s}")
+        if not self.node_cpus >= 0 or not (isinstance(self.node_memory_bytes, int) and self.node_memory_bytes >= 0):
+            raise ConfigError(f"node_cpus={self.node_cpus!r} and node_memory_bytes={self.node_memory_bytes!r} "
+                              "must be >= 0 (0: the machine's)")
         if not self.queue_hint_interval_s >= 0:
             raise ConfigError(f"queue_hint_interval_s must be >= 0 seconds, got {self.queue_hint_interval_s}")
         names = [n.name for n in self.nodes]
@@ -231,114 +253,6 @@ def pool_key(workflow: str, version: int, function: str) -> str:
     return f"{workflow}/{function}" if version == 1 else f"{workflow}@{version}/{function}"
 
 
-# ---- one function: queue + dispatch slots ------------------------------------------------------------
-class _Pool:
-    def __init__(self, rt: LocalRuntime, spec: WorkflowSpec, function: str, version: int = 1,
-                 code_dir: str = "") -> None:
-        self.rt = rt
-        self.key = pool_key(spec.name, version, function)
-        self.version = version
-        self.node = rt.node_of(spec.name, function)
-        ident = rt.tenant_identity(spec.name)
-        self.init = Init(spec.name, function, spec.text, rt.config.scale, rt.transport_settings(self.node),
-                         rt.config.threads_per_worker, rt.device_of(spec.name, function),
-                         rt.gpu_of(spec.name, function), ident.uid if ident else -1, ident.gid if ident else -1,
-                         **rt.dedup.init_fields(spec.name), gpu_passing=rt.config.gpu_passing, code_dir=code_dir,
-                         version=version)
-        self.queue: deque[tuple[_Invocation, str]] = deque()
-        # The function's last compute time: what its SLO and its inputs' deadline derive from
-        # (policy.bandwidth; 0 until it has run once).
-        self.compute_s = 0.0
-        self.cv = threading.Condition()
-        self.closed = False
-        self.cold_starts = 0  # workers started because a request found none warm (not prewarming)
-        self.slots: list[Any] = [None] * rt.config.workers_per_function
-        self.last_used = [time.monotonic()] * len(self.slots)
-        self.threads = [threading.Thread(target=self._dispatch, args=(k,), name=f"gfaas-{self.key}-{k}", daemon=True)
-                        for k in range(len(self.slots))]
-
-    def start(self, prewarm: bool) -> None:
-        if prewarm:
-            for k in range(len(self.slots)):
-                self.slots[k] = self.rt.start_worker(self.init, self.node)
-        for t in self.threads:
-            t.start()
-
-    def submit(self, inv: _Invocation, function: str) -> None:
-        with self.cv:
-            if len(self.queue) >= self.rt.config.max_queue:
-                raise Overloaded(f"queue of {self.key} holds {len(self.queue)} requests (max_queue="
-                                 f"{self.rt.config.max_queue}); retry later or raise max_queue")
-            self.queue.append((inv, function))
-            self.cv.notify()
-        self.rt.queues_changed()
-
-    def position(self, invocation: str) -> int | None:
-        with self.cv:
-            for k, (inv, _) in enumerate(self.queue):
-                if inv.id == invocation:
-                    return k
-        return None
-
-    def positions(self) -> dict[str, int]:
-        """Invocation id -> requests ahead of its first entry, for the whole queue in one pass."""
-        out: dict[str, int] = {}
-        with self.cv:
-            for k, (inv, _) in enumerate(self.queue):
-                out.setdefault(inv.id, k)
-        return out
-
-    def close(self) -> None:
-        with self.cv:
-            self.closed = True
-            self.cv.notify_all()
-        for t in self.threads:
-            if t.ident is not None:  # a failed deploy closes pools whose threads never started
-                t.join(30)
-        for w in self.slots:
-            if w is not None:
-                w.stop()
-
-    def _dispatch(self, k: int) -> None:
-        keep = self.rt.config.keep_alive_s
-        while True:
-            with self.cv:
-                while not self.queue and not self.closed:
-                    self.cv.wait(timeout=min(keep, 5.0))
-                    idle = time.monotonic() - self.last_used[k]
-                    if not self.queue and self.slots[k] is not None and idle >= keep:
-                        log.info("stopping idle worker %s after %.0f s", self.slots[k].name, idle)
-                        self.slots[k].stop()
-                        self.slots[k] = None
-                if self.closed:
-                    return
-                inv, fn = self.queue.popleft()
-            self.rt.queues_changed()
-            self.last_used[k] = time.monotonic()
-            if inv.status == "failed":
-                self.rt.dropped(inv, fn)
-                continue
-            worker = self.slots[k]
-            cold = 0.0
-            if worker is None or not worker.alive():
-                t0 = time.perf_counter()
-                try:
-                    worker = self.slots[k] = self.rt.start_worker(self.init, self.node)
-                except FunctionFailed as exc:
-                    self.rt.failed(inv, fn, str(exc))
-                    continue
-                cold = time.perf_counter() - t0
-                self.cold_starts += 1
-            self.rt.run_task(inv, fn, worker, self, cold)
-            self.last_used[k] = time.monotonic()
-
-    def replace_dead(self, worker: Any) -> None:
-        for k, w in enumerate(self.slots):
-            if w is worker:
-                self.slots[k] = None
-        worker.stop()
-
-
 # ---- the runtime ----------------------------------------------------------------------------------
 class LocalRuntime:
     """Workflows on this machine. Use as a context manager, or call :meth:`close`."""
@@ -357,7 +271,7 @@ class LocalRuntime:
         self._deploying: set[str] = set()
         self._code: CodeStore | None = None  # code packages (runtime.codepkg), created on first use
         self._closed = False
-        self._pools: dict[str, _Pool] = {}
+        self._pools: dict[str, FunctionPool] = {}
         self._invs: dict[str, _Invocation] = {}
         self._finished: deque[str] = deque()
         self._closers: list[Callable[[], None]] = []
@@ -385,6 +299,9 @@ class LocalRuntime:
             raise
         if self.config.queue_hints:
             self._hinter = QueueHinter(self._hints, self._send_hint, self.config.queue_hint_interval_s)
+        self._res_lock = threading.Lock()  # the ledgers; taken before any pool's lock, never under one
+        self._ledgers: dict[str, Ledger] = {}
+        self._autoscaler = Autoscaler(lambda: list(self._pools.values()), self.config.scale_tick_s)
 
     def _logstore(self) -> LogStore:
         """The functions' logs (runtime.logs): in ``log_dir``, or a private directory removed at close."""
@@ -494,6 +411,93 @@ class LocalRuntime:
         netns = self._nodes[node].netns if node in self._nodes else ""
         return ProcessWorker(init, prefix=["ip", "netns", "exec", netns] if netns else None)
 
+    # -- scaling and resources (runtime.pool, policy.workerpool, policy.resources)
+    def default_scaling(self) -> ScalingSpec:
+        """The scaling of a function whose spec has no ``scaling:``: 0 to ``workers_per_function``
+        workers under the runtime's keep-alive policy."""
+        c = self.config
+        if c.keep_alive_s is not None:
+            return ScalingSpec(max=c.workers_per_function, keep_alive=f"fixed:{c.keep_alive_s / 60.0!r}",
+                               scale_to_zero_grace_s=min(30.0, c.keep_alive_s))
+        return ScalingSpec(max=c.workers_per_function, keep_alive=c.keep_alive)
+
+    def _ledger(self, node: str) -> Ledger:
+        """The node's capacity ledger (under ``_res_lock``)."""
+        led = self._ledgers.get(node)
+        if led is None:
+            c = self.config
+            cpus = c.node_cpus or float(len(os.sched_getaffinity(0)))
+            mem = c.node_memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            admin = self._admins.get(node)
+            gpus = [f"gpu{k}" for k in admin.devices] if admin is not None and admin.devices else []
+            led = self._ledgers[node] = Ledger(cpus, mem, gpus)
+        return led
+
+    def _new_pool(self, spec: WorkflowSpec, function: str, version: int, code_dir: str) -> FunctionPool:
+        f = spec.function(function)
+        node = self.node_of(spec.name, function)
+        res = f.resources or DEFAULT_RESOURCES
+        if res.gpus > 0 and f.kind != "gpu":
+            raise SpecError(f"function {function!r}: resources.gpus = {res.gpus} but its kind is cpu; a cpu "
+                            "function reserves no GPU (remove gpus, or make it kind: gpu)")
+        with self._res_lock:
+            try:
+                self._ledger(node).check_ever_fits(res, f"function {function!r}")
+            except ConfigError as exc:
+                raise SpecError(str(exc)) from None
+        ident = self.tenant_identity(spec.name)
+        init = Init(spec.name, function, spec.text, self.config.scale, self.transport_settings(node),
+                    self.config.threads_per_worker, self.device_of(spec.name, function),
+                    self.gpu_of(spec.name, function), ident.uid if ident else -1, ident.gid if ident else -1,
+                    **self.dedup.init_fields(spec.name), gpu_passing=self.config.gpu_passing, code_dir=code_dir,
+                    version=version)
+        return FunctionPool(self, pool_key(spec.name, version, function), node, init,
+                            f.scaling or self.default_scaling(), res, self.gpu_of(spec.name, function),
+                            self.config.max_queue, self.config.scale_tick_s)
+
+    def reserve(self, pool: FunctionPool, evict: bool = False) -> bool:
+        """Reserve a worker's resources for ``pool`` on its node; with ``evict``, stop idle workers of
+        other functions (above their min, the longest idle first) when that makes room. False: no room."""
+        with self._res_lock:
+            led = self._ledger(pool.node)
+            if not led.fits(pool.res, pool.gpu):
+                if not evict:
+                    return False
+                others = [p for p in self._pools.values() if p is not pool and p.node == pool.node]
+                cands = [c for p in others for c in p.candidates()]
+                victims = choose_evictions(led, pool.res, pool.gpu, cands)
+                if victims is None:
+                    return False
+                by_key = {p.key: p for p in others}
+                for v in victims:
+                    if by_key[v.key].evict(v.id):
+                        led.release(v.res, v.gpu)
+                        log.info("stopped an idle worker of %s to make room for %s", v.key, pool.key)
+                if not led.fits(pool.res, pool.gpu):
+                    return False
+            led.reserve(pool.res, pool.gpu)
+            return True
+
+    def release(self, pool: FunctionPool, res: Resources) -> None:
+        with self._res_lock:
+            self._ledger(pool.node).release(res, pool.gpu)
+        if getattr(self, "_autoscaler", None) is not None:
+            self._autoscaler.wake()  # a start that waited for room may fit now
+
+    def scaling_status(self, workflow: str) -> dict[str, Any]:
+        """Per function of the current version: workers by state (warm, idle, busy, starting), queue,
+        target, bounds, keep-alive policy, cold starts, worker-seconds and resources; and each node's
+        capacity and reservations. ``NotFound`` for a workflow that is not deployed."""
+        with self._lock:
+            cur = self._versions.current(workflow)
+            if cur is None:
+                raise NotFound(f"no workflow {workflow!r} is deployed; deployed: {sorted(self._specs)}")
+            pools = {f.name: self._pools.get(pool_key(workflow, cur.number, f.name)) for f in cur.spec.functions}
+        fns = {name: p.counts() for name, p in pools.items() if p is not None}
+        with self._res_lock:
+            nodes = {n: led.describe() for n, led in self._ledgers.items()}
+        return {"workflow": workflow, "version": cur.number, "functions": fns, "nodes": nodes}
+
     # -- RuntimeAPI
     def deploy(self, spec_text: str, code: bytes | None = None) -> str:
         """Deploy a workflow, or a new version of a deployed one (docs/deploying-code.md).
@@ -575,7 +579,7 @@ class LocalRuntime:
                     self._restore_gpus(spec.name, prior)
                     raise
             code_dir = str(stored.path) if stored is not None else ""
-            pools = [_Pool(self, spec, f.name, number, code_dir) for f in spec.functions]
+            pools = [self._new_pool(spec, f.name, number, code_dir) for f in spec.functions]
             try:
                 # Workers start (and load their models) side by side: a deploy takes about as long as
                 # its slowest function rather than the sum of them.
@@ -596,6 +600,7 @@ class LocalRuntime:
                 self._specs[spec.name] = spec
                 for p in pools:
                     self._pools[p.key] = p
+            self._autoscaler.wake()  # the new pools' first tick
         finally:
             with self._lock:
                 self._deploying.discard(spec.name)
@@ -653,7 +658,7 @@ class LocalRuntime:
             code.remove(workflow)
         log.info("undeployed %s (%d functions)", workflow, len(pools))
 
-    def _stop_pools(self, workflow: str, pools: list[_Pool], version: int | None, reason: str) -> None:
+    def _stop_pools(self, workflow: str, pools: list[FunctionPool], version: int | None, reason: str) -> None:
         """Close ``pools`` (a running task ends first) and fail the invocations of ``workflow`` (of
         ``version``; None: of any) that had not finished."""
         for p in pools:
@@ -663,7 +668,7 @@ class LocalRuntime:
                 if self._pools.get(p.key) is p:
                     del self._pools[p.key]
                 while p.queue:  # queued tasks never run: they no longer count against their invocation
-                    inv, _ = p.queue.popleft()
+                    inv, _, _ = p.queue.popleft()
                     inv.running -= 1
                     self._maybe_release(inv)
             for inv in [i for i in self._invs.values() if i.spec.name == workflow and i.result is None
@@ -921,6 +926,8 @@ class LocalRuntime:
 
     def close(self) -> None:
         self._closed = True
+        if getattr(self, "_autoscaler", None) is not None:
+            self._autoscaler.close()
         if self._hinter is not None:
             self._hinter.close()
             self._hinter = None
@@ -1004,7 +1011,7 @@ class LocalRuntime:
         if complete:
             self._complete(inv)
 
-    def run_task(self, inv: _Invocation, fn: str, worker: Any, pool: _Pool, cold_start_s: float = 0.0) -> None:
+    def run_task(self, inv: _Invocation, fn: str, worker: Any, pool: FunctionPool, cold_start_s: float = 0.0) -> None:
         started = time.perf_counter()
         inv.status = "running"
         f = inv.spec.function(fn)

@@ -25,7 +25,7 @@ import json
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -33,7 +33,9 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
-from ..errors import SpecError
+from ..errors import ConfigError, SpecError
+from ..policy.autoscale import ScalingSpec, parse_scaling
+from ..policy.resources import Resources, parse_resources
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _FN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -141,6 +143,9 @@ class FunctionSpec:
     accelerator: str | None = None
     # ``model: {file: PATH}``: an ONNX file inside the workflow's code package (gfaas.models.files)
     model_file: str | None = None
+    # ``scaling:`` and ``resources:`` (gfaas.policy.autoscale / .resources); None: the runtime's defaults
+    scaling: ScalingSpec | None = None
+    resources: Resources | None = None
 
     def load_handler(self) -> Callable[..., Any]:
         """Import the handler (``module:function``)."""
@@ -179,10 +184,20 @@ class WorkflowSpec:
                  "device": f.device, "accelerator": f.accelerator,
                  "inputs": {i.name: {"from": f"{i.source}.{i.output}", "when": str(i.when) if i.when else None}
                             for i in f.inputs},
-                 "outputs": {k: _decl_dict(v) for k, v in f.outputs.items()}}
+                 "outputs": {k: _decl_dict(v) for k, v in f.outputs.items()}} | _scaling_dict(f)
                 for f in self.functions
             ],
         }
+
+
+def _scaling_dict(f: FunctionSpec) -> dict[str, Any]:
+    """The declared ``scaling`` and ``resources`` of a function (absent when it declares none)."""
+    out: dict[str, Any] = {}
+    if f.scaling is not None:
+        out["scaling"] = {k.name: getattr(f.scaling, k.name) for k in fields(f.scaling)}
+    if f.resources is not None:
+        out["resources"] = f.resources.describe()
+    return out
 
 
 def _decl_dict(d: TypeDecl) -> dict[str, Any]:
@@ -321,7 +336,7 @@ def from_dict(doc: Any, *, check_handlers: bool = True, where: str = "spec", tex
 
 def _function(raw: Any, where: str, check_handlers: bool) -> FunctionSpec:
     d = _mapping(raw, where, {"name", "kind", "handler", "model", "slo_ms", "params", "inputs", "outputs", "device",
-                                "accelerator"},
+                                "accelerator", "scaling", "resources"},
                  {"name", "kind", "handler", "inputs", "outputs"})
     name = _name(d["name"], _FN, f"{where}: name")
     ctx = f"function {name!r}"
@@ -367,9 +382,16 @@ def _function(raw: Any, where: str, check_handlers: bool) -> FunctionSpec:
         raise SpecError(f"{ctx} has no inputs, so nothing can ever trigger it; give it at least one input")
     if not outs:
         raise SpecError(f"{ctx} declares no outputs; list what its handler returns under `outputs:`")
+    try:
+        scaling = parse_scaling(d["scaling"]) if d.get("scaling") is not None else None
+        resources = parse_resources(d["resources"]) if d.get("resources") is not None else None
+    except SpecError:
+        raise
+    except ConfigError as exc:
+        raise SpecError(f"{ctx}: {exc}") from None
     return FunctionSpec(name, kind, handler, tuple(ins), MappingProxyType(outs), model,
                         None if slo is None else float(slo), device, MappingProxyType(dict(params)), accelerator,
-                        model_file)
+                        model_file, scaling, resources)
 
 
 def _model_file(raw: dict[str, Any], ctx: str) -> str:

@@ -10,7 +10,7 @@ import logging
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from fastapi import Depends, FastAPI, Request
@@ -139,6 +139,15 @@ class _Gateway:
         self.tracker = _Tracker(runtime, self.registry, max_pending)
         self.registry.gauge_callback("gfaas_queue_depth", "Requests waiting per function.",
                                      ["workflow", "function"], self._queue_depths)
+        self.registry.gauge_callback("gfaas_function_workers", "Workers per function by state (warm = idle + busy; "
+                                     "starting = cold or pre-warm starts under way).",
+                                     ["workflow", "function", "state"], self._workers)
+        self.registry.gauge_callback("gfaas_function_cold_starts", "Worker starts made for waiting requests "
+                                     "(cold starts) per function since deploy.",
+                                     ["workflow", "function"], lambda: self._scaling("cold_starts"))
+        self.registry.gauge_callback("gfaas_function_worker_seconds", "Seconds of worker lifetime per function "
+                                     "since deploy (what the scaling costs).",
+                                     ["workflow", "function"], lambda: self._scaling("worker_seconds"))
         self._max_waiters = max_waiters
         self._limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = \
             weakref.WeakKeyDictionary()
@@ -155,6 +164,26 @@ class _Gateway:
             workflow, _, function = str(key).partition("/")
             out[(workflow, function)] = float(n)
         return out
+
+    def _statuses(self) -> list[dict[str, Any]]:
+        out = []
+        try:
+            for w in self.runtime.workflows():
+                try:
+                    out.append(self.runtime.scaling_status(w))
+                except NotFound:  # undeployed meanwhile
+                    continue
+        except Exception:
+            log.exception("runtime.scaling_status() failed; /metrics omits the worker gauges")
+        return out
+
+    def _workers(self) -> dict[tuple[str, ...], float]:
+        return {(st["workflow"], fn, state): float(c.get(state, 0)) for st in self._statuses()
+                for fn, c in st["functions"].items() for state in ("warm", "idle", "busy", "starting")}
+
+    def _scaling(self, field: str) -> dict[tuple[str, ...], float]:
+        return {(st["workflow"], fn): float(c.get(field, 0)) for st in self._statuses()
+                for fn, c in st["functions"].items()}
 
     async def wait(self, fn: Callable[[], T]) -> T:
         """Run a blocking wait in the waiting pool (not the pool quick requests use)."""

@@ -140,6 +140,13 @@ def versions(name: str, gw: GatewayDep) -> JSONResponse:
     return JSONResponse({"workflow": name, "versions": jsonable(gw.runtime.versions(name))})
 
 
+@router.get("/v1/workflows/{name}/status", response_model=dict[str, Any], responses=_responses(404))
+def status(name: str, gw: GatewayDep) -> JSONResponse:
+    """The workflow's workers per function (warm, idle, busy, starting), queues, scaling targets and
+    bounds, cold starts and worker-seconds, and the nodes' reservations (docs/autoscaling.md)."""
+    return JSONResponse(jsonable(gw.runtime.scaling_status(name)))
+
+
 @router.post("/v1/workflows/{name}/rollback", response_model=RollbackResponse, responses=_responses(400, 404, 422))
 async def rollback(name: str, req: RollbackRequest, gw: GatewayDep) -> dict[str, Any]:
     """Make an old version current again (as a new version): body ``{"version": N}``."""

@@ -1,0 +1,180 @@
+"""``gfaas bench autoscale``: bursty arrivals against the real runtime under three scaling policies.
+
+The arrivals are the bundled lambda-scale burst rates (1,007 per-second rates, ``gfaas.sim.bundled``)
+squeezed into ``duration_s`` and scaled so the busiest second offers ``peak_rps``; the arrivals in
+each step are Poisson (seeded), so every policy sees the same request times. One function,
+``gfaas.bench.autoscale_handlers:hold``, holds each request ``service_ms`` (a sleep: the bench
+measures scaling, not the two cores' arithmetic) on a worker that serves one request at a time.
+
+Policies (each on a fresh runtime, ``max`` workers the same):
+
+* ``always-warm``: ``min = max``, every worker started at deploy and kept;
+* ``fixed:<minutes>``: scale with the concurrency scaler, keep the last worker that long;
+* ``gfaas``: scale with the scaler, the ``gfaas`` keep-alive policy.
+
+The scaler aims at 0.7 requests in flight per worker (Knative's default target utilisation of 70%),
+a 60-second stable and 6-second panic window, sampling every 0.5 s.
+
+Each row gives requests, dropped (refused or failed), p50/p99 of the runtime's own end-to-end time
+per request, cold starts and worker-seconds over the replay. ``sim`` replays the same arrivals under
+``gfaas`` in :func:`gfaas.sim.autoscale.replay`, with the start and service times measured in the
+``always-warm`` run of the same process, so its cold-start count can be compared with ``real``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, Overloaded
+from ..policy.autoscale import ScalingSpec
+
+log = logging.getLogger("gfaas.bench")
+
+__all__ = ["burst_arrivals", "run"]
+
+SPEC = """
+name: bench-autoscale
+inputs: {{x: {{dtype: float32, shape: [-1]}}}}
+outputs: {{y: f.y}}
+functions:
+  - {{name: f, kind: cpu, handler: "gfaas.bench.autoscale_handlers:hold", params: {{seconds: {seconds}}},
+     inputs: {{x: input.x}}, outputs: {{y: null}},
+     scaling: {{min: {min}, max: {max}, keep_alive: "{keep}", stable_window_s: {stable}, panic_window_s: {panic},
+               target_concurrency: {tc}}},
+     resources: {{cpus: 0.1, memory: 64MiB}}}}
+"""
+
+
+def burst_arrivals(duration_s: float, peak_rps: float, seed: int = 0) -> np.ndarray:
+    """Request times (seconds, sorted) following the bundled burst rates squeezed into ``duration_s``."""
+    from ..sim.bundled import trace_path
+
+    if not duration_s > 0 or not peak_rps > 0:
+        raise ConfigError(f"duration_s={duration_s} and peak_rps={peak_rps} must be > 0")
+    rates = np.loadtxt(trace_path("lambdascale-burst"), dtype=float)
+    step = duration_s / len(rates)
+    lam = rates / rates.max() * peak_rps * step  # expected requests per step
+    rng = np.random.default_rng(seed)
+    counts = rng.poisson(lam)
+    times = np.concatenate([k * step + np.sort(rng.uniform(0, step, n)) for k, n in enumerate(counts)])
+    return np.sort(times)
+
+
+def _replay_real(policy: str, scaling: dict[str, Any], arrivals: np.ndarray, service_s: float, tick_s: float,
+                 say: Callable[[str], None]) -> dict[str, Any]:
+    from ..runtime.local import LocalRuntime, RuntimeConfig
+
+    spec = SPEC.format(seconds=service_s, **scaling)
+    cfg = RuntimeConfig(queue_hints=False, scale_tick_s=tick_s, max_queue=100_000)
+    with LocalRuntime(cfg) as rt:
+        rt.deploy(spec)
+        pool = rt._pools["bench-autoscale/f"]
+        before = pool.counts()
+        x = np.zeros(4, np.float32)
+        ids: list[str] = []
+        dropped = 0
+        t0 = time.monotonic()
+        for k, t in enumerate(arrivals):
+            delay = t0 + t - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            try:
+                ids.append(rt.submit("bench-autoscale", {"x": x}))
+            except Overloaded:
+                dropped += 1
+            if k % 500 == 0:
+                c = pool.counts()
+                say(f"  {policy}: {k}/{len(arrivals)} requests, {c['warm']} warm, {c['starting']} starting")
+        results = [rt.result(i, timeout=300) for i in ids]
+        elapsed = time.monotonic() - t0
+        after = pool.counts()
+    failed = sum(1 for r in results if not r.ok)
+    lat = np.array([r.breakdown.total_s for r in results if r.ok]) * 1e3
+    return {"policy": policy, "requests": len(arrivals), "dropped": dropped + failed,
+            "p50_ms": round(float(np.percentile(lat, 50)), 2), "p99_ms": round(float(np.percentile(lat, 99)), 2),
+            "cold_starts": after["cold_starts"] - before["cold_starts"],
+            "worker_seconds": round(after["worker_seconds"] - before["worker_seconds"], 2),
+            "starts": after["starts"] - before["starts"], "elapsed_s": round(elapsed, 2),
+            "start_s_mean": after["start_s_mean"], "median_latency_s": float(np.median(lat)) / 1e3}
+
+
+def run(*, duration_s: float = 90.0, target_concurrency: float = 0.7, peak_rps: float = 40.0, service_ms: float = 100.0, max_workers: int = 8,
+        fixed: str = "fixed:1", seed: int = 0, tick_s: float = 0.5, stable_window_s: float = 60.0,
+        panic_window_s: float = 6.0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the three policies and the simulator's replay; the document ``gfaas bench autoscale`` prints."""
+    from ..sim.autoscale import replay
+
+    say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
+    if not fixed.startswith("fixed:"):
+        raise ConfigError(f"fixed={fixed!r}: give a fixed keep-alive such as fixed:1")
+    arrivals = burst_arrivals(duration_s, peak_rps, seed)
+    service_s = service_ms / 1e3
+    common = {"max": max_workers, "stable": stable_window_s, "panic": panic_window_s, "tc": target_concurrency}
+    plans = [("always-warm", {"min": max_workers, "keep": "gfaas"}), (fixed, {"min": 0, "keep": fixed}),
+             ("gfaas", {"min": 0, "keep": "gfaas"})]
+    say(f"bench autoscale: {len(arrivals)} requests over {duration_s:g} s (peak {peak_rps:g}/s), "
+        f"{service_ms:g} ms each, up to {max_workers} workers")
+    rows = []
+    for name, p in plans:
+        say(f"- {name}")
+        rows.append(_replay_real(name, {**common, **p}, arrivals, service_s, tick_s, say))
+    warm = rows[0]
+    start_s = float(warm["start_s_mean"] or 0.5)
+    svc = float(warm["median_latency_s"])
+    gspec = ScalingSpec(max=max_workers, keep_alive="gfaas", stable_window_s=stable_window_s,
+                        panic_window_s=panic_window_s, target_concurrency=target_concurrency)
+    sim = replay(arrivals.tolist(), gspec, service_s=svc, start_s=start_s, tick_s=tick_s,
+                 end_s=float(rows[2]["elapsed_s"]))
+    real = rows[2]
+    out_rows = [{k: r[k] for k in ("policy", "requests", "dropped", "p50_ms", "p99_ms", "cold_starts",
+                                   "worker_seconds", "starts", "elapsed_s")} for r in rows]
+    ratio = real["p99_ms"] / warm["p99_ms"] if warm["p99_ms"] else float("inf")
+    ws = real["worker_seconds"] / warm["worker_seconds"] if warm["worker_seconds"] else float("inf")
+    sim_err = (sim.cold_starts - real["cold_starts"]) / real["cold_starts"] if real["cold_starts"] else None
+    return {"policies": out_rows,
+            "sim": {"cold_starts": sim.cold_starts, **sim.as_dict(), "start_s": round(start_s, 4),
+                    "service_s": round(svc, 4)},
+            "real": {"cold_starts": real["cold_starts"]},
+            "checks": {"gfaas_p99_over_always_warm": round(ratio, 3),
+                       "gfaas_worker_seconds_over_always_warm": round(ws, 3),
+                       "sim_cold_starts_error": None if sim_err is None else round(sim_err, 3),
+                       "dropped": sum(r["dropped"] for r in rows)},
+            "workload": {"trace": "lambdascale-burst", "duration_s": duration_s, "peak_rps": peak_rps,
+                         "service_ms": service_ms, "max_workers": max_workers, "seed": seed, "tick_s": tick_s,
+                         "target_concurrency": target_concurrency,
+                         "stable_window_s": stable_window_s, "panic_window_s": panic_window_s,
+                         "requests": int(len(arrivals))}}
+
+
+def main(a: Any) -> int:
+    """The CLI entry (``gfaas bench autoscale``)."""
+    import json
+
+    from ..provenance import provenance
+
+    kw: dict[str, Any] = {"duration_s": 20.0, "peak_rps": 30.0, "stable_window_s": 10.0} if a.quick else {}
+    if getattr(a, "duration", None):
+        kw["duration_s"] = float(a.duration)
+    res = run(**kw)
+    res["provenance"] = provenance()
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=2)
+    if a.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    print(f"{'policy':12s} {'requests':>8} {'dropped':>7} {'p50 ms':>8} {'p99 ms':>8} {'cold':>5} {'worker-s':>9}")
+    for r in res["policies"]:
+        print(f"{r['policy']:12s} {r['requests']:>8} {r['dropped']:>7} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+              f"{r['cold_starts']:>5} {r['worker_seconds']:>9.1f}")
+    c = res["checks"]
+    print(f"gfaas p99 / always-warm p99 = {c['gfaas_p99_over_always_warm']}; worker-seconds ratio = "
+          f"{c['gfaas_worker_seconds_over_always_warm']}; sim cold starts {res['sim']['cold_starts']} vs real "
+          f"{res['real']['cold_starts']}")
+    return 0

@@ -1,0 +1,379 @@
+"""One function's workers and queue, scaled by the shared policy (issue 22, item 2).
+
+A :class:`FunctionPool` keeps a FIFO queue of tasks and a set of worker slots. Each slot is one
+worker (a process, a Ray actor, or in-process) and one thread that starts it, then takes tasks from
+the queue until it is told to stop; a task never creates a thread or a process. How many slots
+there are is decided by :class:`gfaas.policy.workerpool.WorkerPoolPolicy`, the object the
+autoscaling simulator (:mod:`gfaas.sim.autoscale`) calls too: after each arrival and completion,
+and on the runtime's tick (:class:`Autoscaler`), where the scaler samples the concurrency.
+
+A start first reserves the function's ``resources`` on its node's ledger (the runtime's
+``reserve``); when they do not fit and requests wait for the start (or it is one of the function's
+``min`` workers), idle workers of other functions are stopped to make room (the policy's
+:func:`~gfaas.policy.resources.choose_evictions`); when even that does not make room the start
+waits, its requests stay queued, and it is tried again on the next tick or when a worker stops.
+
+Cold starts: a start made while requests wait for a worker is one (the policy decides which);
+the first task such a worker runs carries ``cold_start_s``, the part of its wait spent on the start.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FunctionFailed, Overloaded
+from ..policy.autoscale import ScalingSpec
+from ..policy.resources import Candidate, Resources
+from ..policy.workerpool import PoolDecision, WorkerPoolPolicy, WorkerView
+
+if TYPE_CHECKING:
+    from .worker import Init
+
+log = logging.getLogger("gfaas.runtime")
+
+
+@dataclass
+class _Slot:
+    id: int
+    state: str  # starting | idle | busy | stopping
+    since: float  # when it entered its state (monotonic)
+    started: float  # when its start began
+    cold: bool  # started for waiting requests: its first task carries the wait
+    worker: Any = None
+    ready: float = 0.0
+    tasks: int = 0
+    released: bool = False  # its reservation was handed to another start (an eviction)
+    thread: threading.Thread | None = None
+
+
+class FunctionPool:
+    """The queue and scaled workers of one function of one workflow version."""
+
+    def __init__(self, rt: Any, key: str, node: str, init: Init, scaling: ScalingSpec, res: Resources,
+                 gpu: str, max_queue: int, tick_s: float) -> None:
+        self.rt, self.key, self.node, self.init = rt, key, node, init
+        self.scaling, self.res, self.gpu = scaling, res, gpu
+        self.max_queue = max_queue
+        self.policy = WorkerPoolPolicy(scaling, tick_s)
+        self.queue: deque[tuple[Any, str, float]] = deque()  # (invocation, function, enqueued)
+        # The function's last compute time: what its SLO and its inputs' deadline derive from
+        # (policy.bandwidth; 0 until it has run once).
+        self.compute_s = 0.0
+        self.cv = threading.Condition()
+        self.closed = False
+        self.cold_starts = 0  # starts for waiting requests (the policy's rule)
+        self.starts = 0
+        self.stops = 0
+        self.deferred = 0  # starts that waited for resources
+        self.worker_seconds = 0.0  # of stopped workers (live ones are added in counts())
+        self.start_s: deque[float] = deque(maxlen=64)  # how long recent starts took (ready - began)
+        self.target = 0
+        self.next_check: float | None = None
+        self._slots: dict[int, _Slot] = {}
+        self._ids = itertools.count()
+
+    # -- views
+    @property
+    def slots(self) -> list[Any]:
+        """The live workers (started and not stopping), oldest first."""
+        with self.cv:
+            return [s.worker for s in self._slots.values() if s.worker is not None and s.state in ("idle", "busy")]
+
+    def _views(self) -> list[WorkerView]:
+        return [WorkerView(s.id, "starting" if s.state == "starting" else s.state, s.since)  # type: ignore[arg-type]
+                for s in self._slots.values() if s.state != "stopping"]
+
+    def counts(self, now: float | None = None) -> dict[str, Any]:
+        """Workers by state, queue length, cold starts and worker-seconds (status and /metrics)."""
+        now = time.monotonic() if now is None else now
+        with self.cv:
+            states = [s.state for s in self._slots.values()]
+            live_s = sum(now - s.started for s in self._slots.values())
+            return {"warm": states.count("idle") + states.count("busy"), "idle": states.count("idle"),
+                    "busy": states.count("busy"), "starting": states.count("starting"),
+                    "stopping": states.count("stopping"), "queued": len(self.queue), "target": self.target,
+                    "min": self.scaling.min, "max": self.scaling.max, "keep_alive": self.scaling.keep_alive,
+                    "cold_starts": self.cold_starts, "starts": self.starts, "stops": self.stops,
+                    "deferred_starts": self.deferred, "worker_seconds": round(self.worker_seconds + live_s, 3),
+                    "start_s_mean": round(sum(self.start_s) / len(self.start_s), 4) if self.start_s else None,
+                    "resources": self.res.describe()}
+
+    def candidates(self) -> list[Candidate]:
+        """Idle workers above the function's minimum, longest idle first (what an eviction may stop)."""
+        with self.cv:
+            idle = sorted((s for s in self._slots.values() if s.state == "idle"), key=lambda s: s.since)
+            spare = len([s for s in self._slots.values() if s.state != "stopping"]) - self.scaling.min
+            return [Candidate(self.key, s.id, self.res, self.gpu, s.since) for s in idle[:max(0, spare)]]
+
+    def position(self, invocation: str) -> int | None:
+        with self.cv:
+            for k, (inv, _, _) in enumerate(self.queue):
+                if inv.id == invocation:
+                    return k
+        return None
+
+    def positions(self) -> dict[str, int]:
+        """Invocation id -> requests ahead of its first entry, for the whole queue in one pass."""
+        out: dict[str, int] = {}
+        with self.cv:
+            for k, (inv, _, _) in enumerate(self.queue):
+                out.setdefault(inv.id, k)
+        return out
+
+    # -- lifecycle
+    def start(self, prewarm: bool) -> None:
+        """At deploy: start ``min`` workers (at least one with ``prewarm``) before returning, so a
+        handler that does not import fails the deploy."""
+        now = time.monotonic()
+        if prewarm:  # the pre-warmed worker is kept as if just used; without, nothing starts before a request
+            with self.cv:
+                self.policy.deployed(now)
+        n = max(self.scaling.min, 1 if prewarm else 0)
+        for k in range(n):
+            if not self.rt.reserve(self, evict=k < self.scaling.min):
+                log.warning("%s: no room on node %s for a pre-warmed worker (resources %s); it starts on demand",
+                            self.key, self.node, self.res.describe())
+                break
+            slot = self._new_slot(now, cold=False)
+            assert slot is not None
+            try:
+                worker = self.rt.start_worker(self.init, self.node)
+            except BaseException:
+                with self.cv:
+                    self._slots.pop(slot.id, None)
+                self.rt.release(self, self.res)
+                raise
+            t = time.monotonic()
+            with self.cv:
+                slot.worker, slot.state, slot.since, slot.ready = worker, "idle", t, t
+                self.start_s.append(t - slot.started)
+            self._spawn(slot)
+
+    def submit(self, inv: Any, function: str) -> None:
+        now = time.monotonic()
+        with self.cv:
+            if self.closed:
+                raise Overloaded(f"{self.key} is shutting down; retry on the current version")
+            if len(self.queue) >= self.max_queue:
+                raise Overloaded(f"queue of {self.key} holds {len(self.queue)} requests (max_queue="
+                                 f"{self.max_queue}); retry later or raise max_queue")
+            self.queue.append((inv, function, now))
+            self.policy.arrival(now)
+            d = self._decide(now, sample=False)
+            self.cv.notify()  # one idle worker takes it
+        self.rt.queues_changed()
+        self.apply(d)
+
+    def tick(self, now: float) -> float | None:
+        """The autoscaler's periodic decision (the scaler samples here); returns when to tick again."""
+        with self.cv:
+            if self.closed:
+                return None
+            d = self._decide(now, sample=True)
+        self.apply(d)
+        return d.next_check
+
+    def _decide(self, now: float, sample: bool) -> PoolDecision:  # under self.cv
+        d = self.policy.decide(now, len(self.queue), self._views(), sample=sample)
+        self.target, self.next_check = d.target, d.next_check
+        return d
+
+    def apply(self, d: PoolDecision) -> None:
+        """Carry out a decision: stop the named idle workers, start what fits (the rest waits)."""
+        if d.stop:
+            with self.cv:
+                for sid in d.stop:
+                    s = self._slots.get(sid)
+                    if s is not None and s.state == "idle":
+                        s.state = "stopping"
+                self.cv.notify_all()
+        now = time.monotonic()
+        for k in range(d.start):
+            if self.closed:
+                return
+            # Only a start for waiting requests may stop another function's idle worker: a pre-warm
+            # that pushed out a warm worker would only move the cold start elsewhere.
+            if not self.rt.reserve(self, evict=k < d.cold):
+                with self.cv:
+                    self.deferred += 1
+                log.info("%s: start deferred, node %s has no room for resources %s", self.key, self.node,
+                         self.res.describe())
+                return
+            slot = self._new_slot(now, cold=k < d.cold, bound=True)
+            if slot is None:  # another decision started it meanwhile
+                self.rt.release(self, self.res)
+                return
+            self._spawn(slot)
+
+    def _new_slot(self, now: float, cold: bool, bound: bool = False) -> _Slot | None:
+        """A slot in state starting; with ``bound``, only while the live count is under the current
+        target and ``max`` (two decisions made side by side must not both start the same worker)."""
+        with self.cv:
+            live = sum(1 for s in self._slots.values() if s.state != "stopping")
+            if bound and live >= min(self.target, self.scaling.max):
+                return None
+            slot = _Slot(next(self._ids), "starting", now, now, cold)
+            self._slots[slot.id] = slot
+            self.starts += 1
+            if cold:
+                self.cold_starts += 1
+        return slot
+
+    def _spawn(self, slot: _Slot) -> None:
+        slot.thread = threading.Thread(target=self._serve, args=(slot,), name=f"gfaas-{self.key}-{slot.id}",
+                                       daemon=True)
+        slot.thread.start()
+
+    def evict(self, sid: int) -> bool:
+        """Stop an idle worker to make room for another function's (the reservation is handed over
+        now, so its thread does not release it); False if it is no longer idle."""
+        with self.cv:
+            s = self._slots.get(sid)
+            if s is None or s.state != "idle":
+                return False
+            s.state, s.released = "stopping", True
+            self.cv.notify_all()
+        return True
+
+    def replace_dead(self, worker: Any) -> None:
+        """A worker died during a task: its slot ends (the policy starts another if one is needed)."""
+        with self.cv:
+            for s in self._slots.values():
+                if s.worker is worker:
+                    s.state = "stopping"
+        worker.stop()
+
+    def close(self) -> None:
+        with self.cv:
+            self.closed = True
+            for s in self._slots.values():
+                s.state = "stopping" if s.state in ("idle", "starting") else s.state
+            self.cv.notify_all()
+            threads = [s.thread for s in self._slots.values() if s.thread is not None]
+        for t in threads:
+            t.join(30)
+
+    # -- a slot's thread
+    def _serve(self, slot: _Slot) -> None:
+        try:
+            if slot.worker is None and not self._start(slot):
+                return
+            self._loop(slot)
+        finally:
+            self._end(slot)
+
+    def _start(self, slot: _Slot) -> bool:
+        try:
+            worker = self.rt.start_worker(self.init, self.node)
+        except FunctionFailed as exc:
+            log.warning("%s: a worker did not start: %s", self.key, exc)
+            with self.cv:
+                slot.state = "stopping"
+                others = any(s.state in ("idle", "busy", "starting") for s in self._slots.values() if s is not slot)
+                failing = [] if others else list(self.queue)
+                if failing:
+                    self.queue.clear()
+            for inv, fn, _ in failing:  # nothing else can run them: they fail with the start's error
+                self.rt.failed(inv, fn, str(exc))
+            return False
+        now = time.monotonic()
+        with self.cv:
+            slot.worker, slot.ready = worker, now
+            self.start_s.append(now - slot.started)
+            if slot.state == "stopping" or self.closed:
+                return True  # told to stop while starting: _loop ends at once
+            slot.state, slot.since = "idle", now
+            d = self._decide(now, sample=False)
+        self.apply(d)
+        return True
+
+    def _loop(self, slot: _Slot) -> None:
+        while True:
+            with self.cv:
+                while not self.queue and slot.state == "idle" and not self.closed:
+                    self.cv.wait()
+                if slot.state != "idle" or self.closed:
+                    return  # told to stop, or the pool closed (its queued tasks are failed by the runtime)
+                inv, fn, enqueued = self.queue.popleft()
+                slot.state, slot.since = "busy", time.monotonic()
+                cold_s = 0.0
+                if slot.cold and slot.tasks == 0 and enqueued < slot.ready:
+                    cold_s = slot.ready - max(enqueued, slot.started)
+                slot.tasks += 1
+            self.rt.queues_changed()
+            if inv.status == "failed":
+                self.rt.dropped(inv, fn)
+            else:
+                self.rt.run_task(inv, fn, slot.worker, self, cold_s)
+            now = time.monotonic()
+            with self.cv:
+                if slot.state == "busy":
+                    if slot.worker.alive():
+                        slot.state, slot.since = "idle", now
+                    else:
+                        slot.state = "stopping"
+                self.policy.done(now)
+                d = self._decide(now, sample=False)
+            self.apply(d)
+
+    def _end(self, slot: _Slot) -> None:
+        if slot.worker is not None:
+            try:
+                slot.worker.stop()
+            except Exception:  # noqa: BLE001 - the slot ends whatever the worker says
+                log.exception("%s: stopping worker %s failed", self.key, getattr(slot.worker, "name", "?"))
+        now = time.monotonic()
+        with self.cv:
+            self._slots.pop(slot.id, None)
+            self.worker_seconds += now - slot.started
+            self.stops += 1
+            closed = self.closed
+        if not slot.released:
+            self.rt.release(self, self.res)
+        if not closed:  # a request may wait for a replacement (a worker that died, or was evicted)
+            with self.cv:
+                d = self._decide(now, sample=False)
+            self.apply(d)
+
+
+class Autoscaler:
+    """The runtime's one scaling thread: ticks every pool while any is active, else sleeps until the
+    earliest keep-alive change (a pre-warm or an expiry) or until woken (a deploy, a freed reservation)."""
+
+    def __init__(self, pools: Any, tick_s: float) -> None:
+        self._pools = pools  # callable -> list of FunctionPool
+        self.tick_s = tick_s
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="gfaas-autoscaler", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop:
+            now = time.monotonic()
+            nxt: float | None = None
+            for p in self._pools():
+                try:
+                    n = p.tick(now)
+                except Exception:  # noqa: BLE001 - one pool's failure must not stop the others' scaling
+                    log.exception("autoscaler: %s", p.key)
+                    n = now + self.tick_s
+                if n is not None:
+                    nxt = n if nxt is None else min(nxt, n)
+            wait = None if nxt is None else max(0.0, nxt - time.monotonic())
+            self._wake.wait(wait)
+            self._wake.clear()
+
+    def close(self) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join(10)
