@@ -113,7 +113,8 @@ def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float, st
         push(t, "arrive")
     push(0.0, "tick")
     last = times[-1] if times else 0.0
-    horizon = end_s if end_s is not None else None
+    horizon = end_s
+    clock = 0.0
     while events:
         now, _, _, kind, wid = heapq.heappop(events)
         if horizon is not None and now > horizon:
@@ -135,11 +136,16 @@ def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float, st
             pol.done(now)
             dispatch(now)
             act(now, sample=False)
-        else:  # tick: keep ticking while requests remain or anything is up
+        else:  # tick: on until the horizon; without one, until no request is left and only min workers are up
             act(now, sample=True)
-            if now < last or queue or running or any(w.state == "starting" for w in workers.values()) or horizon is not None and now + tick_s <= horizon:
+            if horizon is not None:
+                more = now + tick_s <= horizon
+            else:
+                more = now < last or bool(queue or running) or len(workers) > spec.min
+            if more:
                 push(now + tick_s, "tick")
-    stop_at = horizon if horizon is not None else max([last, *[t for t, *_ in events]])
+        clock = now
+    stop_at = horizon if horizon is not None else clock
     worker_s += sum(max(0.0, stop_at - w.started) for w in workers.values())
     lat = np.asarray(latencies, dtype=float) * 1e3
     p50, p99 = (float(np.percentile(lat, 50)), float(np.percentile(lat, 99))) if len(lat) else (0.0, 0.0)
