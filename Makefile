@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results
+.PHONY: accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -107,3 +107,9 @@ keepalive-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make keepalive-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas sim keepalive --policies fixed:10,fixed:60,hybrid,gfaas,gfaas:300 --json \
 		--out $(R)/keepalive.json --figure docs/autoscaling.png > /dev/null
+
+# Scaling on the real runtime (about 5 minutes on 2 cores; not in `results`): bursty arrivals under
+# always-warm, fixed:1 and gfaas, and the simulator's replay of the same arrivals (docs/autoscaling.md).
+autoscale-results: $(STAMP)
+	@git diff --quiet -- src benchmarks/*.py || { echo "make autoscale-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/gfaas bench autoscale --json --out $(R)/autoscale.json > /dev/null
