@@ -113,3 +113,4 @@ keepalive-results: $(STAMP)
 autoscale-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make autoscale-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas bench autoscale --json --out $(R)/autoscale.json > /dev/null
+	$(BIN)/python benchmarks/autoscale_tables.py $(R)/autoscale.json --write docs/autoscaling.md
