@@ -1,7 +1,7 @@
 """Where an embedded tiny invocation's time goes (issue 23, item 1): the tools behind docs/performance.md.
 
 The workflow is ``gfaas bench overload``'s (``gen`` makes a 1 KiB float32 array from a size, ``red`` sums a
-strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a time. Three modes:
+strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a time. Four modes:
 
 * ``loop``: just the loop, to run under a sampling profiler (py-spy is not a dependency: ``pip install
   py-spy``); prints the p50 and each process's CPU milliseconds per invocation::
@@ -16,6 +16,8 @@ strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a tim
 * ``timeline``: the moments one invocation passes on its critical path, noted by wrappers around the
   runtime's own steps (this process; a worker's share comes from the timings its reply carries).
   Prints the median time between consecutive moments.
+* ``registry``: the data-plane open + end of one invocation against a daemon process while 0, 100,
+  500 and 1,000 others stay open.
 
 The wrappers are installed by this script at run time; the library is not changed. Add ``--json`` for
 one JSON document on stdout.
@@ -76,7 +78,7 @@ def _wrap(owner: Any, attr: str, before: Callable[..., None] | None = None,
 
 # ---- count ---------------------------------------------------------------------------------------
 @contextmanager
-def _daemon_in_thread(run_dir: str, counts: Counter[str]) -> Iterator[Any]:
+def _daemon_in_thread(run_dir: str, counts: Counter[str], busy: defaultdict[str, float]) -> Iterator[Any]:
     from gfaas.config import NodeConfig
     from gfaas.dataplane import daemon as dmod
     from gfaas.dataplane import protocol as P
@@ -96,7 +98,11 @@ def _daemon_in_thread(run_dir: str, counts: Counter[str]) -> Iterator[Any]:
         kind = type(msg).__name__
         counts[kind + (" (one-way)" if isinstance(msg, asynchronous) else "")] += 1
 
-    undo = [_wrap(dmod.Daemon, "_handle", before=lambda self, conn, data: seen(conn, data))]
+    def timed_run(dt: float, self: Any, conn: Any, msg: Any, handler: Any) -> None:
+        busy[type(msg).__name__] += dt
+
+    undo = [_wrap(dmod.Daemon, "_handle", before=lambda self, conn, data: seen(conn, data)),
+            _wrap(dmod.Daemon, "_run", after=timed_run)]
     orig_scan_all = dmod.Daemon._scan_all
 
     def scan_all(self: Any) -> int:
@@ -139,6 +145,7 @@ def count(n: int, concurrency: int = 1) -> dict[str, Any]:
     from gfaas.runtime import worker as wmod
 
     counts: Counter[str] = Counter()
+    busy: defaultdict[str, float] = defaultdict(float)  # message type -> daemon seconds (handler, reply, settle)
     run_dir = tempfile.mkdtemp(prefix="gfaas-prof-", dir="/tmp")
     undo = [
         _wrap(wmod.ProcessWorker, "run", before=lambda *a, **k: counts.update(["worker Task -> Done round trip"])),
@@ -152,18 +159,21 @@ def count(n: int, concurrency: int = 1) -> dict[str, Any]:
     ]
     threads_before = threading.active_count()
     try:
-        with _daemon_in_thread(run_dir, counts) as node, \
+        with _daemon_in_thread(run_dir, counts, busy) as node, \
                 LocalRuntime(RuntimeConfig(nodes=(node,))) as rt:
             rt.deploy(SPEC)
             _loop(rt, 20)
             time.sleep(0.3)  # queue hints of the warm-up go out
             counts.clear()
+            busy.clear()
             threads_mid = threading.active_count()
             t0 = time.perf_counter()
             _closed_loop(rt, n, concurrency)
             wall = time.perf_counter() - t0
             time.sleep(0.3)
             snapshot = Counter(counts)
+            daemon_us = {k: round(v / max(1, snapshot.get(k, 0) or snapshot.get(k + " (one-way)", 0)) * 1e6, 1)
+                         for k, v in busy.items()}
             threads_after = threading.active_count()
     finally:
         for u in undo:
@@ -171,6 +181,7 @@ def count(n: int, concurrency: int = 1) -> dict[str, Any]:
         shutil.rmtree(run_dir, ignore_errors=True)
     per = {k: round(v / n, 2) for k, v in sorted(snapshot.items(), key=lambda kv: -kv[1])}
     return {"invocations": n, "concurrency": concurrency, "per_invocation": per, "wall_s": round(wall, 2),
+            "daemon_us_per_message": dict(sorted(daemon_us.items(), key=lambda kv: -kv[1])),
             "threads": {"before_runtime": threads_before, "warm": threads_mid, "after_loop": threads_after},
             "note": "daemon in a thread of this process (same Daemon class); RuntimeConfig(nodes=...) otherwise "
                     "default; a one-way message has no reply"}
@@ -310,6 +321,39 @@ def timeline(n: int) -> dict[str, Any]:
                     "for it (step 'locked')"}
 
 
+# ---- registry -------------------------------------------------------------------------------------
+def registry(n: int, open_counts: tuple[int, ...] = (0, 100, 500, 1000)) -> dict[str, Any]:
+    """Admin.open_invocation + end_invocation round trips (p50) against a node daemon process while
+    ``k`` other invocations stay open: what one invocation's data-plane lifecycle costs under load."""
+    from gfaas.config import NodeConfig
+    from gfaas.dataplane.client import Admin
+    from gfaas.dataplane.local import LocalNode
+
+    run_dir = tempfile.mkdtemp(prefix="gfaas-prof-", dir="/tmp")
+    cfg = NodeConfig(node_id="rt0", socket_path=os.path.join(run_dir, "node.sock"),
+                     state_dir=os.path.join(run_dir, "state"), capacity_bytes=2**30)
+    fns = ["gen", "red", "gateway"]
+    rows = []
+    try:
+        with LocalNode(cfg), Admin(cfg.socket_path, state_dir=cfg.state_dir) as admin:
+            held: list[Any] = []
+            for k in open_counts:
+                while len(held) < k:
+                    held.append(admin.open_invocation("overload", fns))
+                ts = []
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    admin.end_invocation(admin.open_invocation("overload", fns))
+                    ts.append(time.perf_counter() - t0)
+                size = os.path.getsize(os.path.join(cfg.state_dir, "invocations.json"))
+                rows.append({"open_invocations": k, "open_end_p50_ms": round(float(np.median(ts)) * 1e3, 3),
+                             "registry_bytes": size})
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return {"pairs_per_row": n, "rows": rows,
+            "note": "each open and each end rewrites <state_dir>/invocations.json (Daemon._save_registry)"}
+
+
 def _cpu_by_process() -> dict[str, float]:
     """CPU seconds (user+sys) of this process and each child, by role (from /proc; 10 ms ticks)."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -335,7 +379,7 @@ def _cpu_by_process() -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("mode", choices=["loop", "count", "timeline"])
+    p.add_argument("mode", choices=["loop", "count", "timeline", "registry"])
     p.add_argument("--n", type=int, default=300, help="invocations measured (after a warm-up)")
     p.add_argument("--concurrency", type=int, default=1, help="count: invocations kept in flight (default 1)")
     p.add_argument("--json", action="store_true")
@@ -357,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
                                "cpu_ms_per_invocation": {k: round((cpu1.get(k, 0.0) - v) / a.n * 1e3, 3)
                                                          for k, v in cpu0.items()}}
     else:
-        doc = count(a.n, a.concurrency) if a.mode == "count" else timeline(a.n)
+        doc = count(a.n, a.concurrency) if a.mode == "count" else timeline(a.n) if a.mode == "timeline" \
+            else registry(a.n)
     if a.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -368,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
             elif k == "steps":
                 for st in v:
                     print(f"  {st['p50_ms']:7.3f} ms  {st['step']:15s} {st['what']}")
+            elif k == "rows":
+                for row in v:
+                    print(f"  {row}")
             else:
                 print(f"{k}: {v}")
     return 0
