@@ -26,6 +26,7 @@ one JSON document on stdout.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -54,6 +55,15 @@ def _loop(rt: LocalRuntime, n: int) -> list[float]:
         ts.append(time.perf_counter() - t0)
         assert res.status == "done", res.error
     return ts
+
+
+def _pool_class() -> Any:
+    """The runtime's per-function pool class: ``local._Pool`` in the code profiled here; a later
+    runtime keeps its pools in ``runtime.pool`` (imported by name, so this file runs on both)."""
+    from gfaas.runtime import local as lmod
+
+    cls = getattr(lmod, "_Pool", None)
+    return cls if cls is not None else importlib.import_module("gfaas.runtime.pool").FunctionPool
 
 
 def _wrap(owner: Any, attr: str, before: Callable[..., None] | None = None,
@@ -149,7 +159,7 @@ def count(n: int, concurrency: int = 1) -> dict[str, Any]:
     run_dir = tempfile.mkdtemp(prefix="gfaas-prof-", dir="/tmp")
     undo = [
         _wrap(wmod.ProcessWorker, "run", before=lambda *a, **k: counts.update(["worker Task -> Done round trip"])),
-        _wrap(lmod._Pool, "submit", before=lambda *a, **k: counts.update(["hand-off to a dispatcher thread"])),
+        _wrap(_pool_class(), "submit", before=lambda *a, **k: counts.update(["hand-off to a dispatcher thread"])),
         _wrap(lmod.LocalRuntime, "queues_changed", before=lambda *a, **k: counts.update(["queue hinter pokes"])),
         _wrap(lmod.LocalRuntime, "_send_hint", before=lambda *a, **k: counts.update(["queue hints sent"])),
         _wrap(lmod.LocalRuntime, "_gateway_transport",
@@ -249,10 +259,15 @@ def timeline(n: int) -> dict[str, Any]:
                 mark(key)
         return f
 
+    task = threading.local()  # the function whose task this dispatcher thread is running
+
+    def dispatched(self: Any, inv: Any, fn: str, *a: Any, **k: Any) -> None:
+        task.fn = fn
+        mark(f"{fn}_dispatched")
+
     def fn_mark(suffix: str) -> Callable[..., None]:
         def f(*a: Any, **k: Any) -> None:
-            fn = threading.current_thread().name.rsplit("/", 1)[-1].rsplit("-", 1)[0]
-            mark(f"{fn}_{suffix}")
+            mark(f"{getattr(task, 'fn', '?')}_{suffix}")
         return f
 
     def gw_connected(*a: Any, **k: Any) -> None:
@@ -279,8 +294,8 @@ def timeline(n: int) -> dict[str, Any]:
         _wrap(lmod.LocalRuntime, "_gateway_transport", after=gw_connected),
         _wrap(tmod.GfaasTransport, "put", after=on_main("input_put")),
         _wrap(tmod.GfaasTransport, "close", after=on_main("gw_closed")),
-        _wrap(lmod._Pool, "submit", before=lambda pool, inv, fn: mark(f"{fn}_queued")),
-        _wrap(lmod.LocalRuntime, "run_task", before=lambda self, inv, fn, *a, **k: mark(f"{fn}_dispatched")),
+        _wrap(_pool_class(), "submit", before=lambda pool, inv, fn: mark(f"{fn}_queued")),
+        _wrap(lmod.LocalRuntime, "run_task", before=dispatched),
         _wrap(wmod, "_daemon_connection", after=fn_mark("conn")),
         _wrap(wmod.ProcessWorker, "run", after=fn_mark("reply")),
         _wrap(lmod.LocalRuntime, "_complete", before=lambda *a, **k: mark("complete")),
