@@ -188,6 +188,10 @@ def cmd_bench(a: argparse.Namespace) -> int:
         from .bench.autoscale import main as bench_autoscale
 
         return bench_autoscale(a)
+    if a.what == "overload":
+        from .bench.overload import main as bench_overload
+
+        return bench_overload(a)
     print(f"gfaas bench {a.what}: not built yet (later issues)", file=sys.stderr)
     return 2
 
@@ -238,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser("bench", help="benchmarks against real peers, in one run")
-    b.add_argument("what", choices=["dataplane", "pipeline", "sim", "simscale", "accel", "dedup", "scale", "autoscale"])
+    b.add_argument("what", choices=["dataplane", "pipeline", "sim", "simscale", "accel", "dedup", "scale", "autoscale",
+                                    "overload"])
     b.add_argument("--json", action="store_true")
     b.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (smoke test)")
     b.add_argument("--systems", help="comma-separated subset of systems to run ('none': no CPU rows)")
@@ -251,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "default: the bundled code trace")
     b.add_argument("--figure", help="scale: also draw the throughput ramp to this PNG")
     b.add_argument("--full", action="store_true", help="accel: SCALE-Sim's ResNet-50 on all four configurations")
+    b.add_argument("--connections", help="overload: keep-alive connections per row (default 16,256,2000)")
+    b.add_argument("--duration", type=float, help="overload: seconds of load per row (default 10)")
     b.set_defaults(func=cmd_bench)
 
     from .cli_accel import add_parsers as add_accel

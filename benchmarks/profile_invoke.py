@@ -1,0 +1,440 @@
+"""Where an embedded tiny invocation's time goes (issue 23, item 1): the tools behind docs/performance.md.
+
+The workflow is ``gfaas bench overload``'s (``gen`` makes a 1 KiB float32 array from a size, ``red`` sums a
+strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a time. Four modes:
+
+* ``loop``: just the loop, to run under a sampling profiler (py-spy is not a dependency: ``pip install
+  py-spy``); prints the p50 and each process's CPU milliseconds per invocation::
+
+      py-spy record --rate 250 --function --subprocesses -o perf.svg -- \
+          .venv/bin/python benchmarks/profile_invoke.py loop --n 1500
+
+* ``count``: the node daemon runs in this process (a thread, the same ``Daemon`` class the runtime
+  starts as a process) with its request handler wrapped, so every message any process sends it is
+  counted by type; connections, worker round trips and thread hand-offs are counted the same way.
+  Prints messages per invocation; ``--concurrency K`` keeps K invocations in flight.
+* ``timeline``: the moments one invocation passes on its critical path, noted by wrappers around the
+  runtime's own steps (this process; a worker's share comes from the timings its reply carries).
+  Prints the median time between consecutive moments.
+* ``registry``: the data-plane open + end of one invocation against a daemon process while 0, 100,
+  500 and 1,000 others stay open.
+
+The wrappers are installed by this script at run time; the library is not changed. Add ``--json`` for
+one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from gfaas.bench.overload_handlers import SPEC
+from gfaas.runtime.local import LocalRuntime, RuntimeConfig
+
+INPUTS = {"n": np.asarray(256, dtype=np.int64)}
+
+
+def _loop(rt: LocalRuntime, n: int) -> list[float]:
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        res = rt.invoke("overload", INPUTS, timeout=60)
+        ts.append(time.perf_counter() - t0)
+        assert res.status == "done", res.error
+    return ts
+
+
+def _pool_class() -> Any:
+    """The runtime's per-function pool class: ``local._Pool`` in the code profiled here; a later
+    runtime keeps its pools in ``runtime.pool`` (imported by name, so this file runs on both)."""
+    from gfaas.runtime import local as lmod
+
+    cls = getattr(lmod, "_Pool", None)
+    return cls if cls is not None else importlib.import_module("gfaas.runtime.pool").FunctionPool
+
+
+def _wrap(owner: Any, attr: str, before: Callable[..., None] | None = None,
+          after: Callable[..., None] | None = None) -> Callable[[], None]:
+    """Wrap ``owner.attr`` with hooks; returns the undo."""
+    orig = getattr(owner, attr)
+
+    def wrapper(*a: Any, **k: Any) -> Any:
+        if before is not None:
+            before(*a, **k)
+        t0 = time.perf_counter()
+        try:
+            out = orig(*a, **k)
+        finally:
+            if after is not None:
+                after(time.perf_counter() - t0, *a, **k)
+        return out
+
+    setattr(owner, attr, wrapper)
+    return lambda: setattr(owner, attr, orig)
+
+
+# ---- count ---------------------------------------------------------------------------------------
+@contextmanager
+def _daemon_in_thread(run_dir: str, counts: Counter[str], busy: defaultdict[str, float]) -> Iterator[Any]:
+    from gfaas.config import NodeConfig
+    from gfaas.dataplane import daemon as dmod
+    from gfaas.dataplane import protocol as P
+    from gfaas.secfiles import private_dir
+
+    cfg = NodeConfig(node_id="rt0", socket_path=os.path.join(run_dir, "node.sock"),
+                     state_dir=os.path.join(run_dir, "state"), capacity_bytes=2 * 2**30)
+    private_dir(cfg.state_dir, "state directory")
+    asynchronous = tuple(getattr(dmod, "_ASYNC", ()))
+
+    def seen(conn: Any, data: bytes) -> None:
+        try:
+            msg = P.decode_request(data)
+        except Exception:  # noqa: BLE001 - the daemon reports it
+            counts["undecodable"] += 1
+            return
+        kind = type(msg).__name__
+        counts[kind + (" (one-way)" if isinstance(msg, asynchronous) else "")] += 1
+
+    def timed_run(dt: float, self: Any, conn: Any, msg: Any, handler: Any) -> None:
+        busy[type(msg).__name__] += dt
+
+    undo = [_wrap(dmod.Daemon, "_handle", before=lambda self, conn, data: seen(conn, data)),
+            _wrap(dmod.Daemon, "_run", after=timed_run)]
+    orig_scan_all = dmod.Daemon._scan_all
+
+    def scan_all(self: Any) -> int:
+        counts["daemon directory scans (timer)"] += 1
+        return orig_scan_all(self)
+
+    dmod.Daemon._scan_all = scan_all
+    d = dmod.Daemon(cfg)
+    d.bind()
+    t = threading.Thread(target=d.serve_forever, name="profile-daemon", daemon=True)
+    t.start()
+    try:
+        from gfaas.runtime.local import NodeEndpoint
+
+        yield NodeEndpoint("rt0", cfg.socket_path, cfg.state_dir)
+    finally:
+        d.stop()
+        t.join(10)
+        dmod.Daemon._scan_all = orig_scan_all
+        for u in undo:
+            u()
+
+
+def _closed_loop(rt: LocalRuntime, n: int, concurrency: int) -> None:
+    """``n`` invocations with ``concurrency`` of them in flight (submitted, not yet fetched)."""
+    from collections import deque
+
+    outstanding: deque[str] = deque()
+    submitted = 0
+    while submitted < n or outstanding:
+        while submitted < n and len(outstanding) < concurrency:
+            outstanding.append(rt.submit("overload", INPUTS))
+            submitted += 1
+        res = rt.result(outstanding.popleft(), timeout=120)
+        assert res.status == "done", res.error
+
+
+def count(n: int, concurrency: int = 1) -> dict[str, Any]:
+    from gfaas.runtime import local as lmod
+    from gfaas.runtime import worker as wmod
+
+    counts: Counter[str] = Counter()
+    busy: defaultdict[str, float] = defaultdict(float)  # message type -> daemon seconds (handler, reply, settle)
+    run_dir = tempfile.mkdtemp(prefix="gfaas-prof-", dir="/tmp")
+    undo = [
+        _wrap(wmod.ProcessWorker, "run", before=lambda *a, **k: counts.update(["worker Task -> Done round trip"])),
+        _wrap(_pool_class(), "submit", before=lambda *a, **k: counts.update(["hand-off to a dispatcher thread"])),
+        _wrap(lmod.LocalRuntime, "queues_changed", before=lambda *a, **k: counts.update(["queue hinter pokes"])),
+        _wrap(lmod.LocalRuntime, "_send_hint", before=lambda *a, **k: counts.update(["queue hints sent"])),
+        _wrap(lmod.LocalRuntime, "_gateway_transport",
+              before=lambda *a, **k: counts.update(["gateway transport opened (new connection)"])),
+        _wrap(wmod, "_daemon_connection",
+              before=lambda *a, **k: counts.update(["daemon connection opened for a sandboxed worker"])),
+    ]
+    threads_before = threading.active_count()
+    try:
+        with _daemon_in_thread(run_dir, counts, busy) as node, \
+                LocalRuntime(RuntimeConfig(nodes=(node,))) as rt:
+            rt.deploy(SPEC)
+            _loop(rt, 20)
+            time.sleep(0.3)  # queue hints of the warm-up go out
+            counts.clear()
+            busy.clear()
+            threads_mid = threading.active_count()
+            t0 = time.perf_counter()
+            _closed_loop(rt, n, concurrency)
+            wall = time.perf_counter() - t0
+            time.sleep(0.3)
+            snapshot = Counter(counts)
+            daemon_us = {k: round(v / max(1, snapshot.get(k, 0) or snapshot.get(k + " (one-way)", 0)) * 1e6, 1)
+                         for k, v in busy.items()}
+            threads_after = threading.active_count()
+    finally:
+        for u in undo:
+            u()
+        shutil.rmtree(run_dir, ignore_errors=True)
+    per = {k: round(v / n, 2) for k, v in sorted(snapshot.items(), key=lambda kv: -kv[1])}
+    return {"invocations": n, "concurrency": concurrency, "per_invocation": per, "wall_s": round(wall, 2),
+            "daemon_us_per_message": dict(sorted(daemon_us.items(), key=lambda kv: -kv[1])),
+            "threads": {"before_runtime": threads_before, "warm": threads_mid, "after_loop": threads_after},
+            "note": "daemon in a thread of this process (same Daemon class); RuntimeConfig(nodes=...) otherwise "
+                    "default; a one-way message has no reply"}
+
+
+# ---- timeline -------------------------------------------------------------------------------------
+#: The steps of one invocation on its critical path, in order; each is a moment the wrappers note.
+STEPS = [
+    ("submit", "submit called"),
+    ("locked", "runtime lock taken (waits for the previous invocation's end)"),
+    ("opened", "Admin.open_invocation round trip"),
+    ("gw_connected", "gateway transport: connect + Hello round trip"),
+    ("input_put", "put of the request's input (Lease round trip on a new connection)"),
+    ("gw_closed", "gateway transport close (Sync round trip)"),
+    ("gen_queued", "DagState.start, gen queued"),
+    ("gen_dispatched", "hand-off: gen's dispatcher thread wakes"),
+    ("gen_conn", "daemon connection opened for the sandboxed worker"),
+    ("gen_reply", "gen: Task -> worker -> Done (see the worker's share below)"),
+    ("red_queued", "reply recorded, DagState.finished, red queued"),
+    ("red_dispatched", "hand-off: red's dispatcher thread wakes"),
+    ("red_conn", "daemon connection opened for the sandboxed worker"),
+    ("red_reply", "red: Task -> worker -> Done"),
+    ("complete", "reply recorded, DagState.finished, _complete starts"),
+    ("out_connected", "gateway transport: connect + Hello round trip"),
+    ("out_got", "get of the output (Get round trip) + close"),
+    ("result_set", "result built, done.set()"),
+    ("woke", "the caller thread wakes with the result"),
+]
+
+
+class _TimedLock:
+    """The runtime's lock, noting when the caller thread first takes it after ``submit`` starts."""
+
+    def __init__(self, lock: Any, note: Callable[[], None]) -> None:
+        self._lock, self._note = lock, note
+
+    def __enter__(self) -> Any:
+        self._lock.acquire()
+        self._note()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def timeline(n: int) -> dict[str, Any]:
+    from gfaas.dataplane import client as cmod
+    from gfaas.runtime import local as lmod
+    from gfaas.runtime import transport as tmod
+    from gfaas.runtime import worker as wmod
+
+    ev: dict[str, float] = {}
+    rows: list[dict[str, float]] = []
+    ended: list[float] = []
+    worker_parts: defaultdict[str, list[float]] = defaultdict(list)
+    main = threading.main_thread()
+    now = time.perf_counter
+
+    def mark(key: str) -> None:
+        ev.setdefault(key, now())
+
+    def on_main(key: str) -> Callable[..., None]:
+        def f(*a: Any, **k: Any) -> None:
+            if threading.current_thread() is main:
+                mark(key)
+        return f
+
+    task = threading.local()  # the function whose task this dispatcher thread is running
+
+    def dispatched(self: Any, inv: Any, fn: str, *a: Any, **k: Any) -> None:
+        task.fn = fn
+        mark(f"{fn}_dispatched")
+
+    def fn_mark(suffix: str) -> Callable[..., None]:
+        def f(*a: Any, **k: Any) -> None:
+            mark(f"{getattr(task, 'fn', '?')}_{suffix}")
+        return f
+
+    def gw_connected(*a: Any, **k: Any) -> None:
+        mark("gw_connected" if "input_put" not in ev else "out_connected")
+
+    def end_timed(dt: float, *a: Any, **k: Any) -> None:
+        ended.append(dt)
+
+    orig_run = wmod.ProcessWorker.run
+
+    def worker_run(self: Any, task: Any) -> Any:
+        reply = orig_run(self, task)
+        if isinstance(reply, wmod.Done):
+            fn = self.name.split("@")[0]
+            for f in ("host_get_s", "fn_get_s", "compute_s", "put_s", "host_put_s"):
+                worker_parts[f"{fn} {f.removesuffix('_s')}"].append(getattr(reply, f))
+        return reply
+
+    wmod.ProcessWorker.run = worker_run
+    undo = [
+        lambda: setattr(wmod.ProcessWorker, "run", orig_run),
+        _wrap(lmod.LocalRuntime, "submit", before=lambda *a, **k: mark("submit")),
+        _wrap(cmod.Admin, "open_invocation", after=on_main("opened")),
+        _wrap(lmod.LocalRuntime, "_gateway_transport", after=gw_connected),
+        _wrap(tmod.GfaasTransport, "put", after=on_main("input_put")),
+        _wrap(tmod.GfaasTransport, "close", after=on_main("gw_closed")),
+        _wrap(_pool_class(), "submit", before=lambda pool, inv, fn: mark(f"{fn}_queued")),
+        _wrap(lmod.LocalRuntime, "run_task", before=dispatched),
+        _wrap(wmod, "_daemon_connection", after=fn_mark("conn")),
+        _wrap(wmod.ProcessWorker, "run", after=fn_mark("reply")),
+        _wrap(lmod.LocalRuntime, "_complete", before=lambda *a, **k: mark("complete")),
+        _wrap(tmod.GfaasTransport, "get", after=lambda *a, **k: mark("out_got")),
+        _wrap(lmod.LocalRuntime, "_set_result", after=lambda *a, **k: mark("result_set")),
+        _wrap(cmod.Admin, "end_invocation", after=end_timed),
+    ]
+    try:
+        with LocalRuntime(RuntimeConfig()) as rt:
+            rt._lock = _TimedLock(rt._lock, on_main("locked"))
+            rt.deploy(SPEC)
+            for k in range(30 + n):
+                ev.clear()
+                inv = rt.submit("overload", INPUTS)
+                res = rt.result(inv, timeout=60)
+                mark("woke")
+                assert res.status == "done", res.error
+                if k >= 30 and all(key in ev for key, _ in STEPS):
+                    rows.append(dict(ev))
+            time.sleep(0.05)
+    finally:
+        for u in reversed(undo):
+            u()
+    steps: list[dict[str, Any]] = []
+    for (prev, _), (key, what) in zip(STEPS, STEPS[1:], strict=False):
+        d = np.asarray([r[key] - r[prev] for r in rows]) * 1e3
+        steps.append({"step": key, "what": what, "p50_ms": round(float(np.median(d)), 3),
+                      "mean_ms": round(float(d.mean()), 3)})
+    total = np.asarray([r["woke"] - r["submit"] for r in rows]) * 1e3
+    return {"invocations": len(rows), "wall_ms": {"p50": round(float(np.median(total)), 3),
+                                                  "mean": round(float(total.mean()), 3)},
+            "steps": steps,
+            "sum_of_step_p50_ms": round(sum(s["p50_ms"] for s in steps), 3),
+            "worker_reported_p50_ms": {k: round(float(np.median(v)) * 1e3, 3) for k, v in worker_parts.items()},
+            "end_invocation_p50_ms": round(float(np.median(ended)) * 1e3, 3) if ended else None,
+            "note": "each step: the median time from the previous moment to this one (the wrappers add a few us); "
+                    "Admin.end_invocation runs after done.set() under the runtime lock, so the next submit waits "
+                    "for it (step 'locked')"}
+
+
+# ---- registry -------------------------------------------------------------------------------------
+def registry(n: int, open_counts: tuple[int, ...] = (0, 100, 500, 1000)) -> dict[str, Any]:
+    """Admin.open_invocation + end_invocation round trips (p50) against a node daemon process while
+    ``k`` other invocations stay open: what one invocation's data-plane lifecycle costs under load."""
+    from gfaas.config import NodeConfig
+    from gfaas.dataplane.client import Admin
+    from gfaas.dataplane.local import LocalNode
+
+    run_dir = tempfile.mkdtemp(prefix="gfaas-prof-", dir="/tmp")
+    cfg = NodeConfig(node_id="rt0", socket_path=os.path.join(run_dir, "node.sock"),
+                     state_dir=os.path.join(run_dir, "state"), capacity_bytes=2**30)
+    fns = ["gen", "red", "gateway"]
+    rows = []
+    try:
+        with LocalNode(cfg), Admin(cfg.socket_path, state_dir=cfg.state_dir) as admin:
+            held: list[Any] = []
+            for k in open_counts:
+                while len(held) < k:
+                    held.append(admin.open_invocation("overload", fns))
+                ts = []
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    admin.end_invocation(admin.open_invocation("overload", fns))
+                    ts.append(time.perf_counter() - t0)
+                size = os.path.getsize(os.path.join(cfg.state_dir, "invocations.json"))
+                rows.append({"open_invocations": k, "open_end_p50_ms": round(float(np.median(ts)) * 1e3, 3),
+                             "registry_bytes": size})
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return {"pairs_per_row": n, "rows": rows,
+            "note": "each open and each end rewrites <state_dir>/invocations.json (Daemon._save_registry)"}
+
+
+def _cpu_by_process() -> dict[str, float]:
+    """CPU seconds (user+sys) of this process and each child, by role (from /proc; 10 ms ticks)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    me = os.getpid()
+    out: dict[str, float] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(d) != me and int(fields[1]) != me:
+            continue
+        role = "runtime (this process)" if int(d) == me else "node daemon" if "node_main" in cmd else \
+            f"worker {d}" if "worker_main" in cmd else f"other {d}"
+        out[role] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("mode", choices=["loop", "count", "timeline", "registry"])
+    p.add_argument("--n", type=int, default=300, help="invocations measured (after a warm-up)")
+    p.add_argument("--concurrency", type=int, default=1, help="count: invocations kept in flight (default 1)")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    if a.n < 1:
+        p.error(f"--n {a.n}: give at least 1")
+    if a.mode == "loop":
+        with LocalRuntime(RuntimeConfig()) as rt:
+            rt.deploy(SPEC)
+            _loop(rt, 20)
+            cpu0 = _cpu_by_process()
+            t0 = time.perf_counter()
+            ts = np.asarray(_loop(rt, a.n)) * 1e3
+            wall = time.perf_counter() - t0
+            cpu1 = _cpu_by_process()
+        doc: dict[str, Any] = {"invocations": a.n, "p50_ms": round(float(np.median(ts)), 3),
+                               "p99_ms": round(float(np.percentile(ts, 99)), 3),
+                               "wall_ms_per_invocation": round(wall / a.n * 1e3, 3),
+                               "cpu_ms_per_invocation": {k: round((cpu1.get(k, 0.0) - v) / a.n * 1e3, 3)
+                                                         for k, v in cpu0.items()}}
+    else:
+        doc = count(a.n, a.concurrency) if a.mode == "count" else timeline(a.n) if a.mode == "timeline" \
+            else registry(a.n)
+    if a.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        for k, v in doc.items():
+            if isinstance(v, dict) and k == "per_invocation":
+                for name, x in v.items():
+                    print(f"  {name:70s} {x}")
+            elif k == "steps":
+                for st in v:
+                    print(f"  {st['p50_ms']:7.3f} ms  {st['step']:15s} {st['what']}")
+            elif k == "rows":
+                for row in v:
+                    print(f"  {row}")
+            else:
+                print(f"{k}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

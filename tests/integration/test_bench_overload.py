@@ -1,0 +1,55 @@
+"""``gfaas bench overload`` in quick mode: the JSON shape, and every request accounted for.
+
+Runs the CLI in a subprocess as a user would (``--json`` leaves nothing else on stdout): a real
+``gfaas serve`` driven by the load generator's own process. No performance bounds: this is the
+"before" of issue 23, measured on shared machines.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROW_KEYS = {"connections": int, "goodput_rps": float, "p50_ms": float, "p99_ms": float, "rejected": int,
+            "sent": int, "ok": int, "failed": int, "lost": int, "duplicated": int, "loadgen_cpu_s": float,
+            "server_finished": int, "server_cpu_s": float}
+
+
+def test_quick_run_shape_and_accounting(tmp_path: Path) -> None:
+    """Each row's requests add up (sent == ok + rejected + failed), none lost or duplicated, and the
+    server finished exactly the invocations the client was answered."""
+    out = tmp_path / "overload.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gfaas", "bench", "overload", "--quick", "--json", "--out", str(out),
+         "--connections", "8,64", "--duration", "1"],
+        capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)  # nothing but the JSON document on stdout
+    assert json.loads(out.read_text()) == doc
+    assert "connections for 1 s" in proc.stderr  # progress goes to stderr
+
+    assert isinstance(doc["floor_us"], float) and doc["floor_us"] > 0
+    assert isinstance(doc["invoke_p50_us"], float) and doc["invoke_p50_us"] > 0
+    assert set(doc["invoke_breakdown_p50_ms"]) == {"queue", "host_pass", "fn_pass", "compute", "total"}
+    assert [r["connections"] for r in doc["rows"]] == [8, 64]
+    for r in doc["rows"]:
+        for key, kind in ROW_KEYS.items():
+            assert isinstance(r[key], kind) or (kind is float and isinstance(r[key], int)), (key, r[key])
+        assert r["reject_p99_ms"] is None or r["reject_p99_ms"] >= 0
+        assert r["sent"] == r["ok"] + r["rejected"] + r["failed"], r
+        assert r["rejected"] == sum(r["rejected_by_status"].values())
+        assert r["failed"] == sum(r["failed_by_reason"].values())
+        assert r["ok"] > 0 and r["lost"] == 0 and r["duplicated"] == 0, r
+        assert r["server_settled"] and r["server_unanswered"] == 0, r
+        assert r["connects"] >= r["connections"] and r["connect_failures"] == 0
+    cap = doc["loadgen_capacity"]
+    assert cap["connections"] == 64 and cap["ok"] == cap["sent"] > 0
+    assert {t["id"] for t in doc["targets"]} == {"invoke", "goodput_256", "goodput_2000", "reject_p99", "accounting"}
+    prov = doc["provenance"]
+    assert prov["machine"]["cores"] >= 1 and "commit" in prov and "dirty" in prov
