@@ -119,7 +119,7 @@ class FakeRuntime:
         return {"name": spec["name"], "inputs": spec["inputs"], "kind": spec["kind"], "functions": ("f",)}
 
     def submit(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
-               transport: str | None = None) -> str:
+               transport: str | None = None, deadline_s: float | None = None) -> str:
         self._maybe_bug("submit")
         with self.lock:
             spec = self.specs.get(workflow)

@@ -58,13 +58,15 @@ class RuntimeAPI(Protocol):
         ...
 
     def submit(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
-               transport: str | None = None) -> str:
+               transport: str | None = None, deadline_s: float | None = None) -> str:
         """Start an invocation and return its ID.
 
         Give either ``inputs`` (one array per declared input) or ``seed`` (the workflow's own
         deterministic input generator). ``transport`` picks how data passes between functions for
         this invocation (``"gfaas"`` or ``"redis"`` for the local runtime); ``None`` is the runtime's
-        default, and the gateway passes it only when the client named one.
+        default, and the gateway passes it only when the client named one. ``deadline_s``: seconds
+        from now by which its functions must have started (the gateway passes a synchronous
+        request's timeout); one still queued then is not run and the invocation fails as expired.
 
         Raises ``NotFound`` (workflow), ``SpecError`` (missing, extra or ill-typed inputs; both or
         neither of inputs and seed), ``ConfigError`` (an unknown transport) or ``Overloaded`` (queue full).

@@ -241,9 +241,11 @@ class _Invocation:
     error: str | None = None
     result: InvocationResult | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    callbacks: list[Callable[[InvocationResult], None]] = field(default_factory=list)  # add_done_callback
     # (source, output) -> the simulated drive that holds it (runtime.accel's rule); -1: none
     homes: dict[tuple[str, str], int] = field(default_factory=dict)
     version: int = 1  # the workflow version it runs on (the current one when it was submitted)
+    deadline: float | None = None  # monotonic time by which its functions must start (submit's deadline_s)
     failure: Failure | None = None  # the failing function's traceback and last lines
 
 
@@ -778,7 +780,13 @@ class LocalRuntime:
         return self._spec(workflow).describe()
 
     def submit(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
-               transport: str | None = None) -> str:
+               transport: str | None = None, deadline_s: float | None = None) -> str:
+        """Start an invocation (:meth:`RuntimeAPI.submit`). ``deadline_s``: seconds from now within which
+        its functions must start: a function still queued then is not run (the invocation fails as
+        expired, freeing the worker for work someone still waits for), and a submit whose first
+        functions' queues could not start it in time is refused at once with ``Overloaded``."""
+        if deadline_s is not None and not deadline_s > 0:
+            raise SpecError(f"deadline_s={deadline_s!r}: give seconds > 0, or None for no deadline")
         with self._lock:
             current = self._versions.current(workflow)
         if current is None:
@@ -799,7 +807,8 @@ class LocalRuntime:
                 for admin in self._admins.values():  # every node honours the same tokens
                     if admin is not self._admin:
                         admin.open_invocation(spec.name, functions, inv_id, tokens)
-        inv = _Invocation(inv_id, spec, DagState(spec), time.perf_counter(), tokens, kind, version=version)
+        inv = _Invocation(inv_id, spec, DagState(spec), time.perf_counter(), tokens, kind, version=version,
+                          deadline=None if deadline_s is None else time.monotonic() + deadline_s)
         with self._lock:
             self._invs[inv_id] = inv
             drive = self.drives.input_drive(self._seq)
@@ -835,6 +844,18 @@ class LocalRuntime:
             raise TimeoutError(f"invocation {invocation_id} still {inv.status} after {timeout} s")
         assert inv.result is not None
         return inv.result
+
+    def add_done_callback(self, invocation_id: str, callback: Callable[[InvocationResult], None]) -> None:
+        """Call ``callback(result)`` once the invocation has finished (at once if it has), on the
+        thread that finishes it: keep it short and non-blocking (the gateway wakes an asyncio future
+        with it, so no thread waits per request). ``NotFound`` for unknown IDs."""
+        inv = self._inv(invocation_id)
+        with self._lock:
+            if inv.result is None:
+                inv.callbacks.append(callback)
+                return
+            res = inv.result
+        callback(res)
 
     def invoke(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
                timeout: float | None = None, transport: str | None = None) -> InvocationResult:
@@ -1140,6 +1161,12 @@ class LocalRuntime:
         inv.result = InvocationResult(inv.id, inv.spec.name, inv.status, outputs, scalars, inv.error, b, recs,
                                       inv.failure if inv.status == "failed" else None)
         inv.done.set()
+        for cb in inv.callbacks:  # each waiter is told of its own invocation only (no broadcast)
+            try:
+                cb(inv.result)
+            except Exception:  # noqa: BLE001 - a waiter's failure must not fail the invocation
+                log.exception("a done-callback of invocation %s failed", inv.id)
+        inv.callbacks.clear()
         self._finished.append(inv.id)
         while len(self._finished) > 10_000:  # keep recent results fetchable, not all forever
             self._invs.pop(self._finished.popleft(), None)

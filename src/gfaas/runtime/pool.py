@@ -71,6 +71,7 @@ class FunctionPool:
         self.starts = 0
         self.stops = 0
         self.deferred = 0  # starts that waited for resources
+        self.expired = 0  # tasks not run because their invocation's deadline had passed
         self.worker_seconds = 0.0  # of stopped workers (live ones are added in counts())
         self.start_s: deque[float] = deque(maxlen=64)  # how long recent starts took (ready - began)
         self.target = 0
@@ -100,7 +101,7 @@ class FunctionPool:
                     "stopping": states.count("stopping"), "queued": len(self.queue), "target": self.target,
                     "min": self.scaling.min, "max": self.scaling.max, "keep_alive": self.scaling.keep_alive,
                     "cold_starts": self.cold_starts, "starts": self.starts, "stops": self.stops,
-                    "deferred_starts": self.deferred, "worker_seconds": round(self.worker_seconds + live_s, 3),
+                    "deferred_starts": self.deferred, "expired": self.expired, "worker_seconds": round(self.worker_seconds + live_s, 3),
                     "start_s_mean": round(sum(self.start_s) / len(self.start_s), 4) if self.start_s else None,
                     "resources": self.res.describe()}
 
@@ -163,6 +164,15 @@ class FunctionPool:
             if len(self.queue) >= self.max_queue:
                 raise Overloaded(f"queue of {self.key} holds {len(self.queue)} requests (max_queue="
                                  f"{self.max_queue}); retry later or raise max_queue")
+            if inv.deadline is not None and self.compute_s > 0:
+                # When it would start: the requests ahead, served by the warm workers at the last
+                # compute time. Refused now rather than after waiting in vain.
+                warm = sum(1 for s in self._slots.values() if s.state in ("idle", "busy"))
+                start_in = len(self.queue) / max(warm, 1) * self.compute_s
+                if now + start_in > inv.deadline:
+                    raise Overloaded(f"{self.key} could not start this request within its deadline ({len(self.queue)} "
+                                     f"waiting for {warm} workers at {self.compute_s * 1e3:.1f} ms each: about "
+                                     f"{start_in:.2f} s); retry later")
             self.queue.append((inv, function, now))
             self.policy.arrival(now)
             d = self._decide(now, sample=False)
@@ -309,6 +319,10 @@ class FunctionPool:
             self.rt.queues_changed()
             if inv.status == "failed":
                 self.rt.dropped(inv, fn)
+            elif inv.deadline is not None and time.monotonic() > inv.deadline:
+                self.expired += 1
+                self.rt.failed(inv, fn, f"expired: {fn} was still queued when the invocation's deadline passed "
+                                        "(it was not run)")
             else:
                 self.rt.run_task(inv, fn, slot.worker, self, cold_s)
             now = time.monotonic()

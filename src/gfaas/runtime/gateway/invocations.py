@@ -8,10 +8,13 @@ with :func:`functools.partial`; everything else reaches the app through :data:`~
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
+import math
 import re
+import time
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -22,6 +25,7 @@ from fastapi.responses import JSONResponse, Response
 from ...errors import GfaasError, NotFound, Overloaded
 from ..result import InvocationResult
 from ..wire import WireError, decode_array, result_document
+from .admission import watch
 from .errors import error_response
 from .schemas import (
     ErrorBody,
@@ -75,7 +79,27 @@ async def invoke(request: Request, name: str, body: InvocationRequest, gw: Gatew
                  outputs: OutputsMode = "full") -> Response:
     """Invoke a workflow. ``sync`` (default) answers with the result document (200, also when the
     invocation failed: see ``status``/``error``) or 504 after ``timeout`` seconds; ``async`` answers
-    202 at once with the URLs to poll."""
+    202 at once with the URLs to poll. 429 with ``Retry-After`` when the workflow is at its admission
+    limit or the invocation could not finish within its ``timeout`` (decided before the runtime is
+    asked)."""
+    wait_s = gw.default_timeout_s if timeout is None else timeout
+    decision, limit = gw.admissions.admit(name, wait_s if mode == "sync" else None)
+    if not decision.ok:
+        gw.tracker.rejected.inc(workflow=name, reason="admission")
+        after = max(1, math.ceil(decision.retry_after_s))
+        return error_response(429, "overloaded", f"workflow {name!r} takes no more invocations now: {decision.reason}; "
+                              f"retry after {after} s", {"retry-after": str(after)}, retry_after_s=after)
+    t0 = time.monotonic()
+    try:
+        return await _invoke(request, name, body, gw, mode, wait_s, outputs, limit, t0)
+    except BaseException:
+        if limit is not None and not getattr(request.state, "watched", False):
+            gw.admissions.finished(limit, None)  # never submitted: its place is free again
+        raise
+
+
+async def _invoke(request: Request, name: str, body: InvocationRequest, gw: _Gateway, mode: str, wait_s: float,
+                  outputs: str, limit: Any, t0: float) -> Response:
     runtime = gw.runtime
     inputs: dict[str, np.ndarray] | None = None
 
@@ -89,29 +113,44 @@ async def invoke(request: Request, name: str, body: InvocationRequest, gw: Gatew
         except WireError as exc:  # the request's arrays; a WireError elsewhere is the server's problem
             return error_response(400, "bad_request", str(exc))
 
+    # A synchronous request's functions must start before its client gives up: work done after that
+    # is wasted, which is how goodput collapses under overload.
+    deadline = {"deadline_s": wait_s} if mode == "sync" and wait_s > 0 else {}
+
     def submit() -> str:
         if body.transport is not None:
-            return runtime.submit(name, inputs, body.seed, transport=body.transport)
-        return runtime.submit(name, inputs, body.seed)
+            return runtime.submit(name, inputs, body.seed, transport=body.transport, **deadline)
+        return runtime.submit(name, inputs, body.seed, **deadline)
 
     try:
         inv = await run_in_threadpool(submit)
     except Overloaded:
         gw.tracker.rejected.inc(workflow=name, reason="overloaded")
         raise
-    gw.tracker.submitted(inv, name)
+
+    def ended(res: InvocationResult) -> None:  # on the loop, once, when the invocation finishes
+        gw.admissions.finished(limit, time.monotonic() - t0 if res.status == "done" else None)
+        gw.tracker.finished(res)
+
+    fut = watch(runtime, inv, ended)
+    request.state.watched = True  # from here the callback frees the admission place
+    if fut is None:
+        gw.admissions.finished(limit, None)  # no callbacks: the place is held only while submitting
+    gw.tracker.submitted(inv, name, watched=fut is not None)
     urls = _urls(request, inv)
     if mode == "async":
         status = await _status_or(gw, inv, "queued")
         return JSONResponse({"invocation_id": inv, "status": status, **urls}, status_code=202,
                             headers={"location": urls["status_url"]})
-    wait_s = gw.default_timeout_s if timeout is None else timeout
     try:
-        res = await gw.wait(functools.partial(runtime.result, inv, timeout=wait_s))
+        if fut is not None:
+            res = await asyncio.wait_for(asyncio.shield(fut), wait_s)
+        else:
+            res = await gw.wait(functools.partial(runtime.result, inv, timeout=wait_s))
     except TimeoutError:
         status = await _status_or(gw, inv, "running")
         return error_response(504, "timeout", f"invocation {inv} of {name!r} did not finish within {wait_s:g} s; "
-                              f"it goes on: poll GET {urls['result_url']}?wait=SECONDS", invocation_id=inv,
+                              f"what had started goes on, what had not fails as expired: poll GET {urls['result_url']}?wait=SECONDS", invocation_id=inv,
                               status=status, status_url=urls["status_url"], result_url=urls["result_url"])
     return await _result_response(gw, res, outputs)
 
@@ -128,6 +167,14 @@ async def invocation_result(request: Request, invocation_id: str, gw: GatewayDep
     """The result document once the invocation finished (waiting up to ``wait`` seconds for it);
     202 with its status while it has not."""
     _check_id(invocation_id)
+    if wait > 0 and getattr(gw.runtime, "add_done_callback", None) is not None:
+        try:
+            fut = watch(gw.runtime, invocation_id, lambda res: None)
+            assert fut is not None
+            res = await asyncio.wait_for(asyncio.shield(fut), wait)
+            return await _result_response(gw, res, outputs)
+        except TimeoutError:
+            wait = 0.0  # not finished within the wait: answered below without waiting again
     for _ in range(2):
         try:
             res = await gw.wait(functools.partial(gw.runtime.result, invocation_id, timeout=wait))

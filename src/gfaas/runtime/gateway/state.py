@@ -19,6 +19,7 @@ from ...errors import NotFound
 from ..api import RuntimeAPI
 from ..metrics import LATENCY_BUCKETS, Registry
 from ..result import InvocationResult
+from .admission import Admissions
 from .limits import GatewayLimits
 
 log = logging.getLogger("gfaas.gateway")
@@ -39,6 +40,7 @@ class _Tracker:
         self._runtime = runtime
         self._lock = threading.Lock()
         self._pending: dict[str, str] = {}  # invocation ID -> workflow, oldest first
+        self._watched: dict[str, str] = {}  # the same for invocations the runtime calls back about
         self._max_pending = max_pending
         self._sweep_failing = False
         self.invocations = registry.counter(
@@ -61,23 +63,26 @@ class _Tracker:
         self.compute = registry.counter(
             "gfaas_compute_seconds_total", "Time spent in function handlers.", ["workflow"])
 
-    def submitted(self, invocation_id: str, workflow: str) -> None:
+    def submitted(self, invocation_id: str, workflow: str, watched: bool = False) -> None:
+        """Track an invocation until it is counted; ``watched``: the runtime calls back when it
+        finishes (:func:`.admission.watch`), so the sweep need not ask about it."""
         with self._lock:
-            self._pending[invocation_id] = workflow
-            if len(self._pending) > self._max_pending:
-                dropped = next(iter(self._pending))
-                del self._pending[dropped]
+            target = self._watched if watched else self._pending
+            target[invocation_id] = workflow
+            if len(target) > self._max_pending:
+                dropped = next(iter(target))
+                del target[dropped]
                 log.warning("more than %d unfinished invocations tracked; %s will not be counted in metrics",
                             self._max_pending, dropped)
 
     def pending(self) -> int:
         with self._lock:
-            return len(self._pending)
+            return len(self._pending) + len(self._watched)
 
     def finished(self, res: InvocationResult) -> bool:
         """Count ``res`` if it is the first time it is seen; True if it was counted now."""
         with self._lock:
-            workflow = self._pending.pop(res.invocation_id, None)
+            workflow = self._pending.pop(res.invocation_id, None) or self._watched.pop(res.invocation_id, None)
         if workflow is None:
             return False
         workflow = res.workflow or workflow
@@ -94,6 +99,7 @@ class _Tracker:
     def forget(self, invocation_id: str) -> None:
         with self._lock:
             self._pending.pop(invocation_id, None)
+            self._watched.pop(invocation_id, None)
 
     def sweep(self) -> int:
         """Count pending invocations that finished without anyone fetching them; returns how many."""
@@ -137,6 +143,13 @@ class _Gateway:
         self.sweep_interval_s = sweep_interval_s
         self.registry = Registry()
         self.tracker = _Tracker(runtime, self.registry, max_pending)
+        self.admissions = Admissions(runtime.workflows)
+        self.registry.gauge_callback("gfaas_admission_limit", "Invocations a workflow may have in flight now (the "
+                                     "adaptive limit; more are refused with 429).", ["workflow"],
+                                     lambda: {(w, ): d["limit"] for w, d in self.admissions.describe().items()})
+        self.registry.gauge_callback("gfaas_admission_in_flight", "Invocations admitted through the gateway and not "
+                                     "finished.", ["workflow"],
+                                     lambda: {(w, ): d["in_flight"] for w, d in self.admissions.describe().items()})
         self.registry.gauge_callback("gfaas_queue_depth", "Requests waiting per function.",
                                      ["workflow", "function"], self._queue_depths)
         self.registry.gauge_callback("gfaas_function_workers", "Workers per function by state (warm = idle + busy; "

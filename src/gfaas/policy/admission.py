@@ -1,0 +1,109 @@
+"""Admission control: how many invocations of a workflow may be in flight, and whether to take one more.
+
+Issue 23: under overload a server's goodput collapses when it admits everything (every request waits
+longer than its client will, and the work done for it is wasted) and holds when it admits what it can
+finish in time and refuses the rest at once. :class:`AdaptiveLimit` keeps one workflow's limit the way
+Netflix's concurrency-limits (its "gradient" limiters) and Envoy's adaptive concurrency filter do,
+restated here from their documentation (no code of theirs was used):
+
+* it tracks the latency of finished invocations twice, a slow average (the baseline the workflow
+  achieves when not queued) and a fast one (what it achieves now);
+* after each finished invocation, ``gradient = clamp(tolerance * slow / fast, 0.5, 1)`` shrinks the
+  limit while latency rises above the baseline, and ``sqrt(limit)`` of head-room lets it grow when
+  latency is at the baseline: ``new = limit * gradient + sqrt(limit)``, smoothed;
+* a request is admitted while the in-flight count is under the limit **and** its deadline allows: the
+  wait it would see (the invocations ahead of it over the recent completion rate) plus the fast
+  latency must fit in its timeout. Otherwise it is refused at once, with a ``Retry-After`` of about
+  the time the excess needs to drain.
+
+Pure and clock-injected: the caller passes ``now`` and the latencies it measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+__all__ = ["Admission", "AdaptiveLimit"]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """An admission decision: ``ok``, or refused with ``reason`` and ``retry_after_s``."""
+
+    ok: bool
+    retry_after_s: float = 0.0
+    reason: str = ""
+
+
+class AdaptiveLimit:
+    """One workflow's concurrency limit and deadline check (see the module docstring)."""
+
+    def __init__(self, initial: int = 64, min_limit: int = 4, max_limit: int = 4096, tolerance: float = 1.5,
+                 smoothing: float = 0.2, slow_n: int = 500, fast_n: int = 20, rate_window_s: float = 2.0) -> None:
+        if not 1 <= min_limit <= initial <= max_limit:
+            raise ConfigError(f"admission limits must satisfy 1 <= min_limit ({min_limit}) <= initial ({initial}) "
+                              f"<= max_limit ({max_limit})")
+        if not tolerance >= 1 or not 0 < smoothing <= 1 or slow_n < fast_n or fast_n < 1 or not rate_window_s > 0:
+            raise ConfigError("admission: tolerance >= 1, 0 < smoothing <= 1, slow_n >= fast_n >= 1 and "
+                              "rate_window_s > 0 are needed")
+        self.limit = float(initial)
+        self.min_limit, self.max_limit = min_limit, max_limit
+        self.tolerance, self.smoothing = tolerance, smoothing
+        self._a_slow, self._a_fast = 2.0 / (slow_n + 1), 2.0 / (fast_n + 1)
+        self.slow: float | None = None  # seconds
+        self.fast: float | None = None
+        self.rate_window_s = rate_window_s
+        self._done: deque[float] = deque()  # completion times within the rate window
+        self.in_flight = 0
+        self.admitted = 0
+        self.refused = 0
+
+    def rate(self, now: float) -> float:
+        """Completions per second over the last ``rate_window_s`` (0 before any)."""
+        while self._done and self._done[0] <= now - self.rate_window_s:
+            self._done.popleft()
+        return len(self._done) / self.rate_window_s
+
+    def admit(self, now: float, timeout_s: float | None = None) -> Admission:
+        """Take one more invocation (counted in flight until :meth:`finished`) or refuse it."""
+        cap = max(self.min_limit, int(self.limit))
+        rate = self.rate(now)
+        if self.in_flight >= cap:
+            self.refused += 1
+            return Admission(False, self._drain(self.in_flight - cap + 1, rate),
+                             f"{self.in_flight} invocations in flight, the limit now is {cap}")
+        if timeout_s is not None and rate > 0 and self.fast is not None:
+            expected = self.in_flight / rate + self.fast
+            if expected > timeout_s:
+                self.refused += 1
+                return Admission(False, self._drain(self.in_flight, rate),
+                                 f"it would finish in about {expected:.2f} s ({self.in_flight} ahead at "
+                                 f"{rate:.0f}/s), after its timeout of {timeout_s:g} s")
+        self.in_flight += 1
+        self.admitted += 1
+        return Admission(True)
+
+    @staticmethod
+    def _drain(excess: int, rate: float) -> float:
+        return min(30.0, max(1.0, excess / rate)) if rate > 0 else 1.0
+
+    def finished(self, now: float, latency_s: float | None) -> None:
+        """An admitted invocation ended; ``latency_s`` None when it did not complete (a timeout or an
+        error: it frees its place but says nothing of the latency)."""
+        self.in_flight = max(0, self.in_flight - 1)
+        if latency_s is None or not latency_s >= 0:
+            return
+        self._done.append(now)
+        if self.slow is None or self.fast is None:
+            self.slow = self.fast = latency_s
+            return
+        self.slow += self._a_slow * (latency_s - self.slow)
+        self.fast += self._a_fast * (latency_s - self.fast)
+        grad = max(0.5, min(1.0, self.tolerance * self.slow / self.fast)) if self.fast > 0 else 1.0
+        new = self.limit * grad + math.sqrt(self.limit)
+        self.limit = min(float(self.max_limit), max(float(self.min_limit),
+                                                    (1 - self.smoothing) * self.limit + self.smoothing * new))

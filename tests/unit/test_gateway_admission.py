@@ -1,0 +1,169 @@
+"""Admission without touching the runtime and waiting without a thread (issue 23, item 2).
+
+``gfaas.policy.admission.AdaptiveLimit`` by exact scenarios and hypothesis properties; the gateway with a
+runtime that calls back: a request over the limit is answered 429 with ``Retry-After`` and never reaches
+``submit``; a waiting request never calls the blocking ``result``; the place frees when the invocation ends."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_gateway import AUTH, TOKEN, FakeRuntime, _Inv  # pytest puts this directory on sys.path
+
+from gfaas.errors import ConfigError
+from gfaas.policy.admission import AdaptiveLimit
+from gfaas.runtime.gateway import create_app
+from gfaas.runtime.gateway.admission import Admissions
+from gfaas.runtime.result import InvocationResult
+
+
+def test_the_limit_admits_up_to_itself_then_refuses_with_a_retry_after() -> None:
+    lim = AdaptiveLimit(initial=4, min_limit=4, max_limit=4)
+    assert all(lim.admit(0.0).ok for _ in range(4))
+    no = lim.admit(0.0)
+    assert not no.ok and no.retry_after_s >= 1 and "limit now is 4" in no.reason
+    lim.finished(0.5, 0.5)
+    assert lim.admit(0.6).ok and lim.in_flight == 4
+
+
+def test_a_request_that_cannot_finish_before_its_timeout_is_refused_at_once() -> None:
+    lim = AdaptiveLimit(initial=1000, min_limit=4, max_limit=1000, rate_window_s=1.0)
+    for k in range(10):  # 10 completions in the last second, 0.1 s each
+        assert lim.admit(k / 10).ok
+        lim.finished(k / 10 + 0.05, 0.1)
+    for _ in range(50):
+        lim.admit(1.0)
+    no = lim.admit(1.0, timeout_s=2.0)  # 50 ahead at 10/s: ~5 s
+    assert not no.ok and "after its timeout of 2 s" in no.reason
+    assert lim.admit(1.0, timeout_s=10.0).ok
+
+
+def test_rising_latency_shrinks_the_limit_and_the_baseline_grows_it_back() -> None:
+    lim = AdaptiveLimit(initial=100, min_limit=4, max_limit=1000)
+    t = 0.0
+    for _ in range(200):  # the baseline: 10 ms
+        t += 0.01
+        lim.admit(t)
+        lim.finished(t, 0.01)
+    high = lim.limit
+    for _ in range(50):  # queueing: 10x the baseline
+        t += 0.1
+        lim.admit(t)
+        lim.finished(t, 0.1)
+    assert lim.limit < 0.5 * high
+    low = lim.limit
+    for _ in range(300):
+        t += 0.01
+        lim.admit(t)
+        lim.finished(t, 0.01)
+    assert lim.limit > low
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ConfigError, match="min_limit"):
+        AdaptiveLimit(initial=2, min_limit=4)
+    with pytest.raises(ConfigError, match="tolerance"):
+        AdaptiveLimit(tolerance=0.5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.floats(0, 2, allow_nan=False), st.none() | st.floats(0.001, 5)),
+                max_size=200))
+def test_properties_limit_bounds_and_in_flight_accounting(ops: list[tuple[bool, float, float | None]]) -> None:
+    lim = AdaptiveLimit(initial=8, min_limit=2, max_limit=64)
+    t, held = 0.0, 0
+    for take, dt, latency in ops:
+        t += dt
+        if take:
+            held += lim.admit(t).ok
+        elif held:
+            lim.finished(t, latency)
+            held -= 1
+        assert lim.in_flight == held <= max(lim.min_limit, int(lim.limit)) + 0
+        assert lim.min_limit <= lim.limit <= lim.max_limit
+
+
+class CallbackRuntime(FakeRuntime):
+    """The fake runtime plus ``add_done_callback``, as LocalRuntime has it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.callbacks: dict[str, list[Callable[[InvocationResult], None]]] = {}
+
+    def add_done_callback(self, invocation_id: str, callback: Callable[[InvocationResult], None]) -> None:
+        inv = self._inv(invocation_id)
+        with self.lock:
+            if not inv.done.is_set():
+                self.callbacks.setdefault(inv.id, []).append(callback)
+                return
+        assert inv.result is not None
+        callback(inv.result)
+
+    def _finish(self, inv: _Inv) -> None:
+        super()._finish(inv)
+        with self.lock:
+            cbs = self.callbacks.pop(inv.id, [])
+        for cb in cbs:
+            assert inv.result is not None
+            cb(inv.result)
+
+
+def _app(rt: CallbackRuntime, limit: int) -> Any:
+    app = create_app(rt, token=TOKEN, sweep_interval_s=3600)
+    app.state.gateway.admissions = Admissions(rt.workflows, initial=limit, min_limit=limit, max_limit=limit)
+    return app
+
+
+def test_over_the_limit_is_429_without_a_submit_and_the_place_frees_when_the_invocation_ends() -> None:
+    rt = CallbackRuntime()
+    rt.deploy("name: held\ninputs: [x]\nkind: hold\n")
+    app = _app(rt, 2)
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw",
+                                     headers=AUTH) as c:
+            url = "/v1/workflows/held/invocations"
+            a = [await c.post(url, json={"seed": 1}, params={"mode": "async"}) for _ in range(2)]
+            assert [r.status_code for r in a] == [202, 202]
+            refused = await c.post(url, json={"seed": 1}, params={"mode": "async"})
+            assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+            assert refused.json()["error"] == "overloaded" and "limit now is 2" in refused.json()["message"]
+            assert rt.submits == 2  # the refusal never reached the runtime
+            await asyncio.to_thread(rt.release)
+            await asyncio.sleep(0.05)  # the callbacks hop onto the loop
+            again = await c.post(url, json={"seed": 1}, params={"mode": "async"})
+            assert again.status_code == 202 and rt.submits == 3
+
+    asyncio.run(go())
+
+
+def test_waiting_requests_hold_no_thread_and_each_wakes_with_its_own_result() -> None:
+    rt = CallbackRuntime()
+    rt.deploy("name: held\ninputs: [x]\nkind: hold\n")
+    app = _app(rt, 64)
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw",
+                                     headers=AUTH) as c:
+            tasks = [asyncio.create_task(c.post("/v1/workflows/held/invocations", json={"seed": k},
+                                                params={"timeout": 30})) for k in range(24)]
+            while rt.submits < 24:
+                await asyncio.sleep(0.01)
+            before = threading.active_count()
+            await asyncio.sleep(0.2)
+            assert not rt.waiting.is_set()  # nobody blocked in the runtime's result()
+            assert threading.active_count() <= before
+            await asyncio.to_thread(rt.release)
+            answers = await asyncio.gather(*tasks)
+        assert [r.status_code for r in answers] == [200] * 24
+        ids = {r.json()["invocation_id"] for r in answers}
+        assert len(ids) == 24  # each request got its own invocation's result
+
+    asyncio.run(go())
