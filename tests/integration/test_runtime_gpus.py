@@ -85,3 +85,37 @@ def test_bad_gpu_settings_are_refused(kw: dict[str, str], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         RuntimeConfig(**kw)  # type: ignore[arg-type]
 
+
+
+@pytest.mark.parametrize("name", ["video", "traffic"])
+def test_several_cuda_gpus_are_shared_out_by_the_policy_on_the_detected_topology(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node reporting several CUDA GPUs: the runtime places a workflow's GPU functions with the
+    policy on the machine's detected topology, by the reference workflow's measured edge sizes, as the
+    simulator and a configured ``topology`` do. (Modelled GPUs made to report ``cuda``, and a DGX-V100
+    standing in for what nvidia-smi would say: no GPU is needed to check the decision.)"""
+    from gfaas import workflows as W
+    from gfaas.runtime import placement
+    from gfaas.runtime.spec import loads
+    from gfaas.topology.io import resolve
+    from gfaas.workflows.measured import edge_sizes
+
+    v100 = resolve("dgx-v100")
+    real = placement.place_gpu_functions
+    calls: list[tuple[str, list[str], object]] = []
+
+    def spy(spec, topo, free, sizes=None):  # type: ignore[no-untyped-def]
+        calls.append((spec.name, list(free), sizes))
+        return real(spec, topo, free, sizes)
+
+    monkeypatch.setattr(placement, "place_gpu_functions", spy)
+    gpus = [f"gpu{k}" for k in range(8)]
+    with LocalRuntime(RuntimeConfig(executor="inproc", gpus="null:0,1,2,3,4,5,6,7", sandbox="none",
+                                    queue_hints=False)) as rt:
+        rt._admins["rt0"].device_kind = "cuda"  # what a node with CUDA GPUs reports
+        monkeypatch.setattr(rt, "_detected_topology", lambda: v100)
+        spec = loads(W.spec_text(name), check_handlers=False)
+        with rt._lock:
+            rt._place(spec)
+        assert calls == [(name, gpus, edge_sizes()[name])]
+        assert rt._gpus[name] == real(spec, v100, gpus, edge_sizes()[name])

@@ -13,11 +13,15 @@ So code that reads or reuses memory without waiting for the copy that fills it r
 which is what the tests that delete a synchronisation point rely on. ``stuck`` events never
 complete (a producer whose work never finishes, or whose process exited); ``oom`` makes
 ``malloc`` fail as CuPy does (``CUDARuntimeError`` with status 2, cudaErrorMemoryAllocation).
+``free``/``freeHost`` of memory that a queued copy has yet to read or write raise
+:class:`FreedInUse`: gfaas must wait for its copies before it frees their memory, not count on an
+implicit synchronisation inside the free.
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import mmap
 import queue
 import threading
@@ -35,6 +39,10 @@ class CUDARuntimeError(RuntimeError):
     def __init__(self, status: int) -> None:
         self.status = status
         super().__init__(f"cudaError {status}")
+
+
+class FreedInUse(RuntimeError):
+    """Memory freed while a copy queued on a stream still reads or writes it."""
 
 
 class _Stream:
@@ -72,6 +80,8 @@ class FakeRuntime:
         self._streams: dict[int, _Stream] = {0: _Stream(0, delay_s)}  # 0: the legacy default stream
         self._events: dict[int, threading.Event | None] = {}
         self._ipc: dict[bytes, tuple[mmap.mmap, Any]] = {}
+        self._copies = itertools.count()
+        self._inflight: dict[int, tuple[int, int, int]] = {}  # queued copies: (dst, src, nbytes)
 
     # ---- devices and memory ----------------------------------------------------------------
     def getDeviceCount(self) -> int:
@@ -100,14 +110,22 @@ class FakeRuntime:
         self.calls.append(("malloc", self.current, n))
         return self._buf(n)
 
+    def _unused(self, p: int, what: str) -> None:
+        end = p + ctypes.sizeof(self.buffers[p])
+        for dst, src, n in list(self._inflight.values()):
+            if any(a < end and p < a + n for a in (dst, src)):
+                raise FreedInUse(f"fake CUDA: {what} of {p:#x} while a queued copy still uses it")
+
     def free(self, p: int) -> None:
         self.calls.append(("free", self.current, p))
+        self._unused(p, "cudaFree")
         del self.buffers[p]
 
     def hostAlloc(self, n: int, flags: int) -> int:
         return self._buf(n)
 
     def freeHost(self, p: int) -> None:
+        self._unused(p, "cudaFreeHost")
         del self.buffers[p]
 
     # ---- IPC -------------------------------------------------------------------------------
@@ -164,13 +182,23 @@ class FakeRuntime:
     def eventDestroy(self, e: int) -> None:
         self._events.pop(e, None)
 
+    def _copy(self, stream: int, dst: int, src: int, n: int) -> None:
+        k = next(self._copies)
+        self._inflight[k] = (dst, src, n)
+
+        def run() -> None:
+            ctypes.memmove(dst, src, n)
+            del self._inflight[k]
+
+        self._enqueue(stream, run)
+
     def memcpyAsync(self, dst: int, src: int, n: int, kind: int, stream: int) -> None:
         self.calls.append(("memcpy", kind, n, stream))
-        self._enqueue(stream, lambda: ctypes.memmove(dst, src, n))
+        self._copy(stream, dst, src, n)
 
     def memcpyPeerAsync(self, dst: int, dd: int, src: int, sd: int, n: int, stream: int) -> None:
         self.calls.append(("peer-copy", sd, dd, n))
-        self._enqueue(stream, lambda: ctypes.memmove(dst, src, n))
+        self._copy(stream, dst, src, n)
 
     def launch(self, stream: int, fn: Callable[[], None]) -> None:
         """A "kernel": ``fn`` runs on ``stream`` after the work queued there before it."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from gfaas.bench.gpu import _row, targets
+import pytest
+
+from gfaas.bench.gpu import _row, ipc_row, targets
 from gfaas.policy.pool import MiB
 
 
@@ -21,3 +23,15 @@ def test_targets_compare_against_peers_of_the_same_run() -> None:
     assert got["same-GPU get p50 <= 50 us"] == (30.0, True)
     assert got["pool alloc 1 MiB >= 100x faster than cudaMalloc+cudaFree"] == (50.0, False)
     assert not any("d2h" in t for t in got)  # no d2h rows measured, no d2h verdicts invented
+
+
+def test_the_ipc_row_times_gets_of_arenas_already_open() -> None:
+    """cudaIpcOpenMemHandle is paid once per arena: gets that opened one are counted and the first is
+    reported, but the row's p50 is of the gets whose arena was open (issue 18, item 8)."""
+    gets = [(900e-6, True), (850e-6, True), (30e-6, False), (20e-6, False), (25e-6, False), (700e-6, True)]
+    row = ipc_row(64 * MiB, gets)
+    assert row["p50_us"] == 25.0 and row["cold_gets"] == 3 and row["first_get_us"] == 900.0
+    assert (row["kind"], row["system"], row["size_bytes"]) == ("same-gpu-get", "gfaas-ipc", 64 * MiB)
+    assert ipc_row(MiB, [(10e-6, False)])["first_get_us"] is None
+    with pytest.raises(SystemExit, match="every same-GPU get opened a new arena"):
+        ipc_row(MiB, [(900e-6, True)])

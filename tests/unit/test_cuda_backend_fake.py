@@ -28,7 +28,7 @@ from gfaas.dataplane.device_client import CudaMapper, DeviceView, as_torch
 from gfaas.errors import CapacityError, DataPlaneError
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "support"))
-from fake_cuda import CUDARuntimeError, FakeArray, FakeCupy, FakeRuntime  # noqa: E402
+from fake_cuda import CUDARuntimeError, FakeArray, FakeCupy, FakeRuntime, FreedInUse  # noqa: E402
 
 
 @pytest.fixture
@@ -81,6 +81,24 @@ def test_device_and_peer_transfers_complete_before_they_return(rt: FakeRuntime) 
         g0.close()
         g1.close()
     assert not rt.buffers  # pools, rings: everything went back
+
+
+def test_closing_the_ring_waits_for_the_copies_queued_on_its_streams(rt: FakeRuntime) -> None:
+    """The ring's pinned memory is freed only after the DMA queued from it has run (a copy left
+    behind by a failed batch, say): the fake refuses a free under a queued copy."""
+    rt.delay_s = 0.05  # the streams created next run their work this much later
+    ops = cuda.CudaStagingOps(0, 4 * MiB, 2 * MiB, 2)
+    dev = rt.malloc(2 * MiB)
+    ops.stage_in(0, memoryview(b"\x05" * (2 * MiB)))
+    ops.launch(cuda.H2D, 0, dev, 2 * MiB, 1)
+    ops.close()
+    assert ctypes.string_at(dev, 2 * MiB) == b"\x05" * (2 * MiB)
+    rt.free(dev)
+    assert not rt.buffers
+    with pytest.raises(FreedInUse, match="cudaFree of 0x"):  # the fake's check itself
+        src, dst = rt.malloc(64), rt.malloc(64)
+        rt.memcpyAsync(dst, src, 64, rt.memcpyDeviceToDevice, 0)
+        rt.free(src)
 
 
 def test_a_producer_event_is_polled_with_a_bound_never_synchronised_on(rt: FakeRuntime) -> None:

@@ -176,6 +176,40 @@ class _Broken(EmulatedOps):
         raise RuntimeError("DMA failed: device lost")
 
 
+class _SecondLaunchFails(EmulatedOps):
+    """The first chunk's DMA is launched (and not finished until waited on); the second's launch fails."""
+
+    def __init__(self, device: bytearray, ring_bytes: int) -> None:
+        super().__init__(device, ring_bytes)
+        self.launches = 0
+        self.waited: list[object] = []
+
+    def launch(self, kind: str, slot: int, device_addr: int, nbytes: int, stream: int) -> object:
+        self.launches += 1
+        if self.launches == 2:
+            raise RuntimeError("DMA failed: invalid argument")
+        return super().launch(kind, slot, device_addr, nbytes, stream)
+
+    def wait(self, token: object) -> None:
+        self.waited.append(token)
+
+
+def test_a_failed_batch_waits_for_its_launched_chunks_before_the_ring_is_reused() -> None:
+    """A launch failing mid-batch fails the copy, but the chunk launched before it still uses its
+    ring slot: the engine waits for it before the next transfer is staged into that slot."""
+    dev = bytearray(8 * MiB)
+    ops = _SecondLaunchFails(dev, 10 * MiB)
+    eng = CopyEngine(StagingPlanner(10 * MiB), ops, time.monotonic)
+    try:
+        with pytest.raises(RuntimeError, match="invalid argument"):
+            eng.copy(H2D, 0, memoryview(bytearray(3 * MiB)))  # two chunks in one batch
+        assert ops.waited == [1]  # the first chunk's token, before the caller heard of the failure
+        eng.copy(H2D, 0, memoryview(b"\x07" * 100))
+        assert dev[:100] == b"\x07" * 100
+    finally:
+        eng.close()
+
+
 def test_a_failed_copy_fails_its_caller_and_the_engine_keeps_serving() -> None:
     dev = bytearray(8 * MiB)
     eng = CopyEngine(StagingPlanner(10 * MiB), _Broken(dev, 10 * MiB), time.monotonic)

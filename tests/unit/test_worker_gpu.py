@@ -66,9 +66,11 @@ class Recorder:
     def __init__(self, devices: frozenset[int]) -> None:
         self.devices = devices
         self.calls: list[tuple[Any, ...]] = []
+        self.deadlines: list[float | None] = []
 
     def get(self, ref: str, deadline_s: float | None = None, device: int | None = None) -> Any:
         self.calls.append(("get", ref, device))
+        self.deadlines.append(deadline_s)
         host = np.arange(4, dtype=np.float32)
         return FakeTensor(host, device) if device is not None else host
 
@@ -97,8 +99,8 @@ def host(monkeypatch: pytest.MonkeyPatch) -> Any:
     return make
 
 
-def _task(consumers: list[str]) -> Task:
-    return Task("inv", "tok", {"x": "r0"}, [], {"y": consumers})
+def _task(consumers: list[str], deadline_s: float = 0.0) -> Task:
+    return Task("inv", "tok", {"x": "r0"}, [], {"y": consumers}, deadline_s=deadline_s)
 
 
 def test_device_passing_reads_on_the_gpu_and_stores_in_its_pool(host: Any) -> None:
@@ -108,6 +110,19 @@ def test_device_passing_reads_on_the_gpu_and_stores_in_its_pool(host: Any) -> No
     assert isinstance(done, worker.Done)
     assert t.calls == [("get", "r0", 1), ("put", "FakeTensor", ["b"])]  # the tensor itself, not a host copy
     assert uploads == []
+
+
+@pytest.mark.parametrize("passing", ["device", "host"])
+def test_a_gpu_get_carries_the_functions_input_deadline(host: Any, passing: str) -> None:
+    """The node's copy onto the GPU (or to the host, for host passing) is given what is left of the
+    task's input deadline, as a CPU function's get is: the staging engine plans by it."""
+    h, _ = host(passing)
+    t = Recorder(frozenset({1}))
+    h._call(t, _task(["b"], deadline_s=5.0))
+    (d,) = t.deadlines
+    assert d is not None and 0 < d <= 5.0
+    h._call(t, _task(["b"]))  # no estimate yet: best effort
+    assert t.deadlines[1] is None
 
 
 def test_results_for_the_client_leave_through_the_host(host: Any) -> None:

@@ -136,6 +136,20 @@ def _consumer(sock: str, token: str, q_in: Any, q_out: Any) -> None:
     c.close()
 
 
+def ipc_row(n: int, gets: list[tuple[float, bool]]) -> dict[str, Any]:
+    """The ``gfaas-ipc`` row from ``(seconds, opened an arena)`` per get, in order: the p50 of the gets
+    whose arena the consumer had open already (a pipeline's steady state); ``cudaIpcOpenMemHandle`` is
+    paid once per arena, so the cold gets are only counted, and the first one reported."""
+    cold = [secs for secs, opened in gets if opened]
+    warm = [secs for secs, opened in gets if not opened]
+    if not warm:
+        raise SystemExit("bench: every same-GPU get opened a new arena; the pool did not reuse its arenas")
+    row = _row("same-gpu-get", "gfaas-ipc", n, statistics.median(warm))
+    row["first_get_us"] = round(cold[0] * 1e6, 1) if cold else None
+    row["cold_gets"] = len(cold)
+    return row
+
+
 def _ipc_rows(repeat: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
     import cupy as cp
 
@@ -156,19 +170,13 @@ def _ipc_rows(repeat: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
             q_in, q_out = ctx.Queue(), ctx.Queue()
             proc = ctx.Process(target=_consumer, args=(cfg.socket_path, inv.tokens["c"], q_in, q_out))
             proc.start()
-            cold: list[float] = []
-            warm: list[float] = []
+            gets: list[tuple[float, bool]] = []
             for _ in range(repeat + 4):  # a 64 MiB object fills an arena: the first few open theirs
                 q_in.put(str(prod.put(src, consumers=["c"])))
-                secs, opened = q_out.get(timeout=300)
-                (cold if opened else warm).append(secs)
+                gets.append(q_out.get(timeout=300))
             q_in.put(None)
             proc.join(60)
-            if not warm:
-                raise SystemExit("bench: every same-GPU get opened a new arena; the pool did not reuse its arenas")
-            rows.append(_row("same-gpu-get", "gfaas-ipc", n, statistics.median(warm)))
-            rows[-1]["first_get_us"] = round(cold[0] * 1e6, 1) if cold else None
-            rows[-1]["cold_gets"] = len(cold)
+            rows.append(ipc_row(n, gets))
 
             def round_trip() -> None:
                 h = cp.asnumpy(src)

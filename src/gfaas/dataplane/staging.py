@@ -366,6 +366,13 @@ class CopyEngine:
             job.future.set_result(None)
 
     def _fail_all(self, exc: BaseException, in_flight: deque[Any]) -> None:
+        # Chunks already launched still read or write their ring slots: let them land before the
+        # fresh planner hands those slots to the next transfer (a stale D2H would overwrite its data).
+        for _op, tok, _ in in_flight:
+            try:
+                self.ops.wait(tok)
+            except Exception:  # the device may be gone too; nothing more to wait for then
+                log.warning("copy engine: waiting for a launched chunk after a failure failed", exc_info=True)
         in_flight.clear()
         for job in self._jobs.values():
             if not job.future.done():

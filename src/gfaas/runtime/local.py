@@ -690,17 +690,11 @@ class LocalRuntime:
         gpus = [g for g in topo.gpus if topo.device(g).node == topo.device(topo.gpus[0]).node] if topo else []
         if len(gpus) < 2 or not any(f.kind == "gpu" for f in spec.functions):
             return
-        from .. import workflows as reference
         from .placement import place_gpu_functions
 
-        sizes = None
-        if spec.name in reference.names():
-            from ..workflows.measured import edge_sizes
-
-            sizes = edge_sizes().get(spec.name)
         used = {g for m in self._gpus.values() for g in m.values()}
         free = [g for g in gpus if g not in used] or gpus
-        self._gpus[spec.name] = place_gpu_functions(spec, topo, free, sizes)  # type: ignore[arg-type]
+        self._gpus[spec.name] = place_gpu_functions(spec, topo, free, _measured_sizes(spec))  # type: ignore[arg-type]
         log.info("placed %s on %s", spec.name, self._gpus[spec.name])
 
     def _place_on_nodes(self, spec: WorkflowSpec) -> None:
@@ -725,7 +719,7 @@ class LocalRuntime:
             if topo is not None and fns == every and all(n in topo.gpus for n in names):
                 from .placement import place_gpu_functions
 
-                placed.update(place_gpu_functions(spec, topo, names))
+                placed.update(place_gpu_functions(spec, topo, names, _measured_sizes(spec)))
             else:
                 placed.update({f: f"gpu{k}" for f, k in spread(fns, gpus).items()})
         if placed:
@@ -1201,3 +1195,15 @@ def _rmtree_code(root: str) -> None:
     from .codepkg import remove_tree
 
     remove_tree(Path(root))
+
+
+def _measured_sizes(spec: WorkflowSpec) -> Any:
+    """The measured edge sizes of a reference workflow (what the simulator places it by), else
+    ``None``: declared shapes stand in (:func:`~gfaas.runtime.placement.function_edges`)."""
+    from .. import workflows as reference
+
+    if spec.name not in reference.names():
+        return None
+    from ..workflows.measured import edge_sizes
+
+    return edge_sizes().get(spec.name)
