@@ -160,6 +160,8 @@ def test_status_through_the_gateway_metrics_and_the_cli(tmp_path: Path, capsys: 
     f = doc["functions"]["f"]
     assert (f["warm"], f["busy"], f["max"], f["keep_alive"], f["resources"]["cpus"]) == (1, 0, 3, "fixed:5", 0.25)
     assert doc["nodes"]["rt0"]["used_cpus"] == pytest.approx(0.25)
+    mem = f["memory"]  # the warm worker's own memory, PSS no more than RSS
+    assert mem["processes"] == 1 and 0 < mem["pss_bytes"] <= mem["rss_bytes"]
     assert printed["functions"]["f"]["max"] == 3
     assert 'gfaas_function_workers{workflow="shown",function="f",state="warm"} 1' in metrics.splitlines()
     assert 'gfaas_function_workers{workflow="shown",function="f",state="starting"} 0' in metrics.splitlines()

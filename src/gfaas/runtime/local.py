@@ -488,14 +488,14 @@ class LocalRuntime:
 
     def scaling_status(self, workflow: str) -> dict[str, Any]:
         """Per function of the current version: workers by state (warm, idle, busy, starting), queue,
-        target, bounds, keep-alive policy, cold starts, worker-seconds and resources; and each node's
-        capacity and reservations. ``NotFound`` for a workflow that is not deployed."""
+        target, bounds, keep-alive policy, cold starts, worker-seconds, resources and the warm
+        workers' memory (RSS and PSS: after page merging); and each node's capacity and reservations. ``NotFound`` for a workflow that is not deployed."""
         with self._lock:
             cur = self._versions.current(workflow)
             if cur is None:
                 raise NotFound(f"no workflow {workflow!r} is deployed; deployed: {sorted(self._specs)}")
             pools = {f.name: self._pools.get(pool_key(workflow, cur.number, f.name)) for f in cur.spec.functions}
-        fns = {name: p.counts() for name, p in pools.items() if p is not None}
+        fns = {name: p.counts() | {"memory": p.memory()} for name, p in pools.items() if p is not None}
         with self._res_lock:
             nodes = {n: led.describe() for n, led in self._ledgers.items()}
         return {"workflow": workflow, "version": cur.number, "functions": fns, "nodes": nodes}

@@ -105,6 +105,21 @@ class FunctionPool:
                     "start_s_mean": round(sum(self.start_s) / len(self.start_s), 4) if self.start_s else None,
                     "resources": self.res.describe()}
 
+    def memory(self) -> dict[str, int]:
+        """The warm workers' memory now: RSS, and PSS, which splits each shared page among the processes
+        that map it, so weights shared or merged by page merging (docs/dedup.md) count once in all."""
+        from ..dedup.procstat import mem_usage
+
+        with self.cv:
+            pids = [int(s.worker.pid) for s in self._slots.values()
+                    if s.state in ("idle", "busy") and isinstance(getattr(s.worker, "pid", None), int)]
+        rss = pss = 0
+        for pid in pids:
+            m = mem_usage(pid)
+            if m is not None:
+                rss, pss = rss + m.rss, pss + m.pss
+        return {"rss_bytes": rss, "pss_bytes": pss, "processes": len(pids)}
+
     def candidates(self) -> list[Candidate]:
         """Idle workers above the function's minimum, longest idle first (what an eviction may stop)."""
         with self.cv:
