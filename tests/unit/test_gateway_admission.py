@@ -24,25 +24,36 @@ from gfaas.runtime.gateway.admission import Admissions
 from gfaas.runtime.result import InvocationResult
 
 
-def test_the_limit_admits_up_to_itself_then_refuses_with_a_retry_after() -> None:
-    lim = AdaptiveLimit(initial=4, min_limit=4, max_limit=4)
+def test_the_limit_admits_up_to_itself_then_queues_then_refuses_with_a_retry_after() -> None:
+    lim = AdaptiveLimit(initial=4, min_limit=4, max_limit=4, max_waiting=2)
     assert all(lim.admit(0.0).ok for _ in range(4))
-    no = lim.admit(0.0)
-    assert not no.ok and no.retry_after_s >= 1 and "limit now is 4" in no.reason
+    assert lim.admit(0.0).wait and lim.admit(0.0, waiting=1).wait  # the caller queues them
+    no = lim.admit(0.0, waiting=2)
+    assert not no.ok and not no.wait and no.retry_after_s >= 1 and "max_waiting=2" in no.reason
+    assert not lim.release()  # no room until one finishes
     lim.finished(0.5, 0.5)
-    assert lim.admit(0.6).ok and lim.in_flight == 4
+    assert lim.admit(0.6, waiting=1).wait  # a newcomer does not pass the one waiting
+    assert lim.release() and lim.in_flight == 4
 
 
 def test_a_request_that_cannot_finish_before_its_timeout_is_refused_at_once() -> None:
     lim = AdaptiveLimit(initial=1000, min_limit=4, max_limit=1000, rate_window_s=1.0)
-    for k in range(10):  # 10 completions in the last second, 0.1 s each
+    for k in range(20):  # 10 completions a second for 2 s, 0.1 s each
         assert lim.admit(k / 10).ok
         lim.finished(k / 10 + 0.05, 0.1)
-    for _ in range(50):
-        lim.admit(1.0)
-    no = lim.admit(1.0, timeout_s=2.0)  # 50 ahead at 10/s: ~5 s
-    assert not no.ok and "after its timeout of 2 s" in no.reason
-    assert lim.admit(1.0, timeout_s=10.0).ok
+    no = lim.admit(2.0, timeout_s=2.0, waiting=50)  # 50 ahead at 10/s: ~5 s
+    assert not no.ok and not no.wait and "after its timeout of 2 s" in no.reason
+    assert lim.admit(2.0, timeout_s=10.0, waiting=50).wait
+
+
+def test_no_deadline_refusal_before_the_completion_rate_is_known() -> None:
+    """At start-up the first completions trickle in while many are in flight: a rate counted then
+    would predict waits far too long (a gateway test refused the 31st of 32 clients that way)."""
+    lim = AdaptiveLimit(initial=64, rate_window_s=2.0)
+    for _ in range(30):
+        assert lim.admit(0.0).ok
+    lim.finished(0.5, 0.5)
+    assert lim.admit(0.6, timeout_s=60.0).ok
 
 
 def test_rising_latency_shrinks_the_limit_and_the_baseline_grows_it_back() -> None:
@@ -82,7 +93,7 @@ def test_properties_limit_bounds_and_in_flight_accounting(ops: list[tuple[bool, 
     for take, dt, latency in ops:
         t += dt
         if take:
-            held += lim.admit(t).ok
+            held += lim.admit(t).ok or lim.release()
         elif held:
             lim.finished(t, latency)
             held -= 1
@@ -115,9 +126,10 @@ class CallbackRuntime(FakeRuntime):
             cb(inv.result)
 
 
-def _app(rt: CallbackRuntime, limit: int) -> Any:
+def _app(rt: CallbackRuntime, limit: int, max_waiting: int = 0) -> Any:
     app = create_app(rt, token=TOKEN, sweep_interval_s=3600)
-    app.state.gateway.admissions = Admissions(rt.workflows, initial=limit, min_limit=limit, max_limit=limit)
+    app.state.gateway.admissions = Admissions(rt.workflows, initial=limit, min_limit=limit, max_limit=limit,
+                                              max_waiting=max_waiting)
     return app
 
 
@@ -136,8 +148,15 @@ def test_over_the_limit_is_429_without_a_submit_and_the_place_frees_when_the_inv
             assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
             assert refused.json()["error"] == "overloaded" and "limit now is 2" in refused.json()["message"]
             assert rt.submits == 2  # the refusal never reached the runtime
+            adm = app.state.gateway.admissions
+            assert adm.describe()["held"]["in_flight"] == 2  # held until the invocations end
+            bad = await c.post(url, json={"seed": "x"}, params={"mode": "async"})  # never reaches the runtime
+            assert bad.status_code == 429  # still full: the bad request was refused before its body was read
             await asyncio.to_thread(rt.release)
             await asyncio.sleep(0.05)  # the callbacks hop onto the loop
+            assert adm.describe()["held"]["in_flight"] == 0
+            bad = await c.post(url, json={"seed": "x"}, params={"mode": "async"})
+            assert bad.status_code == 422 and adm.describe()["held"]["in_flight"] == 0  # its place was freed
             again = await c.post(url, json={"seed": 1}, params={"mode": "async"})
             assert again.status_code == 202 and rt.submits == 3
 
@@ -147,7 +166,7 @@ def test_over_the_limit_is_429_without_a_submit_and_the_place_frees_when_the_inv
 def test_waiting_requests_hold_no_thread_and_each_wakes_with_its_own_result() -> None:
     rt = CallbackRuntime()
     rt.deploy("name: held\ninputs: [x]\nkind: hold\n")
-    app = _app(rt, 64)
+    app = _app(rt, 64, max_waiting=64)
 
     async def go() -> None:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw",
@@ -165,5 +184,43 @@ def test_waiting_requests_hold_no_thread_and_each_wakes_with_its_own_result() ->
         assert [r.status_code for r in answers] == [200] * 24
         ids = {r.json()["invocation_id"] for r in answers}
         assert len(ids) == 24  # each request got its own invocation's result
+
+    asyncio.run(go())
+
+
+def test_over_the_limit_requests_wait_without_a_thread_and_are_admitted_one_per_completion() -> None:
+    rt = CallbackRuntime()
+    rt.deploy("name: held\ninputs: [x]\nkind: hold\n")
+    app = _app(rt, 1, max_waiting=2)
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw",
+                                     headers=AUTH) as c:
+            url = "/v1/workflows/held/invocations"
+            first = asyncio.create_task(c.post(url, json={"seed": 1}, params={"timeout": 30}))
+            while rt.submits < 1:
+                await asyncio.sleep(0.01)
+            queued = [asyncio.create_task(c.post(url, json={"seed": 2}, params={"timeout": 30}))]
+            await asyncio.sleep(0.1)
+            short = await c.post(url, json={"seed": 3}, params={"timeout": 0.2})  # a wait that ends unadmitted
+            assert short.status_code == 429 and "within 0.2 s" in short.json()["message"]
+            queued.append(asyncio.create_task(c.post(url, json={"seed": 2}, params={"timeout": 30})))
+            await asyncio.sleep(0.1)
+            adm = app.state.gateway.admissions
+            assert adm.describe()["held"]["waiting"] == 2 and rt.submits == 1  # waiting, not submitted
+            full = await c.post(url, json={"seed": 3}, params={"timeout": 30})
+            assert full.status_code == 429 and "max_waiting=2" in full.json()["message"]
+            await asyncio.to_thread(rt.release)  # the first ends: exactly one waiter is admitted
+            assert (await first).status_code == 200
+            while rt.submits < 2:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
+            assert rt.submits == 2 and adm.describe()["held"]["waiting"] == 1
+            for _ in range(2):
+                await asyncio.to_thread(rt.release)
+                await asyncio.sleep(0.1)
+            assert [(await q).status_code for q in queued] == [200, 200]
+            assert adm.describe()["held"] | {} == {"limit": 1, "in_flight": 0, "waiting": 0, "admitted": 3,
+                                                   "refused": 1}
 
     asyncio.run(go())

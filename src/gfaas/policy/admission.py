@@ -11,10 +11,12 @@ restated here from their documentation (no code of theirs was used):
 * after each finished invocation, ``gradient = clamp(tolerance * slow / fast, 0.5, 1)`` shrinks the
   limit while latency rises above the baseline, and ``sqrt(limit)`` of head-room lets it grow when
   latency is at the baseline: ``new = limit * gradient + sqrt(limit)``, smoothed;
-* a request is admitted while the in-flight count is under the limit **and** its deadline allows: the
-  wait it would see (the invocations ahead of it over the recent completion rate) plus the fast
-  latency must fit in its timeout. Otherwise it is refused at once, with a ``Retry-After`` of about
-  the time the excess needs to drain.
+* a request is admitted while the in-flight count is under the limit and nobody waits; else it may
+  wait in the caller's queue (at most ``max_waiting``), if its deadline allows: the wait it would see
+  (the invocations ahead of it over the recent completion rate) plus the fast latency must fit in
+  its timeout. Otherwise it is refused at once, with a ``Retry-After`` of about the time the excess
+  needs to drain. Each completion lets :meth:`release` admit one waiter (the caller wakes exactly
+  that one), so the runtime behind sees about ``limit`` invocations however many clients wait.
 
 Pure and clock-injected: the caller passes ``now`` and the latencies it measured.
 """
@@ -32,18 +34,21 @@ __all__ = ["Admission", "AdaptiveLimit"]
 
 @dataclass(frozen=True)
 class Admission:
-    """An admission decision: ``ok``, or refused with ``reason`` and ``retry_after_s``."""
+    """An admission decision: ``ok`` (admitted now), ``wait`` (queue for :meth:`AdaptiveLimit.release`),
+    or neither: refused with ``reason`` and ``retry_after_s``."""
 
     ok: bool
     retry_after_s: float = 0.0
     reason: str = ""
+    wait: bool = False
 
 
 class AdaptiveLimit:
     """One workflow's concurrency limit and deadline check (see the module docstring)."""
 
     def __init__(self, initial: int = 64, min_limit: int = 4, max_limit: int = 4096, tolerance: float = 1.5,
-                 smoothing: float = 0.2, slow_n: int = 500, fast_n: int = 20, rate_window_s: float = 2.0) -> None:
+                 smoothing: float = 0.2, slow_n: int = 500, fast_n: int = 20, rate_window_s: float = 2.0,
+                 max_waiting: int = 1024) -> None:
         if not 1 <= min_limit <= initial <= max_limit:
             raise ConfigError(f"admission limits must satisfy 1 <= min_limit ({min_limit}) <= initial ({initial}) "
                               f"<= max_limit ({max_limit})")
@@ -58,34 +63,59 @@ class AdaptiveLimit:
         self.fast: float | None = None
         self.rate_window_s = rate_window_s
         self._done: deque[float] = deque()  # completion times within the rate window
+        self._first_done: float | None = None
+        if max_waiting < 0:
+            raise ConfigError(f"admission: max_waiting={max_waiting} must be >= 0")
+        self.max_waiting = max_waiting
         self.in_flight = 0
         self.admitted = 0
         self.refused = 0
 
     def rate(self, now: float) -> float:
-        """Completions per second over the last ``rate_window_s`` (0 before any)."""
+        """Completions per second over the last ``rate_window_s``; 0 until a whole window has passed
+        since the first completion with at least 10 completions in it (before that, a rate counted
+        while the first invocations are still in flight would be far too low to predict waits)."""
         while self._done and self._done[0] <= now - self.rate_window_s:
             self._done.popleft()
+        if self._first_done is None or now - self._first_done < self.rate_window_s or len(self._done) < 10:
+            return 0.0
         return len(self._done) / self.rate_window_s
 
-    def admit(self, now: float, timeout_s: float | None = None) -> Admission:
-        """Take one more invocation (counted in flight until :meth:`finished`) or refuse it."""
-        cap = max(self.min_limit, int(self.limit))
+    @property
+    def cap(self) -> int:
+        return max(self.min_limit, int(self.limit))
+
+    def admit(self, now: float, timeout_s: float | None = None, waiting: int = 0) -> Admission:
+        """Take one more invocation now (counted in flight until :meth:`finished`), let it wait
+        behind the ``waiting`` ones, or refuse it."""
+        cap = self.cap
         rate = self.rate(now)
-        if self.in_flight >= cap:
-            self.refused += 1
-            return Admission(False, self._drain(self.in_flight - cap + 1, rate),
-                             f"{self.in_flight} invocations in flight, the limit now is {cap}")
+        ahead = self.in_flight + waiting
         if timeout_s is not None and rate > 0 and self.fast is not None:
-            expected = self.in_flight / rate + self.fast
+            expected = ahead / rate + self.fast
             if expected > timeout_s:
                 self.refused += 1
-                return Admission(False, self._drain(self.in_flight, rate),
-                                 f"it would finish in about {expected:.2f} s ({self.in_flight} ahead at "
+                return Admission(False, self._drain(ahead, rate),
+                                 f"it would finish in about {expected:.2f} s ({ahead} ahead at "
                                  f"{rate:.0f}/s), after its timeout of {timeout_s:g} s")
-        self.in_flight += 1
-        self.admitted += 1
-        return Admission(True)
+        if self.in_flight < cap and waiting == 0:
+            self.in_flight += 1
+            self.admitted += 1
+            return Admission(True)
+        if waiting >= self.max_waiting:
+            self.refused += 1
+            return Admission(False, self._drain(ahead - cap + 1, rate),
+                             f"{self.in_flight} invocations in flight (the limit now is {cap}) and {waiting} "
+                             f"waiting (max_waiting={self.max_waiting})")
+        return Admission(False, wait=True)
+
+    def release(self) -> bool:
+        """Whether one waiter may be admitted now (then it counts in flight)."""
+        if self.in_flight < self.cap:
+            self.in_flight += 1
+            self.admitted += 1
+            return True
+        return False
 
     @staticmethod
     def _drain(excess: int, rate: float) -> float:
@@ -98,6 +128,8 @@ class AdaptiveLimit:
         if latency_s is None or not latency_s >= 0:
             return
         self._done.append(now)
+        if self._first_done is None:
+            self._first_done = now
         if self.slow is None or self.fast is None:
             self.slow = self.fast = latency_s
             return

@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -26,46 +28,112 @@ __all__ = ["Admissions", "watch"]
 MAX_TRACKED = 4096  # workflows whose limits are kept (idle ones are dropped past this)
 
 
+class _Gate:
+    """One workflow's limit and the requests waiting for a place (futures, oldest first)."""
+
+    def __init__(self, lim: AdaptiveLimit) -> None:
+        self.lim = lim
+        self.waiting: deque[asyncio.Future[bool]] = deque()
+
+
 class Admissions:
-    """The per-workflow limits (their state is touched from the event loop and, rarely, other
-    threads: a lock keeps it consistent)."""
+    """The per-workflow limits and queues. The guard calls :meth:`enter` on the event loop for every
+    invocation; the end of an admitted invocation (:meth:`finished`) admits the oldest waiter, and
+    only it is woken."""
 
     def __init__(self, known: Callable[[], list[str]], **limit_args: Any) -> None:
         self._known = known  # the runtime's deployed workflows (asked once per new name)
-        self._limits: dict[str, AdaptiveLimit] = {}
+        self._gates: dict[str, _Gate] = {}
         self._lock = threading.Lock()
         self._args = limit_args
 
-    def limit(self, workflow: str) -> AdaptiveLimit | None:
-        """The workflow's limit; None for a name the runtime does not know (its submit answers 404)."""
+    def _gate(self, workflow: str) -> _Gate | None:
+        """The workflow's gate; None for a name the runtime does not know (its submit answers 404)."""
         with self._lock:
-            lim = self._limits.get(workflow)
-        if lim is not None:
-            return lim
+            gate = self._gates.get(workflow)
+        if gate is not None:
+            return gate
         if workflow not in self._known():
             return None
         with self._lock:
-            if len(self._limits) >= MAX_TRACKED:
-                for name in [n for n, x in self._limits.items() if x.in_flight == 0][: MAX_TRACKED // 4]:
-                    del self._limits[name]
-            return self._limits.setdefault(workflow, AdaptiveLimit(**self._args))
+            if len(self._gates) >= MAX_TRACKED:
+                idle = [n for n, g in self._gates.items() if g.lim.in_flight == 0 and not g.waiting]
+                for name in idle[: MAX_TRACKED // 4]:
+                    del self._gates[name]
+            return self._gates.setdefault(workflow, _Gate(AdaptiveLimit(**self._args)))
+
+    def limit(self, workflow: str) -> AdaptiveLimit | None:
+        gate = self._gate(workflow)
+        return None if gate is None else gate.lim
 
     def admit(self, workflow: str, timeout_s: float | None) -> tuple[Admission, AdaptiveLimit | None]:
-        lim = self.limit(workflow)
-        if lim is None:
+        """The decision alone (no waiting): admitted, to wait, or refused."""
+        gate = self._gate(workflow)
+        if gate is None:
             return Admission(True), None
         with self._lock:
-            return lim.admit(time.monotonic(), timeout_s), lim
+            return gate.lim.admit(time.monotonic(), timeout_s, len(gate.waiting)), gate.lim
+
+    async def enter(self, workflow: str, timeout_s: float | None,
+                    max_wait_s: float) -> tuple[Admission, AdaptiveLimit | None]:
+        """Admit now, or wait (without a thread) for a place for at most ``timeout_s`` (or
+        ``max_wait_s``), or refuse. A refused or timed-out request is never submitted."""
+        gate = self._gate(workflow)
+        if gate is None:
+            return Admission(True), None
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            decision = gate.lim.admit(time.monotonic(), timeout_s, len(gate.waiting))
+            if not decision.wait:
+                return decision, gate.lim
+            fut: asyncio.Future[bool] = loop.create_future()
+            gate.waiting.append(fut)
+        budget = max_wait_s if timeout_s is None else min(timeout_s, max_wait_s)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), budget)
+            return Admission(True), gate.lim
+        except TimeoutError:
+            with self._lock:
+                if fut.done() and fut.result():  # admitted just as the wait ended: take the place
+                    return Admission(True), gate.lim
+                fut.cancel()
+            return Admission(False, 1.0, f"no place came free within {budget:g} s"), None
+        finally:
+            with self._lock:
+                if not fut.done():  # cancelled (the client left): a place given later goes to the next
+                    fut.cancel()
+                with contextlib.suppress(ValueError):
+                    gate.waiting.remove(fut)
 
     def finished(self, lim: AdaptiveLimit | None, latency_s: float | None) -> None:
-        if lim is not None:
-            with self._lock:
-                lim.finished(time.monotonic(), latency_s)
+        """An admitted invocation ended: free its place and admit the oldest waiter if there is room."""
+        if lim is None:
+            return
+        with self._lock:
+            lim.finished(time.monotonic(), latency_s)
+            gate = next((g for g in self._gates.values() if g.lim is lim), None)
+            while gate is not None and gate.waiting:
+                fut = gate.waiting[0]
+                if fut.done():  # gave up waiting
+                    gate.waiting.popleft()
+                    continue
+                if not lim.release():
+                    break
+                gate.waiting.popleft()
+                fut.get_loop().call_soon_threadsafe(_admit_waiter, fut, lim, self)
 
     def describe(self) -> dict[str, dict[str, float]]:
         with self._lock:
-            return {w: {"limit": round(x.limit, 1), "in_flight": x.in_flight, "admitted": x.admitted,
-                        "refused": x.refused} for w, x in self._limits.items()}
+            return {w: {"limit": round(g.lim.limit, 1), "in_flight": g.lim.in_flight, "waiting": len(g.waiting),
+                        "admitted": g.lim.admitted, "refused": g.lim.refused} for w, g in self._gates.items()}
+
+
+def _admit_waiter(fut: asyncio.Future[bool], lim: AdaptiveLimit, adm: Admissions) -> None:
+    """On the waiter's loop: hand it the place, or give the place back if it left meanwhile."""
+    if fut.done():
+        adm.finished(lim, None)
+    else:
+        fut.set_result(True)
 
 
 def watch(runtime: Any, invocation_id: str, on_loop: Callable[[InvocationResult], None]) -> asyncio.Future[Any] | None:

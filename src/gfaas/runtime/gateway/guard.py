@@ -5,6 +5,12 @@ In this order, before the app reads anything of the body:
 * **authentication**: every path except :data:`OPEN_PATHS` needs ``Authorization: Bearer TOKEN``
   (compared in constant time); otherwise 401. New routes are protected without doing anything.
 * **requests in progress**: at most ``max_requests`` (``/healthz`` aside); more are 503 with ``Retry-After``.
+* **admission** (issue 23): an invocation (``POST /v1/workflows/NAME/invocations``) is admitted by
+  the workflow's adaptive limit (:mod:`.admission`) on its headers and query alone, or waits (no
+  thread) for a place while its timeout allows; a refusal is a 429 with ``Retry-After`` before the
+  body is read or the runtime asked. The place is freed when the
+  invocation ends (the endpoint hands it to the runtime's done-callback) or, if it never reached the
+  runtime, when the request ends.
 * **body size**: a ``Content-Length`` over the route's limit (``max_spec_bytes`` for a deploy,
   ``max_body_bytes`` otherwise) is 413 at once; a chunked body is cut off with 413 as it passes the limit.
 * **body time**: the whole body must arrive within ``body_timeout_s`` of the headers; otherwise 408
@@ -16,8 +22,12 @@ Errors that escape the app are answered 500 and logged, at most at a bounded rat
 from __future__ import annotations
 
 import logging
+import math
+import re
 import secrets
 import time
+from typing import Any
+from urllib.parse import parse_qs
 
 import anyio
 from fastapi.responses import JSONResponse
@@ -36,6 +46,9 @@ OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redi
 UNAUTHORIZED = ("this endpoint needs the header `Authorization: Bearer TOKEN`; the token is in the gateway's "
                 "token file (gfaas serve prints its path; GatewayClient reads $GFAAS_GATEWAY_TOKEN or "
                 "$GFAAS_GATEWAY_TOKEN_FILE)")
+
+
+_INVOKE = re.compile(r"^/v1/workflows/([^/]+)/invocations$")
 
 
 class _Cut(Exception):
@@ -101,11 +114,45 @@ class Guard:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
+        refusal, gw, lim = await self._admission(scope, path)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
         self.active += 1
         try:
             await self._guarded(scope, receive, send, path)
         finally:
             self.active -= 1
+            if lim is not None and not scope["state"].get("watched"):
+                gw.admissions.finished(lim, None)  # it never reached the runtime: its place is free again
+
+    @staticmethod
+    async def _admission(scope: Scope, path: str) -> tuple[JSONResponse | None, Any, Any]:
+        """(a 429, or None; the gateway; the admitted place, handed to the endpoint in the request's state)."""
+        m = _INVOKE.match(path) if scope.get("method") == "POST" else None
+        app = scope.get("app")
+        gw = getattr(getattr(app, "state", None), "gateway", None)
+        if m is None or gw is None:
+            return None, gw, None
+        qs = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        wait: float | None = gw.default_timeout_s
+        try:
+            if "timeout" in qs:
+                wait = float(qs["timeout"][-1])
+        except ValueError:
+            pass  # the endpoint answers 422 for it
+        if qs.get("mode", ["sync"])[-1] == "async":
+            wait = None
+        name = m.group(1)
+        decision, lim = await gw.admissions.enter(name, wait, gw.default_timeout_s)
+        if not decision.ok:
+            gw.tracker.rejected.inc(workflow=name, reason="admission")
+            after = max(1, math.ceil(decision.retry_after_s))
+            return error_response(429, "overloaded", f"workflow {name!r} takes no more invocations now: "
+                                  f"{decision.reason}; retry after {after} s", {"retry-after": str(after)},
+                                  retry_after_s=after), gw, None
+        scope.setdefault("state", {})["admission"] = lim
+        return None, gw, lim
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         limit, knob = self._limit(scope.get("method", ""), path, dict(scope.get("headers") or ()))

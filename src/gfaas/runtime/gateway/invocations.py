@@ -12,7 +12,6 @@ import asyncio
 import functools
 import inspect
 import json
-import math
 import re
 import time
 from typing import Annotated, Any, Literal
@@ -83,19 +82,10 @@ async def invoke(request: Request, name: str, body: InvocationRequest, gw: Gatew
     limit or the invocation could not finish within its ``timeout`` (decided before the runtime is
     asked)."""
     wait_s = gw.default_timeout_s if timeout is None else timeout
-    decision, limit = gw.admissions.admit(name, wait_s if mode == "sync" else None)
-    if not decision.ok:
-        gw.tracker.rejected.inc(workflow=name, reason="admission")
-        after = max(1, math.ceil(decision.retry_after_s))
-        return error_response(429, "overloaded", f"workflow {name!r} takes no more invocations now: {decision.reason}; "
-                              f"retry after {after} s", {"retry-after": str(after)}, retry_after_s=after)
-    t0 = time.monotonic()
-    try:
-        return await _invoke(request, name, body, gw, mode, wait_s, outputs, limit, t0)
-    except BaseException:
-        if limit is not None and not getattr(request.state, "watched", False):
-            gw.admissions.finished(limit, None)  # never submitted: its place is free again
-        raise
+    # admitted by the guard (gateway.guard): the place it holds is freed by the done-callback below,
+    # or by the guard if the invocation never reaches the runtime
+    limit = getattr(request.state, "admission", None)
+    return await _invoke(request, name, body, gw, mode, wait_s, outputs, limit, time.monotonic())
 
 
 async def _invoke(request: Request, name: str, body: InvocationRequest, gw: _Gateway, mode: str, wait_s: float,
