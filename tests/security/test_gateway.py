@@ -301,6 +301,23 @@ def test_row12_a_thousand_slow_clients_do_not_stop_the_gateway(gateway: tuple[Lo
     steady_still_serves(gw)
 
 
+def test_row12_a_header_block_over_16_kib_is_refused_and_the_connection_closed(gateway: tuple[LocalRuntime, Any]) -> None:
+    """Whichever HTTP parser serves (httptools, which sets no bound itself, or h11), a client cannot
+    make the gateway buffer an endless header block: past 16 KiB it gets a 4xx and the connection
+    closes; a large body after normal headers is still read (it is not a header)."""
+    _, gw = gateway
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * (20 * 1024) + b"\r\n")
+        got = b""
+        while chunk := s.recv(4096):
+            got += chunk
+    assert got.split(b" ")[1] in (b"400", b"431"), got[:80]
+    big = np.ones(50_000)  # a 400 KB input (540 KB as base64): well past the header bound, in the body
+    with GatewayClient(gw.url, token=TOKEN) as c:
+        res = c.invoke("steady", {"x": big})
+    assert res.ok and res.outputs["o"].shape == big.shape
+
+
 def test_row12_a_flood_of_bad_requests_does_not_flood_the_log(gateway: tuple[LocalRuntime, Any],
                                                               caplog: pytest.LogCaptureFixture) -> None:
     """2,000 malformed requests each get a 400, but uvicorn's warning about them is logged at a bounded rate."""

@@ -224,3 +224,28 @@ def test_over_the_limit_requests_wait_without_a_thread_and_are_admitted_one_per_
                                                    "refused": 1}
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_both_http_parsers_bound_the_header_block_and_serve(parser: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway uses httptools where installed and falls back to h11: each keeps the 16 KiB header
+    bound and serves a normal request."""
+    import socket
+
+    from gfaas.runtime.gateway import protocol, serve
+
+    if parser == "h11":
+        monkeypatch.setattr(protocol, "_httptools", lambda: None)
+    elif protocol._httptools() is None:
+        pytest.skip("httptools is not installed")
+    rt = CallbackRuntime()
+    rt.deploy("name: d\ninputs: [x]\nkind: double\n")
+    with serve(rt, token=TOKEN, sweep_interval_s=3600, access_log=False) as gw:
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * (20 * 1024) + b"\r\n")
+            got = b""
+            while chunk := s.recv(4096):
+                got += chunk
+        assert got.split(b" ")[1] in (b"400", b"431"), got[:80]
+        r = httpx.post(f"{gw.url}/v1/workflows/d/invocations", json={"seed": 2}, headers=AUTH)
+        assert r.status_code == 200 and r.json()["status"] == "done"

@@ -6,8 +6,11 @@ finish in time and refuses the rest at once. :class:`AdaptiveLimit` keeps one wo
 Netflix's concurrency-limits (its "gradient" limiters) and Envoy's adaptive concurrency filter do,
 restated here from their documentation (no code of theirs was used):
 
-* it tracks the latency of finished invocations twice, a slow average (the baseline the workflow
-  achieves when not queued) and a fast one (what it achieves now);
+* it tracks two averages of finished invocations: the baseline, what an invocation takes when it
+  does not queue, and the latency it has now. The baseline is the runtime's own measure of the
+  time each invocation spent outside its queues when the caller has it (``service_s``); else a slow
+  average of the latency (which drifts up under sustained queueing: the caller should pass
+  ``service_s`` where it can);
 * after each finished invocation, ``gradient = clamp(tolerance * slow / fast, 0.5, 1)`` shrinks the
   limit while latency rises above the baseline, and ``sqrt(limit)`` of head-room lets it grow when
   latency is at the baseline: ``new = limit * gradient + sqrt(limit)``, smoothed;
@@ -121,19 +124,21 @@ class AdaptiveLimit:
     def _drain(excess: int, rate: float) -> float:
         return min(30.0, max(1.0, excess / rate)) if rate > 0 else 1.0
 
-    def finished(self, now: float, latency_s: float | None) -> None:
+    def finished(self, now: float, latency_s: float | None, service_s: float | None = None) -> None:
         """An admitted invocation ended; ``latency_s`` None when it did not complete (a timeout or an
-        error: it frees its place but says nothing of the latency)."""
+        error: it frees its place but says nothing of the latency). ``service_s``: the part of it not
+        spent queueing (the baseline)."""
         self.in_flight = max(0, self.in_flight - 1)
         if latency_s is None or not latency_s >= 0:
             return
         self._done.append(now)
         if self._first_done is None:
             self._first_done = now
+        base = latency_s if service_s is None or not service_s >= 0 else min(service_s, latency_s)
         if self.slow is None or self.fast is None:
-            self.slow = self.fast = latency_s
+            self.slow, self.fast = base, latency_s
             return
-        self.slow += self._a_slow * (latency_s - self.slow)
+        self.slow += (self._a_fast if service_s is not None else self._a_slow) * (base - self.slow)
         self.fast += self._a_fast * (latency_s - self.fast)
         grad = max(0.5, min(1.0, self.tolerance * self.slow / self.fast)) if self.fast > 0 else 1.0
         new = self.limit * grad + math.sqrt(self.limit)

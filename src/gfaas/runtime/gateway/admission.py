@@ -105,12 +105,12 @@ class Admissions:
                 with contextlib.suppress(ValueError):
                     gate.waiting.remove(fut)
 
-    def finished(self, lim: AdaptiveLimit | None, latency_s: float | None) -> None:
+    def finished(self, lim: AdaptiveLimit | None, latency_s: float | None, service_s: float | None = None) -> None:
         """An admitted invocation ended: free its place and admit the oldest waiter if there is room."""
         if lim is None:
             return
         with self._lock:
-            lim.finished(time.monotonic(), latency_s)
+            lim.finished(time.monotonic(), latency_s, service_s)
             gate = next((g for g in self._gates.values() if g.lim is lim), None)
             while gate is not None and gate.waiting:
                 fut = gate.waiting[0]

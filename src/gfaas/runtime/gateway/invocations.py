@@ -119,7 +119,10 @@ async def _invoke(request: Request, name: str, body: InvocationRequest, gw: _Gat
         raise
 
     def ended(res: InvocationResult) -> None:  # on the loop, once, when the invocation finishes
-        gw.admissions.finished(limit, time.monotonic() - t0 if res.status == "done" else None)
+        ok = res.status == "done"
+        b = res.breakdown  # the runtime's time outside its queues: the latency without queueing
+        gw.admissions.finished(limit, time.monotonic() - t0 if ok else None,
+                               max(0.0, b.total_s - b.queue_s) if ok and b.total_s > 0 else None)
         gw.tracker.finished(res)
 
     fut = watch(runtime, inv, ended)

@@ -22,15 +22,24 @@ from .ratelog import RateLimitedLog
 log = RateLimitedLog(logging.getLogger("gfaas.gateway"), burst=5, per_s=0.2)
 
 
-class BoundedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a header deadline and a connection cap (set by :func:`bounded`)."""
+class _Bounds(asyncio.Protocol):
+    """A header deadline and a connection cap over one of uvicorn's HTTP protocols (both keep
+    ``cycle``, ``connections``, ``loop`` and ``transport``), set by :func:`bounded`."""
 
     header_timeout_s = 10.0
     max_connections = 2048
+    max_header_bytes = 16 * 1024  # h11 enforces it itself; httptools does not, so it is counted here
+    # what the protocol classes below provide (for the type checker)
+    cycle: Any
+    connections: Any
+    loop: Any
+    transport: Any
+    client: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
+        self._header_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -56,9 +65,15 @@ class BoundedH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if not self._in_request():
             self._arm()  # the first bytes of a request: its headers are due in header_timeout_s
+            self._header_bytes += len(data)
         super().data_received(data)
         if self._in_request() or self.transport.is_closing():
             self._disarm()
+            self._header_bytes = 0
+        elif self._header_bytes > self.max_header_bytes:
+            self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n"
+                                 b"content-length: 0\r\n\r\n")
+            self.transport.close()
 
     def _headers_late(self) -> None:
         self._header_timer = None
@@ -70,7 +85,22 @@ class BoundedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
 
-def bounded(header_timeout_s: float, max_connections: int) -> type[BoundedH11Protocol]:
-    """A :class:`BoundedH11Protocol` with these bounds (uvicorn's ``http=`` takes a class)."""
-    return type("BoundedH11Protocol", (BoundedH11Protocol,),
-                {"header_timeout_s": header_timeout_s, "max_connections": max_connections})
+class BoundedH11Protocol(_Bounds, H11Protocol):
+    """uvicorn's h11 protocol (pure Python) with the bounds."""
+
+
+def _httptools() -> type | None:
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # httptools is not installed: h11 it is
+        return None
+    return type("BoundedHttpToolsProtocol", (_Bounds, HttpToolsProtocol),
+                {"__doc__": "uvicorn's httptools protocol (a C parser) with the bounds."})
+
+
+def bounded(header_timeout_s: float, max_connections: int) -> type:
+    """A protocol class with these bounds (uvicorn's ``http=`` takes a class): httptools's C parser
+    where it is installed (a request costs the event loop less, which is what keeps refusals cheap
+    under overload, docs/performance.md), else h11."""
+    base = _httptools() or BoundedH11Protocol
+    return type(base.__name__, (base,), {"header_timeout_s": header_timeout_s, "max_connections": max_connections})

@@ -59,11 +59,12 @@ class GatewayServer:
                 ready.set()
 
         # log_config/log_level None: the library leaves logging configuration to the application
-        # h11 with a header deadline and a connection cap (protocol.py); a header block over 16 KiB is a 400
+        # httptools (else h11) with a header deadline and a connection cap (protocol.py); a header block
+        # over 16 KiB is a 400
         protocol = bounded(limits.header_timeout_s, _connection_cap(limits.max_connections))
         config = uvicorn.Config(app, log_config=None, log_level=None, access_log=access_log, lifespan="on",
                                 timeout_graceful_shutdown=math.ceil(graceful_s), http=protocol,
-                                timeout_keep_alive=5, h11_max_incomplete_event_size=16 * 1024)
+                                timeout_keep_alive=5, h11_max_incomplete_event_size=16 * 1024, loop=_loop())
         uv_log = logging.getLogger("uvicorn.error")
         if _UVICORN_FILTER not in uv_log.filters:
             uv_log.addFilter(_UVICORN_FILTER)
@@ -173,3 +174,12 @@ def serve(runtime: RuntimeAPI, host: str = "127.0.0.1", port: int = 0, *, token:
     except BaseException:
         sock.close()
         raise
+
+
+def _loop() -> str:
+    """uvloop where it is installed (the event loop costs less per request under load), else asyncio."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
