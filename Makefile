@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results
+.PHONY: accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -114,3 +114,10 @@ autoscale-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make autoscale-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas bench autoscale --json --out $(R)/autoscale.json > /dev/null
 	$(BIN)/python benchmarks/autoscale_tables.py $(R)/autoscale.json --write docs/autoscaling.md
+
+# The hot path under overload (about 2 minutes; not in `results`): gfaas serve driven with 16, 256 and
+# 2,000 connections, the pipe floor and the embedded invocation, and the block of docs/performance.md.
+overload-results: $(STAMP)
+	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/gfaas bench overload --json --out $(R)/overload.json > /dev/null
+	$(BIN)/python benchmarks/overload_tables.py $(R)/overload.json --write docs/performance.md

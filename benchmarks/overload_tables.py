@@ -1,0 +1,61 @@
+"""The generated block of docs/performance.md, from a ``gfaas bench overload --out`` result.
+
+    .venv/bin/python benchmarks/overload_tables.py benchmarks/results/overload.json                            # print
+    .venv/bin/python benchmarks/overload_tables.py benchmarks/results/overload.json --write docs/performance.md
+
+``--write`` replaces the block ``<!-- overload-after -->`` (``make overload-results`` runs the benchmark
+and this), so the numbers on the page are the file's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from doc_blocks import write_blocks
+
+
+def _ms(x: Any) -> str:
+    return "-" if x is None else f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def block(doc: dict[str, Any]) -> str:
+    prov = doc.get("provenance", {})
+    m = prov.get("machine") or {}
+    rows = doc["rows"]
+    base = rows[0]["goodput_rps"] or 1.0
+    lines = [f"One `gfaas bench overload --json` run at commit `{str(prov.get('commit', '?'))[:7]}` on "
+             f"{m.get('cpu_model', '?')} ({m.get('cores', '?')} CPUs): pipe floor {doc['floor_us']:.1f} us, "
+             f"embedded tiny invocation p50 {doc['invoke_p50_us'] / 1e3:.2f} ms "
+             f"({doc['invoke_p50_us'] / doc['floor_us']:.0f}x the floor).", "",
+             "| connections | goodput /s | vs the first row | p50 ms | p99 ms | refused | refusal p99 ms | failed | "
+             "lost / dup | load generator CPU |", "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        lines.append(f"| {r['connections']:,} | {r['goodput_rps']:.1f} | {r['goodput_rps'] / base:.2f} | "
+                     f"{_ms(r['p50_ms'])} | {_ms(r['p99_ms'])} | {r['rejected']:,} | {_ms(r['reject_p99_ms'])} | "
+                     f"{r['failed']} | {r['lost']} / {r['duplicated']} | {r['loadgen_cpu_frac']:.2f} core |")
+    lines += ["", "| target | value | bound | met |", "|---|---:|---:|---|"]
+    for t in doc.get("targets", []):
+        v = t["value"]
+        lines.append(f"| {t['target']} | {'-' if v is None else format(v, '.3g')} | {t['bound']:g} | "
+                     f"{'yes' if t['status'] == 'pass' else '**no**'} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("result")
+    ap.add_argument("--write", metavar="PAGE", help="replace the generated block of this page")
+    a = ap.parse_args()
+    with open(a.result) as f:
+        doc = json.load(f)
+    text = block(doc)
+    if a.write:
+        write_blocks(a.write, {"overload-after": text})
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
