@@ -301,6 +301,11 @@ class LocalRuntime:
             raise
         if self.config.queue_hints:
             self._hinter = QueueHinter(self._hints, self._send_hint, self.config.queue_hint_interval_s)
+        self._ending: deque[_Invocation] = deque()  # invocations whose data the ender frees
+        self._end_cv = threading.Condition()
+        self._ender_stop = False
+        self._ender_thread = threading.Thread(target=self._ender, name="gfaas-ender", daemon=True)
+        self._ender_thread.start()
         self._res_lock = threading.Lock()  # the ledgers; taken before any pool's lock, never under one
         self._ledgers: dict[str, Ledger] = {}
         self._autoscaler = Autoscaler(lambda: list(self._pools.values()), self.config.scale_tick_s)
@@ -949,6 +954,8 @@ class LocalRuntime:
         for p in list(self._pools.values()):
             p.close()
         self._pools.clear()
+        if getattr(self, "_ender_thread", None) is not None:
+            self._stop_ender()
         for c in reversed(self._closers):
             try:
                 c()
@@ -1166,10 +1173,36 @@ class LocalRuntime:
             self._invs.pop(self._finished.popleft(), None)
 
     def _end_data(self, inv: _Invocation) -> None:
-        """Free everything the invocation stored (runs once no task of it is in flight)."""
+        """Free everything the invocation stored, once no task of it is in flight (called under the
+        lock): handed to the ender thread, so the daemon round trips are off every caller's path and
+        the lock is not held across them (the next submit waited for them: docs/performance.md)."""
         if inv.ended:
             return
         inv.ended = True
+        with self._end_cv:
+            self._ending.append(inv)
+            self._end_cv.notify()
+
+    def _ender(self) -> None:
+        while True:
+            with self._end_cv:
+                while not self._ending and not self._ender_stop:
+                    self._end_cv.wait()
+                if not self._ending:
+                    return
+                batch = list(self._ending)
+                self._ending.clear()
+            for inv in batch:
+                self._free(inv)
+
+    def _stop_ender(self) -> None:
+        """Free what is still pending, then stop the ender (before the node connections close)."""
+        with self._end_cv:
+            self._ender_stop = True
+            self._end_cv.notify()
+        self._ender_thread.join(30)
+
+    def _free(self, inv: _Invocation) -> None:
         try:
             if inv.kind == "gfaas":
                 with self._admin_lock:
