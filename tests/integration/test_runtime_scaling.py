@@ -166,3 +166,14 @@ def test_status_through_the_gateway_metrics_and_the_cli(tmp_path: Path, capsys: 
     assert 'gfaas_function_workers{workflow="shown",function="f",state="warm"} 1' in metrics.splitlines()
     assert 'gfaas_function_workers{workflow="shown",function="f",state="starting"} 0' in metrics.splitlines()
     assert 'gfaas_function_cold_starts{workflow="shown",function="f"} 0' in metrics.splitlines()
+
+
+def test_each_start_is_timed_from_its_own_beginning() -> None:
+    """Deploy starts min workers one after another; each one's start time is its own (the mean was
+    once the mean of cumulative times, which made the simulator's start time twice too long)."""
+    with LocalRuntime(RuntimeConfig(queue_hints=False)) as rt:
+        t0 = time.monotonic()
+        rt.deploy(slow_spec("timed", 0.0, "{min: 3, max: 3}"))
+        deploy_s = time.monotonic() - t0
+        mean = rt.scaling_status("timed")["functions"]["f"]["start_s_mean"]
+    assert 0 < mean < 0.5 * deploy_s, (mean, deploy_s)

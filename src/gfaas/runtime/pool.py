@@ -156,7 +156,7 @@ class FunctionPool:
                 log.warning("%s: no room on node %s for a pre-warmed worker (resources %s); it starts on demand",
                             self.key, self.node, self.res.describe())
                 break
-            slot = self._new_slot(now, cold=False)
+            slot = self._new_slot(time.monotonic(), cold=False)  # each start timed from its own beginning
             assert slot is not None
             try:
                 worker = self.rt.start_worker(self.init, self.node)
