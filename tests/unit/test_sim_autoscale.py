@@ -46,3 +46,11 @@ def test_bad_arguments_are_refused() -> None:
         replay([2.0, 1.0], ScalingSpec(), service_s=0.1, start_s=0.1)
     with pytest.raises(ConfigError, match="tick_s"):
         replay([1.0], ScalingSpec(), service_s=0.1, start_s=0.1, tick_s=0)
+
+
+def test_measured_service_times_are_taken_in_turn() -> None:
+    spec = ScalingSpec(min=1, max=1)
+    r = replay([0.0, 1.0, 2.0, 3.0], spec, service_s=[0.1, 0.3], start_s=0.1, end_s=5.0)
+    assert (r.p50_ms, r.p99_ms) == pytest.approx((200.0, 300.0))  # 100, 300, 100, 300 ms
+    with pytest.raises(ConfigError, match="at least one"):
+        replay([1.0], spec, service_s=[], start_s=0.1)

@@ -18,7 +18,8 @@ a 60-second stable and 6-second panic window, sampling every 0.5 s.
 Each row gives requests, dropped (refused or failed), p50/p99 of the runtime's own end-to-end time
 per request, cold starts and worker-seconds over the replay. ``sim`` replays the same arrivals under
 ``gfaas`` in :func:`gfaas.sim.autoscale.replay`, with the start and service times measured in the
-``always-warm`` run of the same process, so its cold-start count can be compared with ``real``'s.
+``always-warm`` run of the same process (its start time, and its requests' own times in arrival
+order), so its cold-start count can be compared with ``real``'s.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def _replay_real(policy: str, scaling: dict[str, Any], arrivals: np.ndarray, ser
             "cold_starts": after["cold_starts"] - before["cold_starts"],
             "worker_seconds": round(after["worker_seconds"] - before["worker_seconds"], 2),
             "starts": after["starts"] - before["starts"], "elapsed_s": round(elapsed, 2),
-            "start_s_mean": after["start_s_mean"], "median_latency_s": float(np.median(lat)) / 1e3}
+            "start_s_mean": after["start_s_mean"], "median_latency_s": float(np.median(lat)) / 1e3,
+            "latencies_s": [float(x) / 1e3 for x in lat]}
 
 
 def run(*, duration_s: float = 90.0, target_concurrency: float = 0.7, peak_rps: float = 40.0, service_ms: float = 100.0, max_workers: int = 8,
@@ -127,9 +129,12 @@ def run(*, duration_s: float = 90.0, target_concurrency: float = 0.7, peak_rps: 
     warm = rows[0]
     start_s = float(warm["start_s_mean"] or 0.5)
     svc = float(warm["median_latency_s"])
+    # The replay takes the always-warm run's own per-request times in arrival order: with every
+    # request at the median, it misses the moments of queueing that fire the real scaler's panic mode.
+    services = warm["latencies_s"] or [svc]
     gspec = ScalingSpec(max=max_workers, keep_alive="gfaas", stable_window_s=stable_window_s,
                         panic_window_s=panic_window_s, target_concurrency=target_concurrency)
-    sim = replay(arrivals.tolist(), gspec, service_s=svc, start_s=start_s, tick_s=tick_s,
+    sim = replay(arrivals.tolist(), gspec, service_s=services, start_s=start_s, tick_s=tick_s,
                  end_s=float(rows[2]["elapsed_s"]))
     real = rows[2]
     out_rows = [{k: r[k] for k in ("policy", "requests", "dropped", "p50_ms", "p99_ms", "cold_starts",

@@ -50,14 +50,18 @@ class _W:
     started: float
 
 
-def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float, start_s: float,
+def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float | Sequence[float], start_s: float,
            tick_s: float = 0.5, prewarm: bool = True, end_s: float | None = None) -> ReplayResult:
     """Serve ``arrivals`` (seconds from the deploy, sorted) with workers scaled by ``spec``.
 
+    ``service_s``: one time for every request, or measured times, taken in turn (request k runs
+    ``service_s[k % len]``), so the replay sees the spread a real run has.
     ``prewarm``: one worker (and ``min``) ready at time 0, as the runtime's deploy starts them.
     ``end_s``: when worker-seconds stop counting (default: the last completion)."""
-    if service_s < 0 or start_s < 0 or not tick_s > 0:
-        raise ConfigError(f"service_s={service_s}, start_s={start_s} must be >= 0 and tick_s={tick_s} > 0")
+    services = [float(service_s)] if isinstance(service_s, int | float) else [float(x) for x in service_s]
+    if not services or min(services) < 0 or start_s < 0 or not tick_s > 0:
+        raise ConfigError(f"service_s={service_s!r} (times >= 0, at least one), start_s={start_s} >= 0 and "
+                          f"tick_s={tick_s} > 0 are needed")
     times = list(arrivals)
     if any(b < a for a, b in itertools.pairwise(times)) or (times and times[0] < 0):
         raise ConfigError("arrivals must be sorted times >= 0 (seconds from the deploy)")
@@ -79,6 +83,7 @@ def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float, st
         return [WorkerView(w.id, w.state, w.since) for w in workers.values()]  # type: ignore[arg-type]
 
     running: dict[int, float] = {}  # worker -> arrival time of its request
+    served = itertools.count()
 
     def dispatch(now: float) -> None:
         for w in sorted(workers.values(), key=lambda w: w.id):
@@ -87,7 +92,7 @@ def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float, st
             if w.state == "idle":
                 running[w.id] = queue.popleft()
                 w.state, w.since = "busy", now
-                push(now + service_s, "done", w.id)
+                push(now + services[next(served) % len(services)], "done", w.id)
 
     def act(now: float, sample: bool) -> None:
         nonlocal cold, starts, worker_s, peak
