@@ -275,3 +275,20 @@ def test_binder_sends_what_the_worker_reads_and_the_worker_never_holds_a_token(n
         worker.get(ref)
     binder.close()
     worker.close()
+
+
+def test_a_copy_of_the_connection_made_non_blocking_does_not_break_its_client(node: Any) -> None:
+    """O_NONBLOCK belongs to the connection, not to a descriptor: a function that sets it on its copy of
+    the connection it shares does not turn the client's next wait into 'did not answer' (it is cleared)."""
+    import signal
+    import threading
+
+    c = node.connect("f")
+    ref = c.put(np.arange(3))
+    assert c._ch.sock is not None
+    copy = socket.socket(fileno=os.dup(c._ch.sock.fileno()))
+    copy.setblocking(False)
+    os.kill(node.pid, signal.SIGSTOP)  # the reply comes late, so the client's receive waits
+    threading.Timer(0.3, os.kill, (node.pid, signal.SIGCONT)).start()
+    np.testing.assert_array_equal(c.get(ref, copy=True), np.arange(3))
+    copy.close()
