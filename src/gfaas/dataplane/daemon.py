@@ -846,11 +846,12 @@ class Daemon:
         if m.lease >= 0:
             try:
                 seg, ids = self.store.lease(s, m.lease, m.ids or None)
-            except GfaasError as exc:  # the first small put leases and reports it
+                fds = self._export(conn, seg, True)
+            except (GfaasError, OSError) as exc:  # the binding stands; the first small put leases, and says why not
                 log.debug("no slab with Bind for %s/%s: %s", s.invocation, s.function, exc)
             else:
-                lease = P.Leased(seg.id, 0, seg.limit or seg.size, ids, first_slot=self.store.first_slot(s, ids))
-                fds = self._export(conn, seg, True)
+                if fds:  # (a backend with no descriptors to map has no slab to hand over)
+                    lease = P.Leased(seg.id, 0, seg.limit or seg.size, ids, first_slot=self.store.first_slot(s, ids))
         return P.Bound(s.invocation, s.function, list(s.functions), lease), fds
 
     def _unbind(self, conn: Conn, m: P.Unbind) -> None:
