@@ -12,7 +12,8 @@ strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a tim
 * ``count``: the node daemon runs in this process (a thread, the same ``Daemon`` class the runtime
   starts as a process) with its request handler wrapped, so every message any process sends it is
   counted by type; connections, worker round trips and thread hand-offs are counted the same way.
-  Prints messages per invocation; ``--concurrency K`` keeps K invocations in flight.
+  Prints messages per invocation (and the connections the daemon accepted); ``--concurrency K`` keeps K
+  invocations in flight.
 * ``timeline``: the moments one invocation passes on its critical path, noted by wrappers around the
   runtime's own steps (this process; a worker's share comes from the timings its reply carries).
   Prints the median time between consecutive moments.
@@ -120,6 +121,16 @@ def _daemon_in_thread(run_dir: str, counts: Counter[str], busy: defaultdict[str,
         return orig_scan_all(self)
 
     dmod.Daemon._scan_all = scan_all
+    orig_conn = dmod.Conn
+
+    class CountedConn(orig_conn):  # type: ignore[misc,valid-type]
+        """Every connection the daemon accepts (whoever opened it: the runtime, for itself or a worker)."""
+
+        def __init__(self, *a: Any, **k: Any) -> None:
+            counts["daemon connections accepted"] += 1
+            super().__init__(*a, **k)
+
+    dmod.Conn = CountedConn
     d = dmod.Daemon(cfg)
     d.bind()
     t = threading.Thread(target=d.serve_forever, name="profile-daemon", daemon=True)
@@ -132,6 +143,7 @@ def _daemon_in_thread(run_dir: str, counts: Counter[str], busy: defaultdict[str,
         d.stop()
         t.join(10)
         dmod.Daemon._scan_all = orig_scan_all
+        dmod.Conn = orig_conn
         for u in undo:
             u()
 
@@ -163,7 +175,7 @@ def count(n: int, concurrency: int = 1) -> dict[str, Any]:
         _wrap(lmod.LocalRuntime, "queues_changed", before=lambda *a, **k: counts.update(["queue hinter pokes"])),
         _wrap(lmod.LocalRuntime, "_send_hint", before=lambda *a, **k: counts.update(["queue hints sent"])),
         _wrap(lmod.LocalRuntime, "_gateway_transport",
-              before=lambda *a, **k: counts.update(["gateway transport opened (new connection)"])),
+              before=lambda *a, **k: counts.update(["gateway transports (the runtime's puts and gets)"])),
         _wrap(wmod, "_daemon_connection",
               before=lambda *a, **k: counts.update(["daemon connection opened for a sandboxed worker"])),
     ]
@@ -176,6 +188,7 @@ def count(n: int, concurrency: int = 1) -> dict[str, Any]:
             time.sleep(0.3)  # queue hints of the warm-up go out
             counts.clear()
             busy.clear()
+            counts["daemon connections accepted"] += 0  # listed even when none is
             threads_mid = threading.active_count()
             t0 = time.perf_counter()
             _closed_loop(rt, n, concurrency)
@@ -203,20 +216,20 @@ STEPS = [
     ("submit", "submit called"),
     ("locked", "runtime lock taken (waits for the previous invocation's end)"),
     ("opened", "Admin.open_invocation round trip"),
-    ("gw_connected", "gateway transport: connect + Hello round trip"),
-    ("input_put", "put of the request's input (Lease round trip on a new connection)"),
-    ("gw_closed", "gateway transport close (Sync round trip)"),
+    ("gw_connected", "gateway transport: connect + Hello round trip (a pooled attached connection: none)"),
+    ("input_put", "put of the request's input (Lease round trip on a new connection; Bind with its slab)"),
+    ("gw_closed", "gateway transport close (Sync round trip; a one-way Unbind)"),
     ("gen_queued", "DagState.start, gen queued"),
     ("gen_dispatched", "hand-off: gen's dispatcher thread wakes"),
-    ("gen_conn", "daemon connection opened for the sandboxed worker"),
+    ("gen_conn", "daemon connection opened for the sandboxed worker (absent with an attached one)"),
     ("gen_reply", "gen: Task -> worker -> Done (see the worker's share below)"),
     ("red_queued", "reply recorded, DagState.finished, red queued"),
     ("red_dispatched", "hand-off: red's dispatcher thread wakes"),
-    ("red_conn", "daemon connection opened for the sandboxed worker"),
+    ("red_conn", "daemon connection opened for the sandboxed worker (absent with an attached one)"),
     ("red_reply", "red: Task -> worker -> Done"),
     ("complete", "reply recorded, DagState.finished, _complete starts"),
-    ("out_connected", "gateway transport: connect + Hello round trip"),
-    ("out_got", "get of the output (Get round trip) + close"),
+    ("out_connected", "gateway transport: connect + Hello round trip (a pooled attached connection: none)"),
+    ("out_got", "get of the output (Get round trip; with an attached connection the Bind's reply too)"),
     ("result_set", "result built, done.set()"),
     ("woke", "the caller thread wakes with the result"),
 ]
@@ -294,6 +307,8 @@ def timeline(n: int) -> dict[str, Any]:
         _wrap(lmod.LocalRuntime, "_gateway_transport", after=gw_connected),
         _wrap(tmod.GfaasTransport, "put", after=on_main("input_put")),
         _wrap(tmod.GfaasTransport, "close", after=on_main("gw_closed")),
+        *([_wrap(tmod.BoundTransport, "close", after=on_main("gw_closed"))] if hasattr(tmod, "BoundTransport")
+          else []),
         _wrap(_pool_class(), "submit", before=lambda pool, inv, fn: mark(f"{fn}_queued")),
         _wrap(lmod.LocalRuntime, "run_task", before=dispatched),
         _wrap(wmod, "_daemon_connection", after=fn_mark("conn")),
@@ -313,14 +328,16 @@ def timeline(n: int) -> dict[str, Any]:
                 res = rt.result(inv, timeout=60)
                 mark("woke")
                 assert res.status == "done", res.error
-                if k >= 30 and all(key in ev for key, _ in STEPS):
+                if k >= 30:
                     rows.append(dict(ev))
             time.sleep(0.05)
     finally:
         for u in reversed(undo):
             u()
+    # The moments this code passes every time (a worker with an attached connection opens none).
+    seen = [(key, what) for key, what in STEPS if all(key in r for r in rows)]
     steps: list[dict[str, Any]] = []
-    for (prev, _), (key, what) in zip(STEPS, STEPS[1:], strict=False):
+    for (prev, _), (key, what) in zip(seen, seen[1:], strict=False):
         d = np.asarray([r[key] - r[prev] for r in rows]) * 1e3
         steps.append({"step": key, "what": what, "p50_ms": round(float(np.median(d)), 3),
                       "mean_ms": round(float(d.mean()), 3)})

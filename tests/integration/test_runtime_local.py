@@ -348,9 +348,9 @@ def test_a_functions_inputs_are_fetched_with_the_deadline_its_slo_leaves(rt_hand
     seen: list[float | None] = []
     real = GfaasTransport.get
 
-    def spy(self: GfaasTransport, ref: str, deadline_s: float | None = None) -> np.ndarray:
+    def spy(self: GfaasTransport, ref: str, deadline_s: float | None = None, device: int | None = None) -> np.ndarray:
         seen.append(deadline_s)
-        return real(self, ref, deadline_s)
+        return real(self, ref, deadline_s, device)
 
     monkeypatch.setattr(GfaasTransport, "get", spy)
     spec = f"""

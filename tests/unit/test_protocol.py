@@ -15,6 +15,10 @@ OID = bytes(range(16))
 REQUESTS = [
     P.Hello("t" * 32),
     P.AdminHello("a" * 32, 1),
+    P.Attach("a" * 32),
+    P.Bind("t" * 32),
+    P.Bind("t" * 32, 0, 2),
+    P.Unbind(),
     P.OpenInvocation("wf", ["f", "g"], None, None),
     P.OpenInvocation("wf", ["f"], "0" * 32, {"f": "1" * 32}),
     P.EndInvocation("0" * 32),
@@ -41,6 +45,8 @@ REQUESTS = [
 REPLIES = [
     P.Welcome("n0", "0" * 32, "f", ["f", "g"], 1 << 20, 1 << 18, 1 << 30),
     P.AdminWelcome("n0"),
+    P.Bound("0" * 32, "f", ["f", "g"]),
+    P.Bound("0" * 32, "f", ["f", "g"], P.Leased(1, 0, 1 << 20, [OID], [], 0), [3]),
     P.InvocationOpened("0" * 32, {"f": "1" * 32}),
     P.Ended("0" * 32, 3),
     P.StatsReply("n0", 1, 0, 4096, 100, 1 << 30, 1, 1, 2, 0),
@@ -77,12 +83,12 @@ def test_request_and_reply_types_are_pinned() -> None:
     import typing
 
     assert sorted(t.__name__ for t in typing.get_args(P.Request)) == [
-        "AdminHello", "Allocate", "Consumed", "DedupForget", "DedupHint", "DedupStatus", "Delete", "Derive",
-        "EndInvocation", "Get", "Hello", "Lease", "MoreIds", "OpenInvocation", "QueueHint", "Release", "Seal",
-        "SealAllocated", "Stats", "Sync"]
+        "AdminHello", "Allocate", "Attach", "Bind", "Consumed", "DedupForget", "DedupHint", "DedupStatus", "Delete",
+        "Derive", "EndInvocation", "Get", "Hello", "Lease", "MoreIds", "OpenInvocation", "QueueHint", "Release",
+        "Seal", "SealAllocated", "Stats", "Sync", "Unbind"]
     assert sorted(t.__name__ for t in typing.get_args(P.Reply)) == [
-        "AdminWelcome", "Allocated", "DedupReport", "Derived", "Ended", "Error", "Ids", "InvocationOpened", "Leased",
-        "Located", "Ok", "StatsReply", "Welcome"]
+        "AdminWelcome", "Allocated", "Bound", "DedupReport", "Derived", "Ended", "Error", "Ids", "InvocationOpened",
+        "Leased", "Located", "Ok", "StatsReply", "Welcome"]
     assert {type(m).__name__ for m in REQUESTS} == {t.__name__ for t in typing.get_args(P.Request)}
     assert {type(m).__name__ for m in REPLIES} == {t.__name__ for t in typing.get_args(P.Reply)}
 
@@ -118,6 +124,8 @@ def test_replies_are_not_requests(msg: P._Msg) -> None:
         ["OpenInvocation", "wf", "f"],
         ["OpenInvocation", "wf", ["f"], None, {"f": 1}],
         ["Hello", None],
+        ["Bind", None],  # a token that is not a string
+        ["Bind", "t", "0"],
         {"type": "Get", "id": OID},  # map instead of array
         "Get",
         42,
@@ -219,3 +227,12 @@ def test_random_reply_bytes_raise_only_protocol_error(data: bytes) -> None:
         P.decode_reply(data)
     except ProtocolError:
         pass
+
+
+@pytest.mark.parametrize(("msg", "field"), [(P.Bind("t", -2), "lease"), (P.Bind("t", 0, -1), "ids"),
+                                            (P.Bind("t", 0, 1025), "ids")])
+def test_bind_fields_out_of_range_are_refused_naming_the_field(msg: P.Bind, field: str) -> None:
+    """A Bind asking for a slab of negative size, or a negative or huge ID batch, is a ProtocolError
+    naming the field and the range, before any handler."""
+    with pytest.raises(ProtocolError, match=f"Bind.{field}=-?\\d+ is out of range: give"):
+        P.decode_request(P.encode(msg))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import fcntl
 import os
 import select
 import socket
@@ -79,11 +80,24 @@ class Channel:
 
     def call(self, msg: P._Msg) -> tuple[P.Reply, list[int]]:
         """Send a request, wait for its reply; raise the daemon's error as its own class."""
+        return self.recv(P.encode(msg))
+
+    def recv(self, request: bytes = b"") -> tuple[P.Reply, list[int]]:
+        """Wait for the next reply (after sending ``request``, if given): the answer to a request sent
+        before, perhaps by another process on this connection (the platform's ``Bind``)."""
         if self.sock is None:
             raise DaemonUnavailable(f"connection to {self.path} is closed")
         try:
-            self.sock.send(P.encode(msg))
-            data, anc, _flags, _ = self.sock.recvmsg(P.MAX_FRAME, _FD_SPACE)
+            while True:
+                try:
+                    if request:
+                        self.sock.send(request)
+                        request = b""
+                    data, anc, _flags, _ = self.sock.recvmsg(P.MAX_FRAME, _FD_SPACE)
+                    break
+                except BlockingIOError:
+                    if not self._made_blocking():
+                        raise
         except (BrokenPipeError, ConnectionResetError) as exc:
             self._refused(exc)
         except (TimeoutError, BlockingIOError):
@@ -108,6 +122,17 @@ class Channel:
         if isinstance(reply, P.Error):
             raise error_from_code(reply.code, reply.message)
         return reply, fds
+
+    def _made_blocking(self) -> bool:
+        """Clear O_NONBLOCK if another holder of this connection set it (it is the connection's, not this
+        descriptor's: a function holding a copy of its worker's connection can); False if it was clear,
+        so the wait timed out (SO_RCVTIMEO)."""
+        assert self.sock is not None
+        flags = fcntl.fcntl(self.sock.fileno(), fcntl.F_GETFL)
+        if not flags & os.O_NONBLOCK:
+            return False
+        fcntl.fcntl(self.sock.fileno(), fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+        return True
 
     def _refused(self, exc: OSError) -> None:
         """The daemon closed the connection; raise the error it left first (a refused connection:

@@ -19,6 +19,7 @@ from ..errors import (
     AuthenticationError,
     ConfigError,
     DaemonUnavailable,
+    GfaasError,
     ObjectStateError,
     ProtocolError,
 )
@@ -221,30 +222,71 @@ class DeviceBuffer:
 
 
 class Client:
-    """A function's connection to its node daemon; see :func:`connect`."""
+    """A function's connection to its node daemon; see :func:`connect`.
 
-    def __init__(self, socket_path: str, token: str, timeout: float | None = 60.0,
-                 device_mapper: DeviceMapper | None = None, sock: socket.socket | None = None) -> None:
+    An *attached* client (``welcome=``: a connection the platform opened with :meth:`Admin.attach`)
+    outlives tasks: it holds one (invocation, function)'s credentials at a time, given by a ``Bind``
+    that :meth:`bind` sends, or that the platform sent on it before the task (:meth:`expect_binding`);
+    :meth:`end_task` forgets them. Mappings of segments, the read log and the node's settings stay."""
+
+    def __init__(self, socket_path: str, token: str | None, timeout: float | None = 60.0,
+                 device_mapper: DeviceMapper | None = None, sock: socket.socket | None = None, *,
+                 welcome: P.Welcome | None = None) -> None:
         self._mapper = device_mapper
         self._arenas: dict[int, tuple[int, int]] = {}  # arena -> (GPU, base address here)
         # Device blocks whose views died -> their GPU: released once the work queued before is done.
         self._device_dropped: list[tuple[int, int]] = []
         self._ch = Channel(socket_path, timeout, sock)
-        w = self._ch.handshake(P.Hello(token))
+        self.attached = welcome is not None
+        if welcome is None:
+            if not token:
+                self._ch.close()
+                raise AuthenticationError("a client needs a function token, or an attached connection (welcome=)")
+            w = self._ch.handshake(P.Hello(token))
+        else:
+            w = welcome
         assert isinstance(w, P.Welcome)
         self.node_id = w.node_id
-        self.invocation_id = w.invocation_id
-        self.function = w.function
-        self.functions = tuple(w.functions)
         self.small_object_max = w.small_object_max
         self.devices = frozenset(w.devices)  # GPUs with a pool on this node
         self._directory_seals = w.directory_seals
         self._maps: dict[tuple[int, bool], mmap.mmap] = {}
+        self._gen = 0  # which credentials' views a dying view's pin belongs to (see _view_died)
+        # A Bind whose reply (Bound) is not read yet, and the invocation it must name ("": any).
+        self._bind_pending = False
+        self._bind_expect = ""
         # Writable mappings whose every page is in this process's page tables (MAP_POPULATE at
         # attach, or populated before a first write): a warm segment reused for the next large
         # put needs no second pass, which cost 10 ms per 256 MiB put (issue 12).
         self._populated: set[tuple[int, bool]] = set()
         self._retiring: dict[tuple[int, bool], mmap.mmap] = {}
+        self._log_head = 0  # the daemon's head in the read log, as last read
+        # Slabs read locally, and the IDs found in their directories (not yet read) -> (slab, slot).
+        self._local: dict[int, _LocalSlab] = {}
+        self._local_ids: dict[bytes, tuple[_LocalSlab, int]] = {}
+        self._log: mmap.mmap | None = None  # where local reads are noted for the daemon (ReadLog)
+        self._log_cap = 0
+        self._log_tail = 0
+        self._masks: dict[tuple[str, ...] | None, bytes | None] = {}
+        self._consumer_lists: dict[tuple[str, ...], list[str]] = {}  # checked, as put sends them
+        # Readers (None or a tuple) seen before -> (the checked list, directory mask, open to all).
+        self._put_plans: dict[tuple[str, ...] | None, tuple[list[str] | None, bytes, bool]] = {}
+        self.functions: tuple[str, ...] = ()
+        self._credentials(w.invocation_id, w.function, tuple(w.functions))
+
+    def _credentials(self, invocation_id: str, function: str, functions: tuple[str, ...]) -> None:
+        """Start acting for ``function`` of ``invocation_id`` (all empty: for nobody): the state that
+        belongs to one set of credentials starts afresh; what belongs to the connection stays."""
+        self.invocation_id = invocation_id
+        self.function = function
+        if functions != self.functions:  # what was checked against the functions of another workflow
+            self._masks.clear()
+            self._consumer_lists.clear()
+            self._put_plans.clear()
+        self.functions = functions
+        # Views of the earlier credentials' objects no longer hold pins (the daemon released them
+        # when the credentials ended): their deaths are not told under these (see _view_died).
+        self._gen += 1
         # Objects of their own segment this connection got as zero-copy views:
         # segment -> (address of the object's first byte in this process, its offset, its size).
         self._read: dict[int, tuple[int, int, int]] = {}
@@ -257,25 +299,16 @@ class Client:
         self._ids: list[tuple[bytes, int]] = []
         self._arena_map: mmap.mmap | None = None
         self._dir_at = -1  # where the current slab's directory starts (-1: it has none)
-        self._masks: dict[tuple[str, ...] | None, bytes | None] = {}
-        self._consumer_lists: dict[tuple[str, ...], list[str]] = {}  # checked, as put sends them
-        # Readers (None or a tuple) seen before -> (the checked list, directory mask, open to all).
-        self._put_plans: dict[tuple[str, ...] | None, tuple[list[str] | None, bytes, bool]] = {}
-        self._log_head = 0  # the daemon's head in the read log, as last read
-        # Slabs read locally, and the IDs found in their directories (not yet read) -> (slab, slot).
-        self._local: dict[int, _LocalSlab] = {}
-        self._local_ids: dict[bytes, tuple[_LocalSlab, int]] = {}
-        self._log: mmap.mmap | None = None  # where local reads are noted for the daemon (ReadLog)
-        self._log_cap = 0
-        self._log_tail = 0
-        me = self.functions.index(self.function) if self.function in self.functions else DIR_MAX_FUNCTIONS
+        me = functions.index(function) if function in functions else DIR_MAX_FUNCTIONS
         self._my_bit = (me // 8, 1 << (me % 8)) if me < DIR_MAX_FUNCTIONS else None
         # Asynchronous requests sent since the last reply (see close), and of those, seals: a get
         # made while one may have failed asks the daemon, so the failure surfaces at that call.
         self._unsynced = False
         self._unsealed = False
+        self.slab_used = False  # a put packed an object into a slab under these credentials
         # Segments whose views died (see _pinned_view), told to the daemon with the next request.
         self._released: list[int] = []
+        self._device_dropped = []
 
     # ---- plumbing ------------------------------------------------------------------------------
     def _flush_released(self) -> None:
@@ -293,13 +326,90 @@ class Client:
         arrays hold them, so the finalizer runs only when the last view of the object is gone.
         """
         holder = np.frombuffer(memoryview(mm)[offset : offset + nbytes], np.uint8)
-        weakref.finalize(holder, self._released.append, seg)
+        weakref.finalize(holder, self._view_died, seg, self._gen)
         return holder
+
+    def _view_died(self, seg: int, gen: int) -> None:
+        """A pinned view's finalizer: its pin is released with the next request, if it was taken under
+        the credentials held now (the daemon released the earlier ones' pins when they ended, and the
+        same segment may be pinned again under these)."""
+        if gen == self._gen:
+            self._released.append(seg)
+
+    @property
+    def closed(self) -> bool:
+        """The connection is gone (closed here, or broken: the daemon went or refused it)."""
+        return self._ch.sock is None
+
+    # ---- credentials on an attached connection ------------------------------------------------
+    def bind(self, token: str, lease: int = -1, ids: int = 0) -> None:
+        """Take ``token``'s credentials (an attached client): the ``Bind`` goes out now, its reply is
+        read with the next request's, so it costs no round trip of its own. ``lease`` >= 0 asks for a
+        slab for small objects of up to that size with ``ids`` IDs (the next put then needs no lease)."""
+        if not self.attached:
+            raise ConfigError("bind() is for attached clients (Admin.attach); this one holds its Hello's credentials")
+        self.end_task()
+        self._ch.send(P.Bind(token, lease, ids))
+        self._bind_pending = True
+
+    def expect_binding(self, invocation_id: str) -> None:
+        """The platform sent a ``Bind`` for ``invocation_id`` on this connection before handing over a
+        task (a worker process never sees the token): its reply is read with the next request's."""
+        if not self.attached:
+            raise ConfigError("expect_binding() is for attached clients (Admin.attach)")
+        self.end_task()
+        self._bind_pending, self._bind_expect = True, invocation_id
+
+    def end_task(self, unbind: bool = False) -> None:
+        """Stop acting for the current credentials (an attached client). ``unbind``: end them at the
+        daemon now, with a one-way ``Unbind`` (else the platform's ``Unbind``, or the next ``Bind``, does):
+        their pins and slab go back at once. Puts need no round trip here: a seal refused after this
+        is the error its readers get (``DataLost``, with the reason)."""
+        if not self.attached:
+            return
+        if self._bind_pending:
+            try:
+                self._settle_bind()
+            except DaemonUnavailable:
+                raise
+            except GfaasError:  # nothing was done under them: nothing to report
+                pass
+        self._bind_expect = ""
+        if self.invocation_id or self.function:
+            if unbind:
+                self._ch.send(P.Unbind())
+            self._credentials("", "", self.functions)
+
+    def _settle_bind(self, request: bytes = b"") -> None:
+        """Read the reply to the pending ``Bind`` (after sending ``request``, whose reply follows it) and
+        take the credentials it names, or raise why not."""
+        self._bind_pending = False
+        expect, self._bind_expect = self._bind_expect, ""
+        r, fds = self._ch.recv(request)
+        if not isinstance(r, P.Bound) or len(fds) != (r.lease is not None):
+            for fd in fds:
+                os.close(fd)
+            self._ch.close()
+            raise ProtocolError(f"the daemon answered a Bind with {type(r).__name__}"
+                                f" and {len(fds)} descriptor(s); reconnect")
+        if expect and r.invocation_id != expect:
+            for fd in fds:
+                os.close(fd)
+            self._ch.close()
+            raise ProtocolError(f"this connection was bound to invocation {r.invocation_id}, not {expect}; reconnect")
+        self._credentials(r.invocation_id, r.function, tuple(r.functions))
+        self._note_retired(r.retired)
+        if r.lease is not None:
+            self._maps[(r.lease.segment, True)] = attach(fds[0], True)
+            self._use_slab(r.lease)
 
     def _call(self, msg: P._Msg) -> P.Reply:
         self._flush_released()
         self._retiring.clear()
-        reply, fds = self._ch.call(msg)
+        if self._bind_pending:
+            reply, fds = self._call_bound(P.encode(msg))
+        else:
+            reply, fds = self._ch.call(msg)
         self._unsynced = self._unsealed = False
         if self._local_ids and isinstance(reply, P.Located):
             self._local_ids.pop(reply.id, None)  # read through the daemon: not again locally
@@ -325,7 +435,29 @@ class Client:
             opened = self._arenas.pop(arena, None)
             if opened is not None:
                 self._device_mapper().close(*opened)
-        for seg in getattr(reply, "retired", ()):
+        self._note_retired(getattr(reply, "retired", ()))
+        return reply
+
+    def _call_bound(self, request: bytes) -> tuple[P.Reply, list[int]]:
+        """Send ``request`` while a ``Bind``'s reply is still unread, then read both (one round trip):
+        a refused Bind is the error raised, after its request's own answer is read and dropped."""
+        try:
+            self._settle_bind(request)
+        except (DaemonUnavailable, ProtocolError):
+            raise
+        except GfaasError:
+            try:
+                _, stray = self._ch.recv()  # this request's answer (refused too: no credentials)
+                for fd in stray:
+                    os.close(fd)
+            except GfaasError:
+                pass
+            raise
+        return self._ch.recv()
+
+    def _note_retired(self, retired: Any) -> None:
+        """The daemon retired these segments: forget what points into them and let their mappings go."""
+        for seg in retired:
             # The reply may name a segment retired while it was being answered (a get that read the
             # last live object of a slab): the mapping stays valid, so keep it for this one call.
             self._read.pop(seg, None)
@@ -339,20 +471,20 @@ class Client:
                     self._retiring[key] = mm
             if seg == self._arena_seg:
                 self._arena, self._arena_seg, self._arena_map = None, -1, None
-        return reply
 
     def _device_mapper(self) -> DeviceMapper:
         if self._mapper is None:
             self._mapper = process_mapper()
         return self._mapper
 
-    def _device_view_died(self, seg: int, device: int) -> None:
+    def _device_view_died(self, seg: int, device: int, gen: int) -> None:
         """A device view's finalizer: its block may still be read by kernels queued on this
         thread's stream, so mark that point; the release waits for it (_flush_device_dropped)."""
         try:
             self._device_mapper().mark(device)
         finally:
-            self._device_dropped.append((seg, device))
+            if gen == self._gen:  # as _view_died
+                self._device_dropped.append((seg, device))
 
     def _flush_device_dropped(self, wait: bool = False) -> None:
         """Release the dropped device blocks whose queued work has completed (``wait``: all)."""
@@ -378,7 +510,7 @@ class Client:
         view = DeviceView(mapper, ref.device, opened[1] + ref.offset + offset_in_seg, nbytes, np_dt,
                           tuple(shape), readonly)
         if pin is not None:
-            weakref.finalize(view, self._device_view_died, pin, ref.device)
+            weakref.finalize(view, self._device_view_died, pin, ref.device, self._gen)
         return view
 
     def _populate_once(self, mm: mmap.mmap, seg: int, writable: bool, offset: int, nbytes: int) -> None:
@@ -407,6 +539,8 @@ class Client:
         once each has read it. ``None`` opens it to the whole invocation until deleted or the
         invocation ends.
         """
+        if self._bind_pending:
+            self._settle_bind()  # its slab, IDs and the invocation's functions
         if type(obj) is np.ndarray:
             # The common case, a small host array of a plain dtype for readers seen before, without
             # the general checks below (every condition they would check is checked here).
@@ -463,6 +597,7 @@ class Client:
         oid, slot = ids.pop()
         arena[off : off + n] = memoryview(arr).cast("B")  # type: ignore[arg-type]
         self._next = off + n
+        self.slab_used = True
         dims = (*arr.shape, 0, 0, 0, 0)
         DIR.pack_into(mm, self._dir_at + slot * DIR_ENTRY, n, oid, code, ndim, plan[2], dims[0], dims[1],
                       dims[2], dims[3], plan[1], off + 1)
@@ -511,6 +646,7 @@ class Client:
         oid, slot = self._ids.pop()
         arena[off : off + n] = arr.reshape(-1).view(np.uint8).data if n else b""
         self._next = off + n
+        self.slab_used = True
         if slot >= 0 and self._arena_map is not None:
             self._describe(self._arena_map, self._dir_at + slot * DIR_ENTRY, oid, off, n, dt, shape, cons,
                            described)
@@ -531,6 +667,10 @@ class Client:
         self._arena, self._arena_seg = None, -1  # the daemon closes the old slab even if the lease fails
         r = self._call(P.Lease(n))
         assert isinstance(r, P.Leased)
+        return self._use_slab(r)
+
+    def _use_slab(self, r: P.Leased) -> int:
+        """Pack small puts into the slab ``r`` names from now on (its mapping is in ``_maps``)."""
         self._arena_map = self._map(r.segment, True)
         self._arena = memoryview(self._arena_map)[: r.size]  # its directory follows
         self._arena_seg, self._next = r.segment, r.offset
@@ -690,6 +830,8 @@ class Client:
 
         Returns a :class:`Buffer` (host memory) or, with ``device=k``, a :class:`DeviceBuffer` in
         GPU ``k``'s pool of the node."""
+        if self._bind_pending:
+            self._settle_bind()
         shp = (shape,) if isinstance(shape, int) else tuple(shape)
         dt = np.dtype(dtype)
         if dt.hasobject or dt.fields is not None:
@@ -751,7 +893,8 @@ class Client:
         if deadline_s is not None and not (isinstance(deadline_s, int | float) and deadline_s >= 0
                                            and deadline_s != float("inf")):
             raise ConfigError(f"deadline_s={deadline_s!r}: give seconds >= 0, or None for no deadline")
-        if self._local and not copy and out is None and device is None and not self._unsealed:
+        if self._local and not copy and out is None and device is None and not self._unsealed \
+                and not self._bind_pending:
             # A small object of a slab this connection maps: read without asking the daemon.
             oid = ref.id if type(ref) is DataRef else None
             local = self._get_local(oid) if oid is not None else None
@@ -876,6 +1019,55 @@ def connect(credentials: Credentials | None = None, *, socket_path: str | None =
     return Client(socket_path or default_socket_path(), token, timeout, device_mapper, sock)
 
 
+class Binder:
+    """The platform's end of a worker's attached connection (:meth:`Admin.attach_socket`): before each
+    task it sends ``Bind`` with the task's token on the very socket the worker holds, and ``Unbind``
+    when the task ends; the worker reads the replies. The worker never sees a token, and holds the
+    credentials only from its task's start to its end: a request it sends after the ``Unbind`` is
+    read after it, so it finds none."""
+
+    def __init__(self, sock: socket.socket, welcome: P.Welcome, socket_path: str, timeout: float = 10.0) -> None:
+        self.sock: socket.socket | None = sock
+        self.welcome = welcome
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def fileno(self) -> int:
+        if self.sock is None:
+            raise DaemonUnavailable(f"the worker's connection to {self.socket_path} is closed")
+        return self.sock.fileno()
+
+    def bind(self, token: str, lease: int = -1, ids: int = 0) -> None:
+        self._send(P.Bind(token, lease, ids))
+
+    def unbind(self) -> None:
+        self._send(P.Unbind())
+
+    def _send(self, msg: P._Msg) -> None:
+        """Send without blocking the platform's thread for long on a connection a worker may flood."""
+        if self.sock is None:
+            raise DaemonUnavailable(f"the worker's connection to {self.socket_path} is closed")
+        data = P.encode(msg)
+        try:
+            try:
+                self.sock.send(data, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                import select
+
+                if not select.select([], [self.sock], [], self.timeout)[1]:
+                    raise DaemonUnavailable(f"the node daemon at {self.socket_path} took no request on a worker's"
+                                            f" connection for {self.timeout} s") from None
+                self.sock.send(data, socket.MSG_DONTWAIT)
+        except OSError as exc:
+            raise DaemonUnavailable(f"lost a worker's connection to the node daemon at {self.socket_path}: {exc}"
+                                    ) from None
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
 @dataclass(frozen=True)
 class InvocationHandle:
     """An open invocation: its ID and the credentials of each of its functions."""
@@ -914,9 +1106,26 @@ class Admin:
         self._ch = Channel(self.socket_path, timeout)
         w = self._ch.handshake(P.AdminHello(admin_token))
         assert isinstance(w, P.AdminWelcome)
+        self._admin_token = admin_token  # what proves attached connections (attach)
         self.node_id = w.node_id
         self.devices: tuple[int, ...] = tuple(w.devices)  # the node's GPUs with a memory pool
         self.device_kind = w.device_kind  # "cuda", "null" (modelled GPUs) or "" (none)
+
+    def attach_socket(self, timeout: float | None = 60.0) -> tuple[socket.socket, P.Welcome]:
+        """A new function connection to the node, bound to no credentials yet (``Attach``, proved with
+        the admin token, which gives it no admin rights): for a worker process, which reads its
+        replies, while the platform keeps a copy to bind it per task (:class:`Binder`)."""
+        ch = Channel(self.socket_path, timeout)
+        w = ch.handshake(P.Attach(self._admin_token))
+        assert isinstance(w, P.Welcome) and ch.sock is not None
+        sock, ch.sock = ch.sock, None
+        return sock, w
+
+    def attach(self, timeout: float | None = 60.0) -> Client:
+        """An attached client for the platform's own puts and gets (request inputs, results): it
+        outlives invocations, and :meth:`Client.bind` gives it one invocation's credentials at a time."""
+        sock, w = self.attach_socket(timeout)
+        return Client(self.socket_path, None, timeout, sock=sock, welcome=w)
 
     def open_invocation(self, workflow: str, functions: list[str], invocation_id: str | None = None,
                         tokens: dict[str, str] | None = None) -> InvocationHandle:

@@ -60,7 +60,10 @@ from .tiers import SpillJob
 log = logging.getLogger("gfaas.dataplane")
 
 
-_ASYNC = (P.Seal, P.Release, P.Consumed)  # requests that get no reply
+_ASYNC = (P.Seal, P.Release, P.Consumed, P.Unbind)  # requests that get no reply
+# Requests that change an attached connection's credentials: an error held from the credentials they
+# end belongs to those, never to the next ones (see _end_binding).
+_BINDING = (P.Bind, P.Unbind)
 _EARLY_MAX = 65536  # local reads noted before their object's seal arrived (see _consumed)
 # How often the loop looks for seals and reads written to shared memory when no message wakes it:
 # soon after work was found, backing off while there is none.
@@ -87,6 +90,9 @@ class Conn:
     read_log: ReadLog | None = None  # where it notes its local reads (slabindex.py)
     busy: bool = False  # a deferred or parked reply is outstanding: read nothing more from it yet
     uid: int = -1  # the connecting process's user (SO_PEERCRED), for the per-user connection cap
+    # Opened by the platform with the admin token (Attach): function credentials come and go with
+    # Bind/Unbind, one (invocation, function) at a time; mappings and the read log stay.
+    attached: bool = False
 
 
 class Daemon:
@@ -156,6 +162,9 @@ class Daemon:
         self._handlers: dict[type, Callable[[Conn, Any], tuple[P.Reply, list[int]] | None]] = {
             P.Hello: self._hello,
             P.AdminHello: self._admin_hello,
+            P.Attach: self._attach,
+            P.Bind: self._bind,
+            P.Unbind: self._unbind,
             P.OpenInvocation: self._open,
             P.EndInvocation: self._end,
             P.Stats: self._stats,
@@ -492,7 +501,8 @@ class Daemon:
         due = self._hello_due
         while due and due[0][0] <= now:
             _, conn = due.popleft()
-            if conn.sock.fileno() >= 0 and conn.session is None and not conn.admin and not conn.busy:
+            if conn.sock.fileno() >= 0 and conn.session is None and not conn.admin and not conn.attached \
+                    and not conn.busy:
                 t = self.config.hello_timeout_s
                 self._refuse_conn(conn, f"no Hello within {t:g} s of connecting (hello_timeout_s); connection"
                                   " closed: present credentials first")
@@ -608,7 +618,7 @@ class Daemon:
             self._scan(conn)  # its puts and reads so far come before this message
         try:
             msg = P.decode_request(data)
-            if conn.pending_error is not None and not isinstance(msg, _ASYNC):
+            if conn.pending_error is not None and not isinstance(msg, _ASYNC + _BINDING):
                 err, conn.pending_error = conn.pending_error, None
                 raise err
         except GfaasError as exc:
@@ -762,6 +772,9 @@ class Daemon:
     # ---- handlers ------------------------------------------------------------------------------
     def _need_session(self, conn: Conn) -> Session:
         if conn.session is None:
+            if conn.attached:
+                raise AuthenticationError("this connection holds no function credentials now: its task ended"
+                                          " (Unbind) or it was never given any (Bind)")
             raise AuthenticationError("this connection has not presented function credentials (Hello)")
         return conn.session
 
@@ -779,7 +792,7 @@ class Daemon:
 
     def _hello(self, conn: Conn, m: P.Hello) -> tuple[P.Reply, list[int]]:
         self._check_version(m.version)
-        if conn.session is not None or conn.admin:
+        if conn.session is not None or conn.admin or conn.attached:
             raise ProtocolError("this connection is already authenticated; open a new one for other credentials")
         s = self.store.connect(m.token)
         conn.session = s
@@ -787,6 +800,64 @@ class Daemon:
         return P.Welcome(c.node_id, s.invocation, s.function, list(s.functions), c.slab_bytes,
                          c.small_object_max, c.capacity_bytes, sorted(self.store.devices),
                          directory_seals=self.directory_seals), []
+
+    def _attach(self, conn: Conn, m: P.Attach) -> tuple[P.Reply, list[int]]:
+        """A function connection for the platform to bind per task (see ``Bind``): proved with the admin
+        token, so no one else holds connections without credentials past the Hello deadline."""
+        self._check_version(m.version)
+        if conn.session is not None or conn.admin or conn.attached:
+            raise ProtocolError("this connection is already authenticated; attach a new one")
+        if not hmac.compare_digest(token_hash(self.node_key, m.admin_token), self._admin_hash):
+            raise AuthenticationError(
+                f"wrong admin token for Attach; read it from {os.path.join(self.config.state_dir, 'admin.token')}"
+            )
+        conn.attached = True
+        c = self.config
+        return P.Welcome(c.node_id, "", "", [], c.slab_bytes, c.small_object_max, c.capacity_bytes,
+                         sorted(self.store.devices), directory_seals=self.directory_seals), []
+
+    def _need_attached(self, conn: Conn, what: str) -> None:
+        if not conn.attached:
+            raise ProtocolError(f"{what} is for connections the platform attached (Attach); this one presented"
+                                " its credentials with Hello and keeps them: open a new connection for others")
+
+    def _end_binding(self, conn: Conn) -> None:
+        """End the credentials an attached connection holds, as a disconnect ends a connection's: what it
+        described in its slab's directory and noted in its read log counts first (``_handle`` scanned
+        them before this request), its unsealed objects are freed, its slab closes, its pins and unused
+        IDs go back. An error held for its next request (a refused asynchronous seal) has no next request
+        under these credentials: it is logged, and readers of the object get it as the reason."""
+        s = conn.session
+        if s is None:
+            return
+        err, conn.pending_error = conn.pending_error, None
+        if err is not None:
+            log.warning("%s/%s: an asynchronous request of its finished task failed: %s", s.invocation, s.function, err)
+        conn.session = None
+        self.store.disconnect(s)
+
+    def _bind(self, conn: Conn, m: P.Bind) -> tuple[P.Reply, list[int]]:
+        self._need_attached(conn, "Bind")
+        self._end_binding(conn)
+        s = self.store.connect(m.token)  # refused: the connection stays without credentials
+        conn.session = s
+        lease: P.Leased | None = None
+        fds: list[int] = []
+        if m.lease >= 0:
+            try:
+                seg, ids = self.store.lease(s, m.lease, m.ids or None)
+                fds = self._export(conn, seg, True)
+            except (GfaasError, OSError) as exc:  # the binding stands; the first small put leases, and says why not
+                log.debug("no slab with Bind for %s/%s: %s", s.invocation, s.function, exc)
+            else:
+                if fds:  # (a backend with no descriptors to map has no slab to hand over)
+                    lease = P.Leased(seg.id, 0, seg.limit or seg.size, ids, first_slot=self.store.first_slot(s, ids))
+        return P.Bound(s.invocation, s.function, list(s.functions), lease), fds
+
+    def _unbind(self, conn: Conn, m: P.Unbind) -> None:
+        self._need_attached(conn, "Unbind")
+        self._end_binding(conn)
+        return None
 
     def _admin_hello(self, conn: Conn, m: P.AdminHello) -> tuple[P.Reply, list[int]]:
         self._check_version(m.version)
@@ -890,8 +961,12 @@ class Daemon:
         return P.Ids(ids, first_slot=self.store.first_slot(s, ids)), []
 
     def _seal_small(self, conn: Conn, m: P.Seal) -> None:
-        rec = self.store.seal_small(self._need_session(conn), m.id, m.offset, m.nbytes, m.dtype,
-                                    m.shape, m.consumers)
+        s = self._need_session(conn)
+        try:
+            rec = self.store.seal_small(s, m.id, m.offset, m.nbytes, m.dtype, m.shape, m.consumers)
+        except GfaasError as exc:
+            self.store.seal_refused(s, m.id, exc)
+            raise
         self._sealed(rec)
         return None
 

@@ -17,7 +17,7 @@ import msgspec
 from ..errors import ProtocolError
 
 MAX_FRAME = 64 * 1024
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 class _Msg(msgspec.Struct, tag=True, array_like=True):
@@ -54,6 +54,33 @@ class AdminHello(_Msg):
 
     admin_token: str
     version: int = PROTOCOL_VERSION
+
+
+class Attach(_Msg):
+    """Platform: open a function connection that is bound to no credentials yet, proved with the admin
+    token. It stays open across tasks; :class:`Bind` gives it one (invocation, function) at a time.
+    It gets no admin rights: the platform hands it to a function process, which cannot read what the
+    platform sent on it."""
+
+    admin_token: str
+    version: int = PROTOCOL_VERSION
+
+
+class Bind(_Msg):
+    """On an attached connection: end the credentials it holds (as a disconnect would: objects still
+    being written are freed, its slab closes, its pins are released) and take those of ``token``.
+    The platform sends it on a worker's connection before the task; the reply (:class:`Bound`) is
+    read by the worker. ``lease`` >= 0: also lease a slab for small objects of up to ``lease`` bytes
+    with ``ids`` IDs (0: the node's ``ids_per_lease``), saving the first put its round trip."""
+
+    token: str
+    lease: int = -1
+    ids: int = 0
+
+
+class Unbind(_Msg):
+    """On an attached connection: end the credentials it holds, as :class:`Bind` does, and take none.
+    The platform sends it when the task ends. Sent without waiting for a reply."""
 
 
 class OpenInvocation(_Msg):
@@ -186,6 +213,9 @@ class Release(_Msg):
 Request = (
     Hello
     | AdminHello
+    | Attach
+    | Bind
+    | Unbind
     | OpenInvocation
     | EndInvocation
     | Stats
@@ -219,6 +249,18 @@ class Welcome(_Msg):
     devices: list[int] = []  # GPUs with a memory pool on this node
     # A small put described in its slab's directory is sealed from there: send no Seal for it.
     directory_seals: bool = False
+
+
+class Bound(_Msg):
+    """A :class:`Bind` took effect: the connection now acts for ``function`` of ``invocation_id``.
+    ``lease``: the slab it asked for (its descriptor travels with this reply), or None (not asked, or
+    refused: the first small put leases one and reports why)."""
+
+    invocation_id: str
+    function: str
+    functions: list[str]
+    lease: Leased | None = None
+    retired: list[int] = []
 
 
 class AdminWelcome(_Msg):
@@ -339,6 +381,7 @@ class Error(_Msg):
 
 Reply = (
     Welcome
+    | Bound
     | AdminWelcome
     | InvocationOpened
     | Ended
@@ -427,7 +470,13 @@ def _check_release(m: Release) -> None:
         raise ProtocolError("Release.segments names a segment out of range; give the segment numbers of replies")
 
 
+def _check_bind(m: Bind) -> None:
+    _range(m, "lease", -1, what="-1 (no slab) or the size in bytes of the small objects the slab is for")
+    _range(m, "ids", 0, 1024, "0 (the node's ids_per_lease) or 1..1024 IDs")
+
+
 _CHECKS: dict[type, Callable[[Any], None]] = {
+    Bind: _check_bind,
     Get: _check_get,
     Allocate: _check_allocate,
     SealAllocated: _check_seal_allocated,

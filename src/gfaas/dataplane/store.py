@@ -62,6 +62,9 @@ from .tiers import SpillJob, Tiers
 log = logging.getLogger("gfaas.dataplane")
 
 MAX_IDS_PER_REQUEST = 1024
+# A tombstone's reason for an ID whose seal was refused after its producer could hear of it (the
+# credentials it was put under ended first, see Daemon._end_binding): readers get DataLost with it.
+REFUSED_SEAL = "its producer's seal was refused: "
 DENIED_MESSAGE = "access denied: no object with this ID is readable by this function of this invocation"
 
 
@@ -422,15 +425,17 @@ class Store:
             self.journal.append(oid, invocation)
         return oid
 
-    def lease(self, s: Session, min_bytes: int) -> tuple[Segment, list[bytes]]:
-        """Give the session a fresh slab to pack small objects into, and a batch of IDs."""
+    def lease(self, s: Session, min_bytes: int, ids: int | None = None) -> tuple[Segment, list[bytes]]:
+        """Give the session a fresh slab to pack small objects into, and a batch of IDs: enough for it to
+        hold ``ids`` (at most, and by default, ``ids_per_lease``)."""
         self.check_live(s)
         if not 0 <= min_bytes <= self.config.small_object_max:
             raise CapacityError(
                 f"a slab lease is for objects up to {self.config.small_object_max} bytes, asked for"
                 f" {min_bytes}; allocate larger objects individually"
             )
-        need = max(0, self.config.ids_per_lease - len(s.issued))
+        want = self.config.ids_per_lease if ids is None else max(1, min(ids, self.config.ids_per_lease))
+        need = max(0, want - len(s.issued))
         self.quotas.check(s.invocation, IDS, need)
         self._check_spill_quota(s.invocation)
         self._close_arena(s)
@@ -562,11 +567,21 @@ class Store:
                                                if mask[i // 8] >> (i % 8) & 1]
                 done.append(self.seal_small(s, oid, commit - 1, n, DTYPES[code], [d0, d1, d2, d3][:ndim], cons))
             except GfaasError as exc:
+                self.seal_refused(s, oid, exc)
                 err = err or exc
             except Exception as exc:  # a bug must not take the node down (as in Daemon._run)
                 log.exception("internal error sealing from a slab directory")
                 err = err or DataPlaneError(f"internal error in the node daemon: {exc!r}")
         return done, err
+
+    def seal_refused(self, s: Session, oid: object, exc: GfaasError) -> None:
+        """Remember why the seal of an ID issued to ``s`` was refused, so its readers learn it (a put is
+        not answered: its producer hears of the refusal only with its next request, if it makes one)."""
+        if isinstance(oid, bytes) and oid in s.issued and s.invocation in self.registry:
+            tombs = self._tombs.setdefault(s.invocation, OrderedDict())
+            tombs[oid] = REFUSED_SEAL + str(exc)
+            if len(tombs) > self.config.tombstones_per_invocation:
+                tombs.popitem(last=False)
 
     def allocate(
         self, s: Session, nbytes: int, dtype: str, shape: list[int], consumers: list[str] | None,
@@ -672,6 +687,9 @@ class Store:
             if rec is None:
                 tombs = self._tombs.get(invocation)
                 reason = tombs.get(oid) if tombs is not None else None
+                if reason is not None and reason.startswith(REFUSED_SEAL):
+                    raise DataLost(f"object {oid.hex()} was never stored: {reason}; re-run the function that"
+                                   " produced it")
                 if reason is not None:
                     raise DataDeleted(f"object {oid.hex()} was freed ({reason}); it can no longer be read")
                 if self._lost.get(oid) == invocation:

@@ -19,7 +19,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..errors import ConfigError, GfaasError
 
@@ -47,6 +47,14 @@ class WorkerMemory:
     merged_bytes: int  # pages KSM merged in this process
 
 
+class InitFields(TypedDict, total=False):
+    """The worker ``Init`` fields of page merging (:meth:`RuntimeDedup.init_fields`)."""
+
+    dedup: str
+    dedup_domain: str
+    shared_dir: str
+
+
 class RuntimeDedup:
     """The runtime's side: the shared store's directory, the domain rule, hint relaying."""
 
@@ -69,7 +77,7 @@ class RuntimeDedup:
     def domain_of(self, workflow: str) -> str:
         return self.domain or workflow
 
-    def init_fields(self, workflow: str) -> dict[str, str]:
+    def init_fields(self, workflow: str) -> InitFields:
         """The ``Init`` fields a worker of ``workflow`` needs."""
         if self.mode == "off":
             return {}

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -51,9 +51,12 @@ from .pool import Autoscaler, FunctionPool
 from .result import Breakdown, Failure, FunctionRecord, InvocationResult, Status
 from .sandbox import Identity, TenantIds, sandbox_enabled
 from .spec import INPUT, WorkflowSpec, loads, name_diff
-from .transport import RedisTransport, Transport, TransportConfig, open_transport
+from .transport import AttachedPool, RedisTransport, Transport, TransportConfig, open_transport
 from .versions import VersionTable, WorkflowVersion
 from .worker import GATEWAY, Done, Failed, Init, InProcessWorker, ProcessWorker, Task, WorkerDied
+
+if TYPE_CHECKING:
+    from ..dataplane.client import Binder
 
 log = logging.getLogger("gfaas.runtime")
 
@@ -281,6 +284,7 @@ class LocalRuntime:
         self._admins: dict[str, Any] = {}  # node -> Admin; the first is the gateway's node
         self._admin: Any = None
         self._admin_lock = threading.Lock()  # Admin connections are shared by many threads
+        self._gateway_pool: AttachedPool | None = None  # attached connections for request inputs and results
         self._redis_url = self.config.redis_url
         self._hinter: QueueHinter | None = None
         self._gpus: dict[str, dict[str, str]] = {}  # workflow -> GPU function -> GPU (see _place)
@@ -371,6 +375,8 @@ class LocalRuntime:
             self._closers.append(admin.close)
             self._nodes[n.name], self._admins[n.name] = n, admin
         self._admin = self._admins[nodes[0].name]
+        self._gateway_pool = AttachedPool(self._admin.attach)
+        self._closers.append(self._gateway_pool.close)  # (before the node connections: closers run in reverse)
 
     def _ensure_redis(self) -> None:
         """Start the baseline's throwaway Redis the first time an invocation needs it."""
@@ -416,7 +422,23 @@ class LocalRuntime:
 
             return RayWorker(init, num_cpus=self.config.ray_cpus_per_worker)
         netns = self._nodes[node].netns if node in self._nodes else ""
-        return ProcessWorker(init, prefix=["ip", "netns", "exec", netns] if netns else None)
+        return ProcessWorker(init, prefix=["ip", "netns", "exec", netns] if netns else None,
+                             binder=self._binder(node))
+
+    def _binder(self, node: str) -> Binder | None:
+        """An attached connection to ``node``'s daemon for a new worker process, which serves all of its
+        tasks there (bound per task; no connection, Hello or token per task). None: connect per task."""
+        from ..dataplane.client import Binder
+
+        admin = self._admins.get(node) or self._admin
+        if admin is None:
+            return None
+        try:
+            sock, welcome = admin.attach_socket()
+        except GfaasError as exc:
+            log.warning("no attached daemon connection for a new worker (it connects per task): %s", exc)
+            return None
+        return Binder(sock, welcome, self.transport_settings(node, "gfaas")["socket_path"])
 
     # -- scaling and resources (runtime.pool, policy.workerpool, policy.resources)
     def default_scaling(self) -> ScalingSpec:
@@ -1004,6 +1026,10 @@ class LocalRuntime:
         return out
 
     def _gateway_transport(self, inv: _Invocation) -> Transport:
+        """The platform's side of an invocation (its request inputs, its results): on the data plane,
+        a long-lived connection from the pool bound to the invocation's gateway credentials."""
+        if inv.kind == "gfaas" and self._gateway_pool is not None:
+            return self._gateway_pool.transport(inv.tokens.get(GATEWAY, ""))
         cfg = TransportConfig(**self.transport_settings("", inv.kind))  # type: ignore[arg-type]
         return open_transport(cfg, inv.id, GATEWAY, inv.tokens.get(GATEWAY, ""))
 

@@ -11,14 +11,18 @@ done. References are strings, so they cross process boundaries in the control me
 
 from __future__ import annotations
 
+import logging
 import socket
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, GfaasError
+
+log = logging.getLogger("gfaas.runtime")
 
 TransportKind = Literal["gfaas", "redis"]
 
@@ -70,8 +74,92 @@ class GfaasTransport:
         obj = value if hasattr(value, "__dlpack_device__") else np.asarray(value)
         return str(self._c.put(obj, consumers=list(consumers) if consumers else None))
 
+    @property
+    def slab_used(self) -> bool:
+        """Whether a put of this task packed an object into a slab (the runtime leases one with the
+        next task's credentials only for functions that do)."""
+        return bool(self._c.slab_used)
+
     def close(self) -> None:
         self._c.close()
+
+
+class BoundTransport(GfaasTransport):
+    """The gfaas transport over a long-lived *attached* connection (``Admin.attach``), for one task:
+    no connect, ``Hello`` or ``Sync`` per task. ``token``: the credentials to bind it to at its first
+    use (the platform's own puts and gets); empty when the platform bound it already (a worker's,
+    ``Client.expect_binding``). ``release(client, healthy)`` takes the connection back at close."""
+
+    def __init__(self, client: Any, token: str = "", release: Callable[[Any, bool], None] | None = None) -> None:
+        self._c = client
+        self._token = token
+        self._release = release
+
+    def _bind(self, lease: bool) -> None:
+        token, self._token = self._token, ""
+        # A slab with the credentials when the first use is a small put: its lease costs no round trip.
+        self._c.bind(token, 0 if lease else -1, 8 if lease else 0)
+
+    def get(self, ref: str, deadline_s: float | None = None, device: int | None = None) -> Any:
+        if self._token:
+            self._bind(False)
+        return super().get(ref, deadline_s, device)
+
+    def put(self, value: Any, consumers: Sequence[str] | None) -> str:
+        if self._token:
+            self._bind(getattr(value, "nbytes", self._c.small_object_max + 1) <= self._c.small_object_max)
+        return super().put(value, consumers)
+
+    def close(self) -> None:
+        healthy = True
+        try:
+            # A lent connection ends its credentials at once (one-way): the pins of its views and its
+            # slab go back now, not when it is next lent. A worker's is unbound by the runtime.
+            self._c.end_task(unbind=self._release is not None)
+            healthy = not self._c.closed
+        except GfaasError as exc:
+            healthy = False
+            log.warning("dropping a daemon connection after its task: %s", exc)
+        finally:
+            if self._release is not None:
+                self._release(self._c, healthy)
+
+
+class AttachedPool:
+    """Long-lived attached connections to one node daemon, lent one per task (the platform's own
+    puts of request inputs and gets of results): a task borrows one and binds it to its credentials,
+    so no invocation opens a connection. ``attach()`` makes a new one; up to ``keep`` idle stay."""
+
+    def __init__(self, attach: Callable[[], Any], keep: int = 32) -> None:
+        self._attach = attach
+        self._keep = keep
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def transport(self, token: str) -> BoundTransport:
+        with self._lock:
+            client = self._idle.pop() if self._idle else None
+        if client is None:
+            client = self._attach()
+        return BoundTransport(client, token, self._give_back)
+
+    def _give_back(self, client: Any, healthy: bool) -> None:
+        with self._lock:
+            if healthy and not self._closed and len(self._idle) < self._keep:
+                self._idle.append(client)
+                return
+        client.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for c in idle:
+            try:
+                c.close()
+            except GfaasError as exc:  # the daemon went first: nothing left to tell it
+                log.debug("closing an idle daemon connection: %s", exc)
 
 
 class RedisTransport:

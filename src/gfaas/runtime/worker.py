@@ -21,11 +21,12 @@ import subprocess
 import sys
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
+from ..dataplane import protocol as dp
 from ..dataplane.device_array import DeviceArray, on_device
 from ..dataplane.device_client import device_of
 from ..errors import DaemonUnavailable, DedupError, FunctionFailed, GfaasError, SpecError
@@ -33,7 +34,10 @@ from .context import Context
 from .logs import Capture, LogLine
 from .sandbox import Identity, drop_privileges, worker_env
 from .spec import FunctionSpec, loads, name_diff
-from .transport import Transport, TransportConfig, open_transport
+from .transport import BoundTransport, Transport, TransportConfig, open_transport
+
+if TYPE_CHECKING:
+    from ..dataplane.client import Binder
 
 log = logging.getLogger("gfaas.runtime")
 
@@ -67,6 +71,9 @@ class Init(_Ctl):
     # The workflow version's code package (runtime.codepkg): handlers import from here alone; "": none.
     code_dir: str = ""
     version: int = 1  # the workflow version this worker serves (runtime.versions)
+    # The node's Welcome (protocol msgpack) of the attached daemon connection that comes with Init
+    # (SCM_RIGHTS) and serves every task bound to it (Task.bound); b"": none, a connection per task.
+    daemon: bytes = b""
 
 
 class Ready(_Ctl):
@@ -92,6 +99,9 @@ class Task(_Ctl):
     # An accelerator preset name when the runtime placed this call of an ``accelerator:`` function on
     # a drive (runtime.accel): its model runs on the emulated accelerator; "": the normal path.
     accel: str = ""
+    # The runtime bound the worker's attached daemon connection (Init.daemon) to this task's
+    # credentials itself (a Bind sent on it before this message; ``token`` is then empty): use it.
+    bound: bool = False
 
 
 class Done(_Ctl):
@@ -106,6 +116,7 @@ class Done(_Ctl):
     accel_s: float = 0.0  # modelled accelerator seconds of this call (runtime.accel); 0 off the drive
     hinted_bytes: int = 0  # bytes the handler marked mergeable with ctx.merge during this call
     logs: list[LogLine] = []  # lines printed or logged since the last reply, bounded (runtime.logs)
+    slab_used: bool = False  # a put packed an object into a slab (the next Bind leases one with it)
 
 
 class Failed(_Ctl):
@@ -140,10 +151,12 @@ class WorkerDied(GfaasError):
 class FunctionHost:
     """Runs one function: handler and model loaded once, then one task at a time."""
 
-    def __init__(self, init: Init, enter_sandbox: Any = None) -> None:
+    def __init__(self, init: Init, enter_sandbox: Any = None, link: Any = None) -> None:
         """``enter_sandbox``: called once the platform's own loading is done and before any of the
-        workflow's code package is imported (code from a client never runs with the runtime's rights)."""
+        workflow's code package is imported (code from a client never runs with the runtime's rights).
+        ``link``: the attached daemon client that serves the tasks the runtime binds it for (Task.bound)."""
         t0 = time.perf_counter()
+        self.link = link
         spec = loads(init.spec_text, check_handlers=not init.code_dir)  # a package's: imported below
         self.workflow = spec.name
         self.fn: FunctionSpec = spec.function(init.function)
@@ -195,8 +208,15 @@ class FunctionHost:
                           traceback.format_exc()[-8000:])
 
     def _run(self, task: Task, sock: socket.socket | None) -> Done:
-        cfg = TransportConfig(**task.transport) if task.transport else self.transport  # type: ignore[arg-type]
-        t = open_transport(cfg, task.invocation, self.fn.name, task.token, sock)
+        t: Transport
+        if task.bound:
+            if self.link is None:
+                raise DaemonUnavailable("the runtime bound a daemon connection this worker was not given; restart it")
+            self.link.expect_binding(task.invocation)
+            t = BoundTransport(self.link)
+        else:
+            cfg = TransportConfig(**task.transport) if task.transport else self.transport  # type: ignore[arg-type]
+            t = open_transport(cfg, task.invocation, self.fn.name, task.token, sock)
         try:
             return self._call(t, task)
         finally:
@@ -265,7 +285,16 @@ class FunctionHost:
 
             hinted = take_hinted()
         return Done(task.invocation, refs, scalars, host_get[0], ctx.get_s - host_get[0], handler_s - ctx.get_s,
-                    put_s, host_put_s, accel_s, hinted)
+                    put_s, host_put_s, accel_s, hinted, slab_used=bool(getattr(t, "slab_used", False)))
+
+    def link_lost(self) -> bool:
+        """The attached daemon connection broke (the daemon went, or the function's code closed it): this
+        process exits after its reply, and the runtime replaces it with one that has a connection."""
+        if self.link is not None and self.link.closed:
+            log.warning("worker of %s/%s lost its daemon connection; exiting to be replaced", self.workflow,
+                        self.fn.name)
+            return True
+        return False
 
     def unmerge(self) -> int:
         if self.dedup == "off":
@@ -417,9 +446,15 @@ class ProcessWorker:
     """A warm worker process (``python -m gfaas.runtime.worker_main``) serving one function."""
 
     def __init__(self, init: Init, *, env: dict[str, str] | None = None, start_timeout: float = 300.0,
-                 prefix: list[str] | None = None) -> None:
+                 prefix: list[str] | None = None, binder: Binder | None = None) -> None:
+        """``binder``: the runtime's end of an attached daemon connection (``Admin.attach_socket``) handed
+        to the worker with Init; tasks on its node are then bound to it (no connection per task)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
+        self._binder = binder
+        self._lease = True  # lease a slab with the next Bind (while the function's puts use one)
+        if binder is not None:
+            init = msgspec.structs.replace(init, daemon=dp.encode(binder.welcome))
         self._init = init
         self.sandboxed = init.sandbox_uid >= 0
         ident = Identity(init.sandbox_uid, init.sandbox_gid) if self.sandboxed else None
@@ -433,7 +468,10 @@ class ProcessWorker:
         self.name = f"{init.function}@{self.pid}"
         self._sock.settimeout(start_timeout)
         try:
-            self._sock.send(_enc.encode(init))
+            if binder is None:
+                self._sock.send(_enc.encode(init))
+            else:
+                socket.send_fds(self._sock, [_enc.encode(init)], [binder.fileno()])
             first = self._recv()
         except (WorkerDied, TimeoutError, OSError) as exc:
             self.stop()
@@ -461,6 +499,10 @@ class ProcessWorker:
 
     def run(self, task: Task) -> Reply:
         cfg = task.transport or self._init.transport
+        b = self._binder
+        if b is not None and task.token and cfg.get("kind", "gfaas") == "gfaas" \
+                and cfg.get("socket_path", "") == b.socket_path:
+            return self._run_bound(task, b)
         conn = None
         if self.sandboxed and cfg.get("kind", "gfaas") == "gfaas":
             conn = _daemon_connection(cfg.get("socket_path", ""))
@@ -477,6 +519,32 @@ class ProcessWorker:
                 conn.close()  # the worker holds its own copy now
         reply = self._recv()
         assert isinstance(reply, Done | Failed)
+        return reply
+
+    def _run_bound(self, task: Task, b: Binder) -> Reply:
+        """The task on the worker's attached connection: bound to the task's credentials before the
+        worker hears of it (the token never reaches the worker), unbound as soon as its reply arrives,
+        before any later function of the invocation runs, so nothing written after the task can be
+        read with its credentials."""
+        lease = 0 if self._lease and task.consumers else -1
+        try:
+            b.bind(task.token, lease, len(task.consumers) if lease >= 0 else 0)
+        except DaemonUnavailable as exc:
+            raise WorkerDied(f"worker {self.name} lost its daemon connection: {exc}") from None
+        try:
+            try:
+                self._sock.send(_enc.encode(msgspec.structs.replace(task, token="", bound=True)))
+            except OSError:
+                raise WorkerDied(f"worker {self.name} is gone (status {self.proc.poll()})") from None
+            reply = self._recv()
+        finally:
+            try:
+                b.unbind()
+            except DaemonUnavailable as exc:  # the next bind fails too, and replaces the worker
+                log.warning("worker %s: could not end its task's credentials: %s", self.name, exc)
+        assert isinstance(reply, Done | Failed)
+        if isinstance(reply, Done):
+            self._lease = reply.slab_used
         return reply
 
     def unmerge(self) -> int:
@@ -501,6 +569,8 @@ class ProcessWorker:
                 self.proc.kill()
                 self.proc.wait()
         self._sock.close()
+        if self._binder is not None:
+            self._binder.close()  # the worker's copy went with it: the daemon drops the connection
 
 
 def _daemon_connection(socket_path: str) -> socket.socket:
@@ -539,17 +609,19 @@ def _enter_sandbox(init: Init) -> None:
 def serve_fd(fd: int) -> int:
     """Serve the runtime on the socket ``fd``: Init, then tasks until Stop or the socket closes."""
     sock = socket.socket(fileno=fd)
-    init = _dec.decode(sock.recv(MAX_MSG))
+    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MSG, 1)
+    init = _dec.decode(data)
     assert isinstance(init, Init)
+    link = _attached_client(init, fds)
     # From here on, what this process prints or logs is the function's log (runtime.logs), sent with
     # each reply: model load and start-up lines with Ready, a task's lines with its Done or Failed.
     # GFAAS_WORKER_LOGS=off leaves the worker's output on the runtime's own terminal (debugging a worker).
     cap = Capture() if os.environ.get("GFAAS_WORKER_LOGS", "on") != "off" else None
     if cap is None:
-        return _serve(sock, init, None)
+        return _serve(sock, init, None, link)
     cap.install()
     try:
-        return _serve(sock, init, cap)
+        return _serve(sock, init, cap, link)
     except BaseException:
         cap.fatal(f"gfaas worker {init.workflow}/{init.function} (pid {os.getpid()}) failed:\n"
                   f"{traceback.format_exc()}")
@@ -560,10 +632,27 @@ def _take(cap: Capture | None) -> list[LogLine]:
     return cap.take() if cap is not None else []
 
 
-def _serve(sock: socket.socket, init: Init, cap: Capture | None) -> int:
+def _attached_client(init: Init, fds: list[int]) -> Any:
+    """The attached daemon connection that came with Init, as a client (None without one)."""
+    if not fds:
+        return None
+    conn = socket.socket(fileno=fds[0])
+    for fd in fds[1:]:
+        os.close(fd)
+    if not init.daemon:
+        conn.close()
+        return None
+    from ..dataplane.client import Client
+
+    welcome = dp.decode_reply(init.daemon)
+    assert isinstance(welcome, dp.Welcome)
+    return Client(init.transport.get("socket_path", ""), None, sock=conn, welcome=welcome)
+
+
+def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = None) -> int:
     try:
         sandbox = (lambda: _enter_sandbox(init)) if init.sandbox_uid >= 0 else None
-        host = FunctionHost(init, enter_sandbox=sandbox)
+        host = FunctionHost(init, enter_sandbox=sandbox, link=link)
         if sandbox is not None and not host.sandbox_entered:
             sandbox()
     except Exception as exc:
@@ -585,8 +674,12 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None) -> int:
         conn = socket.socket(fileno=fds[0]) if fds else None
         if cap is None:
             sock.send(_enc.encode(host.run(msg, conn)))
+            if host.link_lost():
+                return 1
             continue
         cap.begin()
         reply = host.run(msg, conn)
         reply.logs = cap.take()
         sock.send(_enc.encode(reply))
+        if host.link_lost():
+            return 1

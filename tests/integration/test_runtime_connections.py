@@ -1,0 +1,90 @@
+"""The daemon traffic of one embedded invocation (issue 23, item 1): warm workers and the runtime's own
+side keep their daemon connections, so a steady invocation opens none and sends no Hello, Lease or
+Sync; the messages it does send are counted the way ``benchmarks/profile_invoke.py count`` counts them."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gfaas.bench.overload_handlers import SPEC, expected_total
+from gfaas.dataplane import daemon as dmod
+from gfaas.dataplane import protocol as P
+from gfaas.runtime.local import LocalRuntime, NodeEndpoint, RuntimeConfig
+
+pytestmark = pytest.mark.timeout(180)
+
+N = 40
+
+
+@pytest.fixture
+def counted(make_config: Any, thread_daemon: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A node daemon on a thread of this process whose accepted connections and decoded requests are
+    counted (by type; one-way requests apart), and a runtime using it."""
+    counts: Counter[str] = Counter()
+
+    class CountedConn(dmod.Conn):
+        def __init__(self, *a: Any, **k: Any) -> None:
+            counts["connections accepted"] += 1
+            super().__init__(*a, **k)
+
+    real = dmod.Daemon._handle
+
+    def handle(self: dmod.Daemon, conn: dmod.Conn, data: bytes) -> None:
+        msg = P.decode_request(data)
+        counts[type(msg).__name__ + (" (one-way)" if isinstance(msg, dmod._ASYNC) else "")] += 1
+        real(self, conn, data)
+
+    monkeypatch.setattr(dmod, "Conn", CountedConn)
+    monkeypatch.setattr(dmod.Daemon, "_handle", handle)
+    cfg = make_config(capacity_bytes=1 << 30)
+    with thread_daemon(cfg):
+        ep = NodeEndpoint("n0", cfg.socket_path, cfg.state_dir)
+        with LocalRuntime(RuntimeConfig(nodes=(ep,), queue_hints=False, workers_per_function=1)) as rt:
+            rt.deploy(SPEC)
+            yield rt, counts
+
+
+def until(counts: Counter[str], key: str, n: int) -> None:
+    """Wait (a little) until the daemon has handled ``n`` requests ``key``: one-way ones may still be
+    on their way when an invocation's result is back."""
+    deadline = time.monotonic() + 10
+    while counts[key] < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def run(rt: LocalRuntime, n: int) -> None:
+    for _ in range(n):
+        res = rt.invoke("overload", {"n": np.asarray(256, dtype=np.int64)}, timeout=60)
+        assert res.ok, res.error
+        assert float(res.outputs["total"]) == expected_total(256)
+
+
+def test_a_warm_invocation_opens_no_daemon_connection(counted: Any) -> None:
+    """After warm-up, N invocations of gen -> red accept no connection at the daemon (before: 4 each,
+    the runtime's side twice and one per worker task)."""
+    rt, counts = counted
+    run(rt, 3)
+    counts.clear()
+    run(rt, N)
+    assert counts["connections accepted"] == 0, dict(counts)
+
+
+def test_a_warm_invocation_sends_these_daemon_messages_and_no_hello_lease_or_sync(counted: Any) -> None:
+    """Per invocation exactly: a Bind for each of its four tasks on the data plane (the request's input
+    put, gen, red, the result's get), which carries the slab of the ones that put; a Get for each read;
+    a one-way Unbind when each ends. No Hello, Lease or Sync (before: 4, 3 and 3 of them). (Opening and
+    ending the data-plane invocation are the admin's, counted apart.)"""
+    rt, counts = counted
+    run(rt, 3)
+    until(counts, "Unbind (one-way)", 4 * 3)
+    counts.clear()
+    run(rt, N)
+    until(counts, "Unbind (one-way)", 4 * N)
+    per = {k: v / N for k, v in counts.items() if k not in ("OpenInvocation", "EndInvocation", "QueueHint")}
+    assert per == {"Bind": 4.0, "Get": 3.0, "Unbind (one-way)": 4.0}, per
+    assert counts["OpenInvocation"] == N
