@@ -9,11 +9,9 @@ and this), so the numbers on the page are the file's.
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
-from doc_blocks import write_blocks
+from doc_blocks import table_main
 
 
 def rows(doc: dict[str, Any]) -> str:
@@ -40,17 +38,7 @@ def rows(doc: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("result")
-    ap.add_argument("--write", metavar="PAGE", help="replace the generated block of this page")
-    a = ap.parse_args()
-    with open(a.result) as f:
-        doc = json.load(f)
-    text = rows(doc)
-    if a.write:
-        write_blocks(a.write, {"autoscale-rows": text})
-    else:
-        print(text)
+    table_main(__doc__ or "", "autoscale-rows", rows)
 
 
 if __name__ == "__main__":

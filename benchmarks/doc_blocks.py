@@ -6,7 +6,11 @@ result file.
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
+from collections.abc import Callable
+from typing import Any
 
 
 def write_blocks(page: str, blocks: dict[str, str]) -> None:
@@ -20,3 +24,18 @@ def write_blocks(page: str, blocks: dict[str, str]) -> None:
         body = pat.sub(lambda _, b=begin, e=end, t=text: f"{b}\n{t}\n{e}", body)
     with open(page, "w") as f:
         f.write(body)
+
+
+def table_main(doc: str, block: str, render: Callable[[dict[str, Any]], str]) -> None:
+    """The command line of a one-block table script: ``RESULT [--write PAGE]`` (print, or replace the
+    block ``<!-- block -->`` of PAGE with ``render(result)``)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("result")
+    ap.add_argument("--write", metavar="PAGE", help="replace the generated block of this page")
+    a = ap.parse_args()
+    with open(a.result) as f:
+        text = render(json.load(f))
+    if a.write:
+        write_blocks(a.write, {block: text})
+    else:
+        print(text)

@@ -9,11 +9,9 @@ and this), so the numbers on the page are the file's.
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
-from doc_blocks import write_blocks
+from doc_blocks import table_main
 
 
 def _ms(x: Any) -> str:
@@ -44,17 +42,7 @@ def block(doc: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("result")
-    ap.add_argument("--write", metavar="PAGE", help="replace the generated block of this page")
-    a = ap.parse_args()
-    with open(a.result) as f:
-        doc = json.load(f)
-    text = block(doc)
-    if a.write:
-        write_blocks(a.write, {"overload-after": text})
-    else:
-        print(text)
+    table_main(__doc__ or "", "overload-after", block)
 
 
 if __name__ == "__main__":

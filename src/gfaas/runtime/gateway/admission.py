@@ -44,6 +44,7 @@ class Admissions:
     def __init__(self, known: Callable[[], list[str]], **limit_args: Any) -> None:
         self._known = known  # the runtime's deployed workflows (asked once per new name)
         self._gates: dict[str, _Gate] = {}
+        self._by_limit: dict[int, _Gate] = {}  # id(limit) -> its gate: a completion finds it in O(1)
         self._lock = threading.Lock()
         self._args = limit_args
 
@@ -59,20 +60,12 @@ class Admissions:
             if len(self._gates) >= MAX_TRACKED:
                 idle = [n for n, g in self._gates.items() if g.lim.in_flight == 0 and not g.waiting]
                 for name in idle[: MAX_TRACKED // 4]:
-                    del self._gates[name]
-            return self._gates.setdefault(workflow, _Gate(AdaptiveLimit(**self._args)))
-
-    def limit(self, workflow: str) -> AdaptiveLimit | None:
-        gate = self._gate(workflow)
-        return None if gate is None else gate.lim
-
-    def admit(self, workflow: str, timeout_s: float | None) -> tuple[Admission, AdaptiveLimit | None]:
-        """The decision alone (no waiting): admitted, to wait, or refused."""
-        gate = self._gate(workflow)
-        if gate is None:
-            return Admission(True), None
-        with self._lock:
-            return gate.lim.admit(time.monotonic(), timeout_s, len(gate.waiting)), gate.lim
+                    self._by_limit.pop(id(self._gates.pop(name).lim), None)
+            gate = self._gates.get(workflow)
+            if gate is None:
+                gate = self._gates[workflow] = _Gate(AdaptiveLimit(**self._args))
+                self._by_limit[id(gate.lim)] = gate
+            return gate
 
     async def enter(self, workflow: str, timeout_s: float | None,
                     max_wait_s: float) -> tuple[Admission, AdaptiveLimit | None]:
@@ -111,7 +104,7 @@ class Admissions:
             return
         with self._lock:
             lim.finished(time.monotonic(), latency_s, service_s)
-            gate = next((g for g in self._gates.values() if g.lim is lim), None)
+            gate = self._by_limit.get(id(lim))
             while gate is not None and gate.waiting:
                 fut = gate.waiting[0]
                 if fut.done():  # gave up waiting
