@@ -290,6 +290,25 @@ def test_open_invocations_survive_a_crash_amid_opens_and_ends(node) -> None:  # 
     assert node.stats()["invocations"] == 21
 
 
+def test_ending_invocations_in_a_batch_skips_those_not_open_and_survives_a_crash(node) -> None:  # type: ignore[no-untyped-def]
+    """EndInvocations ends each open invocation once (freeing its objects, revoking its tokens) and
+    skips IDs not open; a daemon killed afterwards restarts with them ended."""
+    a, b, keep = node.open(("f", "g")), node.open(("f", "g")), node.open(("f", "g"))
+    node.connect("f", a).put(np.arange(4), consumers=["g"])
+    node.connect("f", b).put(b"x")
+    node.connect("f", b).get(node.connect("f", b).put(b"y"))  # a synchronous call: the seals are in
+    freed = node.admin.end_invocations([a.id, "f" * 32, b.id, a.id])
+    assert freed == {a.id: 1, b.id: 2}
+    assert node.stats()["invocations"] == 2
+    assert node.admin.end_invocations([a.id]) == {}
+    node.kill()
+    node.restart()
+    assert node.stats()["invocations"] == 2
+    with pytest.raises(gfaas.AuthenticationError, match="unknown or revoked function token"):
+        node.connect("g", b)
+    node.connect("g", keep).put(b"ok")
+
+
 def test_open_and_end_cost_does_not_grow_with_the_invocations_open(make_config, thread_daemon,  # type: ignore[no-untyped-def]
                                                                    monkeypatch) -> None:
     """The bytes the daemon writes into its state directory for one open + end are the same with

@@ -304,6 +304,43 @@ def test_one_set_of_workers_serves_both_transports(rt: LocalRuntime) -> None:
         rt.submit("fans", {"x": x}, transport="carrier-pigeon")
 
 
+def test_ending_an_invocations_data_never_holds_up_the_next_submit(rt_handlers: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end of an invocation's data runs on the runtime's ender, on node connections of its own:
+    with ends stalled, the next invocation still opens, runs and finishes (the end held the lock its
+    open takes: docs/performance.md's 'lock' step). Once ends go through, the data is freed and the
+    ended invocation's credentials are refused, as before."""
+    import gfaas
+    from gfaas.dataplane.client import Admin, Credentials
+
+    gate = threading.Event()
+    for name in ("end_invocation", "end_invocations"):
+        real = getattr(Admin, name, None)
+        if real is not None:
+            def stalled(self: Any, *a: Any, _real: Any = real, **k: Any) -> Any:
+                gate.wait(30)
+                return _real(self, *a, **k)
+
+            monkeypatch.setattr(Admin, name, stalled)
+    with LocalRuntime(RuntimeConfig(executor="inproc")) as r:
+        r.deploy(TWO)
+        first = r.invoke("two-outputs", {"x": np.ones(3)}, timeout=30)
+        assert first.ok
+        creds = Credentials(r.transport_settings()["socket_path"], r._inv(first.invocation_id).tokens["f"])
+        later: list[Any] = []
+        t = threading.Thread(target=lambda: later.append(r.invoke("two-outputs", {"x": np.ones(4)}, timeout=30)))
+        t.start()
+        t.join(15)
+        finished_while_stalled = bool(later)
+        gate.set()
+        t.join(30)
+        assert finished_while_stalled and later[0].ok
+        wait_for(lambda: objects(r) == 0 and r.node_stats()["rt0"]["invocations"] == 0,
+                 what="the ended invocations' data to be freed")
+        with pytest.raises(gfaas.AuthenticationError, match="unknown or revoked function token"):
+            gfaas.connect(creds)
+
+
 def test_the_runtime_sends_queue_hints_as_queues_change(rt_handlers: str) -> None:
     """Without any call, the node daemon hears where each waiting invocation's function stands:
     the exact positions in the queue, then the position of the one that runs, then it is done."""

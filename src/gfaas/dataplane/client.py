@@ -8,6 +8,7 @@ import mmap
 import os
 import socket
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -1083,6 +1084,9 @@ class InvocationHandle:
         return Credentials(self.socket_path, self.tokens[function], self.id, function)
 
 
+_END_BATCH = 1024  # invocation IDs per EndInvocations message (about 36 KiB of the 64 KiB frame)
+
+
 class Admin:
     """The platform's handle on a node daemon: opens and ends invocations, reads statistics.
 
@@ -1141,6 +1145,17 @@ class Admin:
         r, _ = self._ch.call(P.EndInvocation(inv))
         assert isinstance(r, P.Ended)
         return r.freed
+
+    def end_invocations(self, invocation_ids: Iterable[str]) -> dict[str, int]:
+        """End many invocations in few round trips (1,024 per message): objects freed by each one
+        that was open; one that was not (ended already) is left out rather than raising."""
+        ids = list(invocation_ids)
+        freed: dict[str, int] = {}
+        for k in range(0, len(ids), _END_BATCH):
+            r, _ = self._ch.call(P.EndInvocations(ids[k : k + _END_BATCH]))
+            assert isinstance(r, P.EndedMany)
+            freed.update(r.freed)
+        return freed
 
     def queue_hint(self, invocation_id: str | InvocationHandle, positions: dict[str, int],
                    done: list[str] | tuple[str, ...] = ()) -> None:

@@ -167,6 +167,7 @@ class Daemon:
             P.Unbind: self._unbind,
             P.OpenInvocation: self._open,
             P.EndInvocation: self._end,
+            P.EndInvocations: self._end_many,
             P.Stats: self._stats,
             P.QueueHint: self._queue_hint,
             P.DedupHint: self._dedup_hint,
@@ -885,6 +886,18 @@ class Daemon:
         if self.remote is not None:
             self.remote.on_end_invocation(m.invocation_id)
         return P.Ended(m.invocation_id, freed), []
+
+    def _end_many(self, conn: Conn, m: P.EndInvocations) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        freed: dict[str, int] = {}
+        for inv in m.invocation_ids:
+            if inv in self.store.registry and inv not in freed:
+                freed[inv] = self.store.end_invocation(inv)
+                if self.remote is not None:
+                    self.remote.on_end_invocation(inv)
+        if freed:
+            self._record_ended(list(freed))
+        return P.EndedMany(freed), []
 
     def _stats(self, conn: Conn, m: P.Stats) -> tuple[P.Reply, list[int]]:
         self._need_admin(conn)

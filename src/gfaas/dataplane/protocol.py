@@ -94,6 +94,14 @@ class EndInvocation(_Msg):
     invocation_id: str
 
 
+class EndInvocations(_Msg):
+    """Admin: end several invocations in one round trip, each as :class:`EndInvocation` would. An ID
+    not open on the node is skipped (the reply leaves it out): the runtime's ender sends what ended
+    since its last batch, and one invocation ended twice must not keep the others open."""
+
+    invocation_ids: list[str]
+
+
 class Stats(_Msg):
     pass
 
@@ -218,6 +226,7 @@ Request = (
     | Unbind
     | OpenInvocation
     | EndInvocation
+    | EndInvocations
     | Stats
     | QueueHint
     | DedupHint
@@ -277,6 +286,12 @@ class InvocationOpened(_Msg):
 class Ended(_Msg):
     invocation_id: str
     freed: int
+
+
+class EndedMany(_Msg):
+    """The reply to :class:`EndInvocations`: objects freed per invocation ended (those that were open)."""
+
+    freed: dict[str, int]
 
 
 class StatsReply(_Msg):
@@ -385,6 +400,7 @@ Reply = (
     | AdminWelcome
     | InvocationOpened
     | Ended
+    | EndedMany
     | StatsReply
     | Leased
     | Ids

@@ -1210,16 +1210,23 @@ class LocalRuntime:
             self._end_cv.notify()
 
     def _ender(self) -> None:
-        while True:
-            with self._end_cv:
-                while not self._ending and not self._ender_stop:
-                    self._end_cv.wait()
-                if not self._ending:
-                    return
-                batch = list(self._ending)
-                self._ending.clear()
-            for inv in batch:
-                self._free(inv)
+        """Free what ended, in batches: one ``EndInvocations`` round trip per node for all the
+        invocations that ended since the last one, on connections of this thread's own, so an end
+        never waits behind a submit's open (or holds it up) on the shared ``_admin_lock``."""
+        own: dict[str, Any] = {}  # node -> this thread's Admin connection
+        try:
+            while True:
+                with self._end_cv:
+                    while not self._ending and not self._ender_stop:
+                        self._end_cv.wait()
+                    if not self._ending:
+                        return
+                    batch = list(self._ending)
+                    self._ending.clear()
+                self._free(batch, own)
+        finally:
+            for admin in own.values():
+                admin.close()
 
     def _stop_ender(self) -> None:
         """Free what is still pending, then stop the ender (before the node connections close)."""
@@ -1228,18 +1235,36 @@ class LocalRuntime:
             self._end_cv.notify()
         self._ender_thread.join(30)
 
-    def _free(self, inv: _Invocation) -> None:
-        try:
+    def _own_admin(self, own: dict[str, Any], node: str) -> Any:
+        """A background thread's own Admin connection to ``node`` (made on first use)."""
+        admin = own.get(node)
+        if admin is None:
+            from ..dataplane.client import Admin
+
+            n = self._nodes[node]
+            admin = own[node] = Admin(n.socket_path, state_dir=n.state_dir or None)
+        return admin
+
+    def _free(self, invs: list[_Invocation], own: dict[str, Any]) -> None:
+        ids = [inv.id for inv in invs if inv.kind == "gfaas"]
+        if ids:
+            for node in list(self._nodes):
+                try:
+                    self._own_admin(own, node).end_invocations(ids)
+                except Exception:  # noqa: BLE001 - the results stand; leftovers go with the node
+                    log.exception("could not free the data of %d invocations on node %s", len(ids), node)
+                    stale = own.pop(node, None)
+                    if stale is not None:  # perhaps broken mid-call: a fresh connection next time
+                        stale.close()
+        for inv in invs:
             if inv.kind == "gfaas":
-                with self._admin_lock:
-                    for admin in self._admins.values():
-                        admin.end_invocation(inv.id)
-            else:
+                continue
+            try:
                 keys = [r.removeprefix("redis:").split("|")[0] for r in inv.refs.values()]
                 if keys:
                     RedisTransport(TransportConfig("redis", redis_url=self._redis_url), inv.id, GATEWAY)._r.delete(*keys)
-        except Exception:  # noqa: BLE001 - the result stands; leftovers go with the node or the server
-            log.exception("could not free the data of invocation %s", inv.id)
+            except Exception:  # noqa: BLE001 - the result stands; leftovers go with the server
+                log.exception("could not free the data of invocation %s", inv.id)
 
 
 def runtime_config(**overrides: Any) -> RuntimeConfig:
