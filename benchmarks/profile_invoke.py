@@ -173,7 +173,9 @@ def count(n: int, concurrency: int = 1) -> dict[str, Any]:
         _wrap(wmod.ProcessWorker, "run", before=lambda *a, **k: counts.update(["worker Task -> Done round trip"])),
         _wrap(_pool_class(), "submit", before=lambda *a, **k: counts.update(["hand-off to a dispatcher thread"])),
         _wrap(lmod.LocalRuntime, "queues_changed", before=lambda *a, **k: counts.update(["queue hinter pokes"])),
-        _wrap(lmod.LocalRuntime, "_send_hint", before=lambda *a, **k: counts.update(["queue hints sent"])),
+        # one round trip per invocation hinted before issue 23's item 1 (_send_hint), one batch per node after
+        _wrap(lmod.LocalRuntime, "_send_hints" if hasattr(lmod.LocalRuntime, "_send_hints") else "_send_hint",
+              before=lambda *a, **k: counts.update(["queue hint rounds sent"])),
         _wrap(lmod.LocalRuntime, "_gateway_transport",
               before=lambda *a, **k: counts.update(["gateway transports (the runtime's puts and gets)"])),
         _wrap(wmod, "_daemon_connection",

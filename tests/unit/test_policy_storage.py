@@ -21,6 +21,7 @@ from gfaas.policy import (
     plan_eviction,
     plan_restore,
     pool_target,
+    QueueBook,
     positions_by_consumer,
     storage_policy,
     unneeded,
@@ -292,3 +293,28 @@ def test_unknown_policy_and_field() -> None:
         storage_policy("fast")
     with pytest.raises(ConfigError, match="storage policy 'gfaas'"):
         storage_policy("gfaas", colour="red")
+
+
+def test_queue_book_positions_are_ticket_minus_head_and_heads_only_advance() -> None:
+    """Tickets count from their queue's head (0 while it is unknown); a head never moves back; an
+    explicit position stands beside tickets; forget drops the invocation."""
+    book = QueueBook()
+    book.hint("i", {"r": 0}, ["d"], {"f": ("q", 7), "g": ("p", 2)})
+    assert book.positions("i") == {"r": 0, "f": 7, "g": 2} and book.done("i") == {"d"}
+    book.advance({"q": 5, "p": 9})
+    assert book.positions("i") == {"r": 0, "f": 2, "g": 0}
+    book.advance({"q": 1})
+    assert book.positions("i")["f"] == 2
+    book.hint("i", {"f": 3})  # replaces the hint: no tickets now
+    assert book.positions("i") == {"f": 3} and book.done("i") == frozenset()
+    assert book.positions("j") is None and "i" in book and len(book) == 1
+    book.forget("i")
+    assert "i" not in book and book.positions("i") is None
+
+
+def test_queue_book_keeps_the_most_recently_advanced_heads() -> None:
+    book = QueueBook(max_queues=2)
+    book.advance({"a": 1, "b": 2})
+    book.advance({"a": 3, "c": 1})  # b is the least recently advanced
+    book.hint("i", {}, (), {"f": ("a", 4), "g": ("b", 4)})
+    assert book.positions("i") == {"f": 1, "g": 4}

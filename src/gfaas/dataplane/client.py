@@ -1085,6 +1085,7 @@ class InvocationHandle:
 
 
 _END_BATCH = 1024  # invocation IDs per EndInvocations message (about 36 KiB of the 64 KiB frame)
+_HINT_BYTES = 48 * 1024  # queue entries per QueueState message, by their encoded size (64 KiB frames)
 
 
 class Admin:
@@ -1165,6 +1166,25 @@ class Admin:
         ``LocalRuntime.queue_positions(invocation)`` gives ``positions``."""
         inv = invocation_id.id if isinstance(invocation_id, InvocationHandle) else invocation_id
         r, _ = self._ch.call(P.QueueHint(inv, dict(positions), list(done)))
+        assert isinstance(r, P.Ok)
+
+    def queue_state(self, entries: Iterable[P.QueueEntry], heads: dict[str, int]) -> None:
+        """Tell the node where many invocations' functions wait (:class:`~gfaas.dataplane.protocol.QueueState`:
+        tickets of FIFO queues and the queues' heads), in as few messages as the frame size allows."""
+        batch: list[P.QueueEntry] = []
+        size = 0
+        for e in entries:
+            n = len(P.encode(e))
+            if batch and size + n > _HINT_BYTES:
+                self._queue_state(batch, heads)
+                batch, size, heads = [], 0, {}
+            batch.append(e)
+            size += n
+        if batch or heads:
+            self._queue_state(batch, heads)
+
+    def _queue_state(self, entries: list[P.QueueEntry], heads: dict[str, int]) -> None:
+        r, _ = self._ch.call(P.QueueState(entries, heads))
         assert isinstance(r, P.Ok)
 
     def dedup_hint(self, pid: int, workflow: str, function: str, domain: str, nbytes: int) -> None:

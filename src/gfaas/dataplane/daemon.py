@@ -170,6 +170,7 @@ class Daemon:
             P.EndInvocations: self._end_many,
             P.Stats: self._stats,
             P.QueueHint: self._queue_hint,
+            P.QueueState: self._queue_state,
             P.DedupHint: self._dedup_hint,
             P.DedupForget: self._dedup_forget,
             P.DedupStatus: self._dedup_status,
@@ -914,6 +915,11 @@ class Daemon:
     def _queue_hint(self, conn: Conn, m: P.QueueHint) -> tuple[P.Reply, list[int]]:
         self._need_admin(conn)
         self.store.queue_hint(m.invocation_id, m.positions, m.done)
+        return P.Ok(), []
+
+    def _queue_state(self, conn: Conn, m: P.QueueState) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        self.store.queue_state([(e.invocation_id, e.queued, e.running, e.done) for e in m.entries], m.heads)
         return P.Ok(), []
 
     def _need_dedup(self) -> Any:

@@ -116,6 +116,27 @@ class QueueHint(_Msg):
     done: list[str] = []
 
 
+class QueueEntry(msgspec.Struct, array_like=True):
+    """One invocation in a :class:`QueueState`: ``queued[f] = (q, t)``: ``f`` is request number ``t``
+    of queue ``q``; ``running`` functions are at position 0; ``done`` ones will not run again."""
+
+    invocation_id: str
+    queued: dict[str, tuple[str, int]] = {}
+    running: list[str] = []
+    done: list[str] = []
+
+
+class QueueState(_Msg):
+    """Admin: where many invocations' functions wait, in one message (the runtime's queue hinter
+    sends what changed since its last one). ``heads[q]`` requests have left queue ``q`` so far, so
+    ``t - heads[q]`` are ahead of ticket ``t``: a dispatch moves one head, not every waiter's
+    position (``policy.storage.QueueBook``). Each entry replaces its invocation's hint, as a
+    :class:`QueueHint` does; entries of invocations not open on the node are skipped."""
+
+    entries: list[QueueEntry]
+    heads: dict[str, int] = {}
+
+
 class DedupHint(_Msg):
     """Admin: the worker process ``pid`` of ``workflow``/``function`` marked ``nbytes`` of its memory
     mergeable (:mod:`gfaas.dedup`); merge it with the other processes of sharing ``domain``. The
@@ -229,6 +250,7 @@ Request = (
     | EndInvocations
     | Stats
     | QueueHint
+    | QueueState
     | DedupHint
     | DedupForget
     | DedupStatus

@@ -142,8 +142,7 @@ class Store:
                     seg.recyclable = False  # never sealed: give the memory back, as on a disconnect
                 self._free(rec, None)
         self._tombs.pop(invocation_id, None)
-        self.tiers._hints.pop(invocation_id, None)
-        self.tiers._done.pop(invocation_id, None)
+        self.tiers.forget(invocation_id)
         self._lost = {k: v for k, v in self._lost.items() if v != invocation_id}
         gone: set[int] = set()
         for s in self.sessions.values():
@@ -745,6 +744,8 @@ class Store:
             rec.pending.discard(function)
             if not rec.pending:
                 self._free(rec, "read by all of its consumers")
+            else:
+                self.tiers.read(rec)  # its other readers may be done already
 
     def delete(self, s: Session, oid: object) -> None:
         self.check_live(s)
@@ -841,6 +842,10 @@ class Store:
 
     def queue_hint(self, invocation_id: object, positions: Mapping[str, int], done: Iterable[str] = ()) -> None:
         self.tiers.queue_hint(invocation_id, positions, done)
+
+    def queue_state(self, entries: Iterable[tuple[str, Mapping[str, tuple[str, int]], Iterable[str], Iterable[str]]],
+                    heads: Mapping[str, int]) -> int:
+        return self.tiers.queue_state(entries, heads)
 
     def resident(self, rec: ObjectRecord, device: int | None = None) -> Segment:
         return self.tiers.resident(rec, device)

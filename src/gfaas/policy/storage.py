@@ -23,7 +23,7 @@ Terms used below:
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -393,3 +393,72 @@ def positions_by_consumer(queue: Mapping[str, int], consumers: Iterable[str]) ->
     """The position of an object's earliest queued consumer, from a ``function -> position`` map."""
     ps = [queue[c] for c in consumers if c in queue]
     return min(ps) if ps else None
+
+
+#: A queued function's place in a FIFO queue: (queue name, ticket), the ticket being the number of
+#: requests that entered that queue before it.
+Ticket = tuple[str, int]
+
+
+class QueueBook:
+    """Where each invocation's functions wait, as the runtime's queue hints say (pure: no clock, no
+    I/O; the daemon's tiers keep one).
+
+    A hint gives each function of an invocation a *position* (``positions[f]`` requests are ahead of
+    it; 0: it runs next, or now) or a *ticket* ``(q, t)``: it is request number ``t`` of the FIFO
+    queue ``q``. :meth:`advance` sets ``heads[q]``, the requests that have left ``q``, so a ticket's
+    position is ``t - heads[q]``. A dispatch moves one head, not every waiter's position: the
+    runtime's hints cost O(1) per change and stay exact (a queue whose head is not known yet counts
+    from 0). ``done`` functions will not run again; a function in no hint is not queued yet. Heads only
+    move forward, so a late or repeated message cannot move one back; at most ``max_queues`` heads are
+    kept (the least recently advanced go first).
+    """
+
+    def __init__(self, max_queues: int = 4096) -> None:
+        self.max_queues = max_queues
+        self._positions: dict[str, dict[str, int]] = {}
+        self._tickets: dict[str, dict[str, Ticket]] = {}
+        self._done: dict[str, frozenset[str]] = {}
+        self._heads: OrderedDict[str, int] = OrderedDict()
+
+    def __contains__(self, invocation: object) -> bool:
+        return invocation in self._done
+
+    def __len__(self) -> int:
+        return len(self._done)
+
+    def hint(self, invocation: str, positions: Mapping[str, int], done: Iterable[str] = (),
+             tickets: Mapping[str, Ticket] | None = None) -> None:
+        """Replace the invocation's hint."""
+        self._positions[invocation] = dict(positions)
+        if tickets:
+            self._tickets[invocation] = dict(tickets)
+        else:
+            self._tickets.pop(invocation, None)
+        self._done[invocation] = frozenset(done)
+
+    def advance(self, heads: Mapping[str, int]) -> None:
+        """``heads[q]`` requests have left queue ``q`` so far."""
+        for q, n in heads.items():
+            self._heads[q] = max(n, self._heads.pop(q, n))
+        while len(self._heads) > self.max_queues:
+            self._heads.popitem(last=False)
+
+    def positions(self, invocation: str) -> dict[str, int] | None:
+        """Function -> requests ahead of it now, for the functions the hint places; None: no hint."""
+        pos = self._positions.get(invocation)
+        tickets = self._tickets.get(invocation)
+        if not tickets:
+            return pos
+        out = dict(pos or {})
+        for f, (q, t) in tickets.items():
+            out[f] = max(0, t - self._heads.get(q, 0))
+        return out
+
+    def done(self, invocation: str) -> frozenset[str]:
+        return self._done.get(invocation, frozenset())
+
+    def forget(self, invocation: str) -> None:
+        self._positions.pop(invocation, None)
+        self._tickets.pop(invocation, None)
+        self._done.pop(invocation, None)
