@@ -524,6 +524,39 @@ def test_queue_state_places_waiters_by_ticket_and_queue_head(env: Env) -> None:
     assert st.queue_state([("f" * 32, {"c1": ("q", 1)}, [], [])], {}) == 0  # not open: skipped
 
 
+def test_pool_targets_are_recomputed_only_when_what_they_depend_on_moved(env: Env) -> None:
+    """settle() runs after every reply; it recomputes the pool targets (quantiles of every function's
+    histograms) only after a demand event or a change in the bytes in use or pooled, at a
+    reservation's end or a sample's expiry, and at most every RETARGET_S: not on every idle settle."""
+    from gfaas.dataplane.store import RETARGET_S
+
+    st = env.store
+    calls: list[float] = []
+    real = st.tiers._retarget
+    st.tiers._retarget = lambda now: (calls.append(now), real(now))[1]  # type: ignore[method-assign]
+    env.put(consumers=["c1"])
+    st.settle()
+    assert len(calls) == 1 and st.next_settle() == 160.0  # opened at 100 s: R_window 60 s
+    for _ in range(20):  # replies that change nothing the targets depend on
+        env.clock.advance(1.0)
+        st.settle()
+    assert len(calls) == 1
+    env.put(consumers=["c1"])  # a store: the demand moved
+    st.settle()
+    st.settle()
+    assert len(calls) == 2
+    env.clock.advance(RETARGET_S / 2)
+    st.tiers.demand[-1].request("wf/c1", env.clock.now())
+    st.settle()
+    assert len(calls) == 2  # at most every RETARGET_S, as before
+    env.clock.advance(RETARGET_S)
+    st.settle()
+    assert len(calls) == 3
+    env.clock.advance(170.0 - env.clock.now())  # a reservation ended: recomputed with no event
+    st.settle()
+    assert len(calls) == 4
+
+
 # ---- evictions written off the event loop (the daemon's spill_runner) -----------------------------
 def _async(env: Env) -> list[Any]:
     jobs: list[Any] = []

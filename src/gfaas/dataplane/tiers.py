@@ -128,6 +128,8 @@ class Tiers:
         self._unsettled = False
         self._next_retarget = -float("inf")
         self._next_change: float | None = None  # when a reservation expires (DemandTracker.next_change)
+        self._next_expiry = float("inf")  # when a demand sample leaves its window
+        self._seen: tuple[object, ...] = ()  # what the targets were last computed from (_inputs)
         self._away: set[int] = set()  # segments holding objects evicted from their GPU
         self.spill_error = ""
         # Invocations whose hint named finished functions (or whose objects were read since): look
@@ -291,8 +293,18 @@ class Tiers:
         if self._unsettled:
             self._unsettled = False
             self._rebalance()
-        if now >= self._next_retarget or (self._next_change is not None and now >= self._next_change):
+        if (now >= self._next_retarget and self._retarget_due(now)) or (
+                self._next_change is not None and now >= self._next_change):
             self._retarget(now)
+
+    def _inputs(self) -> tuple[object, ...]:
+        return (*(d.version for d in self.demand.values()), self.core.reserved, self.core.pooled_bytes)
+
+    def _retarget_due(self, now: float) -> bool:
+        """Whether the targets may have moved since they were computed: a demand event, bytes in use
+        or pooled, a sample leaving its window (a reservation's end is ``_next_change``). A GPU's
+        free memory moves with other processes, so with GPU pools they are recomputed on time."""
+        return bool(self.core.devices) or now >= self._next_expiry or self._inputs() != self._seen
 
     def next_settle(self) -> float | None:
         """Clock time at which a pool target changes with no request arriving (a function's
@@ -353,21 +365,27 @@ class Tiers:
         return max(wpb, self.host_target - (self.core.reserved - self.core.pooled_bytes - freeing))
 
     def _retarget(self, now: float) -> None:
-        self.host_target = self.demand[-1].target(now, None)
+        elastic = self.options.pooling == "elastic"
+        plans = {k: d.plan(now, self.core.devices[k].free_bytes() if k >= 0 and elastic else None)
+                 for k, d in self.demand.items()}
+        self.host_target = plans[-1].target
         limit = self.warm_limit()
         for seg in [g for warm in self.core._pool.values() for g in warm]:  # oldest first per workflow
             if self.core.pooled_bytes <= limit:
                 break
             self.core._retire(seg)
         for k, dev in self.core.devices.items():
-            if self.options.pooling == "elastic":
-                dev.pool.set_target(self.demand[k].target(now, dev.free_bytes()))
-                dev.pool.prewarm(self.demand[k].largest_object(now))
+            if elastic:
+                dev.pool.set_target(plans[k].target)
+                dev.pool.prewarm(plans[k].largest_object)
             elif self.options.pooling == "none":
                 dev.pool.set_target(0)
         self._next_retarget = now + RETARGET_S
-        ends = [t for t in (d.next_change(now) for d in self.demand.values()) if t is not None]
+        ends = [p.next_change for p in plans.values() if p.next_change is not None]
         self._next_change = max(min(ends), self._next_retarget) if ends else None
+        self._next_expiry = min((p.next_expiry for p in plans.values() if p.next_expiry is not None),
+                                default=float("inf"))
+        self._seen = self._inputs()
 
     def _objs(self, seg: Segment) -> list[ObjectRecord]:
         return [self.core.objects[o] for o in self._seg_objs.get(seg.id, ())]

@@ -27,6 +27,7 @@ from .resources import Candidate, Ledger, Resources, choose_evictions, parse_res
 from .routing import MiB, Path, Plan, Router, RoutingOptions
 from .storage import (
     STORAGE_POLICIES,
+    DemandPlan,
     DemandTracker,
     Peer,
     QueueBook,
@@ -63,6 +64,7 @@ __all__ = [
     "STORAGE_POLICIES",
     "ChunkBatcher",
     "Demand",
+    "DemandPlan",
     "DemandTracker",
     "Grant",
     "Peer",
