@@ -247,7 +247,7 @@ class Tiers:
                 )
 
     def _apply_hint(self, invocation_id: str, positions: Mapping[str, int], done: list[str],
-                tickets: Mapping[str, Ticket] | None) -> None:
+                    tickets: Mapping[str, Ticket] | None) -> None:
         self.queues.hint(invocation_id, positions, done, tickets)
         self.counters["queue_hints"] += 1
         if done:

@@ -979,8 +979,6 @@ class LocalRuntime:
         for node in list(self._nodes):
             try:
                 self._own_admin(self._hint_admins, node).queue_state(entries, batch[1])
-            except GfaasError:
-                raise
             except Exception:
                 stale = self._hint_admins.pop(node, None)
                 if stale is not None:  # perhaps broken mid-call: a fresh connection next round
