@@ -43,7 +43,8 @@ def test_a_reload_has_the_open_invocations_and_their_token_hashes_only(tmp_path)
     reg2 = InvocationLog(path).load(KEY)
     assert view(reg2) == view(reg) and sorted(view(reg2)) == sorted(ids[:1] + ids[3:])
     assert reg2.authenticate(tokens[ids[4]]["g"]) == (reg2.get(ids[4]), "g")
-    text = open(path).read()
+    with open(path) as fh:
+        text = fh.read()
     assert all(t not in text for toks in tokens.values() for t in toks.values())
     assert token_hash(KEY, tokens[ids[0]]["f"]) in text
     assert os.stat(path).st_mode & 0o777 == 0o600
@@ -78,7 +79,8 @@ def test_a_line_cut_short_by_a_crash_loses_nothing_before_it(tmp_path) -> None: 
     ended(log, reg, ids[:1])
     want = view(reg)
     log.close()
-    whole = open(path, "rb").read()
+    with open(path, "rb") as fh:
+        whole = fh.read()
     extra = Registry(KEY).open("wf", ["f"])
     line = b'00000000 {"open":' + json.dumps(extra.to_json()).encode() + b"}\n"
     for cut in (5, 9, 30, len(line) - 1):  # torn inside the checksum, after it, in the JSON, before the newline
@@ -86,7 +88,8 @@ def test_a_line_cut_short_by_a_crash_loses_nothing_before_it(tmp_path) -> None: 
             fh.write(whole + line[:cut])
         log2 = InvocationLog(path)
         assert view(log2.load(KEY)) == want
-        assert open(path, "rb").read() != whole + line[:cut]  # rewritten: nothing is appended after the cut
+        with open(path, "rb") as fh:
+            assert fh.read() != whole + line[:cut]  # rewritten: nothing is appended after the cut
         log2.close()
     with open(path, "wb") as fh:  # a whole line whose checksum does not match: the same
         fh.write(whole + line + whole)
