@@ -702,7 +702,9 @@ class LocalRuntime:
                 if self._pools.get(p.key) is p:
                     del self._pools[p.key]
                 while p.queue:  # queued tasks never run: they no longer count against their invocation
-                    inv, _, _ = p.queue.popleft()
+                    inv, fn, _ = p.queue.popleft()
+                    p.left += 1
+                    inv.queued.pop(fn, None)
                     inv.running -= 1
                     self._maybe_release(inv)
             for inv in [i for i in self._invs.values() if i.spec.name == workflow and i.result is None
