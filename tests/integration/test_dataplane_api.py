@@ -465,5 +465,5 @@ def test_socket_and_state_are_private(node) -> None:  # type: ignore[no-untyped-
 
     assert stat.S_IMODE(os.stat(node.config.socket_path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(node.config.state_dir).st_mode) == 0o700
-    for name in ("admin.token", "invocations.json"):
+    for name in ("admin.token", "invocations.journal"):
         assert stat.S_IMODE(os.stat(os.path.join(node.config.state_dir, name)).st_mode) == 0o600, name

@@ -271,6 +271,76 @@ def test_put_in_flight_at_a_crash_is_reported_lost(node) -> None:  # type: ignor
         node.connect("g").get(ref)
 
 
+def test_open_invocations_survive_a_crash_amid_opens_and_ends(node) -> None:  # type: ignore[no-untyped-def]
+    """A daemon SIGKILLed in a stream of opens and ends restarts knowing exactly the invocations still
+    open: their tokens connect, the ended ones' are refused."""
+    handles = [node.open(("f", "g")) for _ in range(40)]
+    for h in handles[::2]:
+        node.admin.end_invocation(h)
+    node.kill()
+    node.restart()
+    assert node.stats()["invocations"] == 1 + 20
+    for h in handles[1::2]:
+        node.connect("g", h).put(b"ok")
+    for h in handles[::2]:
+        with pytest.raises(gfaas.AuthenticationError, match="unknown or revoked function token"):
+            node.connect("g", h)
+    node.kill()  # and once more, after the restart rewrote the journal
+    node.restart()
+    assert node.stats()["invocations"] == 21
+
+
+def test_ending_invocations_in_a_batch_skips_those_not_open_and_survives_a_crash(node) -> None:  # type: ignore[no-untyped-def]
+    """EndInvocations ends each open invocation once (freeing its objects, revoking its tokens) and
+    skips IDs not open; a daemon killed afterwards restarts with them ended."""
+    a, b, keep = node.open(("f", "g")), node.open(("f", "g")), node.open(("f", "g"))
+    node.connect("f", a).put(np.arange(4), consumers=["g"])
+    node.connect("f", b).put(b"x")
+    node.connect("f", b).get(node.connect("f", b).put(b"y"))  # a synchronous call: the seals are in
+    freed = node.admin.end_invocations([a.id, "f" * 32, b.id, a.id])
+    assert freed == {a.id: 1, b.id: 2}
+    assert node.stats()["invocations"] == 2
+    assert node.admin.end_invocations([a.id]) == {}
+    node.kill()
+    node.restart()
+    assert node.stats()["invocations"] == 2
+    with pytest.raises(gfaas.AuthenticationError, match="unknown or revoked function token"):
+        node.connect("g", b)
+    node.connect("g", keep).put(b"ok")
+
+
+def test_open_and_end_cost_does_not_grow_with_the_invocations_open(make_config, thread_daemon,  # type: ignore[no-untyped-def]
+                                                                   monkeypatch) -> None:
+    """The bytes the daemon writes into its state directory for one open + end are the same with
+    1,000 other invocations open as with none (the registry was rewritten whole on each: O(open))."""
+    cfg = make_config()
+    state = os.path.realpath(cfg.state_dir) + os.sep
+    written = [0]
+    real_write = os.write
+
+    def counting(fd: int, data: Any) -> int:
+        n = real_write(fd, data)
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(state):
+                written[0] += n
+        except OSError:
+            pass
+        return n
+
+    with thread_daemon(cfg), gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir) as adm:
+        monkeypatch.setattr(os, "write", counting)
+
+        def pair() -> int:
+            before = written[0]
+            adm.end_invocation(adm.open_invocation("wf", ["f", "g", "gateway"]))
+            return written[0] - before
+
+        alone = pair()
+        for _ in range(1000):
+            adm.open_invocation("wf", ["f", "g", "gateway"])
+        assert 0 < pair() == alone < 600
+
+
 def test_client_of_a_dying_daemon_gets_daemon_unavailable(node) -> None:  # type: ignore[no-untyped-def]
     """A call in flight when the daemon is SIGKILLed fails with DaemonUnavailable promptly, not a hang."""
     f = node.connect("f")

@@ -62,6 +62,30 @@ def test_queue_hints_steer_eviction_over_the_admin_socket(node: Any) -> None:
     assert np.array_equal(node.connect("g").get(early, copy=True), _blob(1))
 
 
+def test_batched_queue_state_steers_eviction_by_tickets_and_heads(node: Any) -> None:
+    """The runtime's form of hints (QueueState): tickets of FIFO queues and the queues' heads. h's
+    reader holds ticket 9 of a queue whose head is 2 (7 ahead), g's is running: h's object goes to
+    disk first. An entry of an invocation that is not open is skipped, not an error."""
+    f = node.connect("f")
+    early = f.put(_blob(1), consumers=["g"])
+    late = f.put(_blob(2), consumers=["h"])
+    before = node.stats()["queue_hints"]
+    node.admin.queue_state([P.QueueEntry("f" * 32, {"g": ("q", 1)}),
+                            P.QueueEntry(node.inv.id, {"h": ("wf/h", 9)}, ["g"])], {"wf/h": 2})
+    assert node.stats()["queue_hints"] == before + 1
+    for i in range(3):
+        f.put(_blob(10 + i), consumers=["g"])
+    assert node.stats()["evictions"] >= 1
+    assert np.array_equal(node.connect("h").get(late, copy=True), _blob(2))
+    assert np.array_equal(node.connect("g").get(early, copy=True), _blob(1))
+    with pytest.raises(ConfigError, match="ticket -1 of 'h' in queue 'q' is invalid"):
+        node.admin.queue_state([P.QueueEntry(node.inv.id, {"h": ("q", -1)})], {})
+    with pytest.raises(ConfigError, match="head -5 of queue 'q' is invalid"):
+        node.admin.queue_state([], {"q": -5})
+    with pytest.raises(ConfigError, match="'zz' is not one of its functions"):
+        node.admin.queue_state([P.QueueEntry(node.inv.id, {}, ["zz"])], {})
+
+
 def test_queue_hint_errors(node: Any) -> None:
     with pytest.raises(NotFound, match="no such open invocation"):
         node.admin.queue_hint("f" * 32, {"g": 1})

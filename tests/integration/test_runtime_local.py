@@ -304,9 +304,50 @@ def test_one_set_of_workers_serves_both_transports(rt: LocalRuntime) -> None:
         rt.submit("fans", {"x": x}, transport="carrier-pigeon")
 
 
+def test_ending_an_invocations_data_never_holds_up_the_next_submit(rt_handlers: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end of an invocation's data runs on the runtime's ender, on node connections of its own:
+    with ends stalled, the next invocation still opens, runs and finishes (the end held the lock its
+    open takes: docs/performance.md's 'lock' step). Once ends go through, the data is freed and the
+    ended invocation's credentials are refused, as before."""
+    import gfaas
+    from gfaas.dataplane.client import Admin, Credentials
+
+    gate = threading.Event()
+    for name in ("end_invocation", "end_invocations"):
+        real = getattr(Admin, name, None)
+        if real is not None:
+            def stalled(self: Any, *a: Any, _real: Any = real, **k: Any) -> Any:
+                gate.wait(30)
+                return _real(self, *a, **k)
+
+            monkeypatch.setattr(Admin, name, stalled)
+    with LocalRuntime(RuntimeConfig(executor="inproc")) as r:
+        r.deploy(TWO)
+        first = r.invoke("two-outputs", {"x": np.ones(3)}, timeout=30)
+        assert first.ok
+        creds = Credentials(r.transport_settings()["socket_path"], r._inv(first.invocation_id).tokens["f"])
+        later: list[Any] = []
+        t = threading.Thread(target=lambda: later.append(r.invoke("two-outputs", {"x": np.ones(4)}, timeout=30)))
+        t.start()
+        t.join(15)
+        finished_while_stalled = bool(later)
+        gate.set()
+        t.join(30)
+        assert finished_while_stalled and later[0].ok
+        wait_for(lambda: objects(r) == 0 and r.node_stats()["rt0"]["invocations"] == 0,
+                 what="the ended invocations' data to be freed")
+        with pytest.raises(gfaas.AuthenticationError, match="unknown or revoked function token"):
+            gfaas.connect(creds)
+
+
 def test_the_runtime_sends_queue_hints_as_queues_change(rt_handlers: str) -> None:
     """Without any call, the node daemon hears where each waiting invocation's function stands:
-    the exact positions in the queue, then the position of the one that runs, then it is done."""
+    the exact positions in the queue, then the position of the one that runs, then it is done.
+    (What the daemon knows is replayed here from what the hinter sent, by the daemon's own book.)"""
+    from gfaas.policy.storage import QueueBook
+    from gfaas.runtime.hints import Batch
+
     slow = f"""
 name: slowq
 inputs: {{x: null}}
@@ -314,27 +355,88 @@ outputs: {{out: s.y}}
 functions:
   - {{name: s, kind: cpu, handler: "{H}:slow", params: {{seconds: 0.3}}, inputs: {{x: input.x}}, outputs: {{y: null}}}}
 """
-    sent: list[tuple[str, dict[str, int], list[str]]] = []
+    sent: list[Batch] = []
     with LocalRuntime(RuntimeConfig(executor="inproc", queue_hint_interval_s=0.0)) as r:
         r.deploy(slow)
         hinter = r._hinter
         assert hinter is not None
         real = hinter._send
-        hinter._send = lambda h: (sent.append(h), real(h))[1]
+        hinter._send = lambda b: (sent.append(b), real(b))[1]
         first = r.submit("slowq", {"x": np.zeros(1)})
         wait_for(lambda: r.status(first) == "running", what="the first request to start")
         waiting = [r.submit("slowq", {"x": np.full(1, k)}) for k in (1, 2)]
         for i in [first, *waiting]:
             assert r.result(i, timeout=30).ok
-        before = r.node_stats()["rt0"]["queue_hints"]
-    seen = {inv: [(pos, done) for i, pos, done in sent if i == inv] for inv in waiting}
+        received = r.node_stats()["rt0"]["queue_hints"]
+    book = QueueBook()
+    seen: dict[str, list[Any]] = {inv: [] for inv in waiting}
+    for entries, heads in sent:
+        book.advance(heads)
+        for inv, queued, running, done in entries:
+            book.hint(inv, dict.fromkeys(running, 0), done, queued)
+        for inv in waiting:
+            now = (book.positions(inv), sorted(book.done(inv)))
+            if inv in book and (not seen[inv] or seen[inv][-1] != now):
+                seen[inv].append(now)
     # The last request waited behind the other one (position 1), then ran first in line (0).
     assert ({"s": 1}, []) in seen[waiting[1]] and ({"s": 0}, []) in seen[waiting[1]]
     assert seen[waiting[1]].index(({"s": 1}, [])) < seen[waiting[1]].index(({"s": 0}, []))
-    # Hints that did not change are not sent again.
-    for hints in seen.values():
-        assert all(a != b for a, b in zip(hints, hints[1:], strict=False)), hints
-    assert before >= len(sent) - 1 >= 3  # the daemon counted what reached it (one may race the end)
+    # Each invocation is sent when it changes (queued, running, done), never for others' moves.
+    per_inv = [sum(e[0] == inv for b in sent for e in b[0]) for inv in waiting]
+    assert all(1 <= n <= 3 for n in per_inv), per_inv
+    assert received >= sum(len(b[0]) for b in sent) - 1 >= 4  # the daemon applied them (one may race the end)
+
+
+def test_queue_hints_cost_o1_per_change_and_stay_exact_with_255_queued(rt_handlers: str, make_config: Any,
+                                                                       thread_daemon: Any) -> None:
+    """255 requests queued behind one gated worker: the node daemon knows each one's exact position;
+    letting 20 through sends O(20) hint entries, not the ~240 positions each dispatch moves (a
+    dispatch moves one queue head: runtime.hints); over all 256 invocations it gets at most 3 entries
+    per function (queued, running, done)."""
+    import rt_handlers as handlers
+
+    from gfaas.runtime.local import NodeEndpoint
+
+    spec = f"""
+name: gatedq
+inputs: {{x: null}}
+outputs: {{out: n.y}}
+functions:
+  - {{name: g, kind: cpu, handler: "{H}:gated", inputs: {{x: input.x}}, outputs: {{y: null}}}}
+  - {{name: n, kind: cpu, handler: "{H}:negate", inputs: {{x: g.y}}, outputs: {{y: null}}}}
+"""
+    handlers.GATE = threading.Semaphore(0)  # no permits left by an earlier run in this process
+    cfg = make_config()
+    rc = RuntimeConfig(executor="inproc", queue_hint_interval_s=0.0, nodes=(NodeEndpoint("n0", cfg.socket_path, cfg.state_dir),))
+    with thread_daemon(cfg) as d, LocalRuntime(rc) as r:
+        r.deploy(spec)
+        book = d.store.tiers.queues
+        ids = [r.submit("gatedq", {"x": np.full(1, k)}) for k in range(256)]
+
+        def exact(queued: int) -> bool:
+            want = {i: r.queue_positions(i) for i in ids}
+            if sum(1 for p in want.values() if p) != queued:
+                return False
+            with d.lock:
+                return all(book.positions(i) == p for i, p in want.items() if p)
+
+        try:
+            wait_for(lambda: exact(255), timeout=30, what="the daemon to know the 255 queued positions")
+            before = d.store.tiers.counters["queue_hints"]
+            for _ in range(20):
+                handlers.GATE.release()
+            for i in ids[:20]:
+                assert r.result(i, timeout=30).ok
+            wait_for(lambda: exact(235), timeout=30, what="the daemon to know the 235 queued positions")
+            moved = d.store.tiers.counters["queue_hints"] - before
+            assert moved <= 6 * 21 + 6, moved  # O(what changed); the positions of all 235 changed 20 times
+        finally:
+            for _ in range(256):
+                handlers.GATE.release()
+        for i in ids:
+            assert r.result(i, timeout=60).ok
+        total = d.store.tiers.counters["queue_hints"]
+    assert total <= 6 * 256, total
 
 
 def test_a_functions_inputs_are_fetched_with_the_deadline_its_slo_leaves(rt_handlers: str,

@@ -247,7 +247,7 @@ def test_planted_symlinks_in_the_state_dir_are_not_followed(make_config, run_dir
     cfg = make_config()
     os.mkdir(cfg.state_dir, 0o700)
     victims = {}
-    for name in ("daemon.pid", "admin.token", "invocations.json"):
+    for name in ("daemon.pid", "admin.token", "invocations.journal", "invocations.json"):
         victim = os.path.join(run_dir, f"victim-{name}")
         with open(victim, "w") as fh:
             fh.write("precious")
@@ -271,7 +271,7 @@ def test_admin_token_is_verified_against_its_keyed_hash(node) -> None:  # type: 
     """The daemon checks admin tokens against admin.hash (HMAC under token.key), not the file's content:
     a token written into admin.token afterwards is refused; the registry holds no function token."""
     sd = node.config.state_dir
-    for name in ("token.key", "admin.hash", "admin.token", "invocations.json"):
+    for name in ("token.key", "admin.hash", "admin.token", "invocations.journal"):
         assert os.stat(os.path.join(sd, name)).st_mode & 0o777 == 0o600
     real = Path(os.path.join(sd, "admin.token")).read_text()
     with open(os.path.join(sd, "admin.token"), "w") as fh:
@@ -279,7 +279,7 @@ def test_admin_token_is_verified_against_its_keyed_hash(node) -> None:  # type: 
     with pytest.raises(AuthenticationError, match="wrong admin token"):
         gfaas.Admin(node.config.socket_path, state_dir=sd)
     assert gfaas.Admin(node.config.socket_path, admin_token=real).stats()["invocations"] == 1
-    registry = Path(os.path.join(sd, "invocations.json")).read_text()
+    registry = Path(os.path.join(sd, "invocations.journal")).read_text()
     assert all(t not in registry for t in node.inv.tokens.values()) and "token_hashes" in registry
 
 

@@ -44,7 +44,7 @@ def probe(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     out = {
         "state_list": _refused(lambda: os.listdir(state)),
         "admin_token": _refused(lambda: _read(os.path.join(state, "admin.token"))),
-        "registry": _refused(lambda: _read(os.path.join(state, "invocations.json"))),
+        "registry": _refused(lambda: _read(os.path.join(state, "invocations.journal"))),
         "daemon_socket": _refused(lambda: _connect(str(p["socket_path"]))),
         "daemon_environ": _refused(lambda: _read(f"/proc/{daemon}/environ")),
         "daemon_mem": _refused(lambda: _read(f"/proc/{daemon}/mem")),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -86,3 +87,13 @@ def read_then_sleep(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
 def which_gpu(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     """Passes its input on and reports the GPU index it was placed on (-1: none)."""
     return {"y": ctx.get(inputs["x"]) + 0, "gpu": int(ctx.gpu[3:]) if ctx.gpu else -1}
+
+
+GATE = threading.Semaphore(0)  # each release lets one call of ``gated`` through (in-process workers)
+
+
+def gated(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Passes its input on once the test releases GATE (``executor="inproc"``: this very module)."""
+    if not GATE.acquire(timeout=60):
+        raise TimeoutError("gated: the test never released GATE")
+    return {"y": ctx.get(inputs["x"]) + 0}

@@ -13,6 +13,7 @@ from gfaas.policy import (
     STORAGE_POLICIES,
     DemandTracker,
     Peer,
+    QueueBook,
     Resident,
     SlidingQuantile,
     StorageOptions,
@@ -56,6 +57,44 @@ def test_quantile_matches_sorted_oracle(values: list[float], q: float) -> None:
         h.add(0.0, v)
     s = sorted(values)
     assert h.quantile(q, 0.0) == s[max(1, math.ceil(q * len(s))) - 1]
+
+
+@given(st.lists(st.tuples(st.floats(0, 5), st.integers(0, 20)), min_size=1, max_size=150),
+       st.integers(1, 40), st.floats(0.01, 1.0))
+def test_sliding_quantile_matches_a_resorting_oracle_as_samples_come_and_go(
+        steps: list[tuple[float, int]], max_samples: int, q: float) -> None:
+    """Kept sorted incrementally, the quantile equals sorting the samples still in the window (the
+    newest ``max_samples``, none older than ``window_s``) after every add, and next_expiry is when
+    the oldest leaves."""
+    h = SlidingQuantile(window_s=3.0, max_samples=max_samples)
+    now, kept = 0.0, []
+    for dt, v in steps:
+        now += dt
+        h.add(now, float(v))
+        kept = [(t, x) for t, x in [*kept, (now, float(v))] if t >= now - 3.0][-max_samples:]
+        s = sorted(x for _, x in kept)
+        assert h.quantile(q, now) == s[max(1, math.ceil(q * len(s))) - 1]
+        assert h.next_expiry() == kept[0][0] + 3.0
+    assert h.quantile(q, now + 3.01) is None and h.next_expiry() is None
+
+
+def test_plan_is_target_largest_object_and_next_change_in_one_pass() -> None:
+    """DemandTracker.plan answers as target, largest_object and next_change do, plus the first sample
+    expiry; each reported event moves ``version``."""
+    t = DemandTracker(StorageOptions(floor_bytes=MB))
+    v0 = t.version
+    for k in range(4):
+        t.request("f", 2.0 * k)
+        t.stored("f", (k + 1) * 10 * MB, 2.0 * k + 0.5)
+    t.request("g", 1.0)
+    t.stored("g", 3 * MB, 1.5)
+    t.released("f", 7.0)
+    assert t.version == v0 + 11
+    for now, free in ((7.0, None), (7.0, 50 * MB), (8.5, None), (70.0, None)):
+        p = t.plan(now, free)
+        assert (p.target, p.largest_object, p.next_change) == (t.target(now, free), t.largest_object(now),
+                                                                t.next_change(now))
+    assert t.plan(7.0).next_expiry == 0.5 + 600.0  # f's first size sample (a first request has no gap)
 
 
 # ---- reservations ------------------------------------------------------------------------------
@@ -292,3 +331,28 @@ def test_unknown_policy_and_field() -> None:
         storage_policy("fast")
     with pytest.raises(ConfigError, match="storage policy 'gfaas'"):
         storage_policy("gfaas", colour="red")
+
+
+def test_queue_book_positions_are_ticket_minus_head_and_heads_only_advance() -> None:
+    """Tickets count from their queue's head (0 while it is unknown); a head never moves back; an
+    explicit position stands beside tickets; forget drops the invocation."""
+    book = QueueBook()
+    book.hint("i", {"r": 0}, ["d"], {"f": ("q", 7), "g": ("p", 2)})
+    assert book.positions("i") == {"r": 0, "f": 7, "g": 2} and book.done("i") == {"d"}
+    book.advance({"q": 5, "p": 9})
+    assert book.positions("i") == {"r": 0, "f": 2, "g": 0}
+    book.advance({"q": 1})
+    assert book.positions("i")["f"] == 2
+    book.hint("i", {"f": 3})  # replaces the hint: no tickets now
+    assert book.positions("i") == {"f": 3} and book.done("i") == frozenset()
+    assert book.positions("j") is None and "i" in book and len(book) == 1
+    book.forget("i")
+    assert "i" not in book and book.positions("i") is None
+
+
+def test_queue_book_keeps_the_most_recently_advanced_heads() -> None:
+    book = QueueBook(max_queues=2)
+    book.advance({"a": 1, "b": 2})
+    book.advance({"a": 3, "c": 1})  # b is the least recently advanced
+    book.hint("i", {}, (), {"f": ("a", 4), "g": ("b", 4)})
+    assert book.positions("i") == {"f": 1, "g": 4}

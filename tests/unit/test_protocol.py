@@ -22,6 +22,7 @@ REQUESTS = [
     P.OpenInvocation("wf", ["f", "g"], None, None),
     P.OpenInvocation("wf", ["f"], "0" * 32, {"f": "1" * 32}),
     P.EndInvocation("0" * 32),
+    P.EndInvocations(["0" * 32, "1" * 32]),
     P.Stats(),
     P.Lease(100),
     P.MoreIds(64),
@@ -37,6 +38,7 @@ REQUESTS = [
     P.Sync(),
     P.QueueHint("0" * 32, {"f": 0, "g": 3}),
     P.QueueHint("0" * 32, {}, ["f"]),
+    P.QueueState([P.QueueEntry("0" * 32, {"f": ("wf/f", 12)}, ["g"], ["h"]), P.QueueEntry("1" * 32)], {"wf/f": 10}),
     P.DedupHint(4242, "wf", "f", "wf", 1 << 20),
     P.DedupForget(4242),
     P.DedupStatus(),
@@ -49,6 +51,7 @@ REPLIES = [
     P.Bound("0" * 32, "f", ["f", "g"], P.Leased(1, 0, 1 << 20, [OID], [], 0), [3]),
     P.InvocationOpened("0" * 32, {"f": "1" * 32}),
     P.Ended("0" * 32, 3),
+    P.EndedMany({"0" * 32: 3}),
     P.StatsReply("n0", 1, 0, 4096, 100, 1 << 30, 1, 1, 2, 0),
     P.DedupReport(b'{"processes": []}'),
     P.Leased(1, 0, 1 << 20, [OID], [3]),
@@ -84,11 +87,11 @@ def test_request_and_reply_types_are_pinned() -> None:
 
     assert sorted(t.__name__ for t in typing.get_args(P.Request)) == [
         "AdminHello", "Allocate", "Attach", "Bind", "Consumed", "DedupForget", "DedupHint", "DedupStatus", "Delete",
-        "Derive", "EndInvocation", "Get", "Hello", "Lease", "MoreIds", "OpenInvocation", "QueueHint", "Release",
-        "Seal", "SealAllocated", "Stats", "Sync", "Unbind"]
+        "Derive", "EndInvocation", "EndInvocations", "Get", "Hello", "Lease", "MoreIds", "OpenInvocation",
+        "QueueHint", "QueueState", "Release", "Seal", "SealAllocated", "Stats", "Sync", "Unbind"]
     assert sorted(t.__name__ for t in typing.get_args(P.Reply)) == [
-        "AdminWelcome", "Allocated", "Bound", "DedupReport", "Derived", "Ended", "Error", "Ids", "InvocationOpened",
-        "Leased", "Located", "Ok", "StatsReply", "Welcome"]
+        "AdminWelcome", "Allocated", "Bound", "DedupReport", "Derived", "Ended", "EndedMany", "Error", "Ids",
+        "InvocationOpened", "Leased", "Located", "Ok", "StatsReply", "Welcome"]
     assert {type(m).__name__ for m in REQUESTS} == {t.__name__ for t in typing.get_args(P.Request)}
     assert {type(m).__name__ for m in REPLIES} == {t.__name__ for t in typing.get_args(P.Reply)}
 
@@ -113,6 +116,9 @@ def test_replies_are_not_requests(msg: P._Msg) -> None:
         ["QueueHint", "0" * 32, {"f": "1"}],  # a position that is not an int
         ["QueueHint", "0" * 32, [["f", 1]]],  # positions not a map
         ["QueueHint", "0" * 32, {"f": 1}, "f"],  # done not a list
+        ["QueueState", [["0" * 32, {"f": ["q", "1"]}]]],  # a ticket that is not an int
+        ["QueueState", [["0" * 32, {"f": 1}]]],  # a ticket without its queue
+        ["QueueState", [], {"q": 1.5}],  # a head that is not an int
         ["Get", "0" * 16],  # str instead of bytes
         ["Get"],  # missing field
         ["Nope", OID],  # unknown tag

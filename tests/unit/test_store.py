@@ -371,6 +371,37 @@ def test_end_invocation_frees_everything() -> None:
         == (0, 0, 0, 0, 0)
 
 
+def test_ending_an_invocation_looks_at_its_own_segments_only() -> None:
+    """end_invocation finds the invocation's slabs and segments through an index, not by a pass over
+    every segment of every open invocation (O(open invocations) per end); the index follows a warm
+    segment to the invocation that takes it."""
+
+    class Watched(dict):  # type: ignore[type-arg]
+        passes = 0
+
+        def values(self):  # type: ignore[no-untyped-def]
+            Watched.passes += 1
+            return super().values()
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            Watched.passes += 1
+            return super().__iter__()
+
+    env = Env(capacity_bytes=64 * SLAB)
+    st = env.store
+    others = [st.open_invocation("wf", ["p"]) for _ in range(20)]
+    for inv in others:
+        env.put(st.connect(inv.tokens["p"]), 10, None)
+    env.put(env.s["p"], 10, ["c1"])
+    st.segments = Watched(st.segments)
+    assert st.end_invocation(env.inv.id) == 1
+    assert Watched.passes == 0
+    assert len(st.segments) == 20 and sorted(st._inv_segs) == sorted(i.id for i in others)
+    for inv in others:
+        st.end_invocation(inv.id)
+    assert st.segments == {} and st._inv_segs == {}
+
+
 def _alloc_free(st: Store, s: Session, n: int) -> int:
     rec, seg = st.allocate(s, n, "raw", [n], None)
     st.seal(s, rec.id)

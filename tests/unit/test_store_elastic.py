@@ -319,7 +319,7 @@ def test_queue_hint_errors_name_the_bad_value(env: Env) -> None:
     st.end_invocation(env.inv.id)
     with pytest.raises(NotFound):
         st.queue_hint(env.inv.id, {"c1": 2})
-    assert st.tiers._hints == {} and st.tiers._done == {}
+    assert env.inv.id not in st.tiers.queues and len(st.tiers.queues) == 0
 
 
 def test_evicted_objects_keep_access_control(env: Env) -> None:
@@ -488,6 +488,73 @@ def test_a_hint_that_all_readers_finished_drops_their_objects_at_once(env: Env) 
             st.lookup(env.inv.id, "x", o)
     assert set(st.objects) == {a, d} and st.spilled == {} and env.disk_files() == []
     assert st.stats()["released_unread"] == 2 and st.reserved == 2 * OBJ
+
+
+def test_a_read_that_leaves_only_finished_readers_releases_the_object(env: Env) -> None:
+    """An object whose readers left are all done goes at the next settle after the read that left
+    them (the hint named x done while c1 had still to read): no memory pressure needed. Objects of
+    other invocations are not looked at."""
+    st = env.store
+    b = env.put(consumers=["c1", "x"])
+    st.queue_hint(env.inv.id, {"c1": 0}, done=["x"])
+    st.settle()
+    assert b in st.objects  # c1 has still to read it
+    env.read("c1", b)
+    st.settle()
+    assert b not in st.objects and st.stats()["released_unread"] == 1
+
+
+def test_queue_state_places_waiters_by_ticket_and_queue_head(env: Env) -> None:
+    """The runtime's batched hints: the consumer with ticket 8 of a queue whose head is 3 waits
+    behind the one with ticket 4, so its object is evicted first; moving the head moves every waiter
+    of that queue with one number."""
+    st = env.store
+    a, b = env.put(consumers=["c1"]), env.put(consumers=["c2"])
+    assert st.queue_state([(env.inv.id, {"c1": ("wf/c1", 4), "c2": ("wf/c2", 8)}, ["x"], [])],
+                          {"wf/c1": 3, "wf/c2": 3}) == 1
+    assert st.tiers.queues.positions(env.inv.id) == {"c1": 1, "c2": 5, "x": 0}
+    st.queue_state([], {"wf/c2": 8})
+    assert st.tiers.queues.positions(env.inv.id) == {"c1": 1, "c2": 0, "x": 0}
+    st.queue_state([], {"wf/c2": 3})  # a late message never moves a head back
+    assert st.tiers.queues.positions(env.inv.id)["c2"] == 0
+    st.queue_state([(env.inv.id, {"c1": ("wf/c1", 4), "c2": ("wf/c2", 12)}, [], [])], {})
+    env.put(consumers=["c1"])
+    env.put(consumers=["c1"])  # the fourth: one goes to disk, c2's (4 ahead of it) before c1's (1)
+    assert env.on_disk(b) and not env.on_disk(a)
+    assert st.queue_state([("f" * 32, {"c1": ("q", 1)}, [], [])], {}) == 0  # not open: skipped
+
+
+def test_pool_targets_are_recomputed_only_when_what_they_depend_on_moved(env: Env) -> None:
+    """settle() runs after every reply; it recomputes the pool targets (quantiles of every function's
+    histograms) only after a demand event or a change in the bytes in use or pooled, at a
+    reservation's end or a sample's expiry, and at most every RETARGET_S: not on every idle settle."""
+    from gfaas.dataplane.store import RETARGET_S
+
+    st = env.store
+    calls: list[float] = []
+    real = st.tiers._retarget
+    st.tiers._retarget = lambda now: (calls.append(now), real(now))[1]  # type: ignore[method-assign]
+    env.put(consumers=["c1"])
+    st.settle()
+    assert len(calls) == 1 and st.next_settle() == 160.0  # opened at 100 s: R_window 60 s
+    for _ in range(20):  # replies that change nothing the targets depend on
+        env.clock.advance(1.0)
+        st.settle()
+    assert len(calls) == 1
+    env.put(consumers=["c1"])  # a store: the demand moved
+    st.settle()
+    st.settle()
+    assert len(calls) == 2
+    env.clock.advance(RETARGET_S / 2)
+    st.tiers.demand[-1].request("wf/c1", env.clock.now())
+    st.settle()
+    assert len(calls) == 2  # at most every RETARGET_S, as before
+    env.clock.advance(RETARGET_S)
+    st.settle()
+    assert len(calls) == 3
+    env.clock.advance(170.0 - env.clock.now())  # a reservation ended: recomputed with no event
+    st.settle()
+    assert len(calls) == 4
 
 
 # ---- evictions written off the event loop (the daemon's spill_runner) -----------------------------

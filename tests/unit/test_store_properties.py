@@ -312,6 +312,12 @@ class StoreMachine(RuleBasedStateMachine):
         assert st_.pooled_bytes <= st_.config.warm_pool_bytes
 
     @invariant()
+    def each_segment_is_indexed_under_its_invocation(self) -> None:
+        st_ = self.store
+        assert {(inv, i) for inv, ids in st_._inv_segs.items() for i in ids} == \
+            {(g.invocation, g.id) for g in st_.segments.values()}
+
+    @invariant()
     def retired_segments_stay_retired(self) -> None:
         assert len(self.retired) == len(set(self.retired))
         assert not set(self.retired) & set(self.store.segments)

@@ -6,7 +6,7 @@ connection is then bound to ``(invocation, function)`` and every request on it i
 that identity (seed 001 §7: each access is authenticated by function and workflow).
 
 Tokens are kept at rest only as keyed hashes, ``HMAC-SHA256(key, token)``, under a key of the node's
-state directory: a copy of ``invocations.json`` names no token that works. A token is known in
+state directory: a copy of ``invocations.journal`` names no token that works. A token is known in
 plain text only in memory, where the node generated it or a function presented it.
 """
 

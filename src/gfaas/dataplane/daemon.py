@@ -16,7 +16,6 @@ from __future__ import annotations
 import array
 import errno
 import hmac
-import json
 import logging
 import math
 import os
@@ -47,10 +46,11 @@ from ..errors import (
     ProtocolError,
     code_of,
 )
-from ..secfiles import create_file, load_or_create, private_dir, read_private_file, replace_file
+from ..secfiles import create_file, load_or_create, private_dir, read_private_file
 from . import protocol as P
 from .auth import Registry, token_hash
 from .backends import make_backend, make_device_backends
+from .invlog import InvocationLog
 from .journal import Journal
 from .slabindex import ReadLog
 from .spill import SpillDir
@@ -167,8 +167,10 @@ class Daemon:
             P.Unbind: self._unbind,
             P.OpenInvocation: self._open,
             P.EndInvocation: self._end,
+            P.EndInvocations: self._end_many,
             P.Stats: self._stats,
             P.QueueHint: self._queue_hint,
+            P.QueueState: self._queue_state,
             P.DedupHint: self._dedup_hint,
             P.DedupForget: self._dedup_forget,
             P.DedupStatus: self._dedup_status,
@@ -196,6 +198,7 @@ class Daemon:
         self._admin_hash = self._admin_token_hash()
         self.journal = Journal(os.path.join(c.state_dir, "objects.journal"))
         self._lost = self.journal.load()
+        self.invocations = InvocationLog(os.path.join(c.state_dir, "invocations.journal"))
 
     def _token_key(self) -> tuple[bytes, bool]:
         """The key token hashes are made with (``token.key``, created once), and whether it is new."""
@@ -230,19 +233,10 @@ class Daemon:
         create_file(tok_path, token.encode())
         return digest
 
-    def _registry_path(self) -> str:
-        return os.path.join(self.config.state_dir, "invocations.json")
-
     def _load_registry(self) -> Registry:
-        try:
-            reg = Registry.from_json(json.loads(read_private_file(self._registry_path(), "invocation registry",
-                                                                  must_exist=False)),
-                                     self.node_key)
-        except FileNotFoundError:
-            reg = Registry(self.node_key)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.warning("ignoring unreadable invocation registry %s: %s", self._registry_path(), exc)
-            reg = Registry(self.node_key)
+        """The invocations open when the daemon last stopped (or crashed), from the invocation journal
+        (``invocations.json`` of earlier versions, without one)."""
+        reg = self.invocations.load(self.node_key, os.path.join(self.config.state_dir, "invocations.json"))
         if self._new_key and len(reg):
             log.warning("the token key was missing and is new: the %d open invocations' tokens no longer"
                         " authenticate", len(reg))
@@ -253,12 +247,18 @@ class Daemon:
             log.warning("%d objects of %d open invocations were lost in a restart", len(self._lost), len(reg))
         return reg
 
-    def _save_registry(self) -> None:
-        """Store the open invocations (token hashes only), then let the journal drop the records of
-        the ended ones if they have come to outnumber the live ones (journal.py)."""
-        replace_file(self._registry_path(), json.dumps(self.store.registry.to_json()).encode(), sync=False)
-        if self.journal.retain(self.store.registry):
-            log.info("compacted the object journal to %d records", self.journal.records)
+    def _record_ended(self, ids: list[str]) -> None:
+        """Append the ends to the invocation journal, then let both journals drop the records of ended
+        invocations once those outnumber the open ones (O(1) per end, amortised: invlog.py, journal.py)."""
+        reg = self.store.registry
+        try:
+            if self.invocations.ended(ids, reg):
+                log.info("compacted the invocation journal to %d records", self.invocations.records)
+        except GfaasError as exc:  # the ends stand; a restart would take them for open until the next record
+            log.warning("%s", exc)
+        for inv in ids:
+            if self.journal.ended(inv, reg):
+                log.info("compacted the object journal to %d records", self.journal.records)
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def bind(self) -> None:
@@ -399,6 +399,7 @@ class Daemon:
             except FileNotFoundError:
                 pass
         self.journal.close()
+        self.invocations.close()
         self._finish_spills(wait=True)
         if self._spill_pool is not None:
             self._spill_pool.shutdown(wait=True)
@@ -872,16 +873,32 @@ class Daemon:
     def _open(self, conn: Conn, m: P.OpenInvocation) -> tuple[P.Reply, list[int]]:
         self._need_admin(conn)
         inv = self.store.open_invocation(m.workflow, m.functions, m.invocation_id, m.tokens)
-        self._save_registry()
+        try:
+            self.invocations.opened(inv, self.store.registry)
+        except GfaasError:
+            self.store.end_invocation(inv.id)  # not recorded: a restart would not know it, so it is not open
+            raise
         return P.InvocationOpened(inv.id, dict(inv.tokens)), []
 
     def _end(self, conn: Conn, m: P.EndInvocation) -> tuple[P.Reply, list[int]]:
         self._need_admin(conn)
         freed = self.store.end_invocation(m.invocation_id)
-        self._save_registry()
+        self._record_ended([m.invocation_id])
         if self.remote is not None:
             self.remote.on_end_invocation(m.invocation_id)
         return P.Ended(m.invocation_id, freed), []
+
+    def _end_many(self, conn: Conn, m: P.EndInvocations) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        freed: dict[str, int] = {}
+        for inv in m.invocation_ids:
+            if inv in self.store.registry and inv not in freed:
+                freed[inv] = self.store.end_invocation(inv)
+                if self.remote is not None:
+                    self.remote.on_end_invocation(inv)
+        if freed:
+            self._record_ended(list(freed))
+        return P.EndedMany(freed), []
 
     def _stats(self, conn: Conn, m: P.Stats) -> tuple[P.Reply, list[int]]:
         self._need_admin(conn)
@@ -898,6 +915,11 @@ class Daemon:
     def _queue_hint(self, conn: Conn, m: P.QueueHint) -> tuple[P.Reply, list[int]]:
         self._need_admin(conn)
         self.store.queue_hint(m.invocation_id, m.positions, m.done)
+        return P.Ok(), []
+
+    def _queue_state(self, conn: Conn, m: P.QueueState) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        self.store.queue_state([(e.invocation_id, e.queued, e.running, e.done) for e in m.entries], m.heads)
         return P.Ok(), []
 
     def _need_dedup(self) -> Any:

@@ -31,6 +31,36 @@ _STEP = 1 << 20  # grow the file by this much (32,768 records) at a time
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def replace_durably(path: str, data: bytes, step: Callable[[str], None] = lambda name: None,
+                    renamed: Callable[[], None] = lambda: None) -> None:
+    """Write ``data`` to ``path.new`` (mode 0600, never through a symlink), sync it, rename it over
+    ``path`` (``renamed()`` right after), sync the directory. A crash at any step leaves the old
+    file or the new one. ``step`` is called after each step (tests inject crashes there)."""
+    tmp = path + ".new"
+    try:
+        os.unlink(tmp)  # left by a crash during an earlier compaction
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        step("written")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    step("synced")
+    os.replace(tmp, path)
+    renamed()
+    step("renamed")
+    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 class Journal:
     """``compact_ratio``/``compact_min``: compact when dead records exceed both ``compact_ratio``
     times the live ones and ``compact_min``."""
@@ -80,38 +110,30 @@ class Journal:
             self._counts[inv] = self._counts.get(inv, 0) + 1
 
     def _replace(self, data: bytes) -> None:
-        """Write ``data`` to a new file, sync it, rename it over the journal, sync the directory."""
+        """Replace the journal with ``data`` (:func:`replace_durably`); appends go after it."""
         self.close()
-        tmp = self.path + ".new"
-        try:
-            os.unlink(tmp)  # left by a crash during an earlier compaction
-        except FileNotFoundError:
-            pass
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            self._step("written")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self._step("synced")
-        os.replace(tmp, self.path)
-        self._pos = len(data)  # appends go after the new file's records from now on
-        self._dead = 0
-        self._step("renamed")
-        dfd = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+
+        def renamed() -> None:
+            self._pos = len(data)  # appends go after the new file's records from now on
+            self._dead = 0
+
+        replace_durably(self.path, data, self._step, renamed)
 
     def retain(self, live: Container[str]) -> bool:
         """Note that only invocations in ``live`` are open; compact the journal (True) when the
-        records of the others have come to outnumber the live ones (see the class)."""
+        records of the others have come to outnumber the live ones (see the class). O(invocations
+        with records): :meth:`ended` is the O(1) form for one invocation that ended."""
         for inv in [i for i in self._counts if i not in live]:
             self._dead += self._counts.pop(inv)
+        return self._maybe_compact(live)
+
+    def ended(self, invocation: str, live: Container[str]) -> bool:
+        """Note that ``invocation`` ended (``live``: the invocations still open); compact the journal
+        (True) when the records of ended invocations have come to outnumber the live ones."""
+        self._dead += self._counts.pop(invocation, 0)
+        return self._maybe_compact(live)
+
+    def _maybe_compact(self, live: Container[str]) -> bool:
         if self._dead < self.compact_min or self._dead <= self.compact_ratio * (self.records - self._dead):
             return False
         self.compact(live)

@@ -94,6 +94,14 @@ class EndInvocation(_Msg):
     invocation_id: str
 
 
+class EndInvocations(_Msg):
+    """Admin: end several invocations in one round trip, each as :class:`EndInvocation` would. An ID
+    not open on the node is skipped (the reply leaves it out): the runtime's ender sends what ended
+    since its last batch, and one invocation ended twice must not keep the others open."""
+
+    invocation_ids: list[str]
+
+
 class Stats(_Msg):
     pass
 
@@ -106,6 +114,27 @@ class QueueHint(_Msg):
     invocation_id: str
     positions: dict[str, int]
     done: list[str] = []
+
+
+class QueueEntry(msgspec.Struct, array_like=True):
+    """One invocation in a :class:`QueueState`: ``queued[f] = (q, t)``: ``f`` is request number ``t``
+    of queue ``q``; ``running`` functions are at position 0; ``done`` ones will not run again."""
+
+    invocation_id: str
+    queued: dict[str, tuple[str, int]] = {}
+    running: list[str] = []
+    done: list[str] = []
+
+
+class QueueState(_Msg):
+    """Admin: where many invocations' functions wait, in one message (the runtime's queue hinter
+    sends what changed since its last one). ``heads[q]`` requests have left queue ``q`` so far, so
+    ``t - heads[q]`` are ahead of ticket ``t``: a dispatch moves one head, not every waiter's
+    position (``policy.storage.QueueBook``). Each entry replaces its invocation's hint, as a
+    :class:`QueueHint` does; entries of invocations not open on the node are skipped."""
+
+    entries: list[QueueEntry]
+    heads: dict[str, int] = {}
 
 
 class DedupHint(_Msg):
@@ -218,8 +247,10 @@ Request = (
     | Unbind
     | OpenInvocation
     | EndInvocation
+    | EndInvocations
     | Stats
     | QueueHint
+    | QueueState
     | DedupHint
     | DedupForget
     | DedupStatus
@@ -277,6 +308,12 @@ class InvocationOpened(_Msg):
 class Ended(_Msg):
     invocation_id: str
     freed: int
+
+
+class EndedMany(_Msg):
+    """The reply to :class:`EndInvocations`: objects freed per invocation ended (those that were open)."""
+
+    freed: dict[str, int]
 
 
 class StatsReply(_Msg):
@@ -385,6 +422,7 @@ Reply = (
     | AdminWelcome
     | InvocationOpened
     | Ended
+    | EndedMany
     | StatsReply
     | Leased
     | Ids

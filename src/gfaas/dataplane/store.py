@@ -94,6 +94,7 @@ class Store:
         self.on_retire = on_retire
         self.objects: dict[bytes, ObjectRecord] = {}
         self.segments: dict[int, Segment] = {}
+        self._inv_segs: dict[str, set[int]] = {}  # invocation -> its segments (Segment.invocation), for end_invocation
         self.sessions: dict[int, Session] = {}
         self.reserved = 0
         self._by_inv: dict[str, set[bytes]] = {}
@@ -131,8 +132,9 @@ class Store:
     def end_invocation(self, invocation_id: str) -> int:
         """Free every object of the invocation and revoke its tokens; returns objects freed."""
         self.registry.end(invocation_id)
-        for g in self.segments.values():
-            if g.index is not None and g.invocation == invocation_id:
+        segs = [self.segments[i] for i in sorted(self._inv_segs.get(invocation_id, ()))]  # its own only: O(1) in the others
+        for g in segs:
+            if g.index is not None:
                 g.index.invalidate()  # no local read after the end: its readers ask the daemon
         ids = self._by_inv.pop(invocation_id, set())
         for oid in list(ids):
@@ -142,8 +144,7 @@ class Store:
                     seg.recyclable = False  # never sealed: give the memory back, as on a disconnect
                 self._free(rec, None)
         self._tombs.pop(invocation_id, None)
-        self.tiers._hints.pop(invocation_id, None)
-        self.tiers._done.pop(invocation_id, None)
+        self.tiers.forget(invocation_id)
         self._lost = {k: v for k, v in self._lost.items() if v != invocation_id}
         gone: set[int] = set()
         for s in self.sessions.values():
@@ -157,7 +158,7 @@ class Store:
         for seg in [g for pool in self._pool.values() for g in pool
                     if g.mapper in gone and self.backend_of(g).writes_sealed(g.handle)]:
             self._retire(seg)
-        for seg in [g for g in self.segments.values() if g.invocation == invocation_id]:
+        for seg in [self.segments[i] for i in sorted(self._inv_segs.get(invocation_id, ())) if i in self.segments]:
             if not seg.pooled and not seg.live and not seg.open and not seg.holds:
                 self._retire(seg)  # parked (a client still holds a view): not worth keeping
         # Pooled segments stay warm for the workflow's next invocations (see _maybe_retire).
@@ -255,7 +256,15 @@ class Store:
         seg = Segment(self._next_seg, invocation, owner, size, handle, open=owner is not None, workflow=workflow,
                       device=device, recyclable=device < 0, home=device)
         self.segments[seg.id] = seg
+        self._inv_segs.setdefault(invocation, set()).add(seg.id)
         return seg
+
+    def _unindex(self, seg: Segment) -> None:
+        ids = self._inv_segs.get(seg.invocation)
+        if ids is not None:
+            ids.discard(seg.id)
+            if not ids:
+                del self._inv_segs[seg.invocation]
 
     def _close_arena(self, s: Session) -> None:
         seg, s.arena = s.arena, None
@@ -299,6 +308,7 @@ class Store:
             self.pooled_bytes -= seg.size
             self._pool[seg.workflow].remove(seg)
         del self.segments[seg.id]
+        self._unindex(seg)
         if seg.index is not None:
             seg.index.close()
             seg.index = None
@@ -342,7 +352,9 @@ class Store:
         if best is not None:
             self._pool[workflow].remove(best)
             best.pooled = False
+            self._unindex(best)
             best.invocation = invocation
+            self._inv_segs.setdefault(invocation, set()).add(best.id)
             self.pooled_bytes -= best.size
         return best
 
@@ -745,6 +757,8 @@ class Store:
             rec.pending.discard(function)
             if not rec.pending:
                 self._free(rec, "read by all of its consumers")
+            else:
+                self.tiers.read(rec)  # its other readers may be done already
 
     def delete(self, s: Session, oid: object) -> None:
         self.check_live(s)
@@ -841,6 +855,10 @@ class Store:
 
     def queue_hint(self, invocation_id: object, positions: Mapping[str, int], done: Iterable[str] = ()) -> None:
         self.tiers.queue_hint(invocation_id, positions, done)
+
+    def queue_state(self, entries: Iterable[tuple[str, Mapping[str, tuple[str, int]], Iterable[str], Iterable[str]]],
+                    heads: Mapping[str, int]) -> int:
+        return self.tiers.queue_state(entries, heads)
 
     def resident(self, rec: ObjectRecord, device: int | None = None) -> Segment:
         return self.tiers.resident(rec, device)

@@ -23,7 +23,9 @@ from ..errors import CapacityError, ConfigError, DataLost, NotFound
 from ..policy.storage import (
     DemandTracker,
     Peer,
+    QueueBook,
     Resident,
+    Ticket,
     migration_target,
     plan_eviction,
     plan_restore,
@@ -81,6 +83,7 @@ class StoreCore(Protocol):
     registry: Registry
     objects: dict[bytes, ObjectRecord]
     segments: dict[int, Segment]
+    _by_inv: dict[str, set[bytes]]
     reserved: int
     pooled_bytes: int
     _pool: dict[str, list[Segment]]
@@ -112,8 +115,7 @@ class Tiers:
         self.spill = spill
         self.spilled: dict[int, Spilled] = {}
         self._seg_objs: dict[int, set[bytes]] = {}
-        self._hints: dict[str, dict[str, int]] = {}  # invocation -> function -> requests ahead of it
-        self._done: dict[str, frozenset[str]] = {}  # invocation -> functions that will not run again
+        self.queues = QueueBook()  # where each invocation's functions wait (queue hints)
         # The host tier's floor is the warm cache's size; a GPU's is the pool floor of issue 5.
         self.demand: dict[int, DemandTracker] = {
             -1: DemandTracker(storage_policy(config.storage_policy, floor_bytes=config.warm_pool_bytes))}
@@ -126,9 +128,13 @@ class Tiers:
         self._unsettled = False
         self._next_retarget = -float("inf")
         self._next_change: float | None = None  # when a reservation expires (DemandTracker.next_change)
+        self._next_expiry = float("inf")  # when a demand sample leaves its window
+        self._seen: tuple[object, ...] = ()  # what the targets were last computed from (_inputs)
         self._away: set[int] = set()  # segments holding objects evicted from their GPU
         self.spill_error = ""
-        self._hinted = False  # a hint named finished functions: look for objects nobody will read
+        # Invocations whose hint named finished functions (or whose objects were read since): look
+        # among their objects for ones nobody will read. Only theirs: a hint never changes another's.
+        self._recheck: set[str] = set()
         # Set by the daemon: runs a SpillJob's write off the event loop and later hands it to
         # finish_spill (under the daemon's lock). None: writes happen inline (tests, in-process).
         self.spill_runner: Callable[[SpillJob], None] | None = None
@@ -193,24 +199,71 @@ class Tiers:
                 f"queue hint for invocation {invocation_id!r}: no such open invocation on node"
                 f" {self.core.config.node_id}; send hints between open_invocation and end_invocation"
             )
-        functions = self.core.registry.get(invocation_id).functions
-        for f in [*positions, *done]:
-            if f not in functions:
-                raise ConfigError(
-                    f"queue hint for invocation {invocation_id}: {f!r} is not one of its functions"
-                    f" ({', '.join(functions)})"
-                )
+        done = list(done)
+        self._check_hint(invocation_id, [*positions, *done])
         for f, p in positions.items():
             if not isinstance(p, int) or isinstance(p, bool) or p < 0:
                 raise ConfigError(
                     f"queue hint for invocation {invocation_id}: position {p!r} of {f!r} is invalid;"
                     " give the number of requests ahead of it, an integer >= 0"
                 )
-        self._hints[invocation_id] = dict(positions)
-        self._done[invocation_id] = frozenset(done)
+        self._apply_hint(invocation_id, positions, done, None)
+
+    def queue_state(self, entries: Iterable[tuple[str, Mapping[str, Ticket], Iterable[str], Iterable[str]]],
+                    heads: Mapping[str, int]) -> int:
+        """Many invocations' hints at once, the runtime's form (:class:`~gfaas.policy.storage.QueueBook`):
+        each entry is ``(invocation, queued, running, done)``, ``queued[f] = (q, t)`` placing ``f`` at
+        ticket ``t`` of queue ``q``, ``running`` functions at position 0, ``done`` as for
+        :meth:`queue_hint`; ``heads[q]`` requests have left queue ``q``. An entry replaces its
+        invocation's hint; one of an invocation not open here is skipped (it ended while the hint
+        was on its way). Nothing is applied if any value is invalid. Returns the entries applied."""
+        for q, n in heads.items():
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise ConfigError(f"queue state: head {n!r} of queue {q!r} is invalid; give the requests that"
+                                  " have left the queue, an integer >= 0")
+        applied = []
+        for inv, queued, running, done in entries:
+            if inv not in self.core.registry:
+                continue
+            running, done = list(running), list(done)
+            self._check_hint(inv, [*queued, *running, *done])
+            for f, (q, t) in queued.items():
+                if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+                    raise ConfigError(f"queue hint for invocation {inv}: ticket {t!r} of {f!r} in queue {q!r} is"
+                                      " invalid; give the requests that entered the queue before it, an integer >= 0")
+            applied.append((inv, queued, running, done))
+        self.queues.advance(heads)
+        for inv, queued, running, done in applied:
+            self._apply_hint(inv, dict.fromkeys(running, 0), done, queued)
+        return len(applied)
+
+    def _check_hint(self, invocation_id: str, functions: list[str]) -> None:
+        known = self.core.registry.get(invocation_id).functions
+        for f in functions:
+            if f not in known:
+                raise ConfigError(
+                    f"queue hint for invocation {invocation_id}: {f!r} is not one of its functions"
+                    f" ({', '.join(known)})"
+                )
+
+    def _apply_hint(self, invocation_id: str, positions: Mapping[str, int], done: list[str],
+                    tickets: Mapping[str, Ticket] | None) -> None:
+        self.queues.hint(invocation_id, positions, done, tickets)
         self.counters["queue_hints"] += 1
-        if self._done[invocation_id]:
-            self._hinted = self._unsettled = True
+        if done:
+            self._recheck.add(invocation_id)
+            self._unsettled = True
+
+    def read(self, rec: ObjectRecord) -> None:
+        """``rec`` was read and still has readers to come: if those are all done, it is not needed."""
+        if self.queues.done(rec.invocation):
+            self._recheck.add(rec.invocation)
+            self._unsettled = True
+
+    def forget(self, invocation_id: str) -> None:
+        """The invocation ended: drop its queue hint."""
+        self.queues.forget(invocation_id)
+        self._recheck.discard(invocation_id)
 
     def resident(self, rec: ObjectRecord, device: int | None = None) -> Segment:
         """The segment holding ``rec`` in memory, restored first if it was evicted.
@@ -240,8 +293,18 @@ class Tiers:
         if self._unsettled:
             self._unsettled = False
             self._rebalance()
-        if now >= self._next_retarget or (self._next_change is not None and now >= self._next_change):
+        if (now >= self._next_retarget and self._retarget_due(now)) or (
+                self._next_change is not None and now >= self._next_change):
             self._retarget(now)
+
+    def _inputs(self) -> tuple[object, ...]:
+        return (*(d.version for d in self.demand.values()), self.core.reserved, self.core.pooled_bytes)
+
+    def _retarget_due(self, now: float) -> bool:
+        """Whether the targets may have moved since they were computed: a demand event, bytes in use
+        or pooled, a sample leaving its window (a reservation's end is ``_next_change``). A GPU's
+        free memory moves with other processes, so with GPU pools they are recomputed on time."""
+        return bool(self.core.devices) or now >= self._next_expiry or self._inputs() != self._seen
 
     def next_settle(self) -> float | None:
         """Clock time at which a pool target changes with no request arriving (a function's
@@ -249,9 +312,9 @@ class Tiers:
         return self._next_change
 
     def _rebalance(self) -> None:
-        if self._hinted:
-            self._hinted = False
-            self._release_unneeded()
+        if self._recheck:
+            invs, self._recheck = self._recheck, set()
+            self._release_unneeded(invs)
         cap = self.core.config.capacity_bytes
         if self.core.reserved - self.spilling_bytes > cap:
             self.core._evict_warm(0)
@@ -302,21 +365,27 @@ class Tiers:
         return max(wpb, self.host_target - (self.core.reserved - self.core.pooled_bytes - freeing))
 
     def _retarget(self, now: float) -> None:
-        self.host_target = self.demand[-1].target(now, None)
+        elastic = self.options.pooling == "elastic"
+        plans = {k: d.plan(now, self.core.devices[k].free_bytes() if k >= 0 and elastic else None)
+                 for k, d in self.demand.items()}
+        self.host_target = plans[-1].target
         limit = self.warm_limit()
         for seg in [g for warm in self.core._pool.values() for g in warm]:  # oldest first per workflow
             if self.core.pooled_bytes <= limit:
                 break
             self.core._retire(seg)
         for k, dev in self.core.devices.items():
-            if self.options.pooling == "elastic":
-                dev.pool.set_target(self.demand[k].target(now, dev.free_bytes()))
-                dev.pool.prewarm(self.demand[k].largest_object(now))
+            if elastic:
+                dev.pool.set_target(plans[k].target)
+                dev.pool.prewarm(plans[k].largest_object)
             elif self.options.pooling == "none":
                 dev.pool.set_target(0)
         self._next_retarget = now + RETARGET_S
-        ends = [t for t in (d.next_change(now) for d in self.demand.values()) if t is not None]
+        ends = [p.next_change for p in plans.values() if p.next_change is not None]
         self._next_change = max(min(ends), self._next_retarget) if ends else None
+        self._next_expiry = min((p.next_expiry for p in plans.values() if p.next_expiry is not None),
+                                default=float("inf"))
+        self._seen = self._inputs()
 
     def _objs(self, seg: Segment) -> list[ObjectRecord]:
         return [self.core.objects[o] for o in self._seg_objs.get(seg.id, ())]
@@ -325,13 +394,15 @@ class Tiers:
         """The policy's view of a segment (or spilled segment) and the objects in it."""
         position: int | None = None
         readers = 0
+        inv, queue = "", None
         for rec in objs:
-            queue = self._hints.get(rec.invocation)
+            if rec.invocation != inv:  # a segment's objects are all of one invocation, as a rule
+                inv, queue = rec.invocation, self.queues.positions(rec.invocation)
             if rec.pending is None:
                 readers += 1  # open to the whole invocation: somebody may still read it
                 wanted: Iterable[str] = queue or ()
             else:
-                readers += len(rec.pending - self._done.get(rec.invocation, frozenset()))
+                readers += len(rec.pending - self.queues.done(rec.invocation))
                 wanted = rec.pending
             p = positions_by_consumer(queue, wanted) if queue else None
             if p is not None and (position is None or p < position):
@@ -368,16 +439,24 @@ class Tiers:
                     log.warning("eviction to disk failed, the object stays in memory: %s", exc)
                     return
 
-    def _release_unneeded(self) -> None:
-        """Drop at once what :func:`unneeded` names: objects whose readers have all finished."""
-        inmem = [self._resident(g.id, g.size, self._objs(g), not self.core._movable(g))
-                 for g in self.core.segments.values() if g.live and not g.pooled]
+    def _release_unneeded(self, invocations: Iterable[str]) -> None:
+        """Drop at once what :func:`unneeded` names among the objects of ``invocations``: those
+        whose readers have all finished. O(their objects), not O(everything stored)."""
+        mem: set[int] = set()
+        disk: set[int] = set()
+        for inv in invocations:
+            for oid in self.core._by_inv.get(inv, ()):
+                rec = self.core.objects.get(oid)
+                if rec is not None:
+                    (disk if rec.segment in self.spilled else mem).add(rec.segment)
+        segs = [g for g in (self.core.segments.get(i) for i in sorted(mem)) if g is not None and g.live and not g.pooled]
+        inmem = [self._resident(g.id, g.size, self._objs(g), not self.core._movable(g)) for g in segs]
         for key in unneeded(inmem, self.options):
             seg = self.core.segments.get(key)  # type: ignore[call-overload]
             if seg is not None:
                 self._release_unread(seg)
         ondisk = [self._resident(sp.id, sp.size, [self.core.objects[o] for o in sp.objects], False)
-                  for sp in self.spilled.values()]
+                  for sp in (self.spilled[i] for i in sorted(disk) if i in self.spilled)]
         for key in unneeded(ondisk, self.options):
             sp = self.spilled.get(key)  # type: ignore[call-overload]
             if sp is not None:

@@ -27,8 +27,10 @@ from .resources import Candidate, Ledger, Resources, choose_evictions, parse_res
 from .routing import MiB, Path, Plan, Router, RoutingOptions
 from .storage import (
     STORAGE_POLICIES,
+    DemandPlan,
     DemandTracker,
     Peer,
+    QueueBook,
     Reservation,
     Resident,
     SlidingQuantile,
@@ -62,6 +64,7 @@ __all__ = [
     "STORAGE_POLICIES",
     "ChunkBatcher",
     "Demand",
+    "DemandPlan",
     "DemandTracker",
     "Grant",
     "Peer",
@@ -69,6 +72,7 @@ __all__ = [
     "PipelineChange",
     "PipelinePlanner",
     "PoolModel",
+    "QueueBook",
     "Reservation",
     "Resident",
     "Schedule",

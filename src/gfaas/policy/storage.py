@@ -22,8 +22,9 @@ Terms used below:
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -131,18 +132,23 @@ class SlidingQuantile:
     """Samples from the last ``window_s`` seconds (at most ``max_samples``) and their quantile.
 
     The quantile is the nearest-rank one (the smallest sample with at least ``q`` of the samples at
-    or below it), so it is always a value that was observed.
+    or below it), so it is always a value that was observed. The samples are kept sorted as they
+    come and go (a binary search and a move of at most ``max_samples`` references each), so a
+    quantile is a lookup, not a sort.
     """
 
     def __init__(self, window_s: float, max_samples: int) -> None:
         self.window_s = window_s
-        self._samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
-        self._sorted: list[float] | None = None
+        self.max_samples = max_samples
+        self._samples: deque[tuple[float, float]] = deque()
+        self._sorted: list[float] = []
 
     def add(self, now: float, value: float) -> None:
         self._expire(now)
+        if len(self._samples) >= self.max_samples:
+            self._drop_oldest()
         self._samples.append((now, value))
-        self._sorted = None
+        bisect.insort(self._sorted, value)
 
     def __len__(self) -> int:
         return len(self._samples)
@@ -152,16 +158,21 @@ class SlidingQuantile:
         self._expire(now)
         if not self._samples:
             return None
-        if self._sorted is None:
-            self._sorted = sorted(v for _, v in self._samples)
         k = max(1, math.ceil(q * len(self._sorted)))
         return self._sorted[k - 1]
+
+    def next_expiry(self) -> float | None:
+        """When the oldest sample leaves the window (the quantile may change then), or None."""
+        return self._samples[0][0] + self.window_s if self._samples else None
 
     def _expire(self, now: float) -> None:
         horizon = now - self.window_s
         while self._samples and self._samples[0][0] < horizon:
-            self._samples.popleft()
-            self._sorted = None
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        _, v = self._samples.popleft()
+        del self._sorted[bisect.bisect_left(self._sorted, v)]
 
 
 @dataclass(frozen=True)
@@ -200,6 +211,7 @@ class DemandTracker:
     def __init__(self, options: StorageOptions | None = None) -> None:
         self.options = options or StorageOptions()
         self._fns: dict[str, _FnDemand] = {}
+        self.version = 0  # counts the events reported: a plan made at the same version (and time) is the same
 
     def _fn(self, function: str) -> _FnDemand:
         d = self._fns.get(function)
@@ -208,6 +220,7 @@ class DemandTracker:
         return d
 
     def request(self, function: str, now: float) -> None:
+        self.version += 1
         d = self._fn(function)
         if d.last_request is not None and now >= d.last_request:
             d.intervals.add(now, now - d.last_request)
@@ -216,6 +229,7 @@ class DemandTracker:
     def stored(self, function: str, nbytes: int, now: float) -> None:
         if nbytes < 0:
             raise ConfigError(f"stored {nbytes} bytes for {function!r}: sizes must be >= 0")
+        self.version += 1
         d = self._fn(function)
         if d.last_request is None:  # data without a request we saw: count it as one
             d.last_request = now
@@ -228,6 +242,7 @@ class DemandTracker:
         d = self._fns.get(function)
         if d is not None and d.live > 0:
             d.live -= 1
+            self.version += 1
 
     def reservation(self, function: str, now: float) -> Reservation:
         o = self.options
@@ -262,6 +277,31 @@ class DemandTracker:
         """When the earliest active reservation expires (re-evaluate the target then), or None."""
         ends = [r.last_request + r.r_window_s for r in self.reservations(now) if r.active and r.nbytes > 0]
         return min(ends) if ends else None
+
+    def plan(self, now: float, free_bytes: int | None = None) -> DemandPlan:
+        """:meth:`target`, :meth:`largest_object` and :meth:`next_change` from one pass over the
+        reservations, and when a histogram's oldest sample leaves its window (a quantile may move
+        then with no event): all an executor needs to re-evaluate only when something changed."""
+        active = [r for r in self.reservations(now) if r.active]
+        ends = [r.last_request + r.r_window_s for r in active if r.nbytes > 0]
+        expiries = [t for d in self._fns.values() for h in (d.intervals, d.sizes, d.concurrency)
+                    if (t := h.next_expiry()) is not None]
+        return DemandPlan(pool_target(sum(r.nbytes for r in active), free_bytes, self.options),
+                          max((r.r_size for r in active), default=0), min(ends) if ends else None,
+                          min(expiries) if expiries else None)
+
+
+@dataclass(frozen=True)
+class DemandPlan:
+    """A :class:`DemandTracker`'s answers at one time (:meth:`DemandTracker.plan`): ``target``, the pool
+    size to keep; ``largest_object``, the largest active R_size; ``next_change``, when the earliest
+    active reservation expires; ``next_expiry``, when the oldest sample leaves its window (None: no
+    reservation, no sample)."""
+
+    target: int
+    largest_object: int
+    next_change: float | None
+    next_expiry: float | None
 
 
 def pool_target(demand: int, free_bytes: int | None, options: StorageOptions) -> int:
@@ -393,3 +433,72 @@ def positions_by_consumer(queue: Mapping[str, int], consumers: Iterable[str]) ->
     """The position of an object's earliest queued consumer, from a ``function -> position`` map."""
     ps = [queue[c] for c in consumers if c in queue]
     return min(ps) if ps else None
+
+
+#: A queued function's place in a FIFO queue: (queue name, ticket), the ticket being the number of
+#: requests that entered that queue before it.
+Ticket = tuple[str, int]
+
+
+class QueueBook:
+    """Where each invocation's functions wait, as the runtime's queue hints say (pure: no clock, no
+    I/O; the daemon's tiers keep one).
+
+    A hint gives each function of an invocation a *position* (``positions[f]`` requests are ahead of
+    it; 0: it runs next, or now) or a *ticket* ``(q, t)``: it is request number ``t`` of the FIFO
+    queue ``q``. :meth:`advance` sets ``heads[q]``, the requests that have left ``q``, so a ticket's
+    position is ``t - heads[q]``. A dispatch moves one head, not every waiter's position: the
+    runtime's hints cost O(1) per change and stay exact (a queue whose head is not known yet counts
+    from 0). ``done`` functions will not run again; a function in no hint is not queued yet. Heads only
+    move forward, so a late or repeated message cannot move one back; at most ``max_queues`` heads are
+    kept (the least recently advanced go first).
+    """
+
+    def __init__(self, max_queues: int = 4096) -> None:
+        self.max_queues = max_queues
+        self._positions: dict[str, dict[str, int]] = {}
+        self._tickets: dict[str, dict[str, Ticket]] = {}
+        self._done: dict[str, frozenset[str]] = {}
+        self._heads: OrderedDict[str, int] = OrderedDict()
+
+    def __contains__(self, invocation: object) -> bool:
+        return invocation in self._done
+
+    def __len__(self) -> int:
+        return len(self._done)
+
+    def hint(self, invocation: str, positions: Mapping[str, int], done: Iterable[str] = (),
+             tickets: Mapping[str, Ticket] | None = None) -> None:
+        """Replace the invocation's hint."""
+        self._positions[invocation] = dict(positions)
+        if tickets:
+            self._tickets[invocation] = dict(tickets)
+        else:
+            self._tickets.pop(invocation, None)
+        self._done[invocation] = frozenset(done)
+
+    def advance(self, heads: Mapping[str, int]) -> None:
+        """``heads[q]`` requests have left queue ``q`` so far."""
+        for q, n in heads.items():
+            self._heads[q] = max(n, self._heads.pop(q, n))
+        while len(self._heads) > self.max_queues:
+            self._heads.popitem(last=False)
+
+    def positions(self, invocation: str) -> dict[str, int] | None:
+        """Function -> requests ahead of it now, for the functions the hint places; None: no hint."""
+        pos = self._positions.get(invocation)
+        tickets = self._tickets.get(invocation)
+        if not tickets:
+            return pos
+        out = dict(pos or {})
+        for f, (q, t) in tickets.items():
+            out[f] = max(0, t - self._heads.get(q, 0))
+        return out
+
+    def done(self, invocation: str) -> frozenset[str]:
+        return self._done.get(invocation, frozenset())
+
+    def forget(self, invocation: str) -> None:
+        self._positions.pop(invocation, None)
+        self._tickets.pop(invocation, None)
+        self._done.pop(invocation, None)

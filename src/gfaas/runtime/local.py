@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from ..dataplane.protocol import QueueEntry
 from ..errors import (
     CodePackageError,
     ConfigError,
@@ -45,7 +46,8 @@ from .dag import DagState
 from .dedup import RuntimeDedup
 from .dedup import check_mode as check_dedup_mode
 from .gpus import check_gpus, node_devices, ordinal, spread
-from .hints import Hint, QueueHinter
+from .hints import Batch as HintBatch
+from .hints import QueueHinter
 from .logs import LogStore, failure_lines
 from .pool import Autoscaler, FunctionPool
 from .result import Breakdown, Failure, FunctionRecord, InvocationResult, Status
@@ -250,6 +252,7 @@ class _Invocation:
     version: int = 1  # the workflow version it runs on (the current one when it was submitted)
     deadline: float | None = None  # monotonic time by which its functions must start (submit's deadline_s)
     failure: Failure | None = None  # the failing function's traceback and last lines
+    queued: dict[str, tuple[str, int]] = field(default_factory=dict)  # function -> (queue, ticket) while queued
 
 
 def pool_key(workflow: str, version: int, function: str) -> str:
@@ -303,8 +306,9 @@ class LocalRuntime:
         except BaseException:
             self.close()
             raise
+        self._hint_admins: dict[str, Any] = {}  # node -> the hinter's own Admin connection
         if self.config.queue_hints:
-            self._hinter = QueueHinter(self._hints, self._send_hint, self.config.queue_hint_interval_s)
+            self._hinter = QueueHinter(self._hint_batch, self._send_hints, self.config.queue_hint_interval_s)
         self._ending: deque[_Invocation] = deque()  # invocations whose data the ender frees
         self._end_cv = threading.Condition()
         self._ender_stop = False
@@ -340,10 +344,11 @@ class LocalRuntime:
             raise NotFound(f"no workflow {workflow!r} is deployed or has logs here; deployed: {self.workflows()}")
         return self.logstore.read(workflow, function, invocation, since, after, limit)
 
-    def queues_changed(self) -> None:
-        """A request entered or left a queue (the hinter sends fresh queue hints soon)."""
+    def queues_changed(self, inv: Any = None, queue: str | None = None) -> None:
+        """``inv``'s functions moved (queued, dispatched, finished), a request entered or left
+        ``queue``: the hinter sends where they stand now, soon (runtime.hints)."""
         if self._hinter is not None:
-            self._hinter.poke()
+            self._hinter.changed(inv.id if inv is not None else None, queue)
 
     # -- setup
     def _start_backends(self) -> None:
@@ -697,7 +702,9 @@ class LocalRuntime:
                 if self._pools.get(p.key) is p:
                     del self._pools[p.key]
                 while p.queue:  # queued tasks never run: they no longer count against their invocation
-                    inv, _, _ = p.queue.popleft()
+                    inv, fn, _ = p.queue.popleft()
+                    p.left += 1
+                    inv.queued.pop(fn, None)
                     inv.running -= 1
                     self._maybe_release(inv)
             for inv in [i for i in self._invs.values() if i.spec.name == workflow and i.result is None
@@ -931,40 +938,54 @@ class LocalRuntime:
 
     def send_queue_hints(self, invocation_id: str | None = None) -> int:
         """Tell every node daemon now where this invocation's (or, with None, every open gfaas
-        invocation's) functions wait, for queue-aware eviction (``Admin.queue_hint``): queued
-        functions by position, running ones at 0, finished or skipped ones as done. With
-        ``queue_hints`` on (the default) the runtime does this by itself as queues change.
-        Returns the invocations hinted."""
-        only = self._inv(invocation_id).id if invocation_id is not None else None
-        hints = [h for h in self._hints() if only is None or h[0] == only]
-        for h in hints:
-            self._send_hint(h)
-        return len(hints)
-
-    def _hints(self) -> list[Hint]:
-        """The queue hint of every open gfaas invocation, from one pass over each queue."""
-        with self._lock:
-            invs = [i for i in self._invs.values() if i.kind == "gfaas" and not i.ended]
-            states = [(i, dict(i.dag.state)) for i in invs]
-            pools = dict(self._pools)
-        queued: dict[tuple[str, str], int] = {}
-        for key, pool in pools.items():
-            fn = key.split("/", 1)[1]
-            for inv_id, pos in pool.positions().items():
-                queued[(inv_id, fn)] = pos
-        hints: list[Hint] = []
-        for inv, state in states:
-            # "ready" and not in its queue: running now, which is position 0 too
-            positions = {f: queued.get((inv.id, f), 0) for f, st in state.items() if st == "ready"}
-            done = sorted(f for f, st in state.items() if st in ("done", "skipped"))
-            hints.append((inv.id, positions, done))
-        return hints
-
-    def _send_hint(self, hint: Hint) -> None:
-        inv_id, positions, done = hint
+        invocation's) functions wait, for queue-aware eviction (``Admin.queue_state``): queued
+        functions by their place in their queue, running ones at 0, finished or skipped ones as
+        done. With ``queue_hints`` on (the default) the runtime does this by itself as queues
+        change. Returns the invocations hinted."""
+        if invocation_id is not None:
+            ids = {self._inv(invocation_id).id}
+        else:
+            with self._lock:
+                ids = {i.id for i in self._invs.values() if i.kind == "gfaas" and not i.ended}
+        if self._hinter is not None:  # one round at a time, so an older state never arrives last
+            return len(ids.intersection(self._hinter.flush(ids)))
+        entries, heads = self._hint_batch(ids, set())
         with self._admin_lock:
             for admin in self._admins.values():
-                admin.queue_hint(inv_id, positions, done)
+                admin.queue_state([QueueEntry(*e) for e in entries], heads)
+        return len(entries)
+
+    def _hint_batch(self, invocations: set[str], queues: set[str]) -> HintBatch:
+        """The queue hints of ``invocations`` (those still open on the data plane) and the heads of
+        ``queues`` and of the queues they wait in: O(what changed), never a pass over every queue."""
+        with self._lock:
+            snaps = [(inv.id, dict(inv.queued), dict(inv.dag.state))
+                     for inv in (self._invs.get(i) for i in invocations)
+                     if inv is not None and inv.kind == "gfaas" and not inv.ended]
+            pools = self._pools
+        entries = []
+        queues = set(queues)
+        for inv_id, queued, state in snaps:
+            # "ready" and not in its queue: running now (or about to be queued), position 0 either way
+            tickets = {f: t for f, t in queued.items() if state.get(f) == "ready"}
+            running = [f for f, st in state.items() if st == "ready" and f not in tickets]
+            done = sorted(f for f, st in state.items() if st in ("done", "skipped"))
+            entries.append((inv_id, tickets, running, done))
+            queues.update(q for q, _ in tickets.values())
+        heads = {q: pool.left for q in queues if (pool := pools.get(q)) is not None}
+        return entries, heads
+
+    def _send_hints(self, batch: HintBatch) -> None:
+        """The hinter's round: one ``QueueState`` per node, on the hinter's own connections."""
+        entries = [QueueEntry(*e) for e in batch[0]]
+        for node in list(self._nodes):
+            try:
+                self._own_admin(self._hint_admins, node).queue_state(entries, batch[1])
+            except Exception:
+                stale = self._hint_admins.pop(node, None)
+                if stale is not None:  # perhaps broken mid-call: a fresh connection next round
+                    stale.close()
+                raise
 
     def close(self) -> None:
         self._closed = True
@@ -973,6 +994,8 @@ class LocalRuntime:
         if self._hinter is not None:
             self._hinter.close()
             self._hinter = None
+        for admin in getattr(self, "_hint_admins", {}).values():
+            admin.close()
         for p in list(self._pools.values()):
             p.close()
         self._pools.clear()
@@ -1120,6 +1143,7 @@ class LocalRuntime:
                 self._fail_locked(inv, str(exc))
                 return
             complete = self._note(inv, skipped)
+        self.queues_changed(inv)  # fn is done (queue hints)
         try:
             self._schedule(inv, ready, complete)
         except (Overloaded, NotFound) as exc:
@@ -1210,16 +1234,23 @@ class LocalRuntime:
             self._end_cv.notify()
 
     def _ender(self) -> None:
-        while True:
-            with self._end_cv:
-                while not self._ending and not self._ender_stop:
-                    self._end_cv.wait()
-                if not self._ending:
-                    return
-                batch = list(self._ending)
-                self._ending.clear()
-            for inv in batch:
-                self._free(inv)
+        """Free what ended, in batches: one ``EndInvocations`` round trip per node for all the
+        invocations that ended since the last one, on connections of this thread's own, so an end
+        never waits behind a submit's open (or holds it up) on the shared ``_admin_lock``."""
+        own: dict[str, Any] = {}  # node -> this thread's Admin connection
+        try:
+            while True:
+                with self._end_cv:
+                    while not self._ending and not self._ender_stop:
+                        self._end_cv.wait()
+                    if not self._ending:
+                        return
+                    batch = list(self._ending)
+                    self._ending.clear()
+                self._free(batch, own)
+        finally:
+            for admin in own.values():
+                admin.close()
 
     def _stop_ender(self) -> None:
         """Free what is still pending, then stop the ender (before the node connections close)."""
@@ -1228,18 +1259,36 @@ class LocalRuntime:
             self._end_cv.notify()
         self._ender_thread.join(30)
 
-    def _free(self, inv: _Invocation) -> None:
-        try:
+    def _own_admin(self, own: dict[str, Any], node: str) -> Any:
+        """A background thread's own Admin connection to ``node`` (made on first use)."""
+        admin = own.get(node)
+        if admin is None:
+            from ..dataplane.client import Admin
+
+            n = self._nodes[node]
+            admin = own[node] = Admin(n.socket_path, state_dir=n.state_dir or None)
+        return admin
+
+    def _free(self, invs: list[_Invocation], own: dict[str, Any]) -> None:
+        ids = [inv.id for inv in invs if inv.kind == "gfaas"]
+        if ids:
+            for node in list(self._nodes):
+                try:
+                    self._own_admin(own, node).end_invocations(ids)
+                except Exception:  # noqa: BLE001 - the results stand; leftovers go with the node
+                    log.exception("could not free the data of %d invocations on node %s", len(ids), node)
+                    stale = own.pop(node, None)
+                    if stale is not None:  # perhaps broken mid-call: a fresh connection next time
+                        stale.close()
+        for inv in invs:
             if inv.kind == "gfaas":
-                with self._admin_lock:
-                    for admin in self._admins.values():
-                        admin.end_invocation(inv.id)
-            else:
+                continue
+            try:
                 keys = [r.removeprefix("redis:").split("|")[0] for r in inv.refs.values()]
                 if keys:
                     RedisTransport(TransportConfig("redis", redis_url=self._redis_url), inv.id, GATEWAY)._r.delete(*keys)
-        except Exception:  # noqa: BLE001 - the result stands; leftovers go with the node or the server
-            log.exception("could not free the data of invocation %s", inv.id)
+            except Exception:  # noqa: BLE001 - the result stands; leftovers go with the server
+                log.exception("could not free the data of invocation %s", inv.id)
 
 
 def runtime_config(**overrides: Any) -> RuntimeConfig:

@@ -62,6 +62,10 @@ class FunctionPool:
         self.max_queue = max_queue
         self.policy = WorkerPoolPolicy(scaling, tick_s)
         self.queue: deque[tuple[Any, str, float]] = deque()  # (invocation, function, enqueued)
+        # Requests that entered and that left the queue so far: a request's ticket is ``entered`` when
+        # it enters (kept in ``inv.queued``), so ``ticket - left`` are ahead of it (queue hints).
+        self.entered = 0
+        self.left = 0
         # The function's last compute time: what its SLO and its inputs' deadline derive from
         # (policy.bandwidth; 0 until it has run once).
         self.compute_s = 0.0
@@ -189,10 +193,12 @@ class FunctionPool:
                                      f"waiting for {warm} workers at {self.compute_s * 1e3:.1f} ms each: about "
                                      f"{start_in:.2f} s); retry later")
             self.queue.append((inv, function, now))
+            inv.queued[function] = (self.key, self.entered)
+            self.entered += 1
             self.policy.arrival(now)
             d = self._decide(now, sample=False)
             self.cv.notify()  # one idle worker takes it
-        self.rt.queues_changed()
+        self.rt.queues_changed(inv, self.key)
         self.apply(d)
 
     def tick(self, now: float) -> float | None:
@@ -304,8 +310,13 @@ class FunctionPool:
                 failing = [] if others else list(self.queue)
                 if failing:
                     self.queue.clear()
+                    self.left += len(failing)
+                    for inv, fn, _ in failing:
+                        inv.queued.pop(fn, None)
             for inv, fn, _ in failing:  # nothing else can run them: they fail with the start's error
                 self.rt.failed(inv, fn, str(exc))
+            if failing:
+                self.rt.queues_changed(None, self.key)
             return False
         now = time.monotonic()
         with self.cv:
@@ -326,12 +337,14 @@ class FunctionPool:
                 if slot.state != "idle" or self.closed:
                     return  # told to stop, or the pool closed (its queued tasks are failed by the runtime)
                 inv, fn, enqueued = self.queue.popleft()
+                self.left += 1
+                inv.queued.pop(fn, None)
                 slot.state, slot.since = "busy", time.monotonic()
                 cold_s = 0.0
                 if slot.cold and slot.tasks == 0 and enqueued < slot.ready:
                     cold_s = slot.ready - max(enqueued, slot.started)
                 slot.tasks += 1
-            self.rt.queues_changed()
+            self.rt.queues_changed(inv, self.key)
             if inv.status == "failed":
                 self.rt.dropped(inv, fn)
             elif inv.deadline is not None and time.monotonic() > inv.deadline:
