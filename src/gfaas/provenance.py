@@ -39,9 +39,22 @@ def git_state(root: Path | None = None) -> dict[str, Any]:
     root = root or source_root()
     sha = _git(["rev-parse", "HEAD"], root)
     if sha is None:
-        return {"commit": None, "dirty": None}
+        return _declared_state() if root == source_root() else {"commit": None, "dirty": None}
     status = _git(["status", "--porcelain", "--untracked-files=no", "--", *_MEASURED], root)
     return {"commit": sha, "dirty": bool(status) if status is not None else None}
+
+
+def _declared_state() -> dict[str, Any]:
+    """The commit a copy without ``.git`` declares (``GFAAS_SOURCE_COMMIT``, ``GFAAS_SOURCE_DIRTY``).
+
+    A device machine receives the working tree without its history; the session that sends it, having
+    checked that its tree is clean, names the commit. The block then says the commit was declared.
+    """
+    sha = os.environ.get("GFAAS_SOURCE_COMMIT", "")
+    if len(sha) != 40 or any(c not in "0123456789abcdef" for c in sha):
+        return {"commit": None, "dirty": None}
+    dirty = {"0": False, "1": True}.get(os.environ.get("GFAAS_SOURCE_DIRTY", ""))
+    return {"commit": sha, "dirty": dirty, "commit_declared": True}
 
 
 def _first(path: str, key: str) -> str | None:

@@ -82,3 +82,19 @@ def test_only_changes_to_what_runs_make_a_tree_dirty(tmp_path: Path) -> None:
     assert git_state(tmp_path)["dirty"] is False
     (tmp_path / "src" / "m.py").write_text("x = 2\n")
     assert git_state(tmp_path)["dirty"] is True
+
+
+def test_a_copy_without_git_uses_the_declared_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a device machine the tree arrives without .git: the sender's declared commit is used, and said to be."""
+    import gfaas.provenance as prov
+
+    monkeypatch.setattr(prov, "_git", lambda args, cwd: None)
+    monkeypatch.delenv("GFAAS_SOURCE_COMMIT", raising=False)
+    assert prov.git_state() == {"commit": None, "dirty": None}
+    monkeypatch.setenv("GFAAS_SOURCE_COMMIT", "not-a-sha")
+    assert prov.git_state() == {"commit": None, "dirty": None}
+    monkeypatch.setenv("GFAAS_SOURCE_COMMIT", "a" * 40)
+    monkeypatch.setenv("GFAAS_SOURCE_DIRTY", "0")
+    assert prov.git_state() == {"commit": "a" * 40, "dirty": False, "commit_declared": True}
+    monkeypatch.setenv("GFAAS_SOURCE_DIRTY", "maybe")
+    assert prov.git_state()["dirty"] is None
