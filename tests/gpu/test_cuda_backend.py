@@ -6,6 +6,7 @@ Run them alone with ``make test-gpu``. Each checks bytes against numpy, the orac
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -80,8 +81,8 @@ def test_ipc_get_in_another_process_sees_the_producers_bytes(tmp_path: Any) -> N
     import gfaas
     from gfaas.dataplane.local import LocalNode
 
-    d = f"/tmp/gfg-{os.getpid()}"
-    cfg = gfaas.NodeConfig(node_id="gpu", socket_path=d + ".sock", state_dir=d, devices="cuda:0")
+    d = str(tmp_path)  # private (0700): the daemon refuses a socket in a directory others can write
+    cfg = gfaas.NodeConfig(node_id="gpu", socket_path=d + "/node.sock", state_dir=d + "/state", devices="cuda:0")
     with LocalNode(cfg), gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir) as admin:
         inv = admin.open_invocation("wf", ["p", "c", "h"])
         prod = gfaas.connect(inv.credentials("p"))
@@ -147,8 +148,8 @@ def _node(tag: str, **kw: Any) -> Any:
     import gfaas
     from gfaas.dataplane.local import LocalNode
 
-    d = f"/tmp/gfg-{tag}-{os.getpid()}"
-    cfg = gfaas.NodeConfig(node_id="gpu", socket_path=d + ".sock", state_dir=d, devices="cuda:0", **kw)
+    d = tempfile.mkdtemp(prefix=f"gfg-{tag}-")  # 0700: the daemon refuses a socket in a world-writable dir
+    cfg = gfaas.NodeConfig(node_id="gpu", socket_path=d + "/node.sock", state_dir=d + "/state", devices="cuda:0", **kw)
     return cfg, LocalNode(cfg)
 
 

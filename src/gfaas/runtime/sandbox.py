@@ -121,6 +121,24 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(err, f"prctl({option}, {value}): {os.strerror(err)}")
 
 
+def _private_home() -> str:
+    """A fresh HOME only this worker's tenant can read, removed when the worker exits.
+
+    HOME served the model cache while loading and is root's. Libraries that run tasks write caches
+    under HOME (torch and Triton compile kernels on a GPU's first call): an unwritable HOME fails the
+    task, and a HOME shared across workers would let one tenant's files reach another that gets its
+    uid later. So each worker gets its own (mode 0700 from mkdtemp, made after the uid drop)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    home = tempfile.mkdtemp(prefix=f"gfaas-home-{os.getuid()}-")
+    os.environ["HOME"] = home
+    os.environ["XDG_CACHE_HOME"] = os.path.join(home, ".cache")
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    return home
+
+
 def drop_privileges(identity: Identity) -> None:
     """Become ``identity`` for good (in the worker, before it serves any task).
 
@@ -137,7 +155,7 @@ def drop_privileges(identity: Identity) -> None:
     # may see its own process (libraries read /proc/self), other uids still may not.
     _prctl(_PR_SET_DUMPABLE, 1)
     os.umask(0o077)
-    os.environ["HOME"] = "/nonexistent"  # HOME served the model cache while loading; it is root's
+    _private_home()
     try:
         os.chdir("/")
     except OSError:
