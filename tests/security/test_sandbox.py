@@ -64,7 +64,8 @@ def run_attack(node: LocalNode, sandbox: str) -> tuple[dict[str, float], tuple[i
         victim_uid, victim_pid = (int(i) for i in v.outputs["out"])
         assert node.proc is not None
         rt.deploy(attacker_spec({"state_dir": cfg.state_dir, "socket_path": cfg.socket_path,
-                                 "daemon_pid": node.proc.pid, "victim_pid": victim_pid}))
+                                 "daemon_pid": node.proc.pid, "victim_pid": victim_pid,
+                                 "victim_uid": victim_uid}))
         a = rt.invoke("attacker", {"x": np.zeros(2)}, timeout=60)
         assert a.ok, a.error
         uid, gid = (int(i) for i in a.outputs["out"])
@@ -80,7 +81,7 @@ def test_a_sandboxed_function_reaches_neither_the_node_nor_another_tenant(node: 
     """As root, each workflow's workers run under their own uid; every probe is refused."""
     probes, (uid, gid), (victim_uid, _) = run_attack(node, "auto")
     assert uid >= 200000 and gid == uid and victim_uid >= 200000 and victim_uid != uid
-    assert probes == {k: 1.0 for k in probes} and len(probes) == 10, probes
+    assert probes == {k: 1.0 for k in probes} and len(probes) == 11, probes
 
 
 @pytest.mark.root

@@ -6,8 +6,10 @@ refused it, 0 if it got through; the test asserts which ones must be refused.
 
 from __future__ import annotations
 
+import glob
 import os
 import socket
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -41,6 +43,8 @@ def probe(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     p = ctx.params
     state, daemon, victim = str(p["state_dir"]), int(p["daemon_pid"]), int(p["victim_pid"])
     ctx.get(inputs["x"])
+    # The victim's private HOME (sandbox.py makes one per worker); none to find without the sandbox.
+    homes = glob.glob(os.path.join(tempfile.gettempdir(), f"gfaas-home-{int(p['victim_uid'])}-*"))
     out = {
         "state_list": _refused(lambda: os.listdir(state)),
         "admin_token": _refused(lambda: _read(os.path.join(state, "admin.token"))),
@@ -52,17 +56,20 @@ def probe(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
         "victim_environ": _refused(lambda: _read(f"/proc/{victim}/environ")),
         "victim_signal": _refused(lambda: os.kill(victim, 0)),
         "become_root": _refused(lambda: os.setuid(0)),
+        "victim_home": _refused(lambda: [os.listdir(h) for h in homes]) if homes else 0,
     }
     return {"y": np.array([os.getuid(), os.getgid()], dtype=np.int64),
             **{k: np.int64(v) for k, v in out.items()}}
 
 
 PROBES = ("state_list", "admin_token", "registry", "daemon_socket", "daemon_environ", "daemon_mem",
-          "daemon_fds", "victim_environ", "victim_signal", "become_root")
+          "daemon_fds", "victim_environ", "victim_signal", "become_root", "victim_home")
 
 
 def whoami(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     ctx.get(inputs["x"])
+    if os.getuid() != 0:  # sandboxed: libraries cache under HOME on a first call (torch, Triton)
+        os.makedirs(os.path.join(os.environ["HOME"], ".cache", "kernels"), exist_ok=True)
     return {"y": np.array([os.getuid(), os.getpid()], dtype=np.int64)}
 
 

@@ -84,15 +84,18 @@ def test_only_changes_to_what_runs_make_a_tree_dirty(tmp_path: Path) -> None:
     assert git_state(tmp_path)["dirty"] is True
 
 
-def test_a_copy_without_git_uses_the_declared_commit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a device machine the tree arrives without .git: the sender's declared commit is used, and said to be."""
+def test_a_copied_tree_uses_the_declared_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a device machine the tree arrives over a stale .git: the sender's declared commit wins, and says so."""
     import gfaas.provenance as prov
 
-    monkeypatch.setattr(prov, "_git", lambda args, cwd: None)
+    monkeypatch.setattr(prov, "_git", lambda args, cwd: "b" * 40 if args[0] == "rev-parse" else " M src/x.py")
     monkeypatch.delenv("GFAAS_SOURCE_COMMIT", raising=False)
+    assert prov.git_state() == {"commit": "b" * 40, "dirty": True}
+    monkeypatch.setattr(prov, "_git", lambda args, cwd: None)
     assert prov.git_state() == {"commit": None, "dirty": None}
     monkeypatch.setenv("GFAAS_SOURCE_COMMIT", "not-a-sha")
     assert prov.git_state() == {"commit": None, "dirty": None}
+    monkeypatch.setattr(prov, "_git", lambda args, cwd: "b" * 40 if args[0] == "rev-parse" else " M src/x.py")
     monkeypatch.setenv("GFAAS_SOURCE_COMMIT", "a" * 40)
     monkeypatch.setenv("GFAAS_SOURCE_DIRTY", "0")
     assert prov.git_state() == {"commit": "a" * 40, "dirty": False, "commit_declared": True}
