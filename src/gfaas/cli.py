@@ -258,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--full", action="store_true", help="accel: SCALE-Sim's ResNet-50 on all four configurations")
     b.add_argument("--connections", help="overload: keep-alive connections per row (default 16,256,2000)")
     b.add_argument("--duration", type=float, help="overload: seconds of load per row (default 10)")
+    b.add_argument("--retry-jitter", type=float, default=None,
+                   help="overload: a refused client waits Retry-After times 1 + JITTER * u, u uniform in [0, 1) "
+                        "(default 1; 0: exactly Retry-After, so clients refused together return together)")
     b.set_defaults(func=cmd_bench)
 
     from .cli_accel import add_parsers as add_accel

@@ -2,7 +2,9 @@
 
 ``connections`` keep-alive TCP connections are opened first; then, for ``duration_s`` seconds, each
 sends a request, waits for its answer and sends the next (a refusal's ``Retry-After`` is honoured,
-capped at ``retry_after_cap_s`` and at the window's end). No request is sent after the window;
+capped at ``retry_after_cap_s`` and at the window's end, and stretched by a random factor in
+``[1, 1 + retry_jitter)``, as well-behaved clients do: refused together, clients that all wait exactly
+``Retry-After`` come back together, and the server then answers a burst of them at once). No request is sent after the window;
 requests still in flight may finish for ``drain_s`` more seconds, and whatever has not been
 answered then is cancelled and counted as failed (``no_answer``, also reported as ``lost``). So
 every request sent is counted exactly once: ``sent == ok + rejected + failed``.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import resource
 import sys
 import time
@@ -49,7 +52,9 @@ class LoadSpec:
             so the server's 504 is what a slow request gets).
         expect_total: the ``red.total`` scalar a correct answer carries (None: not checked).
         honor_retry_after: wait out a refusal's ``Retry-After`` before the next request.
-        retry_after_cap_s: the longest such wait.
+        retry_after_cap_s: the longest such wait (before the jitter).
+        retry_jitter: the wait is ``min(Retry-After, cap) * (1 + retry_jitter * u)``, u uniform in [0, 1)
+            from a generator seeded by the connection's index (0: every client waits exactly Retry-After).
     """
 
     url: str
@@ -61,6 +66,7 @@ class LoadSpec:
     expect_total: float | None = None
     honor_retry_after: bool = True
     retry_after_cap_s: float = 1.0
+    retry_jitter: float = 1.0
 
     def __post_init__(self) -> None:
         u = urlsplit(self.url)
@@ -69,6 +75,8 @@ class LoadSpec:
                               "with a port)")
         if self.connections < 1:
             raise ConfigError(f"connections={self.connections}: give at least 1")
+        if not 0 <= self.retry_jitter <= 10:
+            raise ConfigError(f"LoadSpec.retry_jitter={self.retry_jitter!r}: give a factor in [0, 10] (0: none)")
         for name in ("duration_s", "drain_s", "request_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"LoadSpec.{name}={getattr(self, name)!r}: give seconds > 0")
@@ -157,7 +165,8 @@ def _check_ok(body: bytes, t: _Tally, expect: float | None) -> str | None:
 
 
 async def _connection(spec: LoadSpec, request: bytes, host: str, port: int, t: _Tally,
-                      start: asyncio.Event, end_at: list[float]) -> None:
+                      start: asyncio.Event, end_at: list[float], index: int) -> None:
+    rng = random.Random(index)  # the jitter of Retry-After waits, reproducible per connection
     reader: asyncio.StreamReader | None = None
     writer: asyncio.StreamWriter | None = None
 
@@ -228,7 +237,8 @@ async def _connection(spec: LoadSpec, request: bytes, host: str, port: int, t: _
             if headers.get("connection", "").lower() == "close":
                 await close()
             if spec.honor_retry_after and retry_after > 0:
-                pause = min(retry_after, spec.retry_after_cap_s, max(0.0, end_at[0] - loop.time()))
+                pause = min(retry_after, spec.retry_after_cap_s) * (1.0 + spec.retry_jitter * rng.random())
+                pause = min(pause, max(0.0, end_at[0] - loop.time()))
                 if pause > 0:
                     await asyncio.sleep(pause)
     finally:
@@ -250,8 +260,8 @@ async def _drive(spec: LoadSpec) -> dict[str, Any]:
     start = asyncio.Event()
     loop = asyncio.get_running_loop()
     end_at = [float("inf")]
-    tasks = [asyncio.create_task(_connection(spec, request, host, port, t, start, end_at))
-             for _ in range(spec.connections)]
+    tasks = [asyncio.create_task(_connection(spec, request, host, port, t, start, end_at, i))
+             for i in range(spec.connections)]
     # Every connection opens before the clock starts: the window measures requests, not connects.
     t_conn = time.perf_counter()
     while t.connects + t.connect_failures < spec.connections and time.perf_counter() - t_conn < 30:

@@ -63,8 +63,8 @@ DEFINITION = {
     "goodput_rps": "ok answers received within the window / window seconds",
     "p50_ms/p99_ms": "latency of ok answers (request written to answer read), including those of the drain",
     "rejected": "refusals: 429 (the runtime's queue is full) and 503 (the gateway's max_requests) answers; "
-                "rejected_by_status splits them; the client waits out Retry-After (at most 1 s, never past the "
-                "window) before its next request",
+                "rejected_by_status splits them; the client waits out Retry-After (at most 1 s) times 1 + "
+                "retry_jitter * u, u uniform in [0, 1), never past the window, before its next request",
     "reject_p99_ms": "p99 latency of those refusals",
     "failed": "everything else: 504 (the server's timeout), other statuses, connections closed before an answer, "
               "wrong or failed results, and requests not answered within the drain (no_answer, also counted as lost)",
@@ -375,7 +375,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def measure(connections: list[int], duration_s: float, *, quick: bool = False, elements: int = ELEMENTS,
-            request_timeout_s: float = 60.0, say: Any = None) -> dict[str, Any]:
+            request_timeout_s: float = 60.0, retry_jitter: float = 1.0, say: Any = None) -> dict[str, Any]:
     """The whole benchmark; returns the result document (without provenance)."""
     say = say or (lambda msg: None)
     started = time.time()
@@ -407,7 +407,8 @@ def measure(connections: list[int], duration_s: float, *, quick: bool = False, e
             for n in connections:
                 say(f"{n} connections for {duration_s:g} s ...")
                 spec = LoadSpec(url, body, n, duration_s, drain_s=request_timeout_s + 10,
-                                request_timeout_s=request_timeout_s + 10, expect_total=expect)
+                                request_timeout_s=request_timeout_s + 10, expect_total=expect,
+                                retry_jitter=retry_jitter)
                 row, before = _row(server, spec, before)
                 rows.append(row)
                 say(f"  goodput {row['goodput_rps']:.0f}/s, p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, "
@@ -442,7 +443,8 @@ def measure(connections: list[int], duration_s: float, *, quick: bool = False, e
         "loadgen_capacity": capacity,
         "config": {"connections": connections, "duration_s": duration_s, "quick": quick, "elements": elements,
                    "request_timeout_s": request_timeout_s, "drain_s": request_timeout_s + 10,
-                   "honor_retry_after": True, "retry_after_cap_s": 1.0, "invoke_samples": inv["samples"],
+                   "honor_retry_after": True, "retry_after_cap_s": 1.0, "retry_jitter": retry_jitter,
+                   "invoke_samples": inv["samples"],
                    "workflow": SPEC.strip()},
         "definition": DEFINITION,
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -475,7 +477,11 @@ def main(a: argparse.Namespace) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    doc = measure(connections, duration, quick=quick, request_timeout_s=10.0 if quick else 60.0, say=say)
+    jitter = 1.0 if getattr(a, "retry_jitter", None) is None else a.retry_jitter
+    if not 0 <= jitter <= 10:
+        raise ConfigError(f"--retry-jitter {jitter}: give a factor in [0, 10] (0: clients wait exactly Retry-After)")
+    doc = measure(connections, duration, quick=quick, request_timeout_s=10.0 if quick else 60.0,
+                  retry_jitter=jitter, say=say)
     doc["provenance"] = provenance()
     text = json.dumps(doc, indent=2)
     if a.out:
