@@ -32,10 +32,11 @@ def table_main(doc: str, block: str, render: Callable[[dict[str, Any]], str]) ->
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("result")
     ap.add_argument("--write", metavar="PAGE", help="replace the generated block of this page")
+    ap.add_argument("--block", default=block, help=f"the block's name (default {block})")
     a = ap.parse_args()
     with open(a.result) as f:
         text = render(json.load(f))
     if a.write:
-        write_blocks(a.write, {block: text})
+        write_blocks(a.write, {a.block: text})
     else:
         print(text)

@@ -23,15 +23,19 @@ def block(doc: dict[str, Any]) -> str:
     m = prov.get("machine") or {}
     rows = doc["rows"]
     base = rows[0]["goodput_rps"] or 1.0
-    lines = [f"One `gfaas bench overload --json` run at commit `{str(prov.get('commit', '?'))[:7]}` on "
-             f"{m.get('cpu_model', '?')} ({m.get('cores', '?')} CPUs): pipe floor {doc['floor_us']:.1f} us, "
-             f"embedded tiny invocation p50 {doc['invoke_p50_us'] / 1e3:.2f} ms "
-             f"({doc['invoke_p50_us'] / doc['floor_us']:.0f}x the floor).", "",
-             "| connections | goodput /s | vs the first row | p50 ms | p99 ms | refused | refusal p99 ms | failed | "
-             "lost / dup | load generator CPU |", "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    cfg = doc.get("config", {})
+    lines = [f"One `{prov.get('command', 'gfaas bench overload --json')}` run at commit "
+             f"`{str(prov.get('commit', '?'))[:7]}` on {m.get('cpu_model', '?')} ({m.get('cores', '?')} CPUs): "
+             f"pipe floor {doc['floor_us']:.1f} us, embedded tiny invocation p50 {doc['invoke_p50_us'] / 1e3:.2f} ms "
+             f"({doc['invoke_p50_us'] / doc['floor_us']:.0f}x the floor). A refused client waits Retry-After, "
+             f"at most {cfg.get('retry_after_cap_s', 1.0):g} s, times 1 + {cfg.get('retry_jitter', 0.0):g} u.", "",
+             "| connections | goodput /s | vs the first row | p50 ms | p99 ms | refused | refusal p99 ms | "
+             "after the first s | failed | lost / dup | load generator CPU |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         lines.append(f"| {r['connections']:,} | {r['goodput_rps']:.1f} | {r['goodput_rps'] / base:.2f} | "
                      f"{_ms(r['p50_ms'])} | {_ms(r['p99_ms'])} | {r['rejected']:,} | {_ms(r['reject_p99_ms'])} | "
+                     f"{_ms(r.get('reject_p99_after_1s_ms'))} | "
                      f"{r['failed']} | {r['lost']} / {r['duplicated']} | {r['loadgen_cpu_frac']:.2f} core |")
     lines += ["", "| target | value | bound | met |", "|---|---:|---:|---|"]
     for t in doc.get("targets", []):

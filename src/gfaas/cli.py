@@ -261,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--retry-jitter", type=float, default=None,
                    help="overload: a refused client waits Retry-After times 1 + JITTER * u, u uniform in [0, 1) "
                         "(default 1; 0: exactly Retry-After, so clients refused together return together)")
+    b.add_argument("--retry-after-cap", type=float, default=None,
+                   help="overload: the longest Retry-After a refused client waits, before the jitter (default 1 s: "
+                        "clients come back sooner than the server asks, the harder case)")
     b.set_defaults(func=cmd_bench)
 
     from .cli_accel import add_parsers as add_accel

@@ -99,6 +99,7 @@ def _token(a: argparse.Namespace) -> tuple[str | None, str]:
 
 def cmd_serve(a: argparse.Namespace) -> int:
     from . import workflows
+    from .gcpause import freeze_startup
     from .runtime.gateway import DEFAULT_HANDLER_PACKAGES, GatewayLimits, serve
     from .runtime.local import LocalRuntime, RuntimeConfig
 
@@ -124,6 +125,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
             auth = f"bearer token in {token_path}" if token else "NO authentication"
             print(f"gfaas gateway listening on {gw.bind}{where}; {auth}; OpenAPI: {gw.url}/docs; Ctrl-C stops",
                   file=sys.stderr, flush=True)
+            freeze_startup()  # the app, the runtime and their imports: out of the collector's full walks
             stop.wait()
     print("stopped", file=sys.stderr)
     return 0

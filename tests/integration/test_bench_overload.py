@@ -45,6 +45,7 @@ def test_quick_run_shape_and_accounting(tmp_path: Path) -> None:
         for key, kind in ROW_KEYS.items():
             assert isinstance(r[key], kind) or (kind is float and isinstance(r[key], int)), (key, r[key])
         assert r["reject_p99_ms"] is None or r["reject_p99_ms"] >= 0
+        assert r["reject_p99_after_1s_ms"] is None or r["reject_p99_after_1s_ms"] >= 0
         assert r["sent"] == r["ok"] + r["rejected"] + r["failed"], r
         assert r["rejected"] == sum(r["rejected_by_status"].values())
         assert r["failed"] == sum(r["failed_by_reason"].values())
@@ -53,7 +54,8 @@ def test_quick_run_shape_and_accounting(tmp_path: Path) -> None:
         assert r["connects"] >= r["connections"] and r["connect_failures"] == 0
     cap = doc["loadgen_capacity"]
     assert cap["connections"] == 64 and cap["ok"] == cap["sent"] > 0
-    assert {t["id"] for t in doc["targets"]} == {"invoke", "goodput_256", "goodput_2000", "reject_p99", "accounting"}
+    assert {t["id"] for t in doc["targets"]} == {"invoke", "goodput_256", "goodput_2000", "reject_p99",
+                                                 "reject_p99_after_1s", "accounting"}
     prov = doc["provenance"]
     assert prov["machine"]["cores"] >= 1 and "commit" in prov and "dirty" in prov
 

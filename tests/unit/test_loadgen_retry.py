@@ -19,7 +19,7 @@ REFUSAL = (b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\ncontent-length:
            b"content-type: application/json\r\n\r\n{}")
 
 
-async def _refusing_run(connections: int, jitter: float) -> tuple[dict[str, Any], list[float]]:
+async def _refusing_run(connections: int, jitter: float, close_idle: bool = False) -> tuple[dict[str, Any], list[float]]:
     arrivals: list[float] = []
     loop = asyncio.get_running_loop()
 
@@ -32,6 +32,10 @@ async def _refusing_run(connections: int, jitter: float) -> tuple[dict[str, Any]
                 arrivals.append(loop.time())
                 writer.write(REFUSAL)
                 await writer.drain()
+                if close_idle:  # as a keep-alive timeout shorter than Retry-After does
+                    await asyncio.sleep(0.2)
+                    writer.close()
+                    return
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
@@ -65,3 +69,9 @@ def test_jitter_spreads_the_returns_over_retry_after_times_one_to_two() -> None:
 def test_a_jitter_outside_0_to_10_is_refused(bad: float) -> None:
     with pytest.raises(ConfigError, match="retry_jitter"):
         LoadSpec("http://127.0.0.1:1/x", "{}", 1, 1.0, retry_jitter=bad)
+
+
+def test_a_connection_the_server_closed_while_idle_is_reopened_not_failed() -> None:
+    row, arrivals = asyncio.run(_refusing_run(10, 0.0, close_idle=True))
+    assert row["failed"] == 0 and row["sent"] == row["rejected"] == 20, row
+    assert row["idle_closed"] == 10 and row["connects"] == 20

@@ -14,6 +14,7 @@ import sys
 
 from ..config import NodeConfig
 from ..errors import ConfigError
+from ..gcpause import freeze_startup
 from ..secfiles import replace_file
 from .daemon import Daemon
 
@@ -63,6 +64,7 @@ def main(config: NodeConfig | None = None) -> None:
     daemon.bind()
     pid_file = os.path.join(config.state_dir, "daemon.pid")
     replace_file(pid_file, str(os.getpid()).encode(), sync=False)  # never written through a symlink
+    freeze_startup()
     try:
         daemon.serve_forever()
     finally:

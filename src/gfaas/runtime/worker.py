@@ -30,6 +30,7 @@ from ..dataplane import protocol as dp
 from ..dataplane.device_array import DeviceArray, on_device
 from ..dataplane.device_client import device_of
 from ..errors import DaemonUnavailable, DedupError, FunctionFailed, GfaasError, SpecError
+from ..gcpause import freeze_startup
 from .context import Context
 from .logs import Capture, LogLine
 from .sandbox import Identity, drop_privileges, worker_env
@@ -659,6 +660,7 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
         sock.send(_enc.encode(Failed("", type(exc).__name__, str(exc), traceback.format_exc()[-8000:],
                                      _take(cap))))
         return 1
+    freeze_startup()  # the handler and its model live as long as the worker: out of the collector's walks
     sock.send(_enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes, _take(cap))))
     while True:
         data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MSG, 1)
