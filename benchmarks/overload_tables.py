@@ -18,6 +18,11 @@ def _ms(x: Any) -> str:
     return "-" if x is None else f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
 
 
+def _floor(doc: dict[str, Any], when: str) -> str:
+    run = (doc.get("floor_runs") or {}).get(when) or {}
+    return "?" if run.get("p50_us") is None else f"{run['p50_us']:.1f}"
+
+
 def block(doc: dict[str, Any]) -> str:
     prov = doc.get("provenance", {})
     m = prov.get("machine") or {}
@@ -26,7 +31,8 @@ def block(doc: dict[str, Any]) -> str:
     cfg = doc.get("config", {})
     lines = [f"One `{prov.get('command', 'gfaas bench overload --json')}` run at commit "
              f"`{str(prov.get('commit', '?'))[:7]}` on {m.get('cpu_model', '?')} ({m.get('cores', '?')} CPUs): "
-             f"pipe floor {doc['floor_us']:.1f} us, embedded tiny invocation p50 {doc['invoke_p50_us'] / 1e3:.2f} ms "
+             f"pipe floor {doc['floor_us']:.1f} us (p50 {_floor(doc, 'start')} us at the start, {_floor(doc, 'end')} us "
+             f"at the end), embedded tiny invocation p50 {doc['invoke_p50_us'] / 1e3:.2f} ms "
              f"({doc['invoke_p50_us'] / doc['floor_us']:.0f}x the floor). A refused client waits Retry-After, "
              f"at most {cfg.get('retry_after_cap_s', 1.0):g} s, times 1 + {cfg.get('retry_jitter', 0.0):g} u.", "",
              "| connections | goodput /s | vs the first row | p50 ms | p99 ms | refused | refusal p99 ms | "
