@@ -21,7 +21,10 @@ def main() -> int:
     from conftest import browser_skip_reason, new_driver  # type: ignore[import-not-found]
     from selenium.webdriver.common.by import By
 
+    import httpx
+
     from gfaas.bench.overload_handlers import SPEC
+    from gfaas.runtime.wire import encode_array
     from gfaas.runtime.gateway import GatewayLimits, serve
     from gfaas.runtime.local import LocalRuntime, RuntimeConfig
 
@@ -36,10 +39,12 @@ def main() -> int:
         rt.deploy(SPEC.replace("name: overload", "name: overload-big", 1))
         stop = threading.Event()
 
-        def load(name: str, n: int, pause: float) -> None:
-            while not stop.is_set():
-                rt.invoke(name, {"n": np.int64(n)}, timeout=30)
-                time.sleep(pause)
+        def load(name: str, n: int, pause: float) -> None:  # through the gateway, as clients do
+            body = {"inputs": {"n": encode_array(np.int64(n))}}
+            with httpx.Client(base_url=gw.url, timeout=60, headers={"authorization": f"Bearer {gw.token}"}) as c:
+                while not stop.is_set():
+                    c.post(f"/v1/workflows/{name}/invocations", json=body)
+                    time.sleep(pause)
 
         threads = [threading.Thread(target=load, args=a, daemon=True)
                    for a in (("overload", 256, 0.01), ("overload-big", 1 << 20, 0.05))]
@@ -64,6 +69,7 @@ def main() -> int:
             if pick is not None:
                 pick.click()
                 time.sleep(2)
+                driver.execute_script("document.getElementById('result').scrollIntoView();")
             path = out / "dashboard-results.png"
             driver.save_screenshot(str(path))
             print(f"  {path}", file=sys.stderr)

@@ -69,13 +69,18 @@ def test_read_only_views_open_to_this_user_on_loopback_and_nothing_else(gateway:
 @pytest.mark.root
 def test_a_tenant_uid_on_the_same_machine_needs_the_token(gateway: Any) -> None:
     """Function code runs as a tenant uid (runtime/sandbox.py); its loopback requests are not the gateway's user."""
-    probe = ("import sys, urllib.request, urllib.error\n"
+    # Started as root and dropped to the tenant uid before asking, as the sandbox's workers are
+    # (the interpreter under /root is not executable by a tenant uid).
+    probe = ("import os, sys, urllib.request, urllib.error, encodings.idna, email.parser, http.client\n"
+             "uid = int(sys.argv[2])\n"
+             "if uid:\n    os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)\n"
              "try:\n    print(urllib.request.urlopen(sys.argv[1], timeout=30).status)\n"
              "except urllib.error.HTTPError as e:\n    print(e.code)\n")
-    out = subprocess.run([sys.executable, "-I", "-c", probe, gateway.url + "/v1/dashboard/state"], user=200777,
-                         group=200777, extra_groups=[], capture_output=True, text=True, timeout=60, cwd="/",
-                         env={"PATH": "/usr/bin:/bin", "no_proxy": "*"})
+    url = gateway.url + "/v1/dashboard/state"
+    env = {"PATH": "/usr/bin:/bin", "no_proxy": "*"}
+    out = subprocess.run([sys.executable, "-I", "-c", probe, url, "200777"], capture_output=True, text=True,
+                         timeout=60, cwd="/", env=env)
     assert out.stdout.strip() == "401", out.stderr[-2000:]
-    mine = subprocess.run([sys.executable, "-I", "-c", probe, gateway.url + "/v1/dashboard/state"],
-                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "no_proxy": "*"})
+    mine = subprocess.run([sys.executable, "-I", "-c", probe, url, "0"], capture_output=True, text=True, timeout=60,
+                          cwd="/", env=env)
     assert mine.stdout.strip() == "200", mine.stderr[-2000:]  # the same probe as the gateway's user: open

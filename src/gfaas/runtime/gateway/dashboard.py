@@ -218,7 +218,7 @@ def _summary(path: Path) -> dict[str, Any]:
 
 
 def list_results(dirs: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Every ``*.json`` under the result directories (three levels deep at most), newest first."""
+    """Every ``*.json`` under the result directories (three levels deep at most), newest measurement first."""
     found = []
     for label, root in dirs:
         base = Path(root)
@@ -230,7 +230,8 @@ def list_results(dirs: list[tuple[str, str]]) -> list[dict[str, Any]]:
             found.append({"id": f"{label}/{rel.as_posix()}", "source": label, "path": str(path),
                           "bytes": path.stat().st_size, "mtime": path.stat().st_mtime,
                           "figure": figure, **_summary(path)})
-    found.sort(key=lambda e: -e["mtime"])
+    # newest measurement first (a checkout gives every file the same mtime; the provenance's UTC stamp is the truth)
+    found.sort(key=lambda e: (e.get("utc") or "", e["mtime"]), reverse=True)
     return found
 
 

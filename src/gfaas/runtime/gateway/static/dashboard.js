@@ -46,6 +46,8 @@ function render(state) {
   $("#c-p99").textContent = p99s.length ? fmt(Math.max(...p99s)) : "-";
   $("#c-pending").textContent = state.gateway ? state.gateway.pending : "-";
   $("#c-dedup").textContent = state.dedup ? bytes(state.dedup.saved_bytes) : "-";
+  $("#c-dedup-label").textContent = state.dedup && state.dedup.mode
+    ? `memory saved by page merging (${state.dedup.mode})` : "memory workers share (RSS - PSS)";
   renderWorkflows(wfs);
   renderChart(state.t, wfs);
   renderNodes(state.nodes || [], state.nodes_note);
