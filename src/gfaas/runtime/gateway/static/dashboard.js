@@ -141,10 +141,14 @@ function renderScaling(wfs, dedup) {
     }
   }
   $("#scaling tbody").innerHTML = rows.join("");
-  $("#dedup").textContent = dedup
-    ? `Warm workers: ${dedup.processes} processes, ${bytes(dedup.rss_bytes)} resident (RSS), ${bytes(dedup.pss_bytes)} ` +
-      `proportional (PSS: shared and merged pages counted once): ${bytes(dedup.saved_bytes)} saved.`
-    : "-";
+  if (!dedup) { $("#dedup").textContent = "-"; return; }
+  const base = `Warm workers: ${dedup.processes} processes, ${bytes(dedup.rss_bytes)} resident (RSS), ` +
+    `${bytes(dedup.pss_bytes)} proportional (PSS: a shared page counted once in all).`;
+  $("#dedup").textContent = dedup.mode
+    ? `${base} Page merging (${dedup.mode}) saves ${bytes(dedup.saved_bytes)}: ${bytes(dedup.shared_saved_bytes)} ` +
+      `of shared weights, ${bytes(dedup.merged_saved_bytes)} merged by KSM.`
+    : `${base} Page merging is off; RSS - PSS (${bytes(dedup.saved_bytes)}) is what the workers share anyway ` +
+      "(libraries, copy-on-write pages).";
 }
 
 let polling = null;
