@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results
+.PHONY: browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,8 +17,20 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gfaas demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q tests
+
+# Chromium and its WebDriver for the dashboard's browser tests (tests/browser): installed with apt
+# when missing and this is root on Debian; otherwise those tests skip, naming what is missing.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo "installing chromium and chromium-driver (apt) for the browser tests" && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1; } \
+	  || echo "make: chromium or chromedriver missing and not installable here; the browser tests will skip"
+
+# The dashboard's screenshots in docs/ (headless chromium; a workload runs while they are taken).
+dashboard-screenshots: $(STAMP) browser
+	$(BIN)/python scripts/dashboard_screenshots.py docs
 
 bench: $(STAMP)
 	$(BIN)/gfaas bench dataplane

@@ -239,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "passing vs Redis vs gfaas host-only passing, requests one at a time (--requests, default 5)")
     d.add_argument("--results", default="", help="--gpu: also write the results here "
                    "(benchmarks/results/demo-gpu.json is what make demo-gpu writes)")
+    d.add_argument("--serve", action="store_true",
+                   help="keep the demo's gateway and its dashboard up after the report, until Ctrl-C (default off)")
     d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser("bench", help="benchmarks against real peers, in one run")

@@ -11,28 +11,13 @@ from typing import Any
 
 
 def add_parsers(sub: Any) -> None:
-    s = sub.add_parser("serve", help="run workflows: a local runtime behind the HTTP gateway")
-    s.add_argument("--workflows", default="all",
-                   help="reference workflows to deploy at start: all (default), none, or a comma-separated list")
-    s.add_argument("--spec", action="append", default=[], metavar="FILE", help="also deploy this spec (repeatable)")
-    s.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    s.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
-    s.add_argument("--scale", choices=["small", "full"], default="small", help="model sizes (default small)")
-    s.add_argument("--transport", choices=["gfaas", "redis"], default="gfaas",
-                   help="default transport of invocations (default gfaas)")
-    s.add_argument("--executor", choices=["process", "ray"], default="process", help="where functions run")
-    s.add_argument("--workers", type=int, default=1, help="warm workers per function (default 1)")
-    s.add_argument("--state-dir", default="", metavar="DIR",
-                   help="where the gateway keeps its token file (default: $GFAAS_RUN_DIR/gateway, made 0700)")
-    s.add_argument("--token-file", default="", metavar="FILE",
-                   help="use the bearer token in this file (yours, mode 0600) instead of the state dir's")
-    s.add_argument("--no-auth", action="store_true",
-                   help="serve without a token (refused unless --host is a loopback address)")
-    s.add_argument("--allow-handlers", action="append", default=[], metavar="PACKAGE",
-                   help="a package deployed specs may take handlers from (repeatable; default gfaas.workflows)")
-    s.add_argument("--max-workflows", type=int, default=64, help="workflows deployed at once (default 64)")
-    s.add_argument("--max-functions", type=int, default=64, help="functions per spec (default 64)")
+    s = sub.add_parser("serve", help="run workflows: a local runtime behind the HTTP gateway (and its dashboard)")
+    _serve_args(s, workflows="all")
     s.set_defaults(func=cmd_serve)
+    d = sub.add_parser("dashboard", help="the web dashboard: a local runtime and gateway, on loopback, with "
+                                         "no workflow deployed yet (deploy from the page or with gfaas deploy)")
+    _serve_args(d, workflows="none")
+    d.set_defaults(func=cmd_serve, allow_bench_handlers=True)
 
     from .cli_deploy import add_gateway_args
 
@@ -97,6 +82,29 @@ def _token(a: argparse.Namespace) -> tuple[str | None, str]:
     return token, str(path)
 
 
+def _serve_args(s: Any, workflows: str) -> None:
+    s.add_argument("--workflows", default=workflows,
+                   help=f"reference workflows to deploy at start: all, none, or a comma-separated list (default {workflows})")
+    s.add_argument("--spec", action="append", default=[], metavar="FILE", help="also deploy this spec (repeatable)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    s.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    s.add_argument("--scale", choices=["small", "full"], default="small", help="model sizes (default small)")
+    s.add_argument("--transport", choices=["gfaas", "redis"], default="gfaas",
+                   help="default transport of invocations (default gfaas)")
+    s.add_argument("--executor", choices=["process", "ray"], default="process", help="where functions run")
+    s.add_argument("--workers", type=int, default=1, help="warm workers per function (default 1)")
+    s.add_argument("--state-dir", default="", metavar="DIR",
+                   help="where the gateway keeps its token file (default: $GFAAS_RUN_DIR/gateway, made 0700)")
+    s.add_argument("--token-file", default="", metavar="FILE",
+                   help="use the bearer token in this file (yours, mode 0600) instead of the state dir's")
+    s.add_argument("--no-auth", action="store_true",
+                   help="serve without a token (refused unless --host is a loopback address)")
+    s.add_argument("--allow-handlers", action="append", default=[], metavar="PACKAGE",
+                   help="a package deployed specs may take handlers from (repeatable; default gfaas.workflows)")
+    s.add_argument("--max-workflows", type=int, default=64, help="workflows deployed at once (default 64)")
+    s.add_argument("--max-functions", type=int, default=64, help="functions per spec (default 64)")
+
+
 def cmd_serve(a: argparse.Namespace) -> int:
     from . import workflows
     from .gcpause import freeze_startup
@@ -109,7 +117,10 @@ def cmd_serve(a: argparse.Namespace) -> int:
     for path in a.spec:
         with open(path) as f:
             texts.append(f.read())
-    limits = GatewayLimits(handler_packages=tuple(a.allow_handlers) or DEFAULT_HANDLER_PACKAGES,
+    allowed = tuple(a.allow_handlers) or DEFAULT_HANDLER_PACKAGES
+    if getattr(a, "allow_bench_handlers", False) and "gfaas.bench" not in allowed:
+        allowed = (*allowed, "gfaas.bench")  # the dashboard's deploy example uses gfaas's own tiny handlers
+    limits = GatewayLimits(handler_packages=allowed,
                            max_workflows=a.max_workflows, max_functions=a.max_functions)
     token, token_path = _token(a)  # before anything starts: a bad token file fails fast
     cfg = RuntimeConfig(transport=a.transport, executor=a.executor, scale=a.scale, workers_per_function=a.workers)
@@ -125,6 +136,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
             auth = f"bearer token in {token_path}" if token else "NO authentication"
             print(f"gfaas gateway listening on {gw.bind}{where}; {auth}; OpenAPI: {gw.url}/docs; Ctrl-C stops",
                   file=sys.stderr, flush=True)
+            print(f"dashboard: {gw.url}/dashboard", file=sys.stderr, flush=True)
             freeze_startup()  # the app, the runtime and their imports: out of the collector's full walks
             stop.wait()
     print("stopped", file=sys.stderr)

@@ -14,6 +14,7 @@ import argparse
 import functools
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -154,7 +155,6 @@ def run_demo(a: argparse.Namespace) -> int:
     names = [n.strip() for n in a.workflows.split(",")] if a.workflows else workflows.names()
     quiet = bool(a.json)
     from rich.console import Console
-    from rich.progress import Progress
 
     err = Console(stderr=True, quiet=quiet)
     t_start = time.perf_counter()
@@ -166,58 +166,68 @@ def run_demo(a: argparse.Namespace) -> int:
     # Inputs are generated once per (workflow, seed) and reused: the measured path starts at the
     # runtime's put of the request's inputs, and the generator is not part of it.
     inputs = functools.lru_cache(maxsize=None)(workflows.make_inputs)
+    # Open until _run_demo returns: with --serve, that is after the report, so the dashboard stays up.
     with LocalRuntime(cfg, input_generator=inputs) as rt, serve(rt) as gw, \
             httpx.Client(base_url=gw.url, timeout=120, headers={"authorization": f"Bearer {gw.token}"}) as http:
-        def deploy(name: str) -> str | None:
-            t0 = time.perf_counter()
-            r = http.post("/v1/workflows", content=workflows.spec_text(name),
-                          headers={"content-type": "application/yaml"})
-            if r.status_code != 201:
-                return f"deploying {name} failed: HTTP {r.status_code} {r.text[:300]}"
-            err.print(f"  deployed {name:8s} ({time.perf_counter() - t0:.1f} s: workers started, models loaded)")
-            return None
+        return _run_demo(a, names, rt, gw, http, err, t_start)
 
-        def warm(name: str, transport: str, seed: int) -> tuple[str | None, float]:
-            r = http.post(f"/v1/workflows/{name}/invocations", params={"outputs": "digest"},
-                          json={"seed": seed, "transport": transport})
-            if r.status_code != 200 or r.json()["status"] != "done":
-                return f"warm-up of {name} over {transport} failed: {r.text[:500]}", 0.0
-            return None, float(r.json()["breakdown"]["compute_s"])
 
-        with ThreadPoolExecutor(len(names)) as ex:
-            problems = [p for p in ex.map(deploy, names) if p]
-            if problems:
-                err.print("[red]" + "; ".join(problems))
-                return 1
-            memory = _settle_memory(rt, err)
-            err.print(f"gateway at {gw.url}; warming up both transports ...")
-            # Compute times for the load estimate come from runs one at a time, on an idle machine:
-            # each workflow once per transport (and input variant), keeping the slower of the two.
-            # One sample can come out at half the usual time on a shared VM, and an estimate that
-            # low offers twice the intended load.
-            compute: dict[str, float] = {}
-            for name in names:
-                runs_s = []
-                for seed, transport in enumerate(TRANSPORTS):
-                    problem, took = warm(name, transport, seed)
-                    if problem:
-                        err.print(f"[red]{problem}")
-                        return 1
-                    runs_s.append(took)
-                compute[name] = max(runs_s)
-                err.print(f"  warmed {name:8s} (compute {' / '.join(f'{t:.2f}' for t in runs_s)} s per request)")
-        cores = len(os.sched_getaffinity(0))
-        rate = offered_rate(compute, a.load, cores)
-        plan = schedule(names, a.requests, rate, seed=1000)
-        err.print(f"  mean compute per request {np.mean(list(compute.values())):.2f} s on {cores} cores: "
-                  f"{rate:.2f} req/s offers {a.load:.0%} load")
-        runs: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
-        with Progress(console=err, transient=True) as prog:
-            for transport in TRANSPORTS:
-                task = prog.add_task(f"bursty load via {transport}", total=len(plan))
-                runs[transport] = _drive(http, plan, transport, functools.partial(prog.advance, task))
-                err.print(f"  {transport}: {len(plan)} invocations over {plan[-1][0]:.1f} s of arrivals")
-        metrics = http.get("/metrics").text
+def _run_demo(a: argparse.Namespace, names: list[str], rt: Any, gw: Any, http: Any, err: Any, t_start: float) -> int:
+    """The demo proper, on the caller's runtime, gateway and client (``run_demo`` closes them)."""
+    from rich.progress import Progress
+
+    from . import workflows
+
+    def deploy(name: str) -> str | None:
+        t0 = time.perf_counter()
+        r = http.post("/v1/workflows", content=workflows.spec_text(name),
+                      headers={"content-type": "application/yaml"})
+        if r.status_code != 201:
+            return f"deploying {name} failed: HTTP {r.status_code} {r.text[:300]}"
+        err.print(f"  deployed {name:8s} ({time.perf_counter() - t0:.1f} s: workers started, models loaded)")
+        return None
+
+    def warm(name: str, transport: str, seed: int) -> tuple[str | None, float]:
+        r = http.post(f"/v1/workflows/{name}/invocations", params={"outputs": "digest"},
+                      json={"seed": seed, "transport": transport})
+        if r.status_code != 200 or r.json()["status"] != "done":
+            return f"warm-up of {name} over {transport} failed: {r.text[:500]}", 0.0
+        return None, float(r.json()["breakdown"]["compute_s"])
+
+    with ThreadPoolExecutor(len(names)) as ex:
+        problems = [p for p in ex.map(deploy, names) if p]
+        if problems:
+            err.print("[red]" + "; ".join(problems))
+            return 1
+        memory = _settle_memory(rt, err)
+        err.print(f"gateway at {gw.url}; warming up both transports ...")
+        # Compute times for the load estimate come from runs one at a time, on an idle machine:
+        # each workflow once per transport (and input variant), keeping the slower of the two.
+        # One sample can come out at half the usual time on a shared VM, and an estimate that
+        # low offers twice the intended load.
+        compute: dict[str, float] = {}
+        for name in names:
+            runs_s = []
+            for seed, transport in enumerate(TRANSPORTS):
+                problem, took = warm(name, transport, seed)
+                if problem:
+                    err.print(f"[red]{problem}")
+                    return 1
+                runs_s.append(took)
+            compute[name] = max(runs_s)
+            err.print(f"  warmed {name:8s} (compute {' / '.join(f'{t:.2f}' for t in runs_s)} s per request)")
+    cores = len(os.sched_getaffinity(0))
+    rate = offered_rate(compute, a.load, cores)
+    plan = schedule(names, a.requests, rate, seed=1000)
+    err.print(f"  mean compute per request {np.mean(list(compute.values())):.2f} s on {cores} cores: "
+              f"{rate:.2f} req/s offers {a.load:.0%} load")
+    runs: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
+    with Progress(console=err, transient=True) as prog:
+        for transport in TRANSPORTS:
+            task = prog.add_task(f"bursty load via {transport}", total=len(plan))
+            runs[transport] = _drive(http, plan, transport, functools.partial(prog.advance, task))
+            err.print(f"  {transport}: {len(plan)} invocations over {plan[-1][0]:.1f} s of arrivals")
+    metrics = http.get("/metrics").text
     problems = _same_outputs(runs)
     stats = {t: _stats(runs[t]) for t in TRANSPORTS}
     doc = {"scale": a.scale, "requests_per_workflow": a.requests, "workflows": names, "stats": stats,
@@ -243,6 +253,14 @@ def run_demo(a: argparse.Namespace) -> int:
     if problems:
         print("gfaas: error: the transports disagree: " + "; ".join(problems[:5]), file=sys.stderr)
         return 1
+    print(f"dashboard: {gw.url}/dashboard" + ("" if a.serve else " (up while the demo ran; gfaas demo --serve keeps "
+                                               "it up, gfaas dashboard starts one on its own)"), file=sys.stderr)
+    if getattr(a, "serve", False):
+        print("serving until Ctrl-C ...", file=sys.stderr, flush=True)
+        stop = threading.Event()
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        stop.wait()
     return 0
 
 

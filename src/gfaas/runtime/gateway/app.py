@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from ...errors import ConfigError
 from ...units import MiB
 from ..api import RuntimeAPI
-from . import invocations, logs, ops, workflows
+from . import dashboard, invocations, logs, ops, workflows
 from .auth import new_token
 from .errors import add_error_handlers
 from .guard import OPEN_PATHS, Guard
@@ -19,7 +19,8 @@ from .state import _Gateway, lifespan
 def create_app(runtime: RuntimeAPI, *, token: str | None = None, authenticate: bool = True,
                limits: GatewayLimits | None = None, max_body_bytes: int = 256 * MiB, default_timeout_s: float = 60.0,
                max_timeout_s: float = 600.0, retry_after_s: int = 1, max_waiters: int = 256,
-               sweep_interval_s: float = 1.0, max_pending: int = 1_000_000) -> FastAPI:
+               sweep_interval_s: float = 1.0, max_pending: int = 1_000_000,
+               results_dirs: list[tuple[str, str]] | None = None) -> FastAPI:
     """The gateway's FastAPI application in front of ``runtime``.
 
     Args:
@@ -36,6 +37,8 @@ def create_app(runtime: RuntimeAPI, *, token: str | None = None, authenticate: b
         max_waiters: requests that may wait for results at the same time (threads); more queue up.
         sweep_interval_s: how often finished-but-unfetched invocations are counted in the metrics.
         max_pending: unfinished invocations tracked for the metrics (the oldest beyond it go uncounted).
+        results_dirs: ``(label, directory)`` pairs the dashboard's results browser lists (default: the
+            checkout's ``benchmarks/results`` and ``./out``, or ``$GFAAS_RESULTS_DIRS``).
     """
     limits = limits or GatewayLimits()
     if max_body_bytes < 0 or default_timeout_s < 0 or max_timeout_s < default_timeout_s or retry_after_s < 0 \
@@ -49,11 +52,14 @@ def create_app(runtime: RuntimeAPI, *, token: str | None = None, authenticate: b
                                       default_timeout_s=default_timeout_s, max_timeout_s=max_timeout_s,
                                       retry_after_s=retry_after_s, sweep_interval_s=sweep_interval_s)
     gw.token = token
+    gw.results_dirs = results_dirs if results_dirs is not None else \
+        (dashboard.results_dirs_from_env() or dashboard.default_results_dirs())
     app.add_middleware(Guard, max_body_bytes=max_body_bytes, limits=limits, token=token, retry_after_s=retry_after_s)
     add_error_handlers(app)
     app.include_router(ops.router)
     app.include_router(workflows.router)
     app.include_router(invocations.router(max_timeout_s))
     app.include_router(logs.router)
+    app.include_router(dashboard.router())
     document_security(app, OPEN_PATHS if authenticate else frozenset(OPEN_PATHS | {getattr(r, "path", "") for r in app.routes}))
     return app

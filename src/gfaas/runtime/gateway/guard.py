@@ -3,7 +3,9 @@
 In this order, before the app reads anything of the body:
 
 * **authentication**: every path except :data:`OPEN_PATHS` needs ``Authorization: Bearer TOKEN``
-  (compared in constant time); otherwise 401. New routes are protected without doing anything.
+  (compared in constant time); otherwise 401. New routes are protected without doing anything. The
+  dashboard's read-only views (:data:`.dashboard.READ_ONLY_PREFIXES`, GET) are open to a loopback client
+  whose socket the gateway's own user owns (:mod:`.peer`): not to function code under a tenant uid.
 * **requests in progress**: at most ``max_requests`` (``/healthz`` aside); more are 503 with ``Retry-After``.
 * **admission** (issue 23): an invocation (``POST /v1/workflows/NAME/invocations``) is admitted by
   the workflow's adaptive limit (:mod:`.admission`) on its headers and query alone, or waits (no
@@ -34,8 +36,10 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .auth import token_matches
+from .dashboard import READ_ONLY_PREFIXES
 from .errors import error_response
 from .limits import CODE_TYPES, GatewayLimits
+from .peer import same_user_on_loopback
 from .ratelog import RateLimitedLog
 
 log = RateLimitedLog(logging.getLogger("gfaas.gateway"))
@@ -67,6 +71,16 @@ class Guard:
         self.retry_after_s = retry_after_s
         self.active = 0  # requests in progress (one event loop: no lock needed)
 
+    @staticmethod
+    def _read_only_local(scope: Scope, path: str, headers: dict[bytes, bytes]) -> bool:
+        """The dashboard's read-only views, asked without a token by the gateway's own user on this
+        machine (not by function code under a tenant uid: :mod:`.peer`)."""
+        if scope.get("method") not in ("GET", "HEAD") or b"authorization" in headers:
+            return False
+        if not any(path == p or path.startswith(p if p.endswith("/") else p + "/") for p in READ_ONLY_PREFIXES):
+            return False
+        return same_user_on_loopback(scope.get("client"), scope.get("server"))
+
     def _limit(self, method: str, path: str, headers: dict[bytes, bytes]) -> tuple[int, str]:
         if method == "POST" and path == "/v1/workflows":
             ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower().decode("latin-1")
@@ -80,7 +94,8 @@ class Guard:
         """The answer to a request refused on its headers alone, or None."""
         headers = dict(scope.get("headers") or ())
         if self.token is not None and path not in OPEN_PATHS and \
-                not token_matches(headers.get(b"authorization"), self.token):
+                not token_matches(headers.get(b"authorization"), self.token) and \
+                not self._read_only_local(scope, path, headers):
             message = UNAUTHORIZED if b"authorization" not in headers else \
                 "the bearer token is not this gateway's (see the gateway's token file)"
             return error_response(401, "unauthorized", message, {"www-authenticate": 'Bearer realm="gfaas"'})

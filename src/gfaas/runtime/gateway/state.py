@@ -8,6 +8,7 @@ import contextlib
 import inspect
 import logging
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, TypeVar
@@ -21,6 +22,7 @@ from ..metrics import LATENCY_BUCKETS, Registry
 from ..result import InvocationResult
 from .admission import Admissions
 from .limits import GatewayLimits
+from .live import LiveStats
 
 log = logging.getLogger("gfaas.gateway")
 T = TypeVar("T")
@@ -43,6 +45,7 @@ class _Tracker:
         self._watched: dict[str, str] = {}  # the same for invocations the runtime calls back about
         self._max_pending = max_pending
         self._sweep_failing = False
+        self.live = LiveStats(time.monotonic)  # the dashboard's recent window (gateway.dashboard)
         self.invocations = registry.counter(
             "gfaas_invocations_total", "Invocations submitted through the gateway that finished, by outcome.",
             ["workflow", "status"])
@@ -86,6 +89,7 @@ class _Tracker:
         if workflow is None:
             return False
         workflow = res.workflow or workflow
+        self.live.record(workflow, res)
         self.invocations.inc(workflow=workflow, status=str(res.status))
         b = res.breakdown
         if res.status == "done":
@@ -135,6 +139,7 @@ class _Gateway:
         self.runtime = runtime
         self.limits = limits or GatewayLimits()
         self.token: str | None = None  # the bearer token (None: no authentication)
+        self.results_dirs: list[tuple[str, str]] = []  # (label, directory) the results browser lists
         self.deploying = 0  # deploys in progress (they count against max_workflows); under deploy_lock
         self.deploy_lock = threading.Lock()
         self.default_timeout_s = default_timeout_s

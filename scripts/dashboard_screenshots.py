@@ -1,0 +1,85 @@
+"""The dashboard's screenshots in docs/ (`make dashboard-screenshots`): a local runtime and gateway, two
+tiny workflows under a steady load, and headless Chromium on each tab.
+
+    .venv/bin/python scripts/dashboard_screenshots.py docs     # writes docs/dashboard-*.png
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "browser"))
+
+
+def main() -> int:
+    from conftest import browser_skip_reason, new_driver  # type: ignore[import-not-found]
+    from selenium.webdriver.common.by import By
+
+    import httpx
+
+    from gfaas.bench.overload_handlers import SPEC
+    from gfaas.runtime.wire import encode_array
+    from gfaas.runtime.gateway import GatewayLimits, serve
+    from gfaas.runtime.local import LocalRuntime, RuntimeConfig
+
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs")
+    why = browser_skip_reason()
+    if why:
+        print(f"dashboard_screenshots: {why}", file=sys.stderr)
+        return 2
+    limits = GatewayLimits(handler_packages=("gfaas.workflows", "gfaas.bench"))
+    with LocalRuntime(RuntimeConfig()) as rt, serve(rt, host="127.0.0.1", port=0, limits=limits) as gw:
+        rt.deploy(SPEC)
+        rt.deploy(SPEC.replace("name: overload", "name: overload-big", 1))
+        stop = threading.Event()
+
+        def load(name: str, n: int, pause: float) -> None:  # through the gateway, as clients do
+            body = {"inputs": {"n": encode_array(np.int64(n))}}
+            with httpx.Client(base_url=gw.url, timeout=60, headers={"authorization": f"Bearer {gw.token}"}) as c:
+                while not stop.is_set():
+                    c.post(f"/v1/workflows/{name}/invocations", json=body)
+                    time.sleep(pause)
+
+        threads = [threading.Thread(target=load, args=a, daemon=True)
+                   for a in (("overload", 256, 0.01), ("overload-big", 1 << 20, 0.05))]
+        for t in threads:
+            t.start()
+        driver = new_driver(1400, 900)
+        try:
+            print(f"dashboard at {gw.url}/dashboard; letting the chart fill for 20 s ...", file=sys.stderr)
+            driver.get(gw.url + "/dashboard#overview")
+            time.sleep(20)
+            shots = {"overview": None, "nodes": None, "scaling": None}
+            for tab in shots:
+                driver.get(f"{gw.url}/dashboard#{tab}")
+                time.sleep(3)
+                path = out / f"dashboard-{tab}.png"
+                driver.save_screenshot(str(path))
+                print(f"  {path}", file=sys.stderr)
+            driver.get(gw.url + "/dashboard#results")
+            time.sleep(1)
+            rows = driver.find_elements(By.CSS_SELECTOR, "#results tr.clickable")
+            pick = next((r for r in rows if "sim-experiments.json" in r.text), rows[0] if rows else None)
+            if pick is not None:
+                pick.click()
+                time.sleep(2)
+                driver.execute_script("document.getElementById('result').scrollIntoView();")
+            path = out / "dashboard-results.png"
+            driver.save_screenshot(str(path))
+            print(f"  {path}", file=sys.stderr)
+        finally:
+            driver.quit()
+            stop.set()
+            for t in threads:
+                t.join(60)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
