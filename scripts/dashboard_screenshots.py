@@ -18,15 +18,14 @@ sys.path.insert(0, str(ROOT / "tests" / "browser"))
 
 
 def main() -> int:
-    from conftest import browser_skip_reason, new_driver  # type: ignore[import-not-found]
+    import httpx
     from selenium.webdriver.common.by import By
 
-    import httpx
-
+    from conftest import browser_skip_reason, new_driver  # type: ignore[import-not-found]
     from gfaas.bench.overload_handlers import SPEC
-    from gfaas.runtime.wire import encode_array
     from gfaas.runtime.gateway import GatewayLimits, serve
     from gfaas.runtime.local import LocalRuntime, RuntimeConfig
+    from gfaas.runtime.wire import encode_array
 
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs")
     why = browser_skip_reason()
