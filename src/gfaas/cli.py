@@ -192,6 +192,10 @@ def cmd_bench(a: argparse.Namespace) -> int:
         from .bench.overload import main as bench_overload
 
         return bench_overload(a)
+    if a.what == "ray-serve":
+        from .bench.ray_serve import main as bench_ray_serve
+
+        return bench_ray_serve(a)
     print(f"gfaas bench {a.what}: not built yet (later issues)", file=sys.stderr)
     return 2
 
@@ -245,14 +249,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks against real peers, in one run")
     b.add_argument("what", choices=["dataplane", "pipeline", "sim", "simscale", "accel", "dedup", "scale", "autoscale",
-                                    "overload"])
+                                    "overload", "ray-serve"])
     b.add_argument("--json", action="store_true")
     b.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (smoke test)")
     b.add_argument("--systems", help="comma-separated subset of systems to run ('none': no CPU rows)")
     b.add_argument("--gpu", action="store_true",
                    help="dataplane: add the CUDA rows (needs a GPU and gfaas[gpu]; see docs/benchmarks.md)")
     b.add_argument("--out", help="also write the JSON result to this file")
-    b.add_argument("--sizes", default="64KiB,1MiB,16MiB,64MiB", help="pipeline: tensor sizes to pass")
+    b.add_argument("--sizes", default=None,
+                   help="pipeline: tensor sizes to pass (default 64KiB,1MiB,16MiB,64MiB); ray-serve: array sizes "
+                        "(default 64KiB,4MiB,64MiB)")
     b.add_argument("--repeat", type=int, default=20, help="pipeline: tensors per size")
     b.add_argument("--trace", help="scale: an Azure LLM trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens); "
                    "default: the bundled code trace")

@@ -429,6 +429,8 @@ def test_row15_schema_driven_fuzzing_finds_no_5xx_and_no_valid_request_refused(
         op = result.ok()
         if op.method.upper() == "DELETE":
             continue  # would undeploy the fixture's workflow by luck only; undeploy is tested above
+        if op.path == "/v1/dashboard/stream":
+            continue  # unending by design (server-sent events); tests/integration/test_dashboard_api.py reads it
 
         @given(case=op.as_strategy())
         @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate],
@@ -440,5 +442,5 @@ def test_row15_schema_driven_fuzzing_finds_no_5xx_and_no_valid_request_refused(
             case.validate_response(r, checks=checks)
 
         fuzz()
-    assert len(statuses) == 12 and all(max(s) < 500 for s in statuses.values()), statuses
+    assert len(statuses) == 16 and all(max(s) < 500 for s in statuses.values()), statuses
     assert rt.workflows() == ["steady"]

@@ -82,7 +82,11 @@ def _tokens_in_reach() -> list[str]:
     import gc
     import sys
 
-    found = [getattr(o, "token", "") for o in gc.get_objects() if type(o).__name__ == "Task"]
+    gc.unfreeze()  # frozen start-up objects (gcpause) are left out of get_objects(): look at them too
+    try:
+        found = [getattr(o, "token", "") for o in gc.get_objects() if type(o).__name__ == "Task"]
+    finally:
+        gc.freeze()
     f: Any = sys._getframe()
     while f is not None:
         for v in f.f_locals.values():
@@ -96,8 +100,12 @@ def _daemon_socket() -> socket.socket:
     """The daemon connection this task uses (function code can reach anything in its process)."""
     import gc
 
-    socks = [o._ch.sock for o in gc.get_objects()
-             if type(o).__name__ == "Client" and getattr(getattr(o, "_ch", None), "sock", None) is not None]
+    gc.unfreeze()  # the worker froze its start-up heap (gcpause), which get_objects() leaves out
+    try:
+        socks = [o._ch.sock for o in gc.get_objects()
+                 if type(o).__name__ == "Client" and getattr(getattr(o, "_ch", None), "sock", None) is not None]
+    finally:
+        gc.freeze()
     return socks[-1]
 
 

@@ -148,7 +148,7 @@ def run_pipeline(a: argparse.Namespace) -> int:
     from ..dataplane.local import LocalNode
     from ..dataplane.redis_server import RedisServer
 
-    sizes = [parse_size(s) for s in a.sizes.split(",") if s.strip()]
+    sizes = [parse_size(s) for s in (a.sizes or "64KiB,1MiB,16MiB,64MiB").split(",") if s.strip()]
     quiet = bool(a.json)
 
     def say(msg: str) -> None:

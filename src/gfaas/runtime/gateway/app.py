@@ -60,6 +60,6 @@ def create_app(runtime: RuntimeAPI, *, token: str | None = None, authenticate: b
     app.include_router(workflows.router)
     app.include_router(invocations.router(max_timeout_s))
     app.include_router(logs.router)
-    app.include_router(dashboard.router())
+    app.include_router(dashboard.router)
     document_security(app, OPEN_PATHS if authenticate else frozenset(OPEN_PATHS | {getattr(r, "path", "") for r in app.routes}))
     return app

@@ -30,6 +30,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 
 from ...errors import NotFound
+from .schemas import _responses
 from .state import GatewayDep, _Gateway
 
 log = logging.getLogger("gfaas.gateway.dashboard")
@@ -53,62 +54,72 @@ def _static_names() -> set[str]:
     return {p.name for p in _static_dir().iterdir() if p.is_file()}
 
 
-def router() -> APIRouter:
-    r = APIRouter()
+router = APIRouter()
 
-    @r.get("/dashboard", include_in_schema=False)
-    def page() -> HTMLResponse:
-        return HTMLResponse((_static_dir() / "dashboard.html").read_text(encoding="utf-8"),
-                            headers={"cache-control": "no-cache"})
 
-    @r.get("/dashboard/static/{name}", include_in_schema=False)
-    def static(name: str) -> Response:
-        if name not in _static_names():  # an allow-list: nothing outside the folder can be named
-            raise NotFound(f"no dashboard file {name[:80]!r}")
-        kind = _STATIC_TYPES.get(Path(name).suffix, "application/octet-stream")
-        return Response((_static_dir() / name).read_bytes(), media_type=kind,
-                        headers={"cache-control": "max-age=3600"})
+@router.get("/dashboard", include_in_schema=False)
+def page() -> HTMLResponse:
+    return HTMLResponse((_static_dir() / "dashboard.html").read_text(encoding="utf-8"),
+                        headers={"cache-control": "no-cache"})
 
-    @r.get("/v1/dashboard/state", tags=["dashboard"])
-    async def state(gw: GatewayDep) -> JSONResponse:
-        """The dashboard's snapshot: nodes, workflows, page merging (read-only)."""
-        return JSONResponse(await run_in_threadpool(dashboard_state, gw))
 
-    @r.get("/v1/dashboard/stream", tags=["dashboard"])
-    async def stream(gw: GatewayDep, interval: float = Query(1.0, ge=0.2, le=60.0)) -> StreamingResponse:
-        """The snapshot as server-sent events (``data: {...}``), one every ``interval`` seconds."""
-        async def events() -> AsyncIterator[bytes]:
-            while True:
-                doc = await run_in_threadpool(dashboard_state, gw)
-                yield b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
-                await asyncio.sleep(interval)
+@router.get("/dashboard/static/{name}", include_in_schema=False)
+def static(name: str) -> Response:
+    if name not in _static_names():  # an allow-list: nothing outside the folder can be named
+        raise NotFound(f"no dashboard file {name[:80]!r}")
+    kind = _STATIC_TYPES.get(Path(name).suffix, "application/octet-stream")
+    return Response((_static_dir() / name).read_bytes(), media_type=kind, headers={"cache-control": "max-age=3600"})
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
-    @r.get("/v1/results", tags=["dashboard"])
-    async def results(gw: GatewayDep) -> JSONResponse:
-        """Every result file in the result directories: id, where, size, the commit it measured."""
-        return JSONResponse(await run_in_threadpool(list_results, gw.results_dirs))
+@router.get("/v1/dashboard/state", tags=["dashboard"])
+async def state(gw: GatewayDep) -> JSONResponse:
+    """The dashboard's snapshot: nodes, workflows, page merging (read-only)."""
+    return JSONResponse(await run_in_threadpool(dashboard_state, gw))
 
-    @r.get("/v1/results/{rid:path}/figure", tags=["dashboard"])
-    def result_figure(rid: str, gw: GatewayDep) -> FileResponse:
-        """The figure drawn from a result, if there is one."""
-        entry = _find(gw.results_dirs, rid)
-        if not entry.get("figure"):
-            raise NotFound(f"result {rid!r} has no figure")
-        return FileResponse(entry["figure"], media_type="image/png")
 
-    @r.get("/v1/results/{rid:path}", tags=["dashboard"])
-    def result(rid: str, gw: GatewayDep) -> Response:
-        """One result document as it is on disk."""
-        entry = _find(gw.results_dirs, rid)
-        if entry["bytes"] > MAX_RESULT_BYTES:
-            raise NotFound(f"result {rid!r} is {entry['bytes']} bytes, over the dashboard's {MAX_RESULT_BYTES}; "
-                           f"open {entry['path']} directly")
-        return Response(Path(entry["path"]).read_bytes(), media_type="application/json")
+async def _events(gw: _Gateway, interval: float) -> AsyncIterator[bytes]:
+    while True:
+        doc = await run_in_threadpool(dashboard_state, gw)
+        yield b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+        await asyncio.sleep(interval)
 
-    return r
+
+@router.get("/v1/dashboard/stream", tags=["dashboard"], response_class=StreamingResponse,
+            responses={200: {"description": "server-sent events, each `data: ` and one state document",
+                             "content": {"text/event-stream": {"schema": {"type": "object"}}}}})
+async def stream(gw: GatewayDep, interval: float = Query(1.0, ge=0.2, le=60.0)) -> StreamingResponse:
+    """The snapshot as server-sent events (``data: {...}``), one every ``interval`` seconds."""
+    return StreamingResponse(_events(gw, interval), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+@router.get("/v1/results", tags=["dashboard"])
+async def results(gw: GatewayDep) -> JSONResponse:
+    """Every result file in the result directories: id, where, size, the commit it measured."""
+    return JSONResponse(await run_in_threadpool(list_results, gw.results_dirs))
+
+
+@router.get("/v1/results/{rid:path}/figure", tags=["dashboard"], response_class=FileResponse,
+            responses={**_responses(404), 200: {"description": "the figure", "content": {
+                "image/png": {"schema": {"type": "string", "format": "binary"}}}}})
+def result_figure(rid: str, gw: GatewayDep) -> FileResponse:
+    """The figure drawn from a result, if there is one."""
+    entry = _find(gw.results_dirs, rid)
+    if not entry.get("figure"):
+        raise NotFound(f"result {rid!r} has no figure")
+    return FileResponse(entry["figure"], media_type="image/png")
+
+
+@router.get("/v1/results/{rid:path}", tags=["dashboard"],
+            responses={**_responses(404), 200: {"description": "the result document",
+                                                "content": {"application/json": {}}}})
+def result(rid: str, gw: GatewayDep) -> Response:
+    """One result document as it is on disk."""
+    entry = _find(gw.results_dirs, rid)
+    if entry["bytes"] > MAX_RESULT_BYTES:
+        raise NotFound(f"result {rid!r} is {entry['bytes']} bytes, over the dashboard's {MAX_RESULT_BYTES}; "
+                       f"open {entry['path']} directly")
+    return Response(Path(entry["path"]).read_bytes(), media_type="application/json")
 
 
 # -- the live snapshot

@@ -1,0 +1,159 @@
+"""``gfaas bench ray-serve``: the overload benchmark's two-function pipeline through gfaas and through a
+Ray Serve composition, in one run (issue 23: "the 64 MiB pipeline stays >= 4x faster than Ray Serve").
+
+Both run the same work: ``gen`` makes a float32 array of ``n`` elements, ``red`` sums a strided slice
+of it, and the answer is checked against the closed form. gfaas: an embedded
+``LocalRuntime.invoke`` of the workflow in :mod:`.overload_handlers` (two worker processes, the array
+passed through the node's data plane). Ray Serve: two deployments, ``Gen`` calling ``Red`` through its
+deployment handle (the array passed as a Ray object), driven through a handle from this process.
+Requests go one at a time; the p50 of each is compared, per size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..units import KiB, MiB, format_bytes, parse_size
+from .overload_handlers import SPEC, expected_total
+
+SIZES = "64KiB,4MiB,64MiB"
+TARGET_SIZE = 64 * MiB
+TARGET_RATIO = 4.0
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        out = [parse_size(s.strip()) for s in text.split(",") if s.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--sizes {text!r}: {exc}; give e.g. 64KiB,4MiB,64MiB") from None
+    if not out or any(n < 4 * KiB for n in out):
+        raise ConfigError(f"--sizes {text!r}: give sizes of at least 4KiB, e.g. 64KiB,4MiB,64MiB")
+    return out
+
+
+def _p50(xs: list[float]) -> float:
+    return round(float(np.percentile(np.asarray(xs), 50)) * 1e3, 3)
+
+
+def measure_gfaas(sizes: list[int], samples: int, warmup: int, say: Any) -> dict[int, list[float]]:
+    from ..runtime.local import LocalRuntime, RuntimeConfig
+
+    out: dict[int, list[float]] = {}
+    with LocalRuntime(RuntimeConfig()) as rt:
+        rt.deploy(SPEC)
+        for size in sizes:
+            n = size // 4
+            lat = []
+            for i in range(warmup + samples):
+                t0 = time.perf_counter()
+                res = rt.invoke("overload", {"n": np.int64(n)}, timeout=120)
+                took = time.perf_counter() - t0
+                if not res.ok:
+                    raise RuntimeError(f"gfaas invocation of {format_bytes(size)} failed: {res.error}")
+                if not np.isclose(float(res.outputs["total"]), expected_total(n), rtol=1e-5):
+                    raise RuntimeError(f"gfaas answered {res.outputs['total']} for n={n}")
+                if i >= warmup:
+                    lat.append(took)
+            out[size] = lat
+            say(f"  gfaas {format_bytes(size)}: p50 {_p50(lat)} ms")
+    return out
+
+
+def measure_ray_serve(sizes: list[int], samples: int, warmup: int, say: Any) -> tuple[dict[int, list[float]], str]:
+    try:
+        import ray
+        from ray import serve
+    except ImportError:
+        raise ConfigError("gfaas bench ray-serve needs Ray Serve: pip install -e '.[ray]'") from None
+
+    @serve.deployment
+    class Red:
+        def __call__(self, x: np.ndarray) -> float:
+            return float(x[::4].sum(dtype=np.float64))
+
+    @serve.deployment
+    class Gen:
+        def __init__(self, red: Any) -> None:
+            self.red = red
+
+        async def __call__(self, n: int) -> float:
+            x = np.arange(n, dtype=np.float32)
+            total: float = await self.red.remote(x)
+            return total
+
+    ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    out: dict[int, list[float]] = {}
+    try:
+        handle = serve.run(Gen.bind(Red.bind()), name="gfaas-compare", route_prefix=None)
+        for size in sizes:
+            n = size // 4
+            lat = []
+            for i in range(warmup + samples):
+                t0 = time.perf_counter()
+                total = handle.remote(n).result(timeout_s=120)
+                took = time.perf_counter() - t0
+                if not np.isclose(total, expected_total(n), rtol=1e-5):
+                    raise RuntimeError(f"Ray Serve answered {total} for n={n}")
+                if i >= warmup:
+                    lat.append(took)
+            out[size] = lat
+            say(f"  Ray Serve {format_bytes(size)}: p50 {_p50(lat)} ms")
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return out, str(ray.__version__)
+
+
+def measure(sizes: list[int], samples: int = 30, warmup: int = 5, say: Any = None) -> dict[str, Any]:
+    say = say or (lambda msg: None)
+    t0 = time.perf_counter()
+    say("gfaas: embedded LocalRuntime.invoke of gen -> red ...")
+    g = measure_gfaas(sizes, samples, warmup, say)
+    say("Ray Serve: Gen -> Red composition through deployment handles ...")
+    r, version = measure_ray_serve(sizes, samples, warmup, say)
+    rows = [{"size_bytes": s, "gfaas_p50_ms": _p50(g[s]), "ray_serve_p50_ms": _p50(r[s]),
+             "ray_serve_over_gfaas": round(_p50(r[s]) / _p50(g[s]), 2)} for s in sizes]
+    target = next((row for row in rows if row["size_bytes"] == TARGET_SIZE), None)
+    return {
+        "rows": rows,
+        "samples": samples, "warmup": warmup, "ray_version": version,
+        "target": {"what": f"the {format_bytes(TARGET_SIZE)} pipeline at least {TARGET_RATIO:g}x faster than Ray Serve "
+                           "(p50, same run)", "value": target["ray_serve_over_gfaas"] if target else None,
+                   "met": None if target is None else target["ray_serve_over_gfaas"] >= TARGET_RATIO},
+        "duration_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def main(a: argparse.Namespace) -> int:
+    from ..provenance import provenance
+
+    sizes = _sizes(a.sizes or SIZES)
+    samples = 10 if a.quick else 30
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    doc = measure(sizes, samples=samples, warmup=2 if a.quick else 5, say=say)
+    doc["provenance"] = provenance()
+    text = json.dumps(doc, indent=2)
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(text + "\n")
+    if a.json:
+        print(text)
+        return 0
+    print(f"{'size':>8} {'gfaas p50 ms':>13} {'Ray Serve p50 ms':>17} {'Ray Serve / gfaas':>18}")
+    for row in doc["rows"]:
+        print(f"{format_bytes(row['size_bytes']):>8} {row['gfaas_p50_ms']:13.2f} {row['ray_serve_p50_ms']:17.2f} "
+              f"{row['ray_serve_over_gfaas']:17.1f}x")
+    t = doc["target"]
+    print(f"target: {t['what']}: {t['value']}x ({'met' if t['met'] else 'not met'})")
+    return 0
