@@ -5,10 +5,11 @@ with its per-message entry point (``Daemon._handle``: decode, handler, reply) ti
 process keeps a steady put/get load on it (producer ``f`` puts objects for consumer ``g``, which gets
 each at once; small ones go through slabs, larger ones through segments of their own). This process
 asks for one ``Snapshot`` a second for ``--seconds``, then, for comparison, one ``Stats`` a second for
-as long. Prints, per phase, the daemon's time handling those requests as a fraction of wall time and
+as long. ``--resident N`` objects stay stored throughout (what a ``Stats`` sums over, and a snapshot
+does not). Prints, per phase, the daemon's time handling those requests as a fraction of wall time and
 of the daemon thread's CPU time, and the load's operations per second. Nothing is written to disk.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/snapshot_cost.py --seconds 10
+    PYTHONPATH=src .venv/bin/python benchmarks/snapshot_cost.py --seconds 10 --resident 20000
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _cpu_clock(thread: threading.Thread) -> int:
     return time.pthread_getcpuclockid(thread.ident)
 
 
-def measure(seconds: float, load_delay_s: float = 1.0) -> dict[str, Any]:
+def measure(seconds: float, resident: int = 0, load_delay_s: float = 1.0) -> dict[str, Any]:
     run_dir = tempfile.mkdtemp(prefix="gfaas-snapcost-", dir="/tmp")
     cfg = NodeConfig(node_id="bench0", socket_path=os.path.join(run_dir, "node.sock"),
                      state_dir=os.path.join(run_dir, "state"), capacity_bytes=512 * MiB)
@@ -86,9 +87,18 @@ def measure(seconds: float, load_delay_s: float = 1.0) -> dict[str, Any]:
     t.start()
     admin = Admin(cfg.socket_path, state_dir=cfg.state_dir)
     inv = admin.open_invocation("bench", ["f", "g"])
+    if resident:
+        import numpy as np
+
+        from gfaas.dataplane.client import connect
+
+        with connect(inv.credentials("f")) as keeper:  # objects open to the invocation: they stay until its end
+            one = np.ones(256, np.uint8)
+            for _ in range(resident):
+                keeper.put(one)
     load = subprocess.Popen([sys.executable, "-c", LOAD, cfg.socket_path, inv.tokens["f"], inv.tokens["g"]],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    out: dict[str, Any] = {"seconds": seconds, "phases": {}}
+    out: dict[str, Any] = {"seconds": seconds, "resident": resident, "phases": {}}
     try:
         assert load.stdout is not None and load.stdout.readline().strip() == "ready"
         time.sleep(load_delay_s)  # past the first leases and warm-up
@@ -128,9 +138,10 @@ def measure(seconds: float, load_delay_s: float = 1.0) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=10.0, help="length of each phase (one request a second)")
+    ap.add_argument("--resident", type=int, default=20000, help="objects kept stored throughout")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = ap.parse_args()
-    res = measure(args.seconds)
+    res = measure(args.seconds, args.resident)
     if args.json:
         print(json.dumps(res, indent=2, default=str))
         return
@@ -141,7 +152,8 @@ def main() -> None:
               f"{'n/a' if cpu is None else f'{100 * cpu:.4f}%'} of the daemon thread's CPU"
               f" ({p['daemon_cpu_s']:.2f} s); per request median {p['per_request_ms']['median']:.3f} ms,"
               f" max {p['per_request_ms']['max']:.3f} ms")
-    print(f"load: {res['load_ops']} puts and gets in all (both phases and the warm-up)")
+    print(f"load: {res['load_ops']} puts and gets in all (both phases and the warm-up), {res['resident']} objects"
+          " stored throughout")
 
 
 if __name__ == "__main__":
