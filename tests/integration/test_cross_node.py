@@ -172,6 +172,10 @@ def _pull_and_check(cl: Cluster) -> None:
         y = cons.get(ref)
         assert y.dtype == x.dtype and y.shape == x.shape
         assert y.tobytes() == x.tobytes()
+    # The bytes moved show on each node's stats stream: served by a, pulled by b.
+    total = sum(x.nbytes for x in arrays)
+    assert cl.admin["a"].snapshot()["links"]["net-out"] == total
+    assert cl.admin["b"].snapshot()["links"]["net-in"] == total
     # Every declared consumer has read them: freed on the owner, and the pulled copies too.
     assert cl.stats("a")["objects"] == 0
     assert cl.stats("a")["bytes_live"] == 0

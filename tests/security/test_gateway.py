@@ -442,5 +442,5 @@ def test_row15_schema_driven_fuzzing_finds_no_5xx_and_no_valid_request_refused(
             case.validate_response(r, checks=checks)
 
         fuzz()
-    assert len(statuses) == 16 and all(max(s) < 500 for s in statuses.values()), statuses
+    assert len(statuses) == 18 and all(max(s) < 500 for s in statuses.values()), statuses
     assert rt.workflows() == ["steady"]

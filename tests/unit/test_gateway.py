@@ -1041,9 +1041,10 @@ def test_gateway_package_stays_untied(rt: FakeRuntime) -> None:
             f = f.func
         return f.__module__.startswith(pkg.__name__ + ".") and getattr(sys.modules[f.__module__], f.__name__) is f
 
-    from gfaas.runtime.gateway import dashboard, invocations, logs, ops, workflows
+    from gfaas.runtime.gateway import dashboard, invocations, logs, nodes, ops, workflows
 
-    routes = [r for router in (ops.router, workflows.router, invocations.router(600.0), logs.router, dashboard.router)
+    routes = [r for router in (ops.router, workflows.router, invocations.router(600.0), logs.router, dashboard.router,
+                               nodes.router)
               for r in router.routes
               if isinstance(r, APIRoute)]
     for route in routes:

@@ -24,6 +24,8 @@ REQUESTS = [
     P.EndInvocation("0" * 32),
     P.EndInvocations(["0" * 32, "1" * 32]),
     P.Stats(),
+    P.Snapshot(),
+    P.ObjectInfo(OID),
     P.Lease(100),
     P.MoreIds(64),
     P.Seal(OID, 64, 40, "<f4", [10], ["g"]),
@@ -53,6 +55,10 @@ REPLIES = [
     P.Ended("0" * 32, 3),
     P.EndedMany({"0" * 32: 3}),
     P.StatsReply("n0", 1, 0, 4096, 100, 1 << 30, 1, 1, 2, 0),
+    P.SnapshotReply("n0", 1.5, [P.TierFigures("host", 100, 4096, 0, 1 << 30, 1, 0)], {"evictions": 2},
+                    {"net-in": 7}),
+    P.ObjectInfoReply(OID, "0" * 32, "f", ["g"], ["g"], 40, "<f4", [10], "sealed", "host", 0.5),
+    P.ObjectInfoReply(OID, "0" * 32, "f", None, None, 0, "raw", [0], "writing", "gpu1", 0.0),
     P.DedupReport(b'{"processes": []}'),
     P.Leased(1, 0, 1 << 20, [OID], [3]),
     P.Leased(1, 0, 1 << 20, [OID, OID], [], 7),
@@ -87,11 +93,12 @@ def test_request_and_reply_types_are_pinned() -> None:
 
     assert sorted(t.__name__ for t in typing.get_args(P.Request)) == [
         "AdminHello", "Allocate", "Attach", "Bind", "Consumed", "DedupForget", "DedupHint", "DedupStatus", "Delete",
-        "Derive", "EndInvocation", "EndInvocations", "Get", "Hello", "Lease", "MoreIds", "OpenInvocation",
-        "QueueHint", "QueueState", "Release", "Seal", "SealAllocated", "Stats", "Sync", "Unbind"]
+        "Derive", "EndInvocation", "EndInvocations", "Get", "Hello", "Lease", "MoreIds", "ObjectInfo",
+        "OpenInvocation", "QueueHint", "QueueState", "Release", "Seal", "SealAllocated", "Snapshot", "Stats", "Sync",
+        "Unbind"]
     assert sorted(t.__name__ for t in typing.get_args(P.Reply)) == [
         "AdminWelcome", "Allocated", "Bound", "DedupReport", "Derived", "Ended", "EndedMany", "Error", "Ids",
-        "InvocationOpened", "Leased", "Located", "Ok", "StatsReply", "Welcome"]
+        "InvocationOpened", "Leased", "Located", "ObjectInfoReply", "Ok", "SnapshotReply", "StatsReply", "Welcome"]
     assert {type(m).__name__ for m in REQUESTS} == {t.__name__ for t in typing.get_args(P.Request)}
     assert {type(m).__name__ for m in REPLIES} == {t.__name__ for t in typing.get_args(P.Reply)}
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -54,7 +55,7 @@ def measure_gfaas(sizes: list[int], samples: int, warmup: int, say: Any) -> dict
             lat = []
             for i in range(warmup + samples):
                 t0 = time.perf_counter()
-                res = rt.invoke("overload", {"n": np.int64(n)}, timeout=120)
+                res = rt.invoke("overload", {"n": np.asarray(n, dtype=np.int64)}, timeout=120)
                 took = time.perf_counter() - t0
                 if not res.ok:
                     raise RuntimeError(f"gfaas invocation of {format_bytes(size)} failed: {res.error}")
@@ -89,10 +90,11 @@ def measure_ray_serve(sizes: list[int], samples: int, warmup: int, say: Any) -> 
             total: float = await self.red.remote(x)
             return total
 
-    ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     out: dict[int, list[float]] = {}
     try:
-        handle = serve.run(Gen.bind(Red.bind()), name="gfaas-compare", route_prefix=None)
+        app = cast(Any, Gen).bind(cast(Any, Red).bind())  # serve.deployment makes Deployments of the classes
+        handle = serve.run(app, name="gfaas-compare", route_prefix=None)
         for size in sizes:
             n = size // 4
             lat = []

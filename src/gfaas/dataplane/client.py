@@ -38,7 +38,7 @@ from .device_client import (
     process_mapper,
     wait_until,
 )
-from .ids import DataRef
+from .ids import DataRef, object_id
 from .meta import _ITEMSIZE, RAW, align, check_consumers, itemsize
 from .slabindex import (
     DIR,
@@ -1214,6 +1214,32 @@ class Admin:
         import msgspec
 
         return msgspec.structs.asdict(r)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The node's live figures, cheap enough to poll every second (``Snapshot``: read from counters;
+        unlike :meth:`stats` nothing is settled or waited for, so a put whose seal is still queued may
+        not show yet). ``{"node_id", "time", "tiers": [{"name", "bytes_live", "bytes_reserved",
+        "bytes_target", "capacity_bytes", "objects", "bytes_pooled"}], "counters": {...}, "links": {...}}``
+        (docs/design/node-stats.md)."""
+        import msgspec
+
+        r, _ = self._ch.call(P.Snapshot())
+        assert isinstance(r, P.SnapshotReply)
+        return {"node_id": r.node_id, "time": r.time, "tiers": [msgspec.structs.asdict(t) for t in r.tiers],
+                "counters": dict(r.counters), "links": dict(r.links)}
+
+    def object_info(self, ref: DataRef | str | bytes) -> dict[str, Any]:
+        """Where one object on this node is: ``{"id" (hex), "invocation", "producer", "consumers",
+        "readers_left", "nbytes", "dtype", "shape", "state", "tier", "age_s"}``. ``ref``: a
+        :class:`DataRef`, its string form, the ID's 32 hex digits or its 16 bytes.
+        :class:`~gfaas.errors.NotFound` if the node does not hold it."""
+        import msgspec
+
+        r, _ = self._ch.call(P.ObjectInfo(object_id(ref)))
+        assert isinstance(r, P.ObjectInfoReply)
+        out = msgspec.structs.asdict(r)
+        out["id"] = r.id.hex()
+        return out
 
     def close(self) -> None:
         self._ch.close()

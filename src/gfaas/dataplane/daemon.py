@@ -47,6 +47,7 @@ from ..errors import (
     code_of,
 )
 from ..secfiles import create_file, load_or_create, private_dir, read_private_file
+from . import nodestats
 from . import protocol as P
 from .auth import Registry, token_hash
 from .backends import make_backend, make_device_backends
@@ -64,6 +65,9 @@ _ASYNC = (P.Seal, P.Release, P.Consumed, P.Unbind)  # requests that get no reply
 # Requests that change an attached connection's credentials: an error held from the credentials they
 # end belongs to those, never to the next ones (see _end_binding).
 _BINDING = (P.Bind, P.Unbind)
+# Requests that only read counters (the stats stream): no settling after them, so a poller never
+# makes the daemon do tier work it would not have done anyway (see nodestats.py).
+_READ_ONLY = (P.Snapshot, P.ObjectInfo)
 _EARLY_MAX = 65536  # local reads noted before their object's seal arrived (see _consumed)
 # How often the loop looks for seals and reads written to shared memory when no message wakes it:
 # soon after work was found, backing off while there is none.
@@ -169,6 +173,8 @@ class Daemon:
             P.EndInvocation: self._end,
             P.EndInvocations: self._end_many,
             P.Stats: self._stats,
+            P.Snapshot: self._snapshot,
+            P.ObjectInfo: self._object_info,
             P.QueueHint: self._queue_hint,
             P.QueueState: self._queue_state,
             P.DedupHint: self._dedup_hint,
@@ -647,7 +653,8 @@ class Daemon:
             out = (P.Error(code_of(err), str(err)), [])
         if out is not None:
             self._send(conn, *out)
-        self._settle()
+        if not isinstance(msg, _READ_ONLY):
+            self._settle()
 
     def _internal_error(self, exc: Exception) -> GfaasError:
         """The error a client gets for an unexpected exception: running out of descriptors (creating a
@@ -911,6 +918,14 @@ class Daemon:
             if not self._spill_futures:
                 break
         return P.StatsReply(self.config.node_id, **self.store.stats()), []
+
+    def _snapshot(self, conn: Conn, m: P.Snapshot) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        return nodestats.snapshot(self.store, self.config.node_id, len(self._conns)), []
+
+    def _object_info(self, conn: Conn, m: P.ObjectInfo) -> tuple[P.Reply, list[int]]:
+        self._need_admin(conn)
+        return nodestats.object_info(self.store, m.id), []
 
     def _queue_hint(self, conn: Conn, m: P.QueueHint) -> tuple[P.Reply, list[int]]:
         self._need_admin(conn)

@@ -73,3 +73,23 @@ class DataRef:
                 f"{text[:120]!r} is not a data reference; expected 'gfaas://<node>/<32 lowercase hex digits>'"
             )
         return cls(bytes.fromhex(m.group(2)), m.group(1))
+
+
+_HEX_ID = re.compile(r"[0-9a-fA-F]{32}")
+
+
+def object_id(ref: object) -> bytes:
+    """The ID a reference names: a :class:`DataRef`, its string form, 32 hex digits or 16 bytes.
+    Anything else is :class:`~gfaas.errors.InvalidDataRef`, naming the value."""
+    if isinstance(ref, DataRef):
+        return ref.id
+    if isinstance(ref, bytes | bytearray):
+        return check_id(ref)
+    if isinstance(ref, str):
+        if _HEX_ID.fullmatch(ref):
+            return bytes.fromhex(ref)
+        if ref.startswith("gfaas://"):
+            return DataRef.parse(ref).id
+        raise InvalidDataRef(f"{ref[:120]!r} names no object; give 'gfaas://<node>/<32 hex digits>' or the 32 hex"
+                             " digits of its ID")
+    raise InvalidDataRef(f"an object reference must be a DataRef, str or bytes, got {type(ref).__name__}")

@@ -106,6 +106,18 @@ class Stats(_Msg):
     pass
 
 
+class Snapshot(_Msg):
+    """Admin: the node's live figures (:class:`SnapshotReply`), from counters the daemon keeps: unlike
+    :class:`Stats` it waits for no spill, drains no connection and scans nothing, so it is cheap
+    enough to poll every second (O(tiers + GPUs + links), not O(objects))."""
+
+
+class ObjectInfo(_Msg):
+    """Admin: where one object is and who made and reads it (:class:`ObjectInfoReply`)."""
+
+    id: bytes
+
+
 class QueueHint(_Msg):
     """Admin: where an invocation's functions wait in their request queues (``positions[f]``
     requests ahead of ``f``; 0 for one running now), and which will not run again (``done``).
@@ -249,6 +261,8 @@ Request = (
     | EndInvocation
     | EndInvocations
     | Stats
+    | Snapshot
+    | ObjectInfo
     | QueueHint
     | QueueState
     | DedupHint
@@ -346,6 +360,53 @@ class StatsReply(_Msg):
     deliveries_to_device: int = 0  # copies onto a GPU for a reader there (host -> GPU, GPU -> GPU)
     deliveries_to_host: int = 0  # copies of GPU objects into host memory for a host reader
     bytes_delivered: int = 0  # bytes of those copies
+    spills: int = 0  # segments written to disk, in all (each holds one or more of the objects evicted)
+
+
+class TierFigures(msgspec.Struct, array_like=True):
+    """One storage tier in a :class:`SnapshotReply`: ``name`` is ``"host"``, ``"disk"`` or ``"gpu<k>"``.
+    ``bytes_live``: bytes of the objects on it (being written or sealed); ``bytes_reserved``: memory
+    (or disk) it holds for them, warm segments included; ``bytes_target``: the pool's demand target
+    (0 for disk); ``capacity_bytes``: its cap (0: none); ``bytes_pooled``: of the reserved bytes,
+    those held warm for reuse."""
+
+    name: str
+    bytes_live: int
+    bytes_reserved: int
+    bytes_target: int
+    capacity_bytes: int
+    objects: int
+    bytes_pooled: int = 0
+
+
+class SnapshotReply(_Msg):
+    """The reply to :class:`Snapshot`. ``counters``: node totals since start (evictions, restores,
+    spills, bytes_spilled, ...) and gauges (connections, invocations, writing); ``links``: bytes moved
+    in all over each link (``h2d:gpu0``, ``d2h:gpu0``, ``peer:gpu0->gpu1``, ``disk-write``,
+    ``disk-read``, ``net-in``, ``net-out``). Names are added over time: readers skip unknown ones."""
+
+    node_id: str
+    time: float  # the node's wall clock (time.time()) when it answered
+    tiers: list[TierFigures]
+    counters: dict[str, int]
+    links: dict[str, int]
+
+
+class ObjectInfoReply(_Msg):
+    """The reply to :class:`ObjectInfo`. ``consumers`` None: any function of the invocation may read
+    it; ``readers_left``: declared consumers that have not read it yet (None: not tracked)."""
+
+    id: bytes
+    invocation: str
+    producer: str
+    consumers: list[str] | None
+    readers_left: list[str] | None
+    nbytes: int
+    dtype: str
+    shape: list[int]
+    state: str
+    tier: str
+    age_s: float
 
 
 class Leased(_Msg):
@@ -424,6 +485,8 @@ Reply = (
     | Ended
     | EndedMany
     | StatsReply
+    | SnapshotReply
+    | ObjectInfoReply
     | Leased
     | Ids
     | Allocated

@@ -347,6 +347,7 @@ class Puller:
                 if store.objects.get(oid) is not rec:
                     raise DataDeleted(f"the copy of object {hexid} was freed during the pull")
                 store.seal(None, oid)
+                store.net_bytes["net-in"] += h.nbytes  # under the lock the stats stream reads it with
                 out = export(rec, seg)
                 if rec.pending is not None:
                     # Read by the one function it was pulled for. Freed without a tombstone: this node's

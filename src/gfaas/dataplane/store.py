@@ -55,6 +55,7 @@ from .records import Segment as Segment
 from .records import Session as Session
 from .slabindex import DIR, DIR_ENTRY, DIR_MAX_NDIM, DTYPES, SlabIndex, committed, directory_bytes, slots_for
 from .spill import SpillDir
+from .tierbook import DISK, TierBook
 from .tiers import RETARGET_S as RETARGET_S  # re-exported: importable from here as before
 from .tiers import Spilled as Spilled
 from .tiers import SpillJob, Tiers
@@ -107,6 +108,11 @@ class Store:
         # Objects written into a GPU pool, and copies between tiers for a reader on the other one.
         self.device_counters = {"device_objects": 0, "deliveries_to_device": 0, "deliveries_to_host": 0,
                                 "bytes_delivered": 0}
+        # What the stats stream reads without a pass over the objects (nodestats.py): live bytes and
+        # objects per tier, objects being written, and bytes moved over the network by cross-node pulls.
+        self.book = TierBook()
+        self.writing_count = 0
+        self.net_bytes = {"net-in": 0, "net-out": 0}
         self.tiers = Tiers(self, config, spill)
         assert config.quota_reserved_bytes is not None  # set by NodeConfig.__post_init__
         self.quotas = Quotas(Limits(config.quota_reserved_bytes, config.quota_unsealed_objects,
@@ -508,6 +514,9 @@ class Store:
         self._by_inv.setdefault(s_inv, set()).add(oid)
         self.tiers._seg_objs.setdefault(seg.id, set()).add(oid)
         seg.live += 1
+        self.book.add(seg.device, nbytes)
+        if state == WRITING:
+            self.writing_count += 1
         if state == SEALED:
             self.tiers._stored(rec, seg)
         return rec
@@ -643,6 +652,7 @@ class Store:
         if rec.writer is not None and (w := self.sessions.get(rec.writer)) is not None:
             w.writing.discard(oid)
         rec.state, rec.writer = SEALED, None
+        self.writing_count -= 1
         self.quotas.drop(("w", oid))
         self.quotas.drop(("r", oid))
         if (seg := self.segments.get(rec.segment)) is not None:
@@ -777,6 +787,7 @@ class Store:
     def _free(self, rec: ObjectRecord, reason: str | None) -> None:
         del self.objects[rec.id]
         if rec.state == WRITING:
+            self.writing_count -= 1
             self.quotas.drop(("w", rec.id))
             self.quotas.drop(("r", rec.id))
         if rec.writer is not None and (w := self.sessions.get(rec.writer)) is not None:
@@ -799,10 +810,12 @@ class Store:
                 if self.tiers.spill is not None:
                     self.tiers.spill.remove(sp.id)
             tier = sp.home
+            self.book.remove(DISK, rec.nbytes)
         else:
             tier = -1
         seg = self.segments.get(rec.segment)
         if seg is not None:
+            self.book.remove(seg.device, rec.nbytes)
             if rec.slot >= 0 and seg.index is not None:
                 seg.index.gone(rec.slot)
             tier = seg.home

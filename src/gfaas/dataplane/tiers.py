@@ -38,6 +38,7 @@ from .backends import Backend, DeviceBackend
 from .quota import SPILL, Quotas
 from .records import ObjectRecord, Segment
 from .spill import SpillDir
+from .tierbook import DISK, TierBook
 
 log = logging.getLogger("gfaas.dataplane")
 
@@ -88,6 +89,7 @@ class StoreCore(Protocol):
     pooled_bytes: int
     _pool: dict[str, list[Segment]]
     _next_seg: int
+    book: TierBook
 
     def _new_segment(self, invocation: str, owner: int | None, nbytes: int, what: str, device: int = -1,
                      force: bool = False) -> Segment: ...
@@ -124,7 +126,7 @@ class Tiers:
                                                           floor_bytes=config.device_pool_floor_bytes))
         self.host_target = config.warm_pool_bytes
         self.counters = {"evictions": 0, "restores": 0, "released_unread": 0, "migrations": 0,
-                         "bytes_spilled": 0, "bytes_restored": 0, "queue_hints": 0}
+                         "bytes_spilled": 0, "bytes_restored": 0, "queue_hints": 0, "spills": 0}
         self._unsettled = False
         self._next_retarget = -float("inf")
         self._next_change: float | None = None  # when a reservation expires (DemandTracker.next_change)
@@ -539,10 +541,12 @@ class Tiers:
             self.quotas.hold(("spill", sp.id), sp.invocation, SPILL, sp.length, check=False)
         for rec in objs:
             rec.segment = sp.id
+        self.core.book.move(seg.device, DISK, sum(r.nbytes for r in objs), len(objs))
         self._seg_objs.pop(seg.id, None)
         seg.live = 0
         self.core._retire(seg)
         self.counters["evictions"] += len(objs)
+        self.counters["spills"] += 1
         self.counters["bytes_spilled"] += job.length
         log.debug("evicted segment %d (%d objects, %d bytes) to disk", seg.id, len(objs), job.length)
 
@@ -571,8 +575,12 @@ class Tiers:
         seg.workflow, seg.recyclable, seg.home = sp.workflow, sp.recyclable, sp.home
         if seg.home >= 0:
             self._away.add(seg.id)
+        moved = 0
         for oid in sp.objects:
-            self.core.objects[oid].segment = seg.id
+            rec = self.core.objects[oid]
+            rec.segment = seg.id
+            moved += rec.nbytes
+        self.core.book.move(DISK, seg.device, moved, len(sp.objects))
         self._seg_objs[seg.id] = set(sp.objects)
         seg.live = len(sp.objects)
         del self.spilled[sp.id]
@@ -593,6 +601,7 @@ class Tiers:
         for rec in objs:
             rec.segment = new.id
             rec.event = b""  # the copy that moved it finished: nothing left to wait for
+        self.core.book.move(old.device, new.device, sum(r.nbytes for r in objs), len(objs))
         self._seg_objs[new.id] = self._seg_objs.pop(old.id, set())
         new.live, old.live = old.live, 0
         new.home, new.workflow, new.invocation = old.home, old.workflow, old.invocation

@@ -185,6 +185,7 @@ class TransferServer:
         if not isinstance(ack, Received):
             raise ProtocolError(f"expected Received after the object's bytes, got {type(ack).__name__}")
         with d.lock:
+            store.net_bytes["net-out"] += rec.nbytes  # sent and acknowledged; read by the stats stream
             if store.objects.get(rec.id) is rec:
                 store.consumed(rec, fn)
         sock.sendall(encode_frame(Consumed()))

@@ -895,6 +895,23 @@ class LocalRuntime:
         with self._admin_lock:
             return {name: admin.stats() for name, admin in self._admins.items()}
 
+    def node_snapshots(self) -> list[dict[str, Any]]:
+        """Each node daemon's live figures (``Admin.snapshot()``: counters only, cheap enough to poll),
+        in the order of the runtime's nodes; each carries its ``node_id`` and the runtime's ``node`` name."""
+        with self._admin_lock:
+            return [{**admin.snapshot(), "node": name} for name, admin in self._admins.items()]
+
+    def node_object(self, node: str, ref: Any) -> dict[str, Any]:
+        """``Admin.object_info(ref)`` on ``node`` (the runtime's name for it, or the daemon's node_id): size, tier, producer, consumers and age of one object.
+        ``NotFound`` for a node the runtime does not use or an object the node does not hold;
+        ``InvalidDataRef`` for a ``ref`` that names no object."""
+        admin = self._admins.get(node) or next((a for a in self._admins.values() if a.node_id == node), None)
+        if admin is None:
+            raise NotFound(f"no node {node!r} is used by this runtime; its nodes: {sorted(self._admins)}")
+        with self._admin_lock:
+            out: dict[str, Any] = admin.object_info(ref)
+        return out
+
     def memory_report(self) -> dict[str, Any]:
         """What page merging saves now (``RuntimeConfig.dedup``): each live worker's RSS, PSS and
         KSM-merged bytes, the shared store's files and the copies they save, and each node's merge

@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS", "Counter", "Gauge", "GaugeCallback", "Histogram", "Registry"]
+__all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS", "Counter", "CounterCallback", "Gauge", "GaugeCallback", "Histogram",
+           "Registry"]
 
 #: The content type of the text exposition format.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -150,6 +151,13 @@ class GaugeCallback(_Metric):
         return [f"{self.name}{_label_text(self.labelnames, k)} {format_value(v)}" for k, v in items]
 
 
+class CounterCallback(GaugeCallback):
+    """A counter whose series are read from a callback at every render: totals another process keeps
+    (a node daemon's evictions, bytes moved), which only ever go up while that process lives."""
+
+    kind = "counter"
+
+
 class Histogram(_Metric):
     """Observations counted into cumulative buckets, with their sum and count, per label set."""
 
@@ -231,6 +239,11 @@ class Registry:
     def gauge_callback(self, name: str, help: str, labelnames: Sequence[str],
                        read: Callable[[], Mapping[Labels, float]]) -> GaugeCallback:
         m: GaugeCallback = self._add(GaugeCallback(name, help, labelnames, read))
+        return m
+
+    def counter_callback(self, name: str, help: str, labelnames: Sequence[str],
+                         read: Callable[[], Mapping[Labels, float]]) -> CounterCallback:
+        m: CounterCallback = self._add(CounterCallback(name, help, labelnames, read))
         return m
 
     def histogram(self, name: str, help: str, labelnames: Sequence[str] = (),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,35 @@ class DeviceBackend(Backend):
                                 target_bytes=min(target_bytes, cap_bytes), name=f"{self.name}:{device}",
                                 on_arena_freed=self._arena_returned)
         self._handles: dict[int, bytes] = {}
+        # Bytes moved over this GPU's links, for the node's stats stream (Daemon Snapshot): copies run
+        # on worker threads outside the daemon's lock, so the adds take a lock of their own (one
+        # uncontended acquire per copy, nothing per byte).
+        self._moved_lock = threading.Lock()
+        self.bytes_h2d = 0
+        self.bytes_d2h = 0
+        self.bytes_peer_in: dict[int, int] = {}  # source GPU -> bytes it sent here (this GPU's own: on-device)
+
+    # ---- public wrappers, counting what crossed a link ------------------------------------------
+    def copy_in(self, handle: Any, offset: int, src: memoryview, deadline: float = math.inf) -> None:
+        super().copy_in(handle, offset, src, deadline)
+        with self._moved_lock:
+            self.bytes_h2d += src.nbytes
+
+    def copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview, deadline: float = math.inf) -> None:
+        super().copy_out(handle, offset, nbytes, dst, deadline)
+        with self._moved_lock:
+            self.bytes_d2h += nbytes
+
+    def transfer(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
+        super().transfer(src, src_offset, dst, dst_offset, nbytes)
+        source = getattr(src, "device", self.device)
+        with self._moved_lock:
+            self.bytes_peer_in[source] = self.bytes_peer_in.get(source, 0) + nbytes
+
+    def moved(self) -> tuple[int, int, dict[int, int]]:
+        """Bytes copied host -> this GPU, this GPU -> host, and into it per source GPU, since start."""
+        with self._moved_lock:
+            return self.bytes_h2d, self.bytes_d2h, dict(self.bytes_peer_in)
 
     # ---- Backend hooks -----------------------------------------------------------------------
     def _alloc(self, nbytes: int) -> Any:

@@ -14,6 +14,8 @@ POST     ``/v1/workflows/{name}/invocations``  ``?mode=sync|async&timeout=S``; b
                                                or ``{"seed": N}`` -> 200 result / 202 accepted
 GET      ``/v1/invocations/{id}``              ``{"invocation_id", "status"}``
 GET      ``/v1/invocations/{id}/result``       ``?wait=S`` -> 200 result document, 202 while running
+GET      ``/v1/nodes``                         each node daemon's live figures (:mod:`.nodes`)
+GET      ``/v1/nodes/{node}/objects/{ref}``    one object on one node
 GET      ``/metrics``                          Prometheus text format
 =======  ====================================  =====================================================
 
@@ -43,7 +45,7 @@ Design decisions:
 Layout: :mod:`.schemas` (the request/response models behind the OpenAPI schema), :mod:`.errors` (the JSON
 error body, :func:`~.errors.add_error_handlers`), :mod:`.state` (the per-app :class:`~.state._Gateway` that
 routes reach through the :data:`~.state.GatewayDep` dependency, metrics accounting, the body-size guard),
-the routers :mod:`.workflows`, :mod:`.invocations` and :mod:`.ops`, and :mod:`.server` (:func:`serve`).
+the routers :mod:`.workflows`, :mod:`.invocations`, :mod:`.nodes` and :mod:`.ops`, and :mod:`.server` (:func:`serve`).
 A new route goes on one of the routers; it needs the token without doing anything (the guard's rule).
 """
 

@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from ...errors import ConfigError
 from ...units import MiB
 from ..api import RuntimeAPI
-from . import dashboard, invocations, logs, ops, workflows
+from . import dashboard, invocations, logs, nodes, ops, workflows
 from .auth import new_token
 from .errors import add_error_handlers
 from .guard import OPEN_PATHS, Guard
@@ -61,5 +61,6 @@ def create_app(runtime: RuntimeAPI, *, token: str | None = None, authenticate: b
     app.include_router(invocations.router(max_timeout_s))
     app.include_router(logs.router)
     app.include_router(dashboard.router)
+    app.include_router(nodes.router)
     document_security(app, OPEN_PATHS if authenticate else frozenset(OPEN_PATHS | {getattr(r, "path", "") for r in app.routes}))
     return app

@@ -23,6 +23,7 @@ from ..result import InvocationResult
 from .admission import Admissions
 from .limits import GatewayLimits
 from .live import LiveStats
+from .node_metrics import register_node_metrics
 
 log = logging.getLogger("gfaas.gateway")
 T = TypeVar("T")
@@ -166,6 +167,7 @@ class _Gateway:
         self.registry.gauge_callback("gfaas_function_worker_seconds", "Seconds of worker lifetime per function "
                                      "since deploy (what the scaling costs).",
                                      ["workflow", "function"], lambda: self._scaling("worker_seconds"))
+        self.nodes = register_node_metrics(self.registry, runtime)  # the node daemons' figures (node_metrics.py)
         self._max_waiters = max_waiters
         self._limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = \
             weakref.WeakKeyDictionary()
