@@ -60,6 +60,7 @@ results: $(STAMP)
 	$(BIN)/python benchmarks/pool_alloc.py --json $(R)/pool-alloc-cpu.json
 	$(BIN)/python benchmarks/eviction_blocking.py --samples 200 --json $(R)/eviction-blocking-cpu.json
 	$(BIN)/python benchmarks/seal_writes.py --json $(R)/seal-writes-cpu.json > /dev/null
+	$(BIN)/python benchmarks/snapshot_cost.py --out $(R)/snapshot-cost-cpu.json > /dev/null
 	$(BIN)/gfaas bench sim --json --out $(R)/sim-cpu.json > /dev/null
 	$(BIN)/gfaas bench simscale --json --out $(R)/simscale-cpu.json > /dev/null
 	$(BIN)/gfaas sim run all --save $(R)/sim-experiments.json > /dev/null

@@ -118,3 +118,13 @@ def test_results_tab_shows_a_committed_result_with_its_commit(served: tuple[Any,
                    driver.find_element(By.ID, "result").text else None)
     assert "overload.json" in header and "Targets" in header
     assert _errors(driver) == []
+
+
+def test_nodes_tab_shows_the_daemons_tiers_and_topology(served: tuple[Any, Any], driver: Any) -> None:
+    _, gw = served
+    driver.get(gw.url + "/dashboard#nodes")
+    text = _wait(lambda: driver.execute_script(
+        "const n = document.querySelector('#nodes .node'); return n && n.querySelector('svg.topology') ? "
+        "n.textContent : null;"))
+    assert "host" in text and "live" in text and "Counters" in text
+    assert _errors(driver) == []

@@ -107,26 +107,72 @@ function tiersOf(node) {
   return Array.isArray(t) ? t.map((x) => [x.name || x.tier, x]) : Object.entries(t);
 }
 
+const lastLinks = new Map(); // node -> {t, links}: bytes per second from the change since the last update
+
+function linkRates(n) {
+  const now = n.time || Date.now() / 1000;
+  const prev = lastLinks.get(n.node_id);
+  const rates = {};
+  for (const [k, v] of Object.entries(n.links || {})) {
+    rates[k] = prev && now > prev.t && prev.links[k] !== undefined ? Math.max(0, (v - prev.links[k]) / (now - prev.t)) : 0;
+  }
+  lastLinks.set(n.node_id, { t: now, links: { ...(n.links || {}) } });
+  return rates;
+}
+
+// The node's topology: host, disk, each GPU and the network, edges drawn by what the links moved.
+function topology(n, rates) {
+  const gpus = tiersOf(n).map(([name]) => name).filter((x) => /^gpu\d+$/.test(x));
+  const pos = { host: [260, 90], disk: [60, 90], net: [460, 90] };
+  gpus.forEach((g, i) => { pos[g] = [120 + i * (300 / Math.max(1, gpus.length - 1 || 1)), 200]; });
+  const edges = [];
+  for (const [k, rate] of Object.entries(rates)) {
+    let m;
+    if (k === "disk-write") edges.push(["host", "disk", k, rate]);
+    else if (k === "disk-read") edges.push(["disk", "host", k, rate]);
+    else if (k === "net-in") edges.push(["net", "host", k, rate]);
+    else if (k === "net-out") edges.push(["host", "net", k, rate]);
+    else if ((m = /^h2d:(gpu\d+)$/.exec(k))) edges.push(["host", m[1], k, rate]);
+    else if ((m = /^d2h:(gpu\d+)$/.exec(k))) edges.push([m[1], "host", k, rate]);
+    else if ((m = /^peer:(gpu\d+)->(gpu\d+)$/.exec(k))) edges.push([m[1], m[2], k, rate]);
+  }
+  const lines = edges.filter(([a, b]) => pos[a] && pos[b]).map(([a, b, k, rate], i) => {
+    const [x1, y1] = pos[a], [x2, y2] = pos[b];
+    const w = rate > 0 ? Math.min(8, 1 + Math.log10(1 + rate / 1e6) * 2) : 1;
+    const off = (i % 2 ? 8 : -8);
+    return `<line x1="${x1}" y1="${y1 + off}" x2="${x2}" y2="${y2 + off}" stroke="${rate > 0 ? "#2563eb" : "#cbd5e1"}" stroke-width="${w}"></line>` +
+      `<text x="${(x1 + x2) / 2}" y="${(y1 + y2) / 2 + off - 3}" class="edge">${esc(k)} ${bytes(rate)}/s</text>`;
+  }).join("");
+  const boxes = Object.entries(pos).map(([name, [x, y]]) =>
+    `<g><rect x="${x - 38}" y="${y - 16}" width="76" height="32" rx="5" class="box"></rect>` +
+    `<text x="${x}" y="${y + 5}" text-anchor="middle">${esc(name)}</text></g>`).join("");
+  return `<svg class="topology" viewBox="0 0 520 240" width="520" height="240">${lines}${boxes}</svg>`;
+}
+
 function renderNodes(nodes, note) {
   $("#nodes-note").hidden = !note;
   $("#nodes-note").textContent = note || "";
   $("#nodes").innerHTML = nodes.map((n) => {
     const tiers = tiersOf(n).map(([name, x]) => {
-      const cap = x.capacity_bytes || Math.max(x.bytes_live || 0, x.bytes_target || 0, 1);
+      const cap = x.capacity_bytes || Math.max(x.bytes_live || 0, x.bytes_reserved || 0, x.bytes_target || 0, 1);
       const pct = (v) => `${Math.min(100, (100 * (v || 0)) / cap)}%`;
       return `<div class="tier"><b>${esc(name)}</b><div class="meter" title="live ${bytes(x.bytes_live)}, reserved ` +
-        `${bytes(x.bytes_reserved)}, target ${bytes(x.bytes_target)}, capacity ${bytes(x.capacity_bytes)}">` +
-        `<div class="reserved" style="left:0;width:${pct((x.bytes_live || 0) + (x.bytes_reserved || 0))}"></div>` +
+        `${bytes(x.bytes_reserved)}, target ${bytes(x.bytes_target)}, capacity ${x.capacity_bytes ? bytes(x.capacity_bytes) : "none"}">` +
+        `<div class="reserved" style="left:0;width:${pct(x.bytes_reserved)}"></div>` +
         `<div class="live" style="width:${pct(x.bytes_live)}"></div>` +
         (x.bytes_target ? `<div class="target" style="left:${pct(x.bytes_target)}"></div>` : "") +
-        `</div><span>${bytes(x.bytes_live)} live of ${bytes(x.capacity_bytes)}, ${fmt(x.objects, 0)} objects</span></div>`;
+        `</div><span>${bytes(x.bytes_live)} live, ${bytes(x.bytes_reserved)} reserved` +
+        `${x.capacity_bytes ? ` of ${bytes(x.capacity_bytes)}` : ""}, ${fmt(x.objects, 0)} objects</span></div>`;
     }).join("");
-    const links = Object.entries(n.links || {}).map(([k, v]) => `<tr><td>${esc(k)}</td><td class="num">${bytes(v)}</td></tr>`).join("");
-    const scalars = Object.entries(n).filter(([, v]) => typeof v === "number")
+    const rates = linkRates(n);
+    const links = Object.entries(n.links || {}).map(([k, v]) =>
+      `<tr><td>${esc(k)}</td><td class="num">${bytes(v)}</td><td class="num">${bytes(rates[k] || 0)}/s</td></tr>`).join("");
+    const counters = Object.entries(n.counters || {}).filter(([, v]) => typeof v === "number")
       .map(([k, v]) => `<tr><td>${esc(k)}</td><td class="num">${fmt(v, 0)}</td></tr>`).join("");
-    return `<div class="node"><h3>${esc(n.node_id || "node")}</h3>${tiers}` +
-      (links ? `<h4>Bytes moved per link</h4><table>${links}</table>` : "") +
-      `<h4>Counters</h4><table>${scalars}</table></div>`;
+    return `<div class="node"><h3>${esc(n.node || n.node_id || "node")}</h3>${tiers}` +
+      `<h4>Topology and link use</h4>${topology(n, rates)}` +
+      (links ? `<h4>Bytes moved per link</h4><table><thead><tr><th>link</th><th>in all</th><th>now</th></tr></thead>${links}</table>` : "") +
+      `<h4>Counters</h4><table>${counters}</table></div>`;
   }).join("");
 }
 
