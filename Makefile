@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results ray-serve-results
+.PHONY: browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results ray-serve-results profile-results
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,7 +28,8 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1; } \
 	  || echo "make: chromium or chromedriver missing and not installable here; the browser tests will skip"
 
-# The dashboard's screenshots in docs/ (headless chromium; a workload runs while they are taken).
+# The dashboard's screenshots in docs/ (headless chromium; a workload runs while they are taken) and its
+# first-paint times, benchmarks/results/dashboard-cpu.json.
 dashboard-screenshots: $(STAMP) browser
 	$(BIN)/python scripts/dashboard_screenshots.py docs
 
@@ -137,6 +138,15 @@ ray-serve-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make ray-serve-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python -m pip install -q -e '.[dev,ray]'
 	$(BIN)/gfaas bench ray-serve --json --out $(R)/ray-serve.json > /dev/null
+
+# The embedded invocation's profile after issue 23's work: docs/perf-after.svg (py-spy, all processes)
+# and benchmarks/results/profile-after-cpu.json (p50 and CPU per process), quoted by docs/performance.md.
+profile-results: $(STAMP)
+	@git diff --quiet -- src benchmarks/*.py || { echo "make profile-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/python -m pip install -q py-spy
+	$(BIN)/py-spy record --rate 250 --function --subprocesses -o docs/perf-after.svg -- \
+		$(BIN)/python benchmarks/profile_invoke.py loop --n 1500 > /dev/null
+	$(BIN)/python benchmarks/profile_invoke.py loop --n 1000 --out $(R)/profile-after-cpu.json > /dev/null
 
 overload-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-results: commit your changes first (results record the commit)"; exit 1; }
