@@ -138,6 +138,7 @@ ray-serve-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make ray-serve-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python -m pip install -q -e '.[dev,ray]'
 	$(BIN)/gfaas bench ray-serve --json --out $(R)/ray-serve.json > /dev/null
+	$(BIN)/python benchmarks/hotpath_tables.py $(R)/ray-serve.json --block ray-serve --write docs/performance.md
 
 # The embedded invocation's profile after issue 23's work: docs/perf-after.svg (py-spy, all processes)
 # and benchmarks/results/profile-after-cpu.json (p50 and CPU per process), quoted by docs/performance.md.
@@ -147,6 +148,7 @@ profile-results: $(STAMP)
 	$(BIN)/py-spy record --rate 250 --function --subprocesses -o docs/perf-after.svg -- \
 		$(BIN)/python benchmarks/profile_invoke.py loop --n 1500 > /dev/null
 	$(BIN)/python benchmarks/profile_invoke.py loop --n 1000 --out $(R)/profile-after-cpu.json > /dev/null
+	$(BIN)/python benchmarks/hotpath_tables.py $(R)/profile-after-cpu.json --block profile-after --write docs/performance.md
 
 overload-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-results: commit your changes first (results record the commit)"; exit 1; }

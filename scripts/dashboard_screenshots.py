@@ -64,13 +64,19 @@ def main() -> int:
             d = new_driver(1400, 900)
             try:
                 d.get(gw.url + "/dashboard")
-                paints.append(d.execute_script(
-                    "const e = performance.getEntriesByName('first-contentful-paint')[0]; return e ? e.startTime : null;"))
+                fcp = None
+                for _ in range(50):  # the entry appears once the browser has painted: wait for it (5 s at most)
+                    fcp = d.execute_script("const e = performance.getEntriesByName('first-contentful-paint')[0]; "
+                                           "return e ? e.startTime : null;")
+                    if fcp is not None:
+                        break
+                    time.sleep(0.1)
+                paints.append(fcp)
             finally:
                 d.quit()
         from gfaas.provenance import provenance
 
-        doc = {"first_contentful_paint_ms": paints, "max_ms": max(p for p in paints if p is not None),
+        doc = {"first_contentful_paint_ms": paints, "max_ms": max((p for p in paints if p is not None), default=None),
                "target": {"what": "first paint <= 1 s on loopback", "met": all(p is not None and p <= 1000 for p in paints)},
                "chromium": driver_version(), "provenance": provenance()}
         (ROOT / "benchmarks" / "results" / "dashboard-cpu.json").write_text(json.dumps(doc, indent=2) + "\n")
