@@ -33,11 +33,14 @@ def ray_serve(doc: dict[str, Any]) -> str:
     t = doc["target"]
     lines = [f"{_origin(doc)}, Ray {doc['ray_version']}, {doc['samples']} requests per size after "
              f"{doc['warmup']} warm-up ones, one at a time:", "",
-             "| array | gfaas p50 ms | Ray Serve p50 ms | Ray Serve / gfaas |", "|---:|---:|---:|---:|"]
+             "| array | gfaas p50 ms | of it: compute / function passing / host passing | Ray Serve p50 ms | "
+             "Ray Serve / gfaas |", "|---:|---:|---|---:|---:|"]
     for r in doc["rows"]:
         size = r["size_bytes"]
         label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
-        lines.append(f"| {label} | {r['gfaas_p50_ms']:.2f} | {r['ray_serve_p50_ms']:.2f} | "
+        b = r.get("gfaas_breakdown_p50_ms") or {}
+        parts = " / ".join("-" if b.get(k) is None else f"{b[k]:.2f}" for k in ("compute", "fn_pass", "host_pass"))
+        lines.append(f"| {label} | {r['gfaas_p50_ms']:.2f} | {parts} | {r['ray_serve_p50_ms']:.2f} | "
                      f"{r['ray_serve_over_gfaas']:.1f}x |")
     lines += ["", f"Target: {t['what']}: {t['value']}x, {'met' if t['met'] else '**not met**'}."]
     return "\n".join(lines)

@@ -22,8 +22,9 @@ def test_sizes_parse_and_bad_ones_name_the_fix() -> None:
 def test_rows_compare_p50s_and_judge_the_64_mib_target(monkeypatch: pytest.MonkeyPatch) -> None:
     sizes = [64 * KiB, 64 * MiB]
 
-    def gfaas(sizes: list[int], samples: int, warmup: int, say: Any) -> dict[int, list[float]]:
-        return {64 * KiB: [0.002, 0.001, 0.003], 64 * MiB: [0.030, 0.020, 0.040]}
+    def gfaas(sizes: list[int], samples: int, warmup: int, say: Any) -> dict[int, dict[str, Any]]:
+        return {64 * KiB: {"p50_us": 2000.0, "breakdown_p50_ms": {}}, 64 * MiB: {"p50_us": 30000.0,
+                                                                            "breakdown_p50_ms": {"compute": 20.0}}}
 
     def ray(sizes: list[int], samples: int, warmup: int, say: Any) -> tuple[dict[int, list[float]], str]:
         return {64 * KiB: [0.010] * 3, 64 * MiB: [0.060, 0.070, 0.080]}, "2.60.0"

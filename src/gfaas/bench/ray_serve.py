@@ -2,9 +2,9 @@
 Ray Serve composition, in one run (issue 23: "the 64 MiB pipeline stays >= 4x faster than Ray Serve").
 
 Both run the same work: ``gen`` makes a float32 array of ``n`` elements, ``red`` sums a strided slice
-of it, and the answer is checked against the closed form. gfaas: an embedded
+of it, and the answer is checked against the closed form. gfaas: ``gfaas bench overload``'s embedded
 ``LocalRuntime.invoke`` of the workflow in :mod:`.overload_handlers` (two worker processes, the array
-passed through the node's data plane). Ray Serve: two deployments, ``Gen`` calling ``Red`` through its
+passed through the node's data plane), with its breakdown. Ray Serve: two deployments, ``Gen`` calling ``Red`` through its
 deployment handle (the array passed as a Ray object), driven through a handle from this process.
 Requests go one at a time; the p50 of each is compared, per size.
 """
@@ -23,7 +23,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..units import KiB, MiB, format_bytes, parse_size
-from .overload_handlers import SPEC, expected_total
+from .overload import embedded_invoke
+from .overload_handlers import expected_total
 
 SIZES = "64KiB,4MiB,64MiB"
 TARGET_SIZE = 64 * MiB
@@ -44,27 +45,12 @@ def _p50(xs: list[float]) -> float:
     return round(float(np.percentile(np.asarray(xs), 50)) * 1e3, 3)
 
 
-def measure_gfaas(sizes: list[int], samples: int, warmup: int, say: Any) -> dict[int, list[float]]:
-    from ..runtime.local import LocalRuntime, RuntimeConfig
-
-    out: dict[int, list[float]] = {}
-    with LocalRuntime(RuntimeConfig()) as rt:
-        rt.deploy(SPEC)
-        for size in sizes:
-            n = size // 4
-            lat = []
-            for i in range(warmup + samples):
-                t0 = time.perf_counter()
-                res = rt.invoke("overload", {"n": np.asarray(n, dtype=np.int64)}, timeout=120)
-                took = time.perf_counter() - t0
-                if not res.ok:
-                    raise RuntimeError(f"gfaas invocation of {format_bytes(size)} failed: {res.error}")
-                if not np.isclose(float(res.outputs["total"]), expected_total(n), rtol=1e-5):
-                    raise RuntimeError(f"gfaas answered {res.outputs['total']} for n={n}")
-                if i >= warmup:
-                    lat.append(took)
-            out[size] = lat
-            say(f"  gfaas {format_bytes(size)}: p50 {_p50(lat)} ms")
+def measure_gfaas(sizes: list[int], samples: int, warmup: int, say: Any) -> dict[int, dict[str, Any]]:
+    """Per size: the overload benchmark's own embedded invocation (:func:`.overload.embedded_invoke`)."""
+    out: dict[int, dict[str, Any]] = {}
+    for size in sizes:
+        out[size] = embedded_invoke(samples=samples, warmup=warmup, elements=size // 4)
+        say(f"  gfaas {format_bytes(size)}: p50 {out[size]['p50_us'] / 1e3:.2f} ms")
     return out
 
 
@@ -121,8 +107,12 @@ def measure(sizes: list[int], samples: int = 30, warmup: int = 5, say: Any = Non
     g = measure_gfaas(sizes, samples, warmup, say)
     say("Ray Serve: Gen -> Red composition through deployment handles ...")
     r, version = measure_ray_serve(sizes, samples, warmup, say)
-    rows = [{"size_bytes": s, "gfaas_p50_ms": _p50(g[s]), "ray_serve_p50_ms": _p50(r[s]),
-             "ray_serve_over_gfaas": round(_p50(r[s]) / _p50(g[s]), 2)} for s in sizes]
+    rows = []
+    for size in sizes:
+        gfaas_ms = round(g[size]["p50_us"] / 1e3, 3)
+        rows.append({"size_bytes": size, "gfaas_p50_ms": gfaas_ms, "ray_serve_p50_ms": _p50(r[size]),
+                     "ray_serve_over_gfaas": round(_p50(r[size]) / gfaas_ms, 2),
+                     "gfaas_breakdown_p50_ms": g[size]["breakdown_p50_ms"]})
     target = next((row for row in rows if row["size_bytes"] == TARGET_SIZE), None)
     return {
         "rows": rows,

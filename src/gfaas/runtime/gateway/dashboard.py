@@ -16,8 +16,10 @@ what changes state (deploy, invoke, undeploy) keeps needing the token.
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import logging
+import mimetypes
 import os
 import time
 from collections.abc import AsyncIterator
@@ -37,8 +39,6 @@ log = logging.getLogger("gfaas.gateway.dashboard")
 
 #: Paths the guard serves without a token to loopback clients (GET only).
 READ_ONLY_PREFIXES = ("/dashboard", "/v1/dashboard/", "/v1/results", "/v1/nodes")
-_STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".txt": "text/plain",
-                 ".svg": "image/svg+xml", ".png": "image/png"}
 # Committed results whose figure lives under docs/ (local runs keep theirs beside the JSON).
 _DOC_FIGURES = {"dedup.json": "docs/dedup.png", "scale-netns.json": "docs/scaling-ramp.png",
                 "keepalive.json": "docs/autoscaling.png", "cluster-day.json": "docs/results/cluster-day.png",
@@ -59,15 +59,23 @@ router = APIRouter()
 
 @router.get("/dashboard", include_in_schema=False)
 def page() -> HTMLResponse:
-    return HTMLResponse((_static_dir() / "dashboard.html").read_text(encoding="utf-8"),
+    page = (_static_dir() / "dashboard.html").read_text(encoding="utf-8")
+    return HTMLResponse(page.replace("{{EXAMPLE_SPEC}}", html.escape(_example_spec())),
                         headers={"cache-control": "no-cache"})
+
+
+def _example_spec() -> str:
+    """The Deploy tab's example: the overload benchmark's tiny workflow (gfaas's own handlers), renamed."""
+    from ...bench.overload_handlers import SPEC
+
+    return SPEC.strip().replace("name: overload", "name: tiny", 1) + "\n"
 
 
 @router.get("/dashboard/static/{name}", include_in_schema=False)
 def static(name: str) -> Response:
     if name not in _static_names():  # an allow-list: nothing outside the folder can be named
         raise NotFound(f"no dashboard file {name[:80]!r}")
-    kind = _STATIC_TYPES.get(Path(name).suffix, "application/octet-stream")
+    kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
     return Response((_static_dir() / name).read_bytes(), media_type=kind, headers={"cache-control": "max-age=3600"})
 
 
@@ -228,8 +236,8 @@ def _summary(path: Path) -> dict[str, Any]:
     return info
 
 
-def list_results(dirs: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Every ``*.json`` under the result directories (three levels deep at most), newest measurement first."""
+def _entries(dirs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Every ``*.json`` under the result directories (three levels deep at most): id, path, size, figure."""
     found = []
     for label, root in dirs:
         base = Path(root)
@@ -237,11 +245,16 @@ def list_results(dirs: list[tuple[str, str]]) -> list[dict[str, Any]]:
             rel = path.relative_to(base)
             if len(rel.parts) > 3 or not path.is_file():
                 continue
-            figure = _figure(label, base, path)
+            st = path.stat()
             found.append({"id": f"{label}/{rel.as_posix()}", "source": label, "path": str(path),
-                          "bytes": path.stat().st_size, "mtime": path.stat().st_mtime,
-                          "figure": figure, **_summary(path)})
-    # newest measurement first (a checkout gives every file the same mtime; the provenance's UTC stamp is the truth)
+                          "bytes": st.st_size, "mtime": st.st_mtime, "figure": _figure(label, base, path)})
+    return found
+
+
+def list_results(dirs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """:func:`_entries` with the commit each names, newest measurement first (a checkout gives every
+    file the same mtime: the provenance's UTC stamp is what orders them)."""
+    found = [{**e, **_summary(Path(e["path"]))} for e in _entries(dirs)]
     found.sort(key=lambda e: (e.get("utc") or "", e["mtime"]), reverse=True)
     return found
 
@@ -258,7 +271,7 @@ def _figure(label: str, base: Path, path: Path) -> str | None:
 
 
 def _find(dirs: list[tuple[str, str]], rid: str) -> dict[str, Any]:
-    for entry in list_results(dirs):  # by the listing's ids only: no path from the client is opened
+    for entry in _entries(dirs):  # by the listing's ids only: no path from the client is opened
         if entry["id"] == rid:
             return entry
     raise NotFound(f"no result {rid[:200]!r}; GET /v1/results lists them")
