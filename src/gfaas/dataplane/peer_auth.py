@@ -11,8 +11,12 @@ bytes, mode 0600, distributed by the operator). It serves two purposes:
   so an entry written by anyone else (a forged object location or node address) is refused before
   any connection is made.
 
-Function tokens never cross the network: a pull names the invocation and the function, and the owner
-checks them against its own registry after the peer proved the key.
+Function tokens never cross the network between nodes: a pull names the invocation and the function,
+and the owner checks them against its own registry after the peer proved the key. An invocation
+that spans machines gets tokens every node derives from the key itself
+(:meth:`PeerKey.function_tokens`), so the gateway opens it on another node by naming it, never by
+sending tokens (:mod:`gfaas.dataplane.peer_control`). The Ray cluster's token is derived from the
+key too (:meth:`PeerKey.ray_token`): one secret file per machine.
 """
 
 from __future__ import annotations
@@ -70,6 +74,20 @@ class PeerKey:
     @staticmethod
     def check(expected: bytes, got: object) -> bool:
         return isinstance(got, bytes) and hmac.compare_digest(expected, got)
+
+    # ---- secrets derived from the key ----------------------------------------------------------------
+    def _derive(self, *parts: str) -> str:
+        msg = b"\0".join((_LABEL, *(p.encode() for p in parts)))
+        return hmac.new(self._key, msg, hashlib.sha256).hexdigest()
+
+    def function_tokens(self, invocation_id: str, functions: list[str] | tuple[str, ...]) -> dict[str, str]:
+        """The token of each function of a multi-node invocation (32 hex, as the node would draw):
+        every holder of the key derives the same ones, so none has to be sent to another node."""
+        return {f: self._derive("function-token", invocation_id, f)[:32] for f in functions}
+
+    def ray_token(self) -> str:
+        """The token of the Ray cluster the nodes join (``RAY_AUTH_TOKEN``; Ray's token mode)."""
+        return self._derive("ray-auth-token")
 
     # ---- directory entries ---------------------------------------------------------------------------
     def entry_mac(self, kind: str, name: str, fields: dict[str, str]) -> str:

@@ -236,18 +236,7 @@ class Puller:
                 raise
 
     def _handshake(self, sock: socket.socket, node: str, addr: str) -> None:
-        """Mutual proof of the cluster key; the owner must prove it before we prove ours or name anything."""
-        key = self._key
-        nonce = os.urandom(NONCE_BYTES)
-        sock.sendall(encode_frame(Hello(self.node_id, node, nonce)))
-        ch = read_frame(sock, handshake_to_puller, MAX_HANDSHAKE_FRAME)
-        if isinstance(ch, Fail):
-            raise error_from_code(ch.code, f"node {node} at {addr} refused the connection: {ch.message[:500]}")
-        if ch.node != node or not PeerKey.check(key.proof("server", self.node_id, node, nonce, ch.nonce), ch.proof):
-            raise AuthenticationError(
-                f"the server at {addr}, listed as node {node} in the global directory, did not prove the cluster"
-                " key; nothing was sent to it or accepted from it")
-        sock.sendall(encode_frame(Proof(key.proof("client", self.node_id, node, nonce, ch.nonce))))
+        prove_to_owner(sock, self._key, self.node_id, node, addr)
 
     def _checkout(self, node: str, addr: str) -> socket.socket | None:
         now = time.monotonic()
@@ -364,3 +353,18 @@ class Puller:
             if holder is not None:
                 with daemon.lock:
                     unpin(store, holder)
+
+
+def prove_to_owner(sock: socket.socket, key: PeerKey, self_node: str, node: str, addr: str) -> None:
+    """Mutual proof of the cluster key on a new connection to ``node``'s transfer server: the owner
+    must prove it before we prove ours or name anything."""
+    nonce = os.urandom(NONCE_BYTES)
+    sock.sendall(encode_frame(Hello(self_node, node, nonce)))
+    ch = read_frame(sock, handshake_to_puller, MAX_HANDSHAKE_FRAME)
+    if isinstance(ch, Fail):
+        raise error_from_code(ch.code, f"node {node} at {addr} refused the connection: {ch.message[:500]}")
+    if ch.node != node or not PeerKey.check(key.proof("server", self_node, node, nonce, ch.nonce), ch.proof):
+        raise AuthenticationError(
+            f"the server at {addr}, listed as node {node} in the global directory, did not prove the cluster"
+            " key; nothing was sent to it or accepted from it")
+    sock.sendall(encode_frame(Proof(key.proof("client", self_node, node, nonce, ch.nonce))))

@@ -18,6 +18,7 @@ from . import protocol as P
 from .directory import GlobalDirectory
 from .node_access import NodeAccess
 from .peer_auth import PeerKey
+from .peer_control import ControlRelay
 from .puller import Export, Puller
 from .store import ObjectRecord, Session
 from .transfer_server import TransferServer
@@ -36,6 +37,7 @@ class Remote:
         self.key = PeerKey.from_file(config.cluster_key_file)  # ConfigError (unsafe or short) stops the start
         self.directory = GlobalDirectory(config, self.key) if config.redis_url else None
         self.server: TransferServer | None = None
+        self.relay: ControlRelay | None = None
         self.puller: Puller | None = None
         self.address: str | None = None
         self.port: int | None = None
@@ -43,7 +45,9 @@ class Remote:
 
     def start(self, node: NodeAccess) -> None:
         if self.config.transfer_host is not None:
-            self.server = TransferServer(self.config, node, self.key)
+            token = getattr(node, "relay_token", "")
+            self.relay = ControlRelay(self.config.socket_path, token, self.key) if token else None
+            self.server = TransferServer(self.config, node, self.key, self.relay)
             self.address = self.server.listen()
             self.port = self.server.port
         if self.directory is not None:
@@ -60,6 +64,8 @@ class Remote:
             self.directory.stop()
         if self.server is not None:
             self.server.stop()
+        if self.relay is not None:
+            self.relay.close()
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every queued directory update was written (or dropped); False on timeout."""

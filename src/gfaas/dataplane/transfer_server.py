@@ -19,11 +19,14 @@ from ..config import NodeConfig
 from ..errors import AccessDenied, DataDeleted, GfaasError, ProtocolError, code_of
 from .node_access import NodeAccess, pin_for_transfer, unpin
 from .peer_auth import PeerKey
+from .peer_control import ControlRelay
 from .peer_gate import PeerGate
 from .store import DENIED_MESSAGE, ObjectRecord, Segment
 from .transfer_wire import (
     Chunk,
     Consumed,
+    Control,
+    ControlReply,
     Fail,
     Header,
     Pull,
@@ -43,8 +46,9 @@ class TransferServer:
     """Serves pulls of this node's objects. After :meth:`listen`, ``address`` is ``"host:port"``
     as other nodes should dial it (also written to ``<state_dir>/transfer.addr``)."""
 
-    def __init__(self, config: NodeConfig, node: NodeAccess, key: PeerKey) -> None:
+    def __init__(self, config: NodeConfig, node: NodeAccess, key: PeerKey, relay: ControlRelay | None = None) -> None:
         self.config = config
+        self._relay = relay  # a gateway's admin requests from another machine (peer_control)
         self.node_id = config.node_id
         self._node = node
         self._key = key
@@ -118,6 +122,11 @@ class TransferServer:
                     return  # idle, or the puller closed its end: the normal end of a connection
                 sock.settimeout(self.config.remote_timeout_s)
                 try:
+                    if isinstance(msg, Control):
+                        if self._relay is None:
+                            raise ProtocolError("this node takes no control requests from other machines")
+                        sock.sendall(encode_frame(ControlReply(self._relay.handle(msg.request, node))))
+                        continue
                     if not isinstance(msg, Pull):
                         raise ProtocolError(f"expected a Pull request, got {type(msg).__name__}")
                     self._stream(sock, msg, node)

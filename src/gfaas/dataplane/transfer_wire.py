@@ -95,6 +95,19 @@ class Consumed(_Wire, frozen=True):
     """Owner -> puller: the read was counted."""
 
 
+class Control(_Wire, frozen=True):
+    """Gateway -> node, instead of a pull: one admin request (a :mod:`~gfaas.dataplane.protocol`
+    message, encoded; ``b""``: who are you) for the node's control relay (:mod:`~gfaas.dataplane.peer_control`)."""
+
+    request: bytes
+
+
+class ControlReply(_Wire, frozen=True):
+    """Node -> gateway: the relay's answer (an encoded protocol reply)."""
+
+    reply: bytes
+
+
 class Fail(_Wire, frozen=True):
     """Either way: the request failed with the gfaas error ``code``."""
 
@@ -103,10 +116,11 @@ class Fail(_Wire, frozen=True):
 
 
 _enc = msgspec.msgpack.Encoder()
-to_owner = msgspec.msgpack.Decoder(Pull | Received | Fail)
+to_owner = msgspec.msgpack.Decoder(Pull | Received | Control | Fail)
 to_puller = msgspec.msgpack.Decoder(Header | Chunk | Consumed | Fail)
 handshake_to_owner = msgspec.msgpack.Decoder(Hello | Proof)
 handshake_to_puller = msgspec.msgpack.Decoder(Challenge | Fail)
+to_controller = msgspec.msgpack.Decoder(ControlReply | Fail)
 _LEN = struct.Struct(">I")
 
 
