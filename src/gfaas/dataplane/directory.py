@@ -8,6 +8,8 @@ into a local segment. The daemon calls this module only through the hooks of :cl
 Global directory (Redis keys, all strings)::
 
     gfaas:node:<node_id>            -> "host:port <mac>" of the node's transfer server (set on start, removed on stop)
+    gfaas:nodeinfo:<node_id>        -> JSON {address, socket, mac}: how a gateway that joins finds the node
+                                       and what socket path its workers use there (gfaas.runtime.cluster)
     gfaas:obj:<32 hex>              -> hash {node, invocation, producer, consumers, nbytes, dtype, shape[, freed], mac}
     gfaas:inv:<invocation>:<node>   -> set of <32 hex> the node published for the invocation
 
@@ -125,7 +127,7 @@ class GlobalDirectory:
         if self.address is not None:
             try:
                 if self._redis.get(node_key(self.node_id)) == self._node_value(self.address):
-                    self._redis.delete(node_key(self.node_id))
+                    self._redis.delete(node_key(self.node_id), f"gfaas:nodeinfo:{self.node_id}")
             except Exception as exc:
                 log.warning("could not remove node %s from the global directory: %s", self.node_id, exc)
         self._q.put(_STOP)
@@ -185,6 +187,11 @@ class GlobalDirectory:
     def _node_value(self, address: str) -> str:
         return f"{address} {self._key.entry_mac('node', self.node_id, {'address': address})}"
 
+    def _info_value(self, address: str) -> str:
+        fields = {"address": address, "socket": self.config.socket_path}
+        fields["mac"] = self._key.entry_mac("nodeinfo", self.node_id, fields)
+        return json.dumps(fields, sort_keys=True)
+
     def _publisher(self) -> None:
         while True:
             item = self._q.get()
@@ -230,6 +237,7 @@ class GlobalDirectory:
                         pipe.eval(_END_SCRIPT, 1, inv_key(item[1], self.node_id), "gfaas:obj:")
                     elif kind == "node":
                         pipe.set(node_key(self.node_id), self._node_value(item[1]))
+                        pipe.set(f"gfaas:nodeinfo:{self.node_id}", self._info_value(item[1]))
                 pipe.execute()
                 return
             except redis.RedisError as exc:

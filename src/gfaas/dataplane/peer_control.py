@@ -154,8 +154,13 @@ class PeerAdmin:
             self._sock.close()
             self._sock = None
 
-    def open_invocation(self, workflow: str, functions: list[str], invocation_id: str) -> None:
-        """Open ``invocation_id`` on the node; it derives the functions' tokens from the cluster key."""
+    def open_invocation(self, workflow: str, functions: list[str], invocation_id: str,
+                        tokens: dict[str, str] | None = None) -> None:
+        """Open ``invocation_id`` on the node; it derives the functions' tokens from the cluster key.
+        ``tokens`` (what a local node is given) are never sent: the node's own derivation must match
+        them, which holds when they are :meth:`~gfaas.dataplane.peer_auth.PeerKey.function_tokens`."""
+        if tokens is not None and tokens != self._key.function_tokens(invocation_id, functions):
+            raise ValueError("tokens for a node on another machine must be the cluster key's function_tokens")
         r = self._call(P.encode(P.OpenInvocation(workflow, list(functions), invocation_id, None)))
         assert isinstance(r, P.InvocationOpened)
 

@@ -23,24 +23,30 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
 import numpy as np
 
+from ..dataplane.peer_auth import PeerKey
 from ..dataplane.protocol import QueueEntry
 from ..errors import (
     CodePackageError,
     ConfigError,
+    DaemonUnavailable,
     FunctionFailed,
     GfaasError,
     NotFound,
     Overloaded,
+    RemoteError,
     SpecError,
 )
 from ..policy.autoscale import ScalingSpec, keep_alive_policy
 from ..policy.bandwidth import input_deadline, slo_for
+from ..policy.locality import choose_node
 from ..policy.resources import DEFAULT_RESOURCES, Ledger, Resources, choose_evictions
 from ..topology import Topology
 from ..units import GiB
 from .accel import DSCS, Decision, DscsDrive, DscsDrives
+from .cluster import RAY_SLIVER, Cluster, check_join, discover, ray_resource
 from .codepkg import CodeStore, Package, StoredPackage, check_handlers_in, check_model_file, read_archive
 from .dag import DagState
 from .dedup import RuntimeDedup
@@ -133,6 +139,17 @@ class RuntimeConfig:
             comparison point of ``gfaas demo --gpu``).
         drain_timeout_s: how long an old version's invocations may run on after an update made
             another version current, before they fail as on undeploy.
+        cluster_key_file: the key every node of a multi-machine cluster holds (``gfaas cluster keygen``):
+            with it the runtime reaches nodes on other machines through their transfer port and gives
+            each invocation tokens that every node derives from the key, so none crosses the network
+            (:mod:`gfaas.dataplane.peer_control`, docs/deploy.md).
+        join: the global directory's Redis URL: the runtime's own node joins it (reachable by peers at
+            ``transfer_host``), and every node registered there (``gfaas node start --join``) is used too.
+        redis_password_file: the password file of ``join``'s directory.
+        transfer_host: the address on which the runtime's own node serves pulls to other machines.
+        locality: run each call of a function on any node, the one holding most of its inputs (the
+            global directory says which) preferred (:mod:`gfaas.policy.locality`); ``None`` (default):
+            on with the Ray executor and several nodes. Functions named in ``placement`` stay put.
         log_dir: where the functions' logs are kept as rotated JSON lines files, one per function
             (:mod:`gfaas.runtime.logs`; made 0700, files 0600); ``""`` (default): a private temporary
             directory removed with the runtime. The last lines of each function are also kept in memory
@@ -170,6 +187,11 @@ class RuntimeConfig:
     gpu_passing: Literal["device", "host"] = "device"
     drain_timeout_s: float = 600.0
     log_dir: str = ""
+    cluster_key_file: str = ""
+    join: str = ""
+    redis_password_file: str = ""
+    transfer_host: str = ""
+    locality: bool | None = None
 
     def __post_init__(self) -> None:
         if self.transport not in ("gfaas", "redis"):
@@ -211,6 +233,10 @@ class RuntimeConfig:
             raise ConfigError(f"gpu_passing={self.gpu_passing!r} is not 'device' or 'host'")
         if not self.drain_timeout_s > 0:
             raise ConfigError(f"drain_timeout_s must be > 0 seconds, got {self.drain_timeout_s}")
+        check_join(self.join, self.cluster_key_file)
+        if self.join and self.nodes:
+            raise ConfigError("give join (the runtime starts its node and finds the others in the directory) or "
+                              "nodes (running daemons), not both")
 
 
 @dataclass(frozen=True)
@@ -218,12 +244,16 @@ class NodeEndpoint:
     """A running node daemon the runtime uses (``gfaas node start`` or a cluster node).
 
     ``netns``: the network namespace of that host; its function workers are started inside it.
+    ``address``: the node's transfer address (``host:port``) for a node on another machine, reached
+    with the cluster key (``RuntimeConfig.cluster_key_file``) when ``state_dir`` is empty;
+    ``socket_path`` is then the socket's path *on that machine*, which its workers use.
     """
 
     name: str
     socket_path: str
     state_dir: str = ""
     netns: str = ""
+    address: str = ""
 
 
 # ---- one invocation ---------------------------------------------------------------------------------
@@ -253,6 +283,7 @@ class _Invocation:
     deadline: float | None = None  # monotonic time by which its functions must start (submit's deadline_s)
     failure: Failure | None = None  # the failing function's traceback and last lines
     queued: dict[str, tuple[str, int]] = field(default_factory=dict)  # function -> (queue, ticket) while queued
+    prefer: dict[str, str] = field(default_factory=dict)  # function -> the node holding most of its inputs
 
 
 def pool_key(workflow: str, version: int, function: str) -> str:
@@ -301,6 +332,8 @@ class LocalRuntime:
         elif self.config.sandbox == "auto" and self.config.executor == "process":
             log.warning("functions run as uid %d, the runtime's own: they can read what it can (the node's "
                         "state and tokens). Run as root for a uid per tenant (docs/security.md).", os.getuid())
+        self.cluster = self._cluster_view()
+        self._locality = False
         try:
             self._start_backends()
         except BaseException:
@@ -317,6 +350,19 @@ class LocalRuntime:
         self._res_lock = threading.Lock()  # the ledgers; taken before any pool's lock, never under one
         self._ledgers: dict[str, Ledger] = {}
         self._autoscaler = Autoscaler(lambda: list(self._pools.values()), self.config.scale_tick_s)
+
+    def _cluster_view(self) -> Cluster:
+        c = self.config
+        key = PeerKey.from_file(c.cluster_key_file) if c.cluster_key_file else None
+        redis = None
+        if c.join:
+            from ..config import NodeConfig
+            from ..dataplane.directory import redis_client
+
+            redis = redis_client(NodeConfig(node_id="gateway", redis_url=c.join,
+                                            redis_password_file=c.redis_password_file), 5.0)
+            self._closers.append(redis.close)
+        return Cluster(key, redis)
 
     def _logstore(self) -> LogStore:
         """The functions' logs (runtime.logs): in ``log_dir``, or a private directory removed at close."""
@@ -360,7 +406,6 @@ class LocalRuntime:
                 self._closers.append(shutdown_ray)
         if cfg.transport == "redis":
             self._ensure_redis()
-        from ..dataplane.client import Admin
 
         nodes = list(cfg.nodes)
         if not nodes:
@@ -369,19 +414,48 @@ class LocalRuntime:
 
             run_dir = tempfile.mkdtemp(prefix="gfaas-rt-", dir="/tmp")
             self._closers.append(lambda: shutil.rmtree(run_dir, ignore_errors=True))
-            node_cfg = NodeConfig(node_id="rt0", socket_path=os.path.join(run_dir, "node.sock"),
+            joined: dict[str, Any] = {}
+            if cfg.join:  # the gateway's node is a node of the cluster: peers pull requests from it
+                joined = {"redis_url": cfg.join, "redis_password_file": cfg.redis_password_file,
+                          "cluster_key_file": cfg.cluster_key_file, "transfer_host": cfg.transfer_host or "127.0.0.1"}
+            node_cfg = NodeConfig(node_id="gateway" if cfg.join else "rt0",
+                                  socket_path=os.path.join(run_dir, "node.sock"),
                                   state_dir=os.path.join(run_dir, "state"), capacity_bytes=cfg.node_capacity_bytes,
-                                  devices=node_devices(cfg.gpus))
+                                  devices=node_devices(cfg.gpus), **joined)
             node = LocalNode(node_cfg).__enter__()
             self._closers.append(lambda: node.__exit__(None, None, None))
-            nodes = [NodeEndpoint("rt0", node_cfg.socket_path, node_cfg.state_dir)]
+            nodes = [NodeEndpoint(node_cfg.node_id, node_cfg.socket_path, node_cfg.state_dir)]
+        if cfg.join:
+            nodes += self._joined_nodes({n.name for n in nodes})
         for n in nodes:
-            admin = Admin(n.socket_path, state_dir=n.state_dir or None)
+            admin = self._connect_admin(n)
             self._closers.append(admin.close)
             self._nodes[n.name], self._admins[n.name] = n, admin
+        self.cluster.node_ids = {a.node_id: name for name, a in self._admins.items()}
         self._admin = self._admins[nodes[0].name]
+        self._locality = cfg.locality if cfg.locality is not None else (cfg.executor == "ray" and len(nodes) > 1)
         self._gateway_pool = AttachedPool(self._admin.attach)
         self._closers.append(self._gateway_pool.close)  # (before the node connections: closers run in reverse)
+
+    def _joined_nodes(self, have: set[str]) -> list[NodeEndpoint]:
+        """The nodes registered in ``join``'s directory (other than ``have``)."""
+        assert self.cluster.redis is not None and self.cluster.key is not None
+        found = discover(self.cluster.redis, self.cluster.key)
+        out = [NodeEndpoint(n["node"], n["socket"], address=n["address"]) for n in found if n["node"] not in have]
+        log.info("joined %s: nodes %s", self.config.join, [n.name for n in out])
+        return out
+
+    def _connect_admin(self, n: NodeEndpoint) -> Any:
+        """A control connection to ``n``: its Unix socket, or its transfer port for a node elsewhere."""
+        from ..dataplane.client import Admin
+
+        if n.address and not n.state_dir:
+            from ..dataplane.peer_control import PeerAdmin
+
+            if self.cluster.key is None:
+                raise ConfigError(f"node {n.name!r} at {n.address} is on another machine: set cluster_key_file")
+            return PeerAdmin(n.address, n.name, self.cluster.key)
+        return Admin(n.socket_path, state_dir=n.state_dir or None)
 
     def _ensure_redis(self) -> None:
         """Start the baseline's throwaway Redis the first time an invocation needs it."""
@@ -412,7 +486,15 @@ class LocalRuntime:
         return self._tenants(workflow) if self._tenants is not None else None
 
     def start_worker(self, init: Init, node: str = "") -> Any:
-        worker = self._new_worker(init, node)
+        if node and node in self._nodes and init.transport.get("socket_path") != self._nodes[node].socket_path:
+            init = msgspec.structs.replace(init, transport=self.transport_settings(node))
+        try:
+            worker = self._new_worker(init, node)
+        except FunctionFailed:
+            if self._locality and node:
+                self.cluster.mark_down(node, f"a worker of {init.workflow}/{init.function} did not start there")
+            raise
+        worker.gfaas_node = node
         self.logstore.add(init.workflow, init.function, "", getattr(worker, "start_logs", ()), str(init.version))
         if init.dedup != "off":
             with self._admin_lock:
@@ -425,7 +507,9 @@ class LocalRuntime:
         if self.config.executor == "ray":
             from .ray_executor import RayWorker
 
-            return RayWorker(init, num_cpus=self.config.ray_cpus_per_worker)
+            pin = {ray_resource(node): RAY_SLIVER} if self._locality and node else {}
+            return RayWorker(init, num_cpus=self.config.ray_cpus_per_worker, resources=pin,
+                             start_timeout=60.0 if pin else 300.0)
         netns = self._nodes[node].netns if node in self._nodes else ""
         return ProcessWorker(init, prefix=["ip", "netns", "exec", netns] if netns else None,
                              binder=self._binder(node))
@@ -485,19 +569,25 @@ class LocalRuntime:
                     self.gpu_of(spec.name, function), ident.uid if ident else -1, ident.gid if ident else -1,
                     **self.dedup.init_fields(spec.name), gpu_passing=self.config.gpu_passing, code_dir=code_dir,
                     version=version)
-        return FunctionPool(self, pool_key(spec.name, version, function), node, init,
+        pool = FunctionPool(self, pool_key(spec.name, version, function), node, init,
                             f.scaling or self.default_scaling(), res, self.gpu_of(spec.name, function),
                             self.config.max_queue, self.config.scale_tick_s)
+        p = self.config.placement
+        pool.locality = self._locality
+        pool.pinned = f"{spec.name}/{function}" in p or function in p
+        return pool
 
-    def reserve(self, pool: FunctionPool, evict: bool = False) -> bool:
-        """Reserve a worker's resources for ``pool`` on its node; with ``evict``, stop idle workers of
-        other functions (above their min, the longest idle first) when that makes room. False: no room."""
+    def reserve(self, pool: FunctionPool, evict: bool = False, node: str = "") -> bool:
+        """Reserve a worker's resources for ``pool`` on ``node`` (default: its node); with ``evict``, stop
+        idle workers of other functions (above their min, the longest idle first) when that makes room.
+        False: no room."""
+        node = node or pool.node
         with self._res_lock:
-            led = self._ledger(pool.node)
+            led = self._ledger(node)
             if not led.fits(pool.res, pool.gpu):
                 if not evict:
                     return False
-                others = [p for p in self._pools.values() if p is not pool and p.node == pool.node]
+                others = [p for p in self._pools.values() if p is not pool and p.node == node]
                 cands = [c for p in others for c in p.candidates()]
                 victims = choose_evictions(led, pool.res, pool.gpu, cands)
                 if victims is None:
@@ -512,9 +602,9 @@ class LocalRuntime:
             led.reserve(pool.res, pool.gpu)
             return True
 
-    def release(self, pool: FunctionPool, res: Resources) -> None:
+    def release(self, pool: FunctionPool, res: Resources, node: str = "") -> None:
         with self._res_lock:
-            self._ledger(pool.node).release(res, pool.gpu)
+            self._ledger(node or pool.node).release(res, pool.gpu)
         if getattr(self, "_autoscaler", None) is not None:
             self._autoscaler.wake()  # a start that waited for room may fit now
 
@@ -829,12 +919,7 @@ class LocalRuntime:
         inv_id = secrets.token_hex(16)  # the data plane's invocation ID too: 128 random bits
         tokens: dict[str, str] = {}
         if kind == "gfaas":
-            functions = [f.name for f in spec.functions] + [GATEWAY]
-            with self._admin_lock:
-                tokens = self._admin.open_invocation(spec.name, functions, inv_id).tokens
-                for admin in self._admins.values():  # every node honours the same tokens
-                    if admin is not self._admin:
-                        admin.open_invocation(spec.name, functions, inv_id, tokens)
+            tokens = self._open_everywhere(spec.name, [f.name for f in spec.functions] + [GATEWAY], inv_id)
         inv = _Invocation(inv_id, spec, DagState(spec), time.perf_counter(), tokens, kind, version=version,
                           deadline=None if deadline_s is None else time.monotonic() + deadline_s)
         with self._lock:
@@ -862,6 +947,73 @@ class LocalRuntime:
             if isinstance(exc, Overloaded):
                 raise
         return inv_id
+
+    def _open_everywhere(self, workflow: str, functions: list[str], inv_id: str) -> dict[str, str]:
+        """Open the invocation on every node (that is up) with the same tokens: drawn by the first node,
+        or, with a cluster key, derived from it (each node on another machine derives its own)."""
+        key = self.cluster.key
+        with self._admin_lock:
+            if key is None:
+                tokens: dict[str, str] = self._admin.open_invocation(workflow, functions, inv_id).tokens
+            else:
+                tokens = key.function_tokens(inv_id, functions)
+                self._admin.open_invocation(workflow, functions, inv_id, tokens)
+            for name, admin in self._admins.items():
+                if admin is self._admin or not self.cluster.up(name):
+                    continue
+                try:  # (a node on another machine is sent no tokens: PeerAdmin drops them, it derives its own)
+                    admin.open_invocation(workflow, functions, inv_id, tokens)
+                except (RemoteError, DaemonUnavailable) as exc:
+                    if not self._locality:
+                        raise
+                    self.cluster.mark_down(name, str(exc))  # its workers get no calls of this invocation
+        return tokens
+
+    # -- locality across nodes (runtime.cluster, policy.locality)
+    def function_nodes(self, pool: FunctionPool) -> list[str]:
+        """The nodes a new worker of ``pool`` may start on now: its placed node, or with ``locality``
+        every node that is up (and, under Ray, has a Ray node beside it)."""
+        if not self._locality or pool.pinned:
+            return [pool.node]
+        nodes = [n for n in self._nodes if self.cluster.up(n)]
+        if self.config.executor == "ray":
+            from .ray_executor import _ray
+
+            ray_nodes = self.cluster.ray_nodes(_ray(), nodes)
+            nodes = [n for n in nodes if n in ray_nodes]
+        return nodes
+
+    def slot_node(self, pool: FunctionPool, waiting: list[str | None], workers: dict[str, int]) -> str:
+        """Where ``pool``'s next worker starts: among :meth:`function_nodes`, the one the waiting calls
+        prefer most (``waiting``: each queued call's preferred node), then the one with fewest workers."""
+        cands = self.function_nodes(pool)
+        if not cands:
+            raise FunctionFailed(f"no node can run {pool.key} now: every node is down or has no Ray node "
+                                 f"(nodes: {sorted(self._nodes)}); start `gfaas node start --join ... --ray-address ...`")
+        weights: dict[str, int] = {}
+        for n in waiting:
+            if n is not None:
+                weights[n] = weights.get(n, 0) + 1
+        return choose_node(cands, weights, workers)
+
+    def _note_preference(self, inv: _Invocation, fn: str) -> None:
+        """The node holding most of ``fn``'s inputs, per the global directory (policy.locality)."""
+        f = inv.spec.function(fn)
+        refs = [inv.refs.get((i.source, i.output), "") for i in f.inputs]
+        held = self.cluster.input_bytes(refs)
+        if held:
+            inv.prefer[fn] = choose_node(sorted(held), held)
+
+    def _check_node(self, node: str) -> None:
+        """A worker on ``node`` died: if its daemon does not answer either, leave the node out."""
+        admin = self._admins.get(node)
+        if admin is None or admin is self._admin:
+            return
+        try:
+            with self._admin_lock:
+                admin.snapshot()
+        except GfaasError as exc:
+            self.cluster.mark_down(node, f"its daemon does not answer ({exc})")
 
     def status(self, invocation_id: str) -> str:
         return self._inv(invocation_id).status
@@ -996,6 +1148,8 @@ class LocalRuntime:
         """The hinter's round: one ``QueueState`` per node, on the hinter's own connections."""
         entries = [QueueEntry(*e) for e in batch[0]]
         for node in list(self._nodes):
+            if not self.cluster.up(node):
+                continue
             try:
                 self._own_admin(self._hint_admins, node).queue_state(entries, batch[1])
             except Exception:
@@ -1091,6 +1245,8 @@ class LocalRuntime:
                 pool = self._pools.get(pool_key(inv.spec.name, inv.version, fn))
                 if pool is None:  # undeployed while the invocation ran
                     raise NotFound(f"workflow {inv.spec.name!r} was undeployed")
+                if self._locality and inv.kind == "gfaas":
+                    self._note_preference(inv, fn)
                 pool.submit(inv, fn)
             except (Overloaded, NotFound):
                 with self._lock:
@@ -1115,12 +1271,15 @@ class LocalRuntime:
         # The drive of the first input: where a marked function runs, and where a function's outputs live.
         home = inv.homes.get((f.inputs[0].source, f.inputs[0].output), -1)
         where = self.drives.claim(home) if f.accelerator else Decision("", home)
+        node = getattr(worker, "gfaas_node", "") or pool.node
         task = Task(inv.id, inv.tokens.get(fn, ""), inputs, [i.name for i in f.inputs if i.from_workflow], consumers,
-                    self.transport_settings(pool.node, inv.kind), deadline_s=budget, accel=where.preset)
+                    self.transport_settings(node, inv.kind), deadline_s=budget, accel=where.preset)
         try:
             reply = worker.run(task)
         except WorkerDied as exc:
             log.warning("%s; replacing it", exc)
+            if self._locality:
+                self._check_node(node)
             pool.replace_dead(worker)
             kept = self.logstore.read(inv.spec.name, fn, inv.id, limit=50)
             self.failed(inv, fn, str(exc), Failure(fn, "WorkerDied", "", failure_lines(kept, inv.id)))
@@ -1134,7 +1293,7 @@ class LocalRuntime:
         assert isinstance(reply, Done)
         if reply.hinted_bytes:  # ctx.merge during the call
             with self._admin_lock:
-                self.dedup.hinted(worker, inv.spec.name, fn, self._admins.get(pool.node) or self._admin,
+                self.dedup.hinted(worker, inv.spec.name, fn, self._admins.get(node) or self._admin,
                                   reply.hinted_bytes)
         if reply.compute_s > 0:
             pool.compute_s = reply.compute_s
@@ -1283,13 +1442,16 @@ class LocalRuntime:
             from ..dataplane.client import Admin
 
             n = self._nodes[node]
-            admin = own[node] = Admin(n.socket_path, state_dir=n.state_dir or None)
+            admin = own[node] = Admin(n.socket_path, state_dir=n.state_dir or None) if n.state_dir or not n.address \
+                else self._connect_admin(n)
         return admin
 
     def _free(self, invs: list[_Invocation], own: dict[str, Any]) -> None:
         ids = [inv.id for inv in invs if inv.kind == "gfaas"]
         if ids:
             for node in list(self._nodes):
+                if not self.cluster.up(node):
+                    continue  # a node that is down lost its objects; it is not waited for
                 try:
                     self._own_admin(own, node).end_invocations(ids)
                 except Exception:  # noqa: BLE001 - the results stand; leftovers go with the node

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FunctionFailed, Overloaded
 from ..policy.autoscale import ScalingSpec
+from ..policy.locality import LOOKAHEAD, pick_call
 from ..policy.resources import Candidate, Resources
 from ..policy.workerpool import PoolDecision, WorkerPoolPolicy, WorkerView
 
@@ -50,6 +51,8 @@ class _Slot:
     tasks: int = 0
     released: bool = False  # its reservation was handed to another start (an eviction)
     thread: threading.Thread | None = None
+    node: str = ""  # the node its worker runs on
+    unplaced: str = ""  # why no node could take it (locality: every node down): its start fails with this
 
 
 class FunctionPool:
@@ -58,6 +61,10 @@ class FunctionPool:
     def __init__(self, rt: Any, key: str, node: str, init: Init, scaling: ScalingSpec, res: Resources,
                  gpu: str, max_queue: int, tick_s: float) -> None:
         self.rt, self.key, self.node, self.init = rt, key, node, init
+        # With locality (runtime.cluster) workers start on any node, the one most waiting calls'
+        # inputs are on preferred, and a free worker takes the call whose inputs are on its node first.
+        self.locality = False
+        self.pinned = True  # locality off for this function (placed on ``node`` by the runtime's config)
         self.scaling, self.res, self.gpu = scaling, res, gpu
         self.max_queue = max_queue
         self.policy = WorkerPoolPolicy(scaling, tick_s)
@@ -107,7 +114,29 @@ class FunctionPool:
                     "cold_starts": self.cold_starts, "starts": self.starts, "stops": self.stops,
                     "deferred_starts": self.deferred, "expired": self.expired, "worker_seconds": round(self.worker_seconds + live_s, 3),
                     "start_s_mean": round(sum(self.start_s) / len(self.start_s), 4) if self.start_s else None,
-                    "resources": self.res.describe()}
+                    "resources": self.res.describe(), "nodes": self._per_node()}
+
+    def _per_node(self) -> dict[str, int]:  # under self.cv
+        out: dict[str, int] = {}
+        for s in self._slots.values():
+            if s.state in ("idle", "busy"):
+                out[s.node] = out.get(s.node, 0) + 1
+        return out
+
+    def _place(self) -> tuple[str, str]:
+        """(node, "") for the next worker, or ("", why) when no node can take one now."""
+        if not self.locality or self.pinned:
+            return self.node, ""
+        with self.cv:
+            waiting = [inv.prefer.get(fn) for inv, fn, _ in list(self.queue)[:64]]
+            workers: dict[str, int] = {}
+            for s in self._slots.values():
+                if s.state != "stopping":
+                    workers[s.node] = workers.get(s.node, 0) + 1
+        try:
+            return self.rt.slot_node(self, waiting, workers), ""
+        except FunctionFailed as exc:
+            return "", str(exc)
 
     def memory(self) -> dict[str, int]:
         """The warm workers' memory now: RSS, and PSS, which splits each shared page among the processes
@@ -156,18 +185,21 @@ class FunctionPool:
                 self.policy.deployed(now)
         n = max(self.scaling.min, 1 if prewarm else 0)
         for k in range(n):
-            if not self.rt.reserve(self, evict=k < self.scaling.min):
+            node, why = self._place()
+            if why:
+                raise FunctionFailed(why)
+            if not self.rt.reserve(self, evict=k < self.scaling.min, node=node):
                 log.warning("%s: no room on node %s for a pre-warmed worker (resources %s); it starts on demand",
-                            self.key, self.node, self.res.describe())
+                            self.key, node, self.res.describe())
                 break
-            slot = self._new_slot(time.monotonic(), cold=False)  # each start timed from its own beginning
+            slot = self._new_slot(time.monotonic(), cold=False, node=node)  # each start timed from its own beginning
             assert slot is not None
             try:
-                worker = self.rt.start_worker(self.init, self.node)
+                worker = self.rt.start_worker(self.init, node)
             except BaseException:
                 with self.cv:
                     self._slots.pop(slot.id, None)
-                self.rt.release(self, self.res)
+                self.rt.release(self, self.res, node=node)
                 raise
             t = time.monotonic()
             with self.cv:
@@ -197,7 +229,10 @@ class FunctionPool:
             self.entered += 1
             self.policy.arrival(now)
             d = self._decide(now, sample=False)
-            self.cv.notify()  # one idle worker takes it
+            if self.locality:
+                self.cv.notify_all()  # the idle worker on the call's preferred node takes it, if there is one
+            else:
+                self.cv.notify()  # one idle worker takes it
         self.rt.queues_changed(inv, self.key)
         self.apply(d)
 
@@ -228,28 +263,32 @@ class FunctionPool:
         for k in range(d.start):
             if self.closed:
                 return
+            node, why = self._place()
             # Only a start for waiting requests may stop another function's idle worker: a pre-warm
             # that pushed out a warm worker would only move the cold start elsewhere.
-            if not self.rt.reserve(self, evict=k < d.cold):
+            if not why and not self.rt.reserve(self, evict=k < d.cold, node=node):
                 with self.cv:
                     self.deferred += 1
-                log.info("%s: start deferred, node %s has no room for resources %s", self.key, self.node,
+                log.info("%s: start deferred, node %s has no room for resources %s", self.key, node,
                          self.res.describe())
                 return
-            slot = self._new_slot(now, cold=k < d.cold, bound=True)
+            slot = self._new_slot(now, cold=k < d.cold, bound=True, node=node)
             if slot is None:  # another decision started it meanwhile
-                self.rt.release(self, self.res)
+                if not why:
+                    self.rt.release(self, self.res, node=node)
                 return
+            if why:  # its start fails with the reason, failing the calls nothing else can run
+                slot.unplaced, slot.released = why, True
             self._spawn(slot)
 
-    def _new_slot(self, now: float, cold: bool, bound: bool = False) -> _Slot | None:
+    def _new_slot(self, now: float, cold: bool, bound: bool = False, node: str = "") -> _Slot | None:
         """A slot in state starting; with ``bound``, only while the live count is under the current
         target and ``max`` (two decisions made side by side must not both start the same worker)."""
         with self.cv:
             live = sum(1 for s in self._slots.values() if s.state != "stopping")
             if bound and live >= min(self.target, self.scaling.max):
                 return None
-            slot = _Slot(next(self._ids), "starting", now, now, cold)
+            slot = _Slot(next(self._ids), "starting", now, now, cold, node=node or self.node)
             self._slots[slot.id] = slot
             self.starts += 1
             if cold:
@@ -301,7 +340,9 @@ class FunctionPool:
 
     def _start(self, slot: _Slot) -> bool:
         try:
-            worker = self.rt.start_worker(self.init, self.node)
+            if slot.unplaced:
+                raise FunctionFailed(slot.unplaced)
+            worker = self.rt.start_worker(self.init, slot.node)
         except FunctionFailed as exc:
             log.warning("%s: a worker did not start: %s", self.key, exc)
             with self.cv:
@@ -336,7 +377,12 @@ class FunctionPool:
                     self.cv.wait()
                 if slot.state != "idle" or self.closed:
                     return  # told to stop, or the pool closed (its queued tasks are failed by the runtime)
-                inv, fn, enqueued = self.queue.popleft()
+                k = self._pick(slot)
+                if k is None:  # every call in view is for a free worker on another node
+                    self.cv.wait(0.05)
+                    continue
+                inv, fn, enqueued = self.queue[k]
+                del self.queue[k]
                 self.left += 1
                 inv.queued.pop(fn, None)
                 slot.state, slot.since = "busy", time.monotonic()
@@ -364,6 +410,13 @@ class FunctionPool:
                 d = self._decide(now, sample=False)
             self.apply(d)
 
+    def _pick(self, slot: _Slot) -> int | None:  # under self.cv, queue not empty
+        if not self.locality or self.pinned:
+            return 0
+        view = list(itertools.islice(self.queue, LOOKAHEAD))
+        idle = {s.node for s in self._slots.values() if s.state == "idle" and s is not slot}
+        return pick_call(slot.node, [inv.prefer.get(fn) for inv, fn, _ in view], idle)
+
     def _end(self, slot: _Slot) -> None:
         if slot.worker is not None:
             try:
@@ -377,7 +430,7 @@ class FunctionPool:
             self.stops += 1
             closed = self.closed
         if not slot.released:
-            self.rt.release(self, self.res)
+            self.rt.release(self, self.res, node=slot.node)
         if not closed:  # a request may wait for a replacement (a worker that died, or was evicted)
             with self.cv:
                 d = self._decide(now, sample=False)

@@ -79,7 +79,8 @@ def shutdown_ray() -> None:
 class RayWorker:
     """A function slot backed by one Ray actor."""
 
-    def __init__(self, init: Init, *, num_cpus: float, num_gpus: float = 0.0, start_timeout: float = 300.0) -> None:
+    def __init__(self, init: Init, *, num_cpus: float, num_gpus: float = 0.0, start_timeout: float = 300.0,
+                 resources: dict[str, float] | None = None) -> None:
         ray = _ray()
         self._ray = ray
         self._dead = False
@@ -88,10 +89,10 @@ class RayWorker:
             raise ConfigError(f"function {init.function!r} asks Ray for {num_cpus} CPUs but the whole cluster has "
                               f"{total:g}; lower ray_cpus_per_worker or add Ray nodes")
         # A version's code package is read from the runtime's store by path, which holds on this
-        # machine. Ray accepts a local directory as a runtime_env only for the whole job (ray.init), so
-        # shipping a package to other machines' actors needs it served at a URI: issue 20's part.
+        # machine only: on a multi-machine cluster, deploy handlers installed on every machine
+        # (docs/deploy.md). ``resources`` pins the actor to one gfaas node (runtime.cluster.ray_resource).
         self.actor = _actor_class().options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0,
-                                            max_task_retries=0).remote(_enc.encode(init))
+                                            max_task_retries=0, resources=resources or {}).remote(_enc.encode(init))
         try:
             self.pid, self.load_s = ray.get(self.actor.ready.remote(), timeout=start_timeout)
         except Exception as exc:  # noqa: BLE001 - Ray wraps the actor's own error

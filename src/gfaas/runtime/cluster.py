@@ -1,0 +1,138 @@
+"""The runtime's view of the nodes of a multi-machine cluster (issue 20): how it reaches each node's
+daemon, which nodes are up, where a call's inputs are, and which nodes Ray can place workers on.
+
+* **Reaching a daemon.** A node with a ``state_dir`` the runtime can read is reached through its Unix
+  socket (:class:`~gfaas.dataplane.client.Admin`); a node on another machine through its transfer
+  port (:class:`~gfaas.dataplane.peer_control.PeerAdmin`, proved with the cluster key).
+* **Joining.** With ``RuntimeConfig.join`` (the global directory's Redis URL) the runtime finds the
+  nodes that registered there (``gfaas node start --join``), each entry checked against the key.
+* **Locality.** :meth:`Cluster.input_bytes` asks the global directory which node holds each input
+  of a call and how many bytes, and :func:`gfaas.policy.locality.choose_node` decides.
+* **Liveness.** A node whose daemon does not answer is marked down for ``DOWN_S`` seconds: no worker
+  starts there and no new invocation is opened there meanwhile.
+* **Ray.** A worker pinned to node ``n`` asks Ray for a sliver of the custom resource ``gfaas_node_<n>``,
+  which only the Ray node started next to that daemon advertises (:func:`ray_resource`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ..dataplane.ids import DataRef
+from ..dataplane.peer_auth import PeerKey
+from ..errors import AuthenticationError, ConfigError
+
+log = logging.getLogger("gfaas.runtime")
+
+DOWN_S = 5.0  # how long a node that failed to answer is left out before it is tried again
+RAY_CACHE_S = 2.0  # how long Ray's view of the cluster's resources is reused
+RAY_SLIVER = 0.001  # of a node's gfaas_node_<n> resource (1000 units): any number of workers fit
+
+
+def ray_resource(node: str) -> str:
+    """The Ray custom resource that marks the Ray node running beside gfaas node ``node``."""
+    return f"gfaas_node_{node}"
+
+
+def node_info_key(node: str) -> str:
+    return f"gfaas:nodeinfo:{node}"
+
+
+def discover(redis: Any, key: PeerKey) -> list[dict[str, str]]:
+    """The nodes registered in the global directory: ``[{"node", "address", "socket"}]``, each entry's
+    MAC checked (one written without the key is refused with the reason, not skipped silently)."""
+    out = []
+    for k in sorted(redis.scan_iter(match="gfaas:nodeinfo:*", count=256)):
+        name = str(k).removeprefix("gfaas:nodeinfo:")
+        raw = redis.get(k)
+        if raw is None:
+            continue
+        try:
+            fields = {str(a): str(b) for a, b in json.loads(raw).items()}
+        except (ValueError, AttributeError):
+            raise AuthenticationError(f"the global directory's entry {k} is not a node description") from None
+        if not key.entry_ok("nodeinfo", name, fields):
+            raise AuthenticationError(f"the global directory's description of node {name} failed its MAC check "
+                                      "(written by someone without the cluster key); not using it")
+        out.append({"node": name, "address": fields.get("address", ""), "socket": fields.get("socket", "")})
+    return out
+
+
+class Cluster:
+    """Liveness, input locations and Ray placement for the runtime's nodes (names are the runtime's)."""
+
+    def __init__(self, key: PeerKey | None, redis: Any = None, node_ids: dict[str, str] | None = None) -> None:
+        self.key, self.redis = key, redis
+        self.node_ids = dict(node_ids or {})  # daemon node_id -> the runtime's name for it
+        self._down: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._ray_at = -RAY_CACHE_S
+        self._ray_nodes: set[str] = set()
+
+    # -- liveness
+    def mark_down(self, node: str, why: str) -> None:
+        with self._lock:
+            if node not in self._down:
+                log.warning("node %s is left out for %.0f s: %s", node, DOWN_S, why)
+            self._down[node] = time.monotonic() + DOWN_S
+
+    def up(self, node: str) -> bool:
+        with self._lock:
+            until = self._down.get(node)
+            if until is None:
+                return True
+            if time.monotonic() >= until:
+                del self._down[node]  # try it again
+                return True
+            return False
+
+    # -- Ray
+    def ray_nodes(self, ray: Any, nodes: Iterable[str]) -> set[str]:
+        """Which of ``nodes`` a live Ray node advertises (cached for ``RAY_CACHE_S``)."""
+        now = time.monotonic()
+        if now - self._ray_at >= RAY_CACHE_S:
+            have: set[str] = set()
+            for n in ray.nodes():
+                if n.get("Alive"):
+                    have.update(str(r) for r in n.get("Resources", {}))
+            self._ray_nodes = {n for n in nodes if ray_resource(n) in have}
+            self._ray_at = now
+        return set(self._ray_nodes)
+
+    # -- locality
+    def input_bytes(self, refs: Iterable[str]) -> dict[str, int]:
+        """Bytes of these inputs each node holds, from the global directory (entries MAC-checked);
+        a reference the directory does not know (yet) counts one byte on the node it names."""
+        refs = [r for r in refs if isinstance(r, str) and r.startswith("gfaas://")]
+        out: dict[str, int] = {}
+        if not refs:
+            return out
+        parsed = [DataRef.parse(r) for r in refs]
+        entries: list[Any] = [None] * len(parsed)
+        if self.redis is not None and self.key is not None:
+            try:
+                pipe = self.redis.pipeline(transaction=False)
+                for ref in parsed:
+                    pipe.hgetall(f"gfaas:obj:{ref.id.hex()}")
+                entries = pipe.execute()
+            except Exception as exc:  # noqa: BLE001 - locality is a preference: fall back to the references
+                log.warning("global directory unreachable for input locations: %s", exc)
+                entries = [None] * len(parsed)
+        for ref, entry in zip(parsed, entries, strict=True):
+            node, n = ref.node, 1
+            if entry and "node" in entry and self.key is not None and self.key.entry_ok("obj", ref.id.hex(), entry):
+                node, n = str(entry["node"]), int(entry.get("nbytes", 1))
+            name = self.node_ids.get(node, node)
+            out[name] = out.get(name, 0) + n
+        return out
+
+
+def check_join(join: str, key_file: str) -> None:
+    if join and not key_file:
+        raise ConfigError(f"join={join!r} needs cluster_key_file: the nodes of a cluster prove one key to each other "
+                          "(`gfaas cluster keygen PATH`, copied to every machine)")
