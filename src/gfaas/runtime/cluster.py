@@ -20,7 +20,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..dataplane.ids import DataRef
@@ -66,8 +66,10 @@ def discover(redis: Any, key: PeerKey) -> list[dict[str, str]]:
 class Cluster:
     """Liveness, input locations and Ray placement for the runtime's nodes (names are the runtime's)."""
 
-    def __init__(self, key: PeerKey | None, redis: Any = None, node_ids: dict[str, str] | None = None) -> None:
+    def __init__(self, key: PeerKey | None, redis: Any = None, node_ids: dict[str, str] | None = None,
+                 probe: Callable[[str], None] | None = None) -> None:
         self.key, self.redis = key, redis
+        self.probe = probe  # raises when the node's daemon does not answer (set by the runtime)
         self.node_ids = dict(node_ids or {})  # daemon node_id -> the runtime's name for it
         self._down: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -86,10 +88,19 @@ class Cluster:
             until = self._down.get(node)
             if until is None:
                 return True
-            if time.monotonic() >= until:
-                del self._down[node]  # try it again
-                return True
+            if time.monotonic() < until:
+                return False
+            self._down[node] = time.monotonic() + DOWN_S  # one probe per period, whoever asks
+        try:  # back only once its daemon answers again
+            if self.probe is not None:
+                self.probe(node)
+        except Exception as exc:  # noqa: BLE001 - any failure keeps it out
+            log.debug("node %s is still down: %s", node, exc)
             return False
+        with self._lock:
+            self._down.pop(node, None)
+        log.warning("node %s answers again", node)
+        return True
 
     # -- Ray
     def ray_nodes(self, ray: Any, nodes: Iterable[str]) -> set[str]:
@@ -98,8 +109,9 @@ class Cluster:
         if now - self._ray_at >= RAY_CACHE_S:
             have: set[str] = set()
             for n in ray.nodes():
-                if n.get("Alive"):
-                    have.update(str(r) for r in n.get("Resources", {}))
+                res = n.get("Resources", {})
+                if n.get("Alive") and res.get("CPU", 0) > 0:  # a head started with no CPUs runs no function
+                    have.update(str(r) for r in res)
             self._ray_nodes = {n for n in nodes if ray_resource(n) in have}
             self._ray_at = now
         return set(self._ray_nodes)

