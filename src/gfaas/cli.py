@@ -28,7 +28,7 @@ def _node_config(a: argparse.Namespace) -> NodeConfig:
         transfer_host=a.transfer_host,
         transfer_port=a.transfer_port,
         advertise_host=a.advertise_host,
-        redis_url=a.redis_url,
+        redis_url=a.redis_url or getattr(a, "join", None),
         storage_policy=a.storage_policy,
         spill_dir=a.spill_dir or "",
         spill_capacity_bytes=None if a.spill_capacity is None else parse_size(a.spill_capacity),
@@ -77,6 +77,10 @@ def cmd_node(a: argparse.Namespace) -> int:
 
     cfg = _node_config(a)
     if a.action == "start":
+        from .cli_cluster import run_node_with_ray, wants_ray
+
+        if wants_ray(a):
+            return run_node_with_ray(cfg, a)
         if a.foreground:
             from .dataplane.node_main import main as node_main
 
@@ -102,6 +106,13 @@ def cmd_node(a: argparse.Namespace) -> int:
 def cmd_cluster(a: argparse.Namespace) -> int:
     from .dataplane import cluster
 
+    if a.action == "ray-token":
+        if not a.path:
+            raise GfaasError("gfaas cluster ray-token needs the cluster key file: gfaas cluster ray-token PATH")
+        from .cli_cluster import ray_token
+
+        print(ray_token(a.path))
+        return 0
     if a.action == "keygen":
         if not a.path:
             raise GfaasError("gfaas cluster keygen needs the path of the key file to create")
@@ -210,11 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--foreground", action="store_true", help="start: run in this process")
     n.add_argument("--json", action="store_true")
     _add_node_args(n)
+    from .cli_cluster import add_node_cluster_args
+
+    add_node_cluster_args(n)
     n.set_defaults(func=cmd_node)
 
     c = sub.add_parser("cluster", help="a local cluster: a directory server and N node daemons on loopback")
-    c.add_argument("action", choices=["start", "stop", "status", "keygen"])
-    c.add_argument("path", nargs="?", help="keygen: where to create a cluster key file (0600)")
+    c.add_argument("action", choices=["start", "stop", "status", "keygen", "ray-token"])
+    c.add_argument("path", nargs="?", help="keygen: where to create a cluster key file (0600); ray-token: the key"
+                   " file to derive the Ray cluster's token from (printed, for RAY_AUTH_TOKEN)")
     c.add_argument("--nodes", type=int, default=2, help="start: number of node daemons (default 2)")
     c.add_argument("--capacity", default="1GiB", help="start: pool capacity per node (default 1GiB)")
     c.add_argument("--redis-url", help="start: use this directory server instead of starting one")

@@ -103,6 +103,15 @@ def _serve_args(s: Any, workflows: str) -> None:
                    help="a package deployed specs may take handlers from (repeatable; default gfaas.workflows)")
     s.add_argument("--max-workflows", type=int, default=64, help="workflows deployed at once (default 64)")
     s.add_argument("--max-functions", type=int, default=64, help="functions per spec (default 64)")
+    c = s.add_argument_group("multi-machine cluster (docs/deploy.md)")
+    c.add_argument("--ray-address", default="", metavar="HEAD:PORT", help="the Ray cluster to run functions on "
+                   "(with --executor ray; default: start a local Ray)")
+    c.add_argument("--join", default="", metavar="REDIS_URL", help="the global directory: the gateway's node joins "
+                   "it and uses every node registered there (gfaas node start --join)")
+    c.add_argument("--cluster-key-file", default="", metavar="FILE", help="the key every node holds (0600)")
+    c.add_argument("--redis-password-file", default="", metavar="FILE", help="the directory's password (0600)")
+    c.add_argument("--transfer-host", default="", metavar="ADDR",
+                   help="the address other machines reach the gateway's node at (with --join)")
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
@@ -123,7 +132,11 @@ def cmd_serve(a: argparse.Namespace) -> int:
     limits = GatewayLimits(handler_packages=allowed,
                            max_workflows=a.max_workflows, max_functions=a.max_functions)
     token, token_path = _token(a)  # before anything starts: a bad token file fails fast
-    cfg = RuntimeConfig(transport=a.transport, executor=a.executor, scale=a.scale, workers_per_function=a.workers)
+    cfg = RuntimeConfig(transport=a.transport, executor=a.executor, scale=a.scale, workers_per_function=a.workers,
+                        ray_address=getattr(a, "ray_address", ""), join=getattr(a, "join", ""),
+                        cluster_key_file=getattr(a, "cluster_key_file", ""),
+                        redis_password_file=getattr(a, "redis_password_file", ""),
+                        transfer_host=getattr(a, "transfer_host", ""))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

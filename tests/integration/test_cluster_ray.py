@@ -176,7 +176,7 @@ def test_a_killed_machine_fails_its_calls_clearly_and_the_rest_keeps_serving(lab
     assert len(ends) == 24 and all(e["t"] < 90 for e in ends), ends
     failed = [e for e in ends if not e["ok"]]
     for e in failed:
-        assert any(w in (e["error"] or "") for w in ("died", "lost", "DataLost", "left the cluster", "refuses",
+        assert any(w in (e["error"] or "") for w in ("died", "lost", "DataLost", "left the cluster", "refuses", "broke",
                                                      "cannot reach", "no node")), e
     assert any(e["ok"] for e in ends)
     assert all(a["ok"] for a in rep["after"]), rep["after"]

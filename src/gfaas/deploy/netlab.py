@@ -24,8 +24,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..config import NodeConfig
-from ..dataplane.local import LocalNode
 from ..dataplane.peer_auth import PeerKey, generate_key_file
 from ..dataplane.redis_server import find_server_binary
 from ..errors import ConfigError, GfaasError
@@ -67,7 +65,6 @@ class NetLab:
         self.extra_env = dict(extra_env or {})
         self.key_file = os.path.join(run_dir, "cluster.key")
         self.pw_file = os.path.join(run_dir, "redis.password")
-        self.nodes: dict[str, LocalNode] = {}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}  # "redis", "ray-<node>"
         self.info: LabInfo | None = None
 
@@ -110,19 +107,20 @@ class NetLab:
             object_store_bytes=128 * MiB), env)
         self._wait_port(0, RAY_PORT, "the Ray head")
         nodes: dict[str, dict[str, str]] = {}
-        for i in range(1, tb.nodes):
+        for i in range(1, tb.nodes):  # each worker machine: the one command docs/deploy.md gives
             name, ip = f"m{i}", tb.ips[i]
-            cfg = NodeConfig(node_id=name, socket_path=os.path.join(self.run_dir, f"{name}.sock"),
-                             state_dir=os.path.join(self.run_dir, f"{name}.state"), capacity_bytes=self.capacity,
-                             transfer_host=ip, redis_url=redis_url, redis_password_file=self.pw_file,
-                             cluster_key_file=self.key_file)
-            self.nodes[name] = LocalNode(cfg, netns=tb.namespaces[i]).__enter__()
-            nodes[name] = {"ip": ip, "socket": cfg.socket_path, "state_dir": cfg.state_dir}
-            self._spawn(f"ray-{name}", tb.exec_argv(i) + start_argv(
-                name, address=f"{self.head_ip}:{RAY_PORT}", node_ip=ip, num_cpus=self.cpus,
-                temp_dir=self._ray_dir(name), object_store_bytes=128 * MiB), env)
+            sock, state = os.path.join(self.run_dir, f"{name}.sock"), os.path.join(self.run_dir, f"{name}.state")
+            nodes[name] = {"ip": ip, "socket": sock, "state_dir": state}
+            self._spawn(f"machine-{name}", tb.exec_argv(i) + [
+                sys.executable, "-m", "gfaas", "node", "start", "--node-id", name, "--socket", sock,
+                "--state-dir", state, "--capacity", str(self.capacity), "--join", redis_url,
+                "--redis-password-file", self.pw_file, "--cluster-key-file", self.key_file, "--transfer-host", ip,
+                "--ray-address", f"{self.head_ip}:{RAY_PORT}", "--ray-cpus", f"{self.cpus:g}"],
+                {**os.environ, **self.extra_env})
         self.info = LabInfo(redis_url, self.pw_file, self.key_file, f"{self.head_ip}:{RAY_PORT}", self.head_ip, nodes)
         self._wait_ray_nodes(tb.nodes)
+        for name in nodes:  # registered in the directory before any gateway looks
+            self._wait_registered(redis_url, password, name)
         log.info("lab of %d machines up in %.1f s", tb.nodes, time.monotonic() - t0)
 
     def _ray_dir(self, name: str) -> str:
@@ -144,6 +142,13 @@ class NetLab:
             if time.monotonic() > deadline:
                 raise GfaasError(f"{what} did not listen on {ip}:{port} within {timeout:g} s; see {self.run_dir}/*.log")
             time.sleep(0.2)
+
+    def _wait_registered(self, redis_url: str, password: str, name: str, timeout: float = 30.0) -> None:
+        script = ("import redis,sys,time; r=redis.Redis.from_url(sys.argv[1], password=sys.argv[2]); t=time.monotonic()+30\n"
+                  "while not r.exists('gfaas:nodeinfo:'+sys.argv[3]):\n    time.sleep(0.1)\n    assert time.monotonic()<t\n")
+        res = self.run_on_head([sys.executable, "-c", script, redis_url, password, name], timeout=timeout + 10)
+        if res.returncode:
+            raise GfaasError(f"node {name} did not register in the directory: {res.stderr[-1500:]}\n{self.logs()}")
 
     def _wait_ray_nodes(self, n: int, timeout: float = 120.0) -> None:
         """Until Ray counts ``n`` live nodes (the workers' ``ray start`` returns before they joined)."""
@@ -168,7 +173,7 @@ class NetLab:
     def kill_machine(self, name: str) -> None:
         """Kill everything machine ``name`` runs (its Ray node with its actors, its node daemon), as a
         power cut would: SIGKILL, nothing cleaned up."""
-        proc = self._procs.pop(f"ray-{name}", None)
+        proc = self._procs.pop(f"machine-{name}", None)
         if proc is not None:
             for pid in _descendants(proc.pid):  # the raylet's workers (Ray renames them: ray::FunctionActor)
                 try:
@@ -177,14 +182,12 @@ class NetLab:
                     pass
             _kill_group(proc, signal.SIGKILL)
         self._kill_ray_leftovers(name)
-        node = self.nodes.get(name)
-        if node is not None:
-            node.kill()
 
     def _kill_ray_leftovers(self, name: str) -> None:
         """Ray's daemons on a machine (raylet, its workers) may leave the ``ray start`` process group:
-        find them by the node's own temp dir in their command lines."""
-        tag = self._ray_dir(name)
+        find them by the node's address in their command lines."""
+        i = int(name[1:]) if name[1:].isdigit() else 0
+        tag = f"--node-ip-address={self.testbed.ips[i]}" if name != "head" else self._ray_dir(name)
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
@@ -206,17 +209,11 @@ class NetLab:
 
     def close(self) -> None:
         for name, proc in reversed(list(self._procs.items())):
-            _kill_group(proc, signal.SIGTERM if name.startswith("ray") else signal.SIGKILL)
+            # a machine's command stops its Ray node and daemon on SIGTERM; the directory is just killed
+            _kill_group(proc, signal.SIGKILL if name == "redis" else signal.SIGTERM)
         for name in list(self._procs):
-            if name.startswith("ray-"):
-                self._kill_ray_leftovers(name.removeprefix("ray-"))
+            self._kill_ray_leftovers(name.split("-", 1)[-1])
         self._procs.clear()
-        for node in self.nodes.values():
-            try:
-                node.__exit__(None, None, None)
-            except Exception:  # noqa: BLE001 - a killed node is already gone
-                pass
-        self.nodes.clear()
         self.testbed.close()
         for name in os.listdir("/tmp"):
             if name.startswith(f"gfr-{self.testbed.token}-"):
