@@ -97,3 +97,17 @@ def test_redis_options_read_password_file_and_tls_ca(tmp_path: object) -> None:
     plain = NodeConfig(**base, redis_url="redis://h:1/0", redis_ca_file="/etc/ssl/ca.pem")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="needs a TLS directory URL"):
         redis_client(plain, 2.0)
+
+
+def test_derived_secrets_are_per_key_invocation_and_function() -> None:
+    """Every holder of a key derives the same function tokens (32 hex, distinct per function and per
+    invocation); another key derives others; the Ray token differs from all of them."""
+    from gfaas.dataplane.peer_auth import PeerKey
+
+    k1, k2 = PeerKey(b"k" * 32), PeerKey(b"j" * 32)
+    t = k1.function_tokens("ab" * 16, ["a", "b", "gateway"])
+    assert t == PeerKey(b"k" * 32).function_tokens("ab" * 16, ["a", "b", "gateway"])
+    assert all(len(v) == 32 and int(v, 16) >= 0 for v in t.values()) and len(set(t.values())) == 3
+    assert t["a"] != k1.function_tokens("cd" * 16, ["a"])["a"]
+    assert t["a"] != k2.function_tokens("ab" * 16, ["a"])["a"]
+    assert k1.ray_token() != k2.ray_token() and k1.ray_token() not in t.values() and len(k1.ray_token()) == 64
