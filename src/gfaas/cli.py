@@ -23,6 +23,7 @@ def _node_config(a: argparse.Namespace) -> NodeConfig:
         socket_path=a.socket or "",
         state_dir=a.state_dir or "",
         backend=a.backend,
+        devices=a.devices,
         capacity_bytes=parse_size(a.capacity),
         slab_bytes=parse_size(a.slab),
         transfer_host=a.transfer_host,
@@ -44,6 +45,8 @@ def _add_node_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--socket", help="Unix socket path (default $GFAAS_RUN_DIR/<node>.sock)")
     p.add_argument("--state-dir", help="state directory (default $GFAAS_RUN_DIR/<node>.state)")
     p.add_argument("--backend", default="host", choices=["host", "null"])
+    p.add_argument("--devices", default="", help="GPU memory pools the daemon owns: cuda (every CUDA GPU), "
+                   "cuda:0,1, or null:0,1 (modelled GPUs); default none")
     p.add_argument("--capacity", default="2GiB", help="pool capacity (default 2GiB)")
     p.add_argument("--slab", default="8MiB", help="slab size (default 8MiB)")
     p.add_argument("--transfer-host", help="listen for cross-node pulls on this address")
