@@ -13,18 +13,22 @@ where its inputs already are, so that the fewest bytes cross the network. Two de
   while a worker that could run it idles.
 
 The runtime feeds them the byte counts the global directory holds for each input
-(:mod:`gfaas.dataplane.directory`) and its workers per node.
+(:mod:`gfaas.dataplane.directory`) and its workers per node; the simulator places a CPU function of
+a replica spread over nodes by :func:`choose_node` on its in-edges' bytes (:mod:`gfaas.sim.cluster`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from typing import TypeVar
+
+N = TypeVar("N", bound=Hashable)  # a node's name (the runtime) or index (the simulator)
 
 LOOKAHEAD = 16  # queued calls a free worker looks through for one whose inputs are on its node
 
 
-def choose_node(candidates: Sequence[str], input_bytes: Mapping[str, int],
-                workers: Mapping[str, int] | None = None) -> str:
+def choose_node(candidates: Sequence[N], input_bytes: Mapping[N, int],
+                workers: Mapping[N, int] | None = None) -> N:
     """The candidate holding most input bytes; then fewest ``workers``; then candidate order.
 
     ``ValueError`` without candidates (the caller says why none is left)."""

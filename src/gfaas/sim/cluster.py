@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..policy import input_deadline, place_replicas, place_workflow, slo_for
+from ..policy.locality import choose_node
 from ..policy.placement import Layout
 from ..runtime.dag import DagState
 from ..topology import Topology
@@ -215,8 +216,10 @@ class Cluster:
     @staticmethod
     def _with_cpu_functions(wf: Workflow, order: Sequence[str], placed: Mapping[str, int],
                             use: Sequence[int]) -> dict[str, int]:
-        """Nodes per function: a CPU function runs on the host of the node of the function before
-        it in topological order (of the first GPU function, at the start)."""
+        """Nodes per function: a CPU function runs on the host of the node that holds most of its
+        input bytes (:func:`gfaas.policy.locality.choose_node`, as the runtime places a call), ties
+        going to the node of the function before it in topological order (of the first GPU
+        function, at the start)."""
         gpu_nodes = {placed[f] for f in placed}
         if len(gpu_nodes) <= 1:
             only = next(iter(gpu_nodes), use[0])
@@ -225,7 +228,14 @@ class Cluster:
         gpu_fns = [f for f in order if f in placed]
         last = placed[gpu_fns[0]]
         for f in order:
-            out[f] = placed.get(f, last)
+            if f in placed:
+                out[f] = placed[f]
+            else:
+                held: dict[int, int] = {}
+                for e in wf.edges:
+                    if e.dst == f and e.src in out:
+                        held[out[e.src]] = held.get(out[e.src], 0) + e.nbytes
+                out[f] = choose_node([last, *sorted(gpu_nodes - {last})], held)
             last = out[f]
         return out
 
