@@ -106,8 +106,15 @@ def passing(cfg: dict[str, Any], redis_url: str) -> list[dict[str, Any]]:
     directory = redis_client(NodeConfig(node_id="bench", redis_url=lab["redis_url"],
                                         cluster_key_file=lab["cluster_key_file"],
                                         redis_password_file=lab["redis_password_file"]), 5.0)
-    where = {n["node"]: n["address"] for n in discover(directory, key)}
+    deadline = time.monotonic() + 30
+    while True:  # a node writes its entry from a background thread: it may land after Ray saw the node
+        where = {n["node"]: n["address"] for n in discover(directory, key)}
+        if {"m1", "m2"} <= set(where) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     directory.close()
+    if not {"m1", "m2"} <= set(where):
+        raise RuntimeError(f"nodes m1 and m2 did not register in the directory within 30 s (found {sorted(where)})")
     # As the gateway does: the head opens each invocation on both nodes over their transfer ports.
     admins = {m: PeerAdmin(where[m], m, key) for m in ("m1", "m2")}
     actor: Any = ray.remote(End)
