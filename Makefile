@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results ray-serve-results profile-results
+.PHONY: browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results ray-serve-results profile-results cluster-results
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -139,6 +139,14 @@ ray-serve-results: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,ray]'
 	$(BIN)/gfaas bench ray-serve --json --out $(R)/ray-serve.json > /dev/null
 	$(BIN)/python benchmarks/hotpath_tables.py $(R)/ray-serve.json --block ray-serve --write docs/performance.md
+
+# Data passing between machines and the workflows end to end on a lab of network namespaces (root; about
+# 2 minutes; needs the ray extra; not in `results`): gfaas vs Redis vs Ray's object store (issue 20).
+cluster-results: $(STAMP)
+	@[ "$$(id -u)" = 0 ] || { echo "make cluster-results: network namespaces need root; run: sudo make cluster-results"; exit 2; }
+	@git diff --quiet -- src benchmarks/*.py || { echo "make cluster-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/python -m pip install -q -e '.[dev,ray]'
+	$(BIN)/gfaas bench cluster --json --out $(R)/cluster-cpu.json > /dev/null
 
 # The embedded invocation's profile after issue 23's work: docs/perf-after.svg (py-spy, all processes)
 # and benchmarks/results/profile-after-cpu.json (p50 and CPU per process), quoted by docs/performance.md.

@@ -210,6 +210,10 @@ def cmd_bench(a: argparse.Namespace) -> int:
         from .bench.ray_serve import main as bench_ray_serve
 
         return bench_ray_serve(a)
+    if a.what == "cluster":
+        from .bench.cluster import main as bench_cluster
+
+        return bench_cluster(a)
     print(f"gfaas bench {a.what}: not built yet (later issues)", file=sys.stderr)
     return 2
 
@@ -267,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks against real peers, in one run")
     b.add_argument("what", choices=["dataplane", "pipeline", "sim", "simscale", "accel", "dedup", "scale", "autoscale",
-                                    "overload", "ray-serve"])
+                                    "overload", "ray-serve", "cluster"])
     b.add_argument("--json", action="store_true")
     b.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (smoke test)")
     b.add_argument("--systems", help="comma-separated subset of systems to run ('none': no CPU rows)")
@@ -290,6 +294,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--retry-after-cap", type=float, default=None,
                    help="overload: the longest Retry-After a refused client waits, before the jitter (default 1 s: "
                         "clients come back sooner than the server asks, the harder case)")
+    b.add_argument("--machines", type=int, default=3, help="cluster: machines of the lab, the head included (default 3)")
+    b.add_argument("--rate-mbit", type=float, default=1000.0, help="cluster: each machine's link, Mbit/s each way "
+                   "(default 1000)")
+    b.add_argument("--repeats", type=int, default=5, help="cluster: measured rounds per size and requests per "
+                   "workflow and transport, after one warm-up (default 5)")
+    b.add_argument("--workflows", help="cluster: comma-separated reference workflows end to end (default: all six; "
+                   "'' for none)")
     b.set_defaults(func=cmd_bench)
 
     from .cli_accel import add_parsers as add_accel
