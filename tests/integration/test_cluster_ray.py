@@ -41,6 +41,28 @@ from gfaas.runtime.local import LocalRuntime, RuntimeConfig
 
 mode, out = sys.argv[1], sys.argv[2]
 lab = json.loads(sys.stdin.read())
+if mode == "serve":  # the documented gateway command, then one client call through HTTP
+    import subprocess
+    from gfaas.runtime.client_http import GatewayClient
+    cmd = [sys.executable, "-m", "gfaas", "serve", "--executor", "ray", "--ray-address", lab["ray_address"],
+           "--join", lab["redis_url"], "--redis-password-file", lab["redis_password_file"],
+           "--cluster-key-file", lab["cluster_key_file"], "--transfer-host", lab["head_ip"],
+           "--workflows", "traffic", "--port", "0", "--no-auth"]
+    gw = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    url = None
+    for line in gw.stderr:
+        if "listening on" in line:
+            url = "http://" + line.split("listening on ", 1)[1].split(";")[0].split(" ")[0]
+            break
+    assert url, "gfaas serve did not start"
+    with GatewayClient(url) as c:
+        res = c.invoke("traffic", W.make_inputs("traffic", seed=5, scale="small"), timeout=120)
+    gw.terminate()
+    gw.wait(60)
+    np.savez(os.path.join(out, "traffic.npz"), **res.outputs)
+    print(json.dumps({"ok": res.ok, "error": res.error, "where": sorted({f.worker.rsplit("@", 1)[-1]
+                                                                         for f in res.functions if not f.skipped})}))
+    sys.exit(0)
 SEQ = '''
 name: seq
 inputs: {x: {dtype: float64, shape: [-1]}}
@@ -190,3 +212,18 @@ def test_a_killed_machine_fails_its_calls_clearly_and_the_rest_keeps_serving(lab
     assert any(e["ok"] for e in ends)
     assert all(a["ok"] for a in rep["after"]), rep["after"]
     assert all(w.endswith("@m1") for a in rep["after"] for w in a["where"]), rep["after"]
+
+
+def test_gfaas_serve_joins_the_cluster(lab: object, tmp_path: object) -> None:
+    """The documented gateway command (gfaas serve --executor ray --ray-address ... --join ...) finds the
+    worker machines and serves a reference workflow on them over HTTP, with the reference outputs."""
+    sys.path.insert(0, SUPPORT)
+    from outputs import same_output  # tests/support
+
+    out = str(tmp_path)
+    rep = _drive(lab, "serve", out)
+    assert rep["ok"], rep["error"]
+    assert set(rep["where"]) <= {"m1", "m2"} and rep["where"], rep
+    got = dict(np.load(os.path.join(out, "traffic.npz")))
+    for key, value in W.run_local("traffic", seed=5, scale="small")["outputs"].items():
+        assert same_output(got[key], value), f"traffic.{key} differs through gfaas serve on the cluster"

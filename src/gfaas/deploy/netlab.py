@@ -107,18 +107,30 @@ class NetLab:
             object_store_bytes=128 * MiB), env)
         self._wait_port(0, RAY_PORT, "the Ray head")
         nodes: dict[str, dict[str, str]] = {}
+        machines: dict[str, list[str]] = {}
         for i in range(1, tb.nodes):  # each worker machine: the one command docs/deploy.md gives
             name, ip = f"m{i}", tb.ips[i]
             sock, state = os.path.join(self.run_dir, f"{name}.sock"), os.path.join(self.run_dir, f"{name}.state")
             nodes[name] = {"ip": ip, "socket": sock, "state_dir": state}
-            self._spawn(f"machine-{name}", tb.exec_argv(i) + [
+            machines[name] = tb.exec_argv(i) + [
                 sys.executable, "-m", "gfaas", "node", "start", "--node-id", name, "--socket", sock,
                 "--state-dir", state, "--capacity", str(self.capacity), "--join", redis_url,
                 "--redis-password-file", self.pw_file, "--cluster-key-file", self.key_file, "--transfer-host", ip,
-                "--ray-address", f"{self.head_ip}:{RAY_PORT}", "--ray-cpus", f"{self.cpus:g}"],
-                {**os.environ, **self.extra_env})
+                "--ray-address", f"{self.head_ip}:{RAY_PORT}", "--ray-cpus", f"{self.cpus:g}"]
+            self._spawn(f"machine-{name}", machines[name], {**os.environ, **self.extra_env})
         self.info = LabInfo(redis_url, self.pw_file, self.key_file, f"{self.head_ip}:{RAY_PORT}", self.head_ip, nodes)
-        self._wait_ray_nodes(tb.nodes)
+        try:
+            self._wait_ray_nodes(tb.nodes)
+        except GfaasError as exc:
+            # Ray gives a raylet 30 s to register; on a loaded 2-core host one may miss it and its
+            # machine command exits. Start those machines once more.
+            failed = [n for n in machines if self._procs[f"machine-{n}"].poll() is not None]
+            if not failed:
+                raise
+            log.warning("machines %s did not join Ray (%s); starting them again", failed, str(exc)[:200])
+            for n in failed:
+                self._spawn(f"machine-{n}", machines[n], {**os.environ, **self.extra_env})
+            self._wait_ray_nodes(tb.nodes)
         for name in nodes:  # registered in the directory before any gateway looks
             self._wait_registered(redis_url, password, name)
         log.info("lab of %d machines up in %.1f s", tb.nodes, time.monotonic() - t0)
@@ -129,7 +141,7 @@ class NetLab:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         log_path = os.path.join(self.run_dir, f"{name}.log")
-        with open(log_path, "wb") as out:
+        with open(log_path, "ab") as out:
             self._procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                                  start_new_session=True)
 
