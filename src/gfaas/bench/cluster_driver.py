@@ -35,34 +35,42 @@ class End:
 
     def __init__(self, socket_path: str, redis_url: str) -> None:
         self.socket_path, self.redis_url = socket_path, redis_url
-        self.client: Any = None
+        self.token = ""
         self.keep: dict[int, Any] = {}
 
     def bind(self, token: str) -> None:
+        self.token = token
+
+    def _client(self) -> Any:
+        # As a function's task does: its own connection, opened before its put or get and closed
+        # after (untimed), so its mappings end with the task and the node can reuse the segment.
         from ..dataplane.client import connect
 
-        if self.client is not None:
-            self.client.close()
-        self.client = connect(socket_path=self.socket_path, token=token)
+        return connect(socket_path=self.socket_path, token=self.token)
 
     def put(self, system: str, nbytes: int, seq: int) -> tuple[Any, float]:
         arr = np.full(nbytes, seq % 251, dtype=np.uint8)
         arr[:8] = np.frombuffer(np.int64(seq).tobytes(), dtype=np.uint8)  # each repeat's bytes differ
+        client = self._client() if system == "gfaas" else None
         t0 = time.perf_counter()
-        if system == "gfaas":
-            ref: Any = str(self.client.put(arr, consumers=[CONSUMER]))
+        if client is not None:
+            ref: Any = str(client.put(arr, consumers=[CONSUMER]))
         elif system == "redis":  # the runtime's baseline transport itself: serialise, SET
             ref = self._redis(seq).put(arr, None)
         else:
             obj = __import__("ray").put(arr)
             self.keep[seq] = obj
             ref = [obj]  # nested, so Ray hands the reference on instead of the value
-        return ref, time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        if client is not None:
+            client.close()
+        return ref, took
 
     def get(self, system: str, ref: Any, seq: int, nbytes: int) -> float:
+        client = self._client() if system == "gfaas" else None
         t0 = time.perf_counter()
-        if system == "gfaas":
-            x = np.asarray(self.client.get(ref))  # m2's daemon pulls the object from m1's transfer server
+        if client is not None:
+            x = np.asarray(client.get(ref))  # m2's daemon pulls the object from m1's transfer server
         elif system == "redis":
             x = self._redis(seq).get(ref)
         else:
@@ -72,6 +80,8 @@ class End:
                 or int(x[-1]) != seq % 251:
             raise RuntimeError(f"{system}: the consumer read other bytes than were put (seq {seq})")
         del x
+        if client is not None:
+            client.close()
         if system == "redis":
             from ..runtime.transport import parse_redis_ref
 

@@ -107,30 +107,27 @@ class NetLab:
             object_store_bytes=128 * MiB), env)
         self._wait_port(0, RAY_PORT, "the Ray head")
         nodes: dict[str, dict[str, str]] = {}
-        machines: dict[str, list[str]] = {}
+        self.info = LabInfo(redis_url, self.pw_file, self.key_file, f"{self.head_ip}:{RAY_PORT}", self.head_ip, nodes)
         for i in range(1, tb.nodes):  # each worker machine: the one command docs/deploy.md gives
             name, ip = f"m{i}", tb.ips[i]
             sock, state = os.path.join(self.run_dir, f"{name}.sock"), os.path.join(self.run_dir, f"{name}.state")
             nodes[name] = {"ip": ip, "socket": sock, "state_dir": state}
-            machines[name] = tb.exec_argv(i) + [
+            argv = tb.exec_argv(i) + [
                 sys.executable, "-m", "gfaas", "node", "start", "--node-id", name, "--socket", sock,
                 "--state-dir", state, "--capacity", str(self.capacity), "--join", redis_url,
                 "--redis-password-file", self.pw_file, "--cluster-key-file", self.key_file, "--transfer-host", ip,
                 "--ray-address", f"{self.head_ip}:{RAY_PORT}", "--ray-cpus", f"{self.cpus:g}"]
-            self._spawn(f"machine-{name}", machines[name], {**os.environ, **self.extra_env})
-        self.info = LabInfo(redis_url, self.pw_file, self.key_file, f"{self.head_ip}:{RAY_PORT}", self.head_ip, nodes)
-        try:
-            self._wait_ray_nodes(tb.nodes)
-        except GfaasError as exc:
-            # Ray gives a raylet 30 s to register; on a loaded 2-core host one may miss it and its
-            # machine command exits. Start those machines once more.
-            failed = [n for n in machines if self._procs[f"machine-{n}"].poll() is not None]
-            if not failed:
-                raise
-            log.warning("machines %s did not join Ray (%s); starting them again", failed, str(exc)[:200])
-            for n in failed:
-                self._spawn(f"machine-{n}", machines[n], {**os.environ, **self.extra_env})
-            self._wait_ray_nodes(tb.nodes)
+            # One machine at a time: Ray gives a new raylet 30 s to register, which several starting
+            # at once on a 2-core host can miss. A machine that missed it (its command exits) starts again.
+            for attempt in (1, 2):
+                self._spawn(f"machine-{name}", argv, {**os.environ, **self.extra_env})
+                try:
+                    self._wait_ray_nodes(i + 1, stop_if=self._procs[f"machine-{name}"])
+                    break
+                except GfaasError as exc:
+                    if attempt == 2 or self._procs[f"machine-{name}"].poll() is None:
+                        raise
+                    log.warning("machine %s did not join Ray (%s); starting it again", name, str(exc)[:200])
         for name in nodes:  # registered in the directory before any gateway looks
             self._wait_registered(redis_url, password, name)
         log.info("lab of %d machines up in %.1f s", tb.nodes, time.monotonic() - t0)
@@ -162,14 +159,25 @@ class NetLab:
         if res.returncode:
             raise GfaasError(f"node {name} did not register in the directory: {res.stderr[-1500:]}\n{self.logs()}")
 
-    def _wait_ray_nodes(self, n: int, timeout: float = 120.0) -> None:
-        """Until Ray counts ``n`` live nodes (the workers' ``ray start`` returns before they joined)."""
+    def _wait_ray_nodes(self, n: int, timeout: float = 90.0, stop_if: subprocess.Popen[bytes] | None = None) -> None:
+        """Until Ray counts ``n`` live nodes; early if ``stop_if`` (a machine's command) exits."""
         script = ("import ray,sys,time; ray.init(address=sys.argv[1], log_to_driver=False); t=time.monotonic()+float(sys.argv[3])\n"
                   "while sum(1 for x in ray.nodes() if x['Alive']) < int(sys.argv[2]):\n"
-                  "    time.sleep(0.2)\n    assert time.monotonic() < t, ray.nodes()\n")
+                  "    time.sleep(0.2)\n    assert time.monotonic() < t and sys.stdin.readable(), ray.nodes()\n")
         assert self.info is not None
-        res = self.run_on_head([sys.executable, "-c", script, self.info.ray_address, str(n), str(timeout)],
-                               timeout=timeout + 30)
+        key = PeerKey.from_file(self.key_file)
+        proc = subprocess.Popen(self.testbed.exec_argv(0) + [sys.executable, "-c", script, self.info.ray_address, str(n),
+                                                              str(timeout)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=ray_env(key, {**os.environ, **self.extra_env}))
+        deadline = time.monotonic() + timeout + 30
+        while proc.poll() is None:
+            if (stop_if is not None and stop_if.poll() is not None) or time.monotonic() > deadline:
+                proc.kill()
+                break
+            time.sleep(0.2)
+        out, err = proc.communicate()
+        res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
         if res.returncode:
             raise GfaasError(f"the Ray cluster did not reach {n} nodes: {res.stderr[-2000:]}\n{self.logs()}")
 
