@@ -431,14 +431,23 @@ class LocalRuntime:
             nodes = [NodeEndpoint(node_cfg.node_id, node_cfg.socket_path, node_cfg.state_dir)]
         if cfg.join:
             nodes += self._joined_nodes({n.name for n in nodes})
+        joined = {n.name for n in nodes[len(cfg.nodes) or 1:]} if cfg.join else set()
         for n in nodes:
-            admin = self._connect_admin(n)
+            try:
+                admin = self._connect_admin(n)
+            except (RemoteError, DaemonUnavailable) as exc:
+                if n.name not in joined:
+                    raise
+                # A node registered in the directory but not answering (a dead machine's entry stays
+                # until it restarts): the cluster is served without it.
+                log.warning("joined node %s at %s does not answer (%s); left out", n.name, n.address, exc)
+                continue
             self._closers.append(admin.close)
             self._nodes[n.name], self._admins[n.name] = n, admin
         self.cluster.node_ids = {a.node_id: name for name, a in self._admins.items()}
         self.cluster.probe = self._probe
         self._admin = self._admins[nodes[0].name]
-        self._locality = cfg.locality if cfg.locality is not None else (cfg.executor == "ray" and len(nodes) > 1)
+        self._locality = cfg.locality if cfg.locality is not None else (cfg.executor == "ray" and len(self._nodes) > 1)
         self._gateway_pool = AttachedPool(self._admin.attach)
         self._closers.append(self._gateway_pool.close)  # (before the node connections: closers run in reverse)
 
