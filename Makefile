@@ -147,6 +147,7 @@ cluster-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make cluster-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python -m pip install -q -e '.[dev,ray]'
 	$(BIN)/gfaas bench cluster --json --out $(R)/cluster-cpu.json > /dev/null
+	$(BIN)/python benchmarks/cluster_tables.py $(R)/cluster-cpu.json --write docs/deploy.md
 
 # The embedded invocation's profile after issue 23's work: docs/perf-after.svg (py-spy, all processes)
 # and benchmarks/results/profile-after-cpu.json (p50 and CPU per process), quoted by docs/performance.md.
