@@ -968,6 +968,8 @@ class LocalRuntime:
         """Open the invocation on every node (that is up) with the same tokens: drawn by the first node,
         or, with a cluster key, derived from it (each node on another machine derives its own)."""
         key = self.cluster.key
+        # Before the lock: a node due for a probe is probed here, on an admin connection (under the lock).
+        down = {name for name in self._admins if not self.cluster.up(name)} if len(self._admins) > 1 else set()
         with self._admin_lock:
             if key is None:
                 tokens: dict[str, str] = self._admin.open_invocation(workflow, functions, inv_id).tokens
@@ -975,7 +977,7 @@ class LocalRuntime:
                 tokens = key.function_tokens(inv_id, functions)
                 self._admin.open_invocation(workflow, functions, inv_id, tokens)
             for name, admin in self._admins.items():
-                if admin is self._admin or not self.cluster.up(name):
+                if admin is self._admin or name in down:
                     continue
                 try:  # (a node on another machine is sent no tokens: PeerAdmin drops them, it derives its own)
                     admin.open_invocation(workflow, functions, inv_id, tokens)
