@@ -431,12 +431,12 @@ class LocalRuntime:
             nodes = [NodeEndpoint(node_cfg.node_id, node_cfg.socket_path, node_cfg.state_dir)]
         if cfg.join:
             nodes += self._joined_nodes({n.name for n in nodes})
-        joined = {n.name for n in nodes[len(cfg.nodes) or 1:]} if cfg.join else set()
+        from_directory = {n.name for n in nodes[len(cfg.nodes) or 1:]} if cfg.join else set()
         for n in nodes:
             try:
                 admin = self._connect_admin(n)
             except (RemoteError, DaemonUnavailable) as exc:
-                if n.name not in joined:
+                if n.name not in from_directory:
                     raise
                 # A node registered in the directory but not answering (a dead machine's entry stays
                 # until it restarts): the cluster is served without it.
