@@ -63,14 +63,7 @@ if mode == "serve":  # the documented gateway command, then one client call thro
     print(json.dumps({"ok": res.ok, "error": res.error, "where": sorted({f.worker.rsplit("@", 1)[-1]
                                                                          for f in res.functions if not f.skipped})}))
     sys.exit(0)
-SEQ = '''
-name: seq
-inputs: {x: {dtype: float64, shape: [-1]}}
-outputs: {out: b.y}
-functions:
-  - {name: a, kind: cpu, handler: "rt_handlers:negate", inputs: {x: input.x}, outputs: {y: null}, scaling: {min: 2, max: 2}}
-  - {name: b, kind: cpu, handler: "rt_handlers:double", inputs: {x: a.y}, outputs: {y: null, n_pos: {shape: []}}, scaling: {min: 2, max: 2}}
-'''
+from cluster_specs import SPREAD_SEQ as SEQ  # tests/support, on the lab's PYTHONPATH
 cfg = RuntimeConfig(executor="ray", ray_address=lab["ray_address"], join=lab["redis_url"],
                     redis_password_file=lab["redis_password_file"], cluster_key_file=lab["cluster_key_file"],
                     transfer_host=lab["head_ip"], ray_cpus_per_worker=0.05, scale="small",

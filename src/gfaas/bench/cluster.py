@@ -170,6 +170,7 @@ def _drive(lab: Any, cfg: dict[str, Any]) -> dict[str, Any]:
 
 def main(a: argparse.Namespace) -> int:
     from ..provenance import provenance
+    from . import emit
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -178,12 +179,7 @@ def main(a: argparse.Namespace) -> int:
     wfs = None if a.workflows is None else [w.strip() for w in a.workflows.split(",") if w.strip()]
     doc = {"provenance": prov, **run(machines=a.machines, rate_mbit=a.rate_mbit, sizes=parse_sizes(a.sizes or SIZES),
                                      repeats=a.repeats, workflows=wfs, say=say)}
-    text = json.dumps(doc, indent=2)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text + "\n")
-    if a.json:
-        print(text)
+    if emit(doc, a.out, a.json):
         return 0
     c = doc["config"]
     print(f"m1 -> m2 at {c['rate_mbit']:g} Mbit/s, median of {c['repeats']} (ms; link: one crossing at the rate)")

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..proctree import descendants
 from .loadgen import LoadSpec, raise_fd_limit
 from .overload_handlers import SPEC, expected_total
 
@@ -250,33 +251,13 @@ def _settle(url: str, bound_s: float = 120.0) -> tuple[dict[str, float], bool]:
     return last, False
 
 
-def _descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it, from /proc (children of children included)."""
-    parents: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        parents.setdefault(ppid, []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(parents.get(p, []))
-    return out
-
-
 def _tree_usage(pid: int) -> dict[str, float]:
     """CPU seconds (user+sys) and RSS of ``pid``'s process tree; the root's peak RSS (VmHWM)."""
     tick = os.sysconf("SC_CLK_TCK")
     cpu = 0.0
     rss = 0
     hwm = 0
-    for p in _descendants(pid):
+    for p in descendants(pid):
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
@@ -474,6 +455,7 @@ def _connections(text: str) -> list[int]:
 def main(a: argparse.Namespace) -> int:
     """``gfaas bench overload [--json] [--out FILE] [--duration S] [--connections 16,256,2000] [--quick]``."""
     from ..provenance import provenance
+    from . import emit
 
     quick = bool(a.quick)
     connections = _connections(a.connections or ("8,64" if quick else "16,256,2000"))
@@ -493,12 +475,7 @@ def main(a: argparse.Namespace) -> int:
     doc = measure(connections, duration, quick=quick, request_timeout_s=10.0 if quick else 60.0,
                   retry_jitter=jitter, retry_after_cap_s=cap, say=say)
     doc["provenance"] = provenance()
-    text = json.dumps(doc, indent=2)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text + "\n")
-    if a.json:
-        print(text)
+    if emit(doc, a.out, a.json):
         return 0
     _table(doc)
     return 0

@@ -12,11 +12,9 @@ Requests go one at a time; the p50 of each is compared, per size.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -126,6 +124,7 @@ def measure(sizes: list[int], samples: int = 30, warmup: int = 5, say: Any = Non
 
 def main(a: argparse.Namespace) -> int:
     from ..provenance import provenance
+    from . import emit
 
     sizes = _sizes(a.sizes or SIZES)
     samples = 10 if a.quick else 30
@@ -135,12 +134,7 @@ def main(a: argparse.Namespace) -> int:
 
     doc = measure(sizes, samples=samples, warmup=2 if a.quick else 5, say=say)
     doc["provenance"] = provenance()
-    text = json.dumps(doc, indent=2)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text + "\n")
-    if a.json:
-        print(text)
+    if emit(doc, a.out, a.json):
         return 0
     print(f"{'size':>8} {'gfaas p50 ms':>13} {'Ray Serve p50 ms':>17} {'Ray Serve / gfaas':>18}")
     for row in doc["rows"]:

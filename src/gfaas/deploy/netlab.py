@@ -27,6 +27,7 @@ from typing import Any
 from ..dataplane.peer_auth import PeerKey, generate_key_file
 from ..dataplane.redis_server import find_server_binary
 from ..errors import ConfigError, GfaasError
+from ..proctree import descendants
 from ..scaling.netns import Testbed
 from ..secfiles import create_file
 from ..units import MiB
@@ -163,7 +164,7 @@ class NetLab:
         """Until Ray counts ``n`` live nodes; early if ``stop_if`` (a machine's command) exits."""
         script = ("import ray,sys,time; ray.init(address=sys.argv[1], log_to_driver=False); t=time.monotonic()+float(sys.argv[3])\n"
                   "while sum(1 for x in ray.nodes() if x['Alive']) < int(sys.argv[2]):\n"
-                  "    time.sleep(0.2)\n    assert time.monotonic() < t and sys.stdin.readable(), ray.nodes()\n")
+                  "    time.sleep(0.2)\n    assert time.monotonic() < t, ray.nodes()\n")
         assert self.info is not None
         key = PeerKey.from_file(self.key_file)
         proc = subprocess.Popen(self.testbed.exec_argv(0) + [sys.executable, "-c", script, self.info.ray_address, str(n),
@@ -195,7 +196,7 @@ class NetLab:
         power cut would: SIGKILL, nothing cleaned up."""
         proc = self._procs.pop(f"machine-{name}", None)
         if proc is not None:
-            for pid in _descendants(proc.pid):  # the raylet's workers (Ray renames them: ray::FunctionActor)
+            for pid in descendants(proc.pid):  # the raylet's workers too (Ray renames them: ray::FunctionActor)
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -253,24 +254,3 @@ def _kill_group(proc: subprocess.Popen[Any], sig: int) -> None:
         except ProcessLookupError:
             pass
         proc.wait(5)
-
-
-def _descendants(root: int) -> list[int]:
-    """Every process below ``root`` (from /proc: each process's parent), deepest last."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
