@@ -97,3 +97,11 @@ def gated(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     if not GATE.acquire(timeout=60):
         raise TimeoutError("gated: the test never released GATE")
     return {"y": ctx.get(inputs["x"]) + 0}
+
+
+def sleep_for(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Sleeps the seconds its ``seconds`` input says (a function that hangs when asked to), then echoes ``x``."""
+    import time
+
+    time.sleep(float(ctx.get(inputs["seconds"])))
+    return {"y": ctx.get(inputs["x"]) + 0}

@@ -17,6 +17,7 @@ A function that fails does not make :meth:`RuntimeAPI.result` raise: it returns 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -31,9 +32,9 @@ __all__ = ["RuntimeAPI"]
 class RuntimeAPI(Protocol):
     """What a workflow runtime offers to the gateway. Every method may be called from several threads."""
 
-    def deploy(self, spec_text: str, code: bytes | None = None) -> str:
+    def deploy(self, spec_text: str, code: bytes | str | os.PathLike[str] | None = None) -> str:
         """Deploy a workflow (or a new version of a deployed one) from its YAML or JSON spec text and,
-        optionally, a code package (archive bytes); return its name. ``SpecError`` if bad."""
+        optionally, a code package (archive bytes, or a directory); return its name. ``SpecError`` if bad."""
         ...
 
     def versions(self, workflow: str) -> list[dict[str, Any]]:

@@ -47,7 +47,7 @@ from ..topology import Topology
 from ..units import GiB
 from .accel import DSCS, Decision, DscsDrive, DscsDrives
 from .cluster import RAY_SLIVER, Cluster, check_join, discover, ray_resource
-from .codepkg import CodeStore, Package, StoredPackage, check_handlers_in, check_model_file, read_archive
+from .codepkg import CodeStore, Package, StoredPackage, check_handlers_in, check_model_file, pack_dir, read_archive
 from .dag import DagState
 from .dedup import RuntimeDedup
 from .dedup import check_mode as check_dedup_mode
@@ -58,10 +58,20 @@ from .logs import LogStore, failure_lines
 from .pool import Autoscaler, FunctionPool
 from .result import Breakdown, Failure, FunctionRecord, InvocationResult, Status
 from .sandbox import Identity, TenantIds, sandbox_enabled
-from .spec import INPUT, WorkflowSpec, loads, name_diff
+from .spec import INPUT, MAX_TIMEOUT_S, WorkflowSpec, loads, name_diff
 from .transport import AttachedPool, RedisTransport, Transport, TransportConfig, open_transport
 from .versions import VersionTable, WorkflowVersion
-from .worker import GATEWAY, Done, Failed, Init, InProcessWorker, ProcessWorker, Task, WorkerDied
+from .worker import (
+    GATEWAY,
+    Done,
+    Failed,
+    Init,
+    InProcessWorker,
+    ProcessWorker,
+    Task,
+    TaskTimedOut,
+    WorkerDied,
+)
 
 if TYPE_CHECKING:
     from ..dataplane.client import Binder
@@ -139,6 +149,10 @@ class RuntimeConfig:
             comparison point of ``gfaas demo --gpu``).
         drain_timeout_s: how long an old version's invocations may run on after an update made
             another version current, before they fail as on undeploy.
+        function_timeout_s: the longest one call of a function may run once a worker took it, for
+            functions whose spec sets no ``timeout_s:`` (default 300 s). Past it the worker is killed
+            and replaced and the invocation fails naming the function and the timeout (the ``inproc``
+            executor cannot kill a thread and does not enforce it).
         cluster_key_file: the key every node of a multi-machine cluster holds (``gfaas cluster keygen``):
             with it the runtime reaches nodes on other machines through their transfer port and gives
             each invocation tokens that every node derives from the key, so none crosses the network
@@ -186,6 +200,7 @@ class RuntimeConfig:
     gpus: str = "auto"
     gpu_passing: Literal["device", "host"] = "device"
     drain_timeout_s: float = 600.0
+    function_timeout_s: float = 300.0
     log_dir: str = ""
     cluster_key_file: str = ""
     join: str = ""
@@ -233,6 +248,9 @@ class RuntimeConfig:
             raise ConfigError(f"gpu_passing={self.gpu_passing!r} is not 'device' or 'host'")
         if not self.drain_timeout_s > 0:
             raise ConfigError(f"drain_timeout_s must be > 0 seconds, got {self.drain_timeout_s}")
+        if not 0 < self.function_timeout_s <= MAX_TIMEOUT_S:
+            raise ConfigError(f"function_timeout_s must be in (0, {MAX_TIMEOUT_S:g}] seconds, got "
+                              f"{self.function_timeout_s}")
         check_join(self.join, self.cluster_key_file)
         if self.join and self.nodes:
             raise ConfigError("give join (the runtime starts its node and finds the others in the directory) or "
@@ -390,6 +408,10 @@ class LocalRuntime:
             raise NotFound(f"no workflow {workflow!r} is deployed or has logs here; deployed: {self.workflows()}")
         return self.logstore.read(workflow, function, invocation, since, after, limit)
 
+    def deadline_added(self, at: float) -> None:
+        """A call with a deadline (monotonic ``at``) was queued: the scaler expires it then if still queued."""
+        self._autoscaler.wake_by(at)
+
     def queues_changed(self, inv: Any = None, queue: str | None = None) -> None:
         """``inv``'s functions moved (queued, dispatched, finished), a request entered or left
         ``queue``: the hinter sends where they stand now, soon (runtime.hints)."""
@@ -480,7 +502,7 @@ class LocalRuntime:
 
             # With a password: other local users must not read or rewrite the baseline's objects. The
             # URL carrying it travels to workers over their control socket only, never in argv.
-            srv = RedisServer(password=True).__enter__()
+            srv = RedisServer(password=True, lifeline=True).__enter__()
             self._closers.append(lambda: srv.__exit__(None, None, None))
             self._redis_url = f"redis://:{srv.password}@127.0.0.1:{srv.port}/0"
 
@@ -639,11 +661,12 @@ class LocalRuntime:
         return {"workflow": workflow, "version": cur.number, "functions": fns, "nodes": nodes}
 
     # -- RuntimeAPI
-    def deploy(self, spec_text: str, code: bytes | None = None) -> str:
+    def deploy(self, spec_text: str, code: bytes | str | os.PathLike[str] | None = None) -> str:
         """Deploy a workflow, or a new version of a deployed one (docs/deploying-code.md).
 
         ``code``: a code package, the bytes of a tar, tar.gz or zip archive of the modules (and files)
-        the handlers use; it is checked (:mod:`gfaas.runtime.codepkg`) and stored by content, and the
+        the handlers use, or a directory of them (packed here with the spec, as ``gfaas deploy --code
+        DIR`` does); it is checked (:mod:`gfaas.runtime.codepkg`) and stored by content, and the
         workers import from it alone. Deploying a name that is deployed starts the new version's
         workers, then makes it current: invocations submitted before finish on the old version,
         whose workers stop once they have. The same spec and code as the current version: nothing
@@ -651,6 +674,8 @@ class LocalRuntime:
         # A package's handlers are imported by its workers only, inside the sandbox: never here.
         spec = loads(spec_text, check_handlers=code is None)
         package = None
+        if code is not None and not isinstance(code, bytes):
+            code = pack_dir(code, extra={"workflow.yaml": spec_text.encode("utf-8")})
         if code is not None:
             package = read_archive(code)
             check_handlers_in(spec, package)
@@ -1297,14 +1322,14 @@ class LocalRuntime:
         task = Task(inv.id, inv.tokens.get(fn, ""), inputs, [i.name for i in f.inputs if i.from_workflow], consumers,
                     self.transport_settings(node, inv.kind), deadline_s=budget, accel=where.preset)
         try:
-            reply = worker.run(task)
+            reply = worker.run(task, f.timeout_s or self.config.function_timeout_s)
         except WorkerDied as exc:
             log.warning("%s; replacing it", exc)
-            if self._locality:
+            if self._locality and not isinstance(exc, TaskTimedOut):
                 self._check_node(node)
             pool.replace_dead(worker)
             kept = self.logstore.read(inv.spec.name, fn, inv.id, limit=50)
-            self.failed(inv, fn, str(exc), Failure(fn, "WorkerDied", "", failure_lines(kept, inv.id)))
+            self.failed(inv, fn, str(exc), Failure(fn, type(exc).__name__, "", failure_lines(kept, inv.id)))
             return
         finally:
             self.drives.release(where)

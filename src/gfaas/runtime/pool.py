@@ -225,6 +225,8 @@ class FunctionPool:
                                      f"waiting for {warm} workers at {self.compute_s * 1e3:.1f} ms each: about "
                                      f"{start_in:.2f} s); retry later")
             self.queue.append((inv, function, now))
+            if inv.deadline is not None:  # expired at its deadline by the scaler's tick (expire)
+                self.rt.deadline_added(inv.deadline)
             inv.queued[function] = (self.key, self.entered)
             self.entered += 1
             self.policy.arrival(now)
@@ -237,13 +239,47 @@ class FunctionPool:
         self.apply(d)
 
     def tick(self, now: float) -> float | None:
-        """The autoscaler's periodic decision (the scaler samples here); returns when to tick again."""
+        """The autoscaler's periodic decision (the scaler samples here) and the expiry of queued calls;
+        returns when to tick again: the policy's next check or the earliest deadline still queued."""
+        earliest = self.expire(now)
         with self.cv:
             if self.closed:
                 return None
             d = self._decide(now, sample=True)
         self.apply(d)
-        return d.next_check
+        if earliest is None:
+            return d.next_check
+        return earliest if d.next_check is None else min(d.next_check, earliest)
+
+    def expire(self, now: float) -> float | None:
+        """Fail the queued calls whose invocation's deadline has passed, at the deadline rather than when
+        a worker reaches them (a caller gone after its timeout must not wait in line, nor hold one);
+        returns the earliest deadline still queued (plus a millisecond, so a tick lands past it)."""
+        gone: list[tuple[Any, str, float]] = []
+        earliest: float | None = None
+        with self.cv:
+            if not any(inv.deadline is not None for inv, _, _ in self.queue):
+                return None
+            keep = []
+            for item in self.queue:
+                deadline = item[0].deadline
+                if deadline is not None and now > deadline:
+                    gone.append(item)
+                else:
+                    keep.append(item)
+                    if deadline is not None and (earliest is None or deadline < earliest):
+                        earliest = deadline
+            if gone:
+                self.queue.clear()
+                self.queue.extend(keep)
+                self.left += len(gone)
+                self.expired += len(gone)
+        for inv, fn, _ in gone:
+            inv.queued.pop(fn, None)
+            self.rt.queues_changed(inv, self.key)
+            self.rt.failed(inv, fn, f"expired: {fn} was still queued when the invocation's deadline passed "
+                                    "(it was not run)")
+        return None if earliest is None else earliest + 1e-3
 
     def _decide(self, now: float, sample: bool) -> PoolDecision:  # under self.cv
         d = self.policy.decide(now, len(self.queue), self._views(), sample=sample)
@@ -452,15 +488,23 @@ class Autoscaler:
         self.tick_s = tick_s
         self._wake = threading.Event()
         self._stop = False
+        self._next: float | None = None  # when the thread plans to tick next (None: until woken)
         self._thread = threading.Thread(target=self._run, name="gfaas-autoscaler", daemon=True)
         self._thread.start()
 
     def wake(self) -> None:
         self._wake.set()
 
+    def wake_by(self, at: float) -> None:
+        """Make sure the next tick comes no later than ``at`` (a queued call's deadline)."""
+        nxt = self._next
+        if nxt is None or at < nxt:
+            self._wake.set()
+
     def _run(self) -> None:
         while not self._stop:
             now = time.monotonic()
+            self._next = now  # while ticking: a deadline added now is seen by this round or the next
             nxt: float | None = None
             for p in self._pools():
                 try:
@@ -470,6 +514,7 @@ class Autoscaler:
                     n = now + self.tick_s
                 if n is not None:
                     nxt = n if nxt is None else min(nxt, n)
+            self._next = nxt
             wait = None if nxt is None else max(0.0, nxt - time.monotonic())
             self._wake.wait(wait)
             self._wake.clear()

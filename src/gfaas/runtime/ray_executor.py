@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError, FunctionFailed, require_extra
 from .logs import Capture
-from .worker import Done, Failed, FunctionHost, Init, Reply, Task, WorkerDied, _dec, _enc
+from .worker import Done, Failed, FunctionHost, Init, Reply, Task, TaskTimedOut, WorkerDied, _dec, _enc
 
 _ACTOR: Any = None
 
@@ -102,10 +102,15 @@ class RayWorker:
                                  f"({type(exc).__name__}: {exc}); Ray has {free:g} CPUs free and each function actor "
                                  f"asks for {num_cpus:g}: lower ray_cpus_per_worker or add Ray nodes") from None
         self.name = f"{init.function}@ray:{self.pid}"
+        self.function = init.function
 
-    def run(self, task: Task) -> Reply:
+    def run(self, task: Task, timeout_s: float | None = None) -> Reply:
+        """Run ``task`` on the actor; past ``timeout_s`` the actor is killed (:class:`TaskTimedOut`)."""
         try:
-            out = self._ray.get(self.actor.run.remote(_enc.encode(task)))
+            out = self._ray.get(self.actor.run.remote(_enc.encode(task)), timeout=timeout_s)
+        except self._ray.exceptions.GetTimeoutError:
+            self.stop()
+            raise TaskTimedOut(self.function, self.name, float(timeout_s or 0.0)) from None
         except self._ray.exceptions.RayActorError as exc:
             self._dead = True
             raise WorkerDied(f"Ray actor {self.name} died while it held a task: {type(exc).__name__}") from None

@@ -50,6 +50,7 @@ ACCELERATORS = ("dscs",)  # values of a function's ``accelerator:`` field
 # inputs -> input -> shape); handler params get the rest. Deeper documents are refused before any
 # code recurses over them (a RecursionError would otherwise surface as an internal error).
 MAX_DEPTH = 32
+MAX_TIMEOUT_S = 86400.0  # a function's timeout_s: at most a day
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _ATTR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -146,6 +147,10 @@ class FunctionSpec:
     # ``scaling:`` and ``resources:`` (gfaas.policy.autoscale / .resources); None: the runtime's defaults
     scaling: ScalingSpec | None = None
     resources: Resources | None = None
+    # ``timeout_s:``: the longest one call may run once its worker took it; past it the worker is killed
+    # and replaced and the invocation fails naming the function. None: the runtime's default
+    # (``RuntimeConfig.function_timeout_s``, 300 s).
+    timeout_s: float | None = None
 
     def load_handler(self) -> Callable[..., Any]:
         """Import the handler (``module:function``)."""
@@ -181,7 +186,7 @@ class WorkflowSpec:
             "functions": [
                 {"name": f.name, "kind": f.kind, "handler": f.handler,
                  "model": f.model if f.model_file is None else {"file": f.model_file}, "slo_ms": f.slo_ms,
-                 "device": f.device, "accelerator": f.accelerator,
+                 "timeout_s": f.timeout_s, "device": f.device, "accelerator": f.accelerator,
                  "inputs": {i.name: {"from": f"{i.source}.{i.output}", "when": str(i.when) if i.when else None}
                             for i in f.inputs},
                  "outputs": {k: _decl_dict(v) for k, v in f.outputs.items()}} | _scaling_dict(f)
@@ -336,7 +341,7 @@ def from_dict(doc: Any, *, check_handlers: bool = True, where: str = "spec", tex
 
 def _function(raw: Any, where: str, check_handlers: bool) -> FunctionSpec:
     d = _mapping(raw, where, {"name", "kind", "handler", "model", "slo_ms", "params", "inputs", "outputs", "device",
-                                "accelerator", "scaling", "resources"},
+                                "accelerator", "scaling", "resources", "timeout_s"},
                  {"name", "kind", "handler", "inputs", "outputs"})
     name = _name(d["name"], _FN, f"{where}: name")
     ctx = f"function {name!r}"
@@ -359,6 +364,11 @@ def _function(raw: Any, where: str, check_handlers: bool) -> FunctionSpec:
     slo = d.get("slo_ms")
     if slo is not None and (isinstance(slo, bool) or not isinstance(slo, int | float) or slo <= 0):
         raise SpecError(f"{ctx}: slo_ms {slo!r} must be a positive number of milliseconds")
+    timeout = d.get("timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                or not 0 < timeout <= MAX_TIMEOUT_S):
+        raise SpecError(f"{ctx}: timeout_s {timeout!r} must be a number of seconds in (0, {MAX_TIMEOUT_S:g}] "
+                        "(leave it out for the runtime's default, 300 s)")
     device = d.get("device", "auto")
     if not isinstance(device, str) or not re.match(r"^(auto|cpu|cuda:\d+)$", device):
         raise SpecError(f"{ctx}: device {device!r} must be auto, cpu or cuda:N")
@@ -391,7 +401,7 @@ def _function(raw: Any, where: str, check_handlers: bool) -> FunctionSpec:
         raise SpecError(f"{ctx}: {exc}") from None
     return FunctionSpec(name, kind, handler, tuple(ins), MappingProxyType(outs), model,
                         None if slo is None else float(slo), device, MappingProxyType(dict(params)), accelerator,
-                        model_file, scaling, resources)
+                        model_file, scaling, resources, None if timeout is None else float(timeout))
 
 
 def _model_file(raw: dict[str, Any], ctx: str) -> str:

@@ -149,6 +149,16 @@ class WorkerDied(GfaasError):
     """The worker process ended while it held a task (crash, kill, out of memory)."""
 
 
+class TaskTimedOut(WorkerDied):
+    """A task ran past its function's ``timeout_s``: its worker was killed (the runtime replaces it)."""
+
+    def __init__(self, function: str, worker: str, timeout_s: float) -> None:
+        super().__init__(f"function {function!r} ran longer than its timeout_s={timeout_s:g} s: its worker {worker} "
+                         "was killed and is replaced (raise timeout_s in the spec if the function needs longer)")
+        self.function = function
+        self.timeout_s = timeout_s
+
+
 class FunctionHost:
     """Runs one function: handler and model loaded once, then one task at a time."""
 
@@ -430,7 +440,9 @@ class InProcessWorker:
         self.pid = os.getpid()
         self.hinted_bytes = self._host.hinted_bytes
 
-    def run(self, task: Task) -> Reply:
+    def run(self, task: Task, timeout_s: float | None = None) -> Reply:
+        """Run ``task`` in this thread; ``timeout_s`` is not enforced (a thread cannot be killed: use the
+        process or Ray executor for functions that may hang)."""
         return self._host.run(task)
 
     def unmerge(self) -> int:
@@ -488,9 +500,21 @@ class ProcessWorker:
         self.hinted_bytes = first.hinted_bytes
         self._sock.settimeout(None)
 
-    def _recv(self) -> Any:
+    def _recv(self, timeout_s: float | None = None) -> Any:
+        """The worker's next message; with ``timeout_s``, a worker silent that long is killed
+        (:class:`TaskTimedOut`): a handler that hangs must not hold its slot forever."""
         try:
-            data = self._sock.recv(MAX_MSG)
+            if timeout_s is None:
+                data = self._sock.recv(MAX_MSG)
+            else:
+                self._sock.settimeout(timeout_s)
+                try:
+                    data = self._sock.recv(MAX_MSG)
+                finally:
+                    self._sock.settimeout(None)
+        except TimeoutError:
+            self.kill()
+            raise TaskTimedOut(self._init.function, self.name, float(timeout_s or 0.0)) from None
         except ConnectionResetError:
             data = b""
         if not data:
@@ -498,12 +522,13 @@ class ProcessWorker:
             raise WorkerDied(f"worker {self.name} exited (status {code}) while it held a task")
         return _dec.decode(data)
 
-    def run(self, task: Task) -> Reply:
+    def run(self, task: Task, timeout_s: float | None = None) -> Reply:
+        """Run ``task``; past ``timeout_s`` seconds the worker is killed and :class:`TaskTimedOut` raised."""
         cfg = task.transport or self._init.transport
         b = self._binder
         if b is not None and task.token and cfg.get("kind", "gfaas") == "gfaas" \
                 and cfg.get("socket_path", "") == b.socket_path:
-            return self._run_bound(task, b)
+            return self._run_bound(task, b, timeout_s)
         conn = None
         if self.sandboxed and cfg.get("kind", "gfaas") == "gfaas":
             conn = _daemon_connection(cfg.get("socket_path", ""))
@@ -518,11 +543,11 @@ class ProcessWorker:
         finally:
             if conn is not None:
                 conn.close()  # the worker holds its own copy now
-        reply = self._recv()
+        reply = self._recv(timeout_s)
         assert isinstance(reply, Done | Failed)
         return reply
 
-    def _run_bound(self, task: Task, b: Binder) -> Reply:
+    def _run_bound(self, task: Task, b: Binder, timeout_s: float | None = None) -> Reply:
         """The task on the worker's attached connection: bound to the task's credentials before the
         worker hears of it (the token never reaches the worker), unbound as soon as its reply arrives,
         before any later function of the invocation runs, so nothing written after the task can be
@@ -537,7 +562,7 @@ class ProcessWorker:
                 self._sock.send(_enc.encode(msgspec.structs.replace(task, token="", bound=True)))
             except OSError:
                 raise WorkerDied(f"worker {self.name} is gone (status {self.proc.poll()})") from None
-            reply = self._recv()
+            reply = self._recv(timeout_s)
         finally:
             try:
                 b.unbind()
@@ -560,6 +585,12 @@ class ProcessWorker:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the worker process (a task that ran past its timeout); it cannot take another task."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def stop(self, timeout: float = 5.0) -> None:
         if self.proc.poll() is None:
