@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 from ..errors import DaemonUnavailable, DependencyMissing
+from ..lifeline import command as lifeline_command
+from ..lifeline import pipe
 
 _NAMES = ("redis-server", "valkey-server")
 
@@ -87,6 +89,16 @@ def _ping(port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the server's session (the server, and its lifeline supervisor when it has one)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
 class RedisServer:
     """A Redis-protocol server in a child process for the duration of a ``with`` block.
 
@@ -103,7 +115,7 @@ class RedisServer:
     """
 
     def __init__(self, port: int = 0, dir: str | None = None, binary: str | None = None,
-                 timeout: float = 10.0, password: bool = False) -> None:
+                 timeout: float = 10.0, password: bool = False, lifeline: bool = False) -> None:
         if not (0 <= port <= 65535):
             raise ValueError(f"port={port} is not a TCP port (0-65535)")
         self.port = port
@@ -114,6 +126,10 @@ class RedisServer:
         self.password_file: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._tmp: str | None = None
+        # The server ends with this process, even on SIGKILL (gfaas.lifeline supervises it); the
+        # write end is held here until stop().
+        self.lifeline = lifeline
+        self._life_w: int | None = None
 
     @property
     def url(self) -> str:
@@ -163,9 +179,17 @@ class RedisServer:
             cmd = [binary, *conf, "--port", str(port), "--bind", "127.0.0.1", "--dir", self.dir,
                    "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", log_path]
             err_path = os.path.join(self.dir, f"server-{port}.err")
-            with open(err_path, "wb") as errf:
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=errf, stderr=errf,
-                                        start_new_session=True)
+            life_r = None
+            if self.lifeline:
+                life_r, self._life_w = pipe()
+                cmd = lifeline_command(life_r, cmd)
+            try:
+                with open(err_path, "wb") as errf:
+                    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=errf, stderr=errf,
+                                            start_new_session=True, pass_fds=() if life_r is None else (life_r,))
+            finally:
+                if life_r is not None:
+                    os.close(life_r)
             deadline = time.monotonic() + self.timeout
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
@@ -174,9 +198,9 @@ class RedisServer:
                     self.proc, self.port = proc, port
                     return
                 time.sleep(0.02)
+            self._close_lifeline()
             if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+                _kill_group(proc)
                 last = f"did not answer PING within {self.timeout} s"
             else:
                 last = f"exited with code {proc.returncode}"
@@ -194,13 +218,14 @@ class RedisServer:
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            proc.wait()
+            _kill_group(proc)
+        self._close_lifeline()
         self._cleanup_dir()
+
+    def _close_lifeline(self) -> None:
+        if self._life_w is not None:
+            os.close(self._life_w)
+            self._life_w = None
 
     def _cleanup_dir(self) -> None:
         if self._tmp is not None:
