@@ -43,6 +43,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "GatewayClient": ("gfaas.runtime.client_http", "GatewayClient"),
     "GatewayHTTPError": ("gfaas.runtime.client_http", "GatewayHTTPError"),
     "GatewayServer": ("gfaas.runtime.gateway", "GatewayServer"),
+    "GatewayUnavailable": ("gfaas.runtime.client_http", "GatewayUnavailable"),
     "GfaasError": ("gfaas.errors", "GfaasError"),
     "InvalidDataRef": ("gfaas.errors", "InvalidDataRef"),
     "InvocationHandle": ("gfaas.dataplane", "InvocationHandle"),
@@ -144,7 +145,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     )
     from .policy.multicast import Schedule, Transfer
     from .runtime import Breakdown, Context, InvocationResult
-    from .runtime.client_http import GatewayClient, GatewayHTTPError, InvocationTimeout
+    from .runtime.client_http import GatewayClient, GatewayHTTPError, GatewayUnavailable, InvocationTimeout
     from .runtime.gateway import GatewayServer
     from .runtime.gateway import create_app as create_gateway_app
     from .runtime.gateway import serve as serve_gateway
@@ -199,6 +200,7 @@ __all__ = [
     "GatewayClient",
     "GatewayHTTPError",
     "GatewayServer",
+    "GatewayUnavailable",
     "GfaasError",
     "InvalidDataRef",
     "InvocationHandle",

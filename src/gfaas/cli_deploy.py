@@ -1,28 +1,18 @@
-"""CLI commands that talk to a running gateway: ``gfaas deploy SPEC [--code DIR]`` and the version
-commands ``gfaas workflows versions NAME`` / ``gfaas workflows rollback NAME VERSION``.
-
-The gateway is ``--url`` (default ``$GFAAS_URL``, else ``http://127.0.0.1:8080``, where ``gfaas serve``
-listens by default); its token is ``--token-file``, else ``$GFAAS_GATEWAY_TOKEN`` /
-``$GFAAS_GATEWAY_TOKEN_FILE``, else the file ``gfaas serve`` keeps in its default state directory.
+"""CLI commands that change or inspect a running gateway's workflows: ``gfaas deploy SPEC [--code DIR]``,
+``gfaas workflows status NAME``, ``versions NAME`` and ``rollback NAME VERSION`` (the gateway and its
+token as :mod:`gfaas.cli_gateway` says).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-DEFAULT_URL = "http://127.0.0.1:8080"
-
-
-def add_gateway_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default="", help=f"the gateway (default $GFAAS_URL, else {DEFAULT_URL})")
-    p.add_argument("--token-file", default="", metavar="FILE",
-                   help="the gateway's bearer token (default $GFAAS_GATEWAY_TOKEN(_FILE), else gfaas serve's file)")
+from .cli_gateway import add_gateway_args, client
 
 
 def add_parsers(sub: Any) -> None:
@@ -33,20 +23,6 @@ def add_parsers(sub: Any) -> None:
                         "a deployed name gets a new version (docs/deploying-code.md)")
     add_gateway_args(d)
     d.set_defaults(func=cmd_deploy)
-
-
-def client(a: argparse.Namespace) -> Any:
-    from .runtime.client_http import GatewayClient
-
-    url = a.url or os.environ.get("GFAAS_URL") or DEFAULT_URL
-    token_file: str | None = a.token_file or None
-    if token_file is None and not (os.environ.get("GFAAS_GATEWAY_TOKEN") or os.environ.get("GFAAS_GATEWAY_TOKEN_FILE")):
-        from .config import default_run_dir
-        from .runtime.gateway.auth import TOKEN_FILE
-
-        default = Path(default_run_dir()) / "gateway" / TOKEN_FILE  # where gfaas serve keeps it
-        token_file = str(default) if default.exists() else None
-    return GatewayClient(url, token_file=token_file, timeout=600)
 
 
 def cmd_deploy(a: argparse.Namespace) -> int:

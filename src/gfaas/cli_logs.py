@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Iterable
 from typing import Any
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+from .cli_gateway import add_gateway_args, client
 
 
 def add_parsers(sub: Any) -> None:
@@ -23,11 +22,7 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--follow", "-f", action="store_true", help="keep printing new lines (Ctrl-C stops)")
     s.add_argument("--for", dest="for_s", type=float, default=3600.0, help="follow: stop after S seconds")
     s.add_argument("--json", action="store_true", help="print the records as JSON lines")
-    s.add_argument("--url", default=os.environ.get("GFAAS_GATEWAY_URL", DEFAULT_URL),
-                   help=f"the gateway (default $GFAAS_GATEWAY_URL or {DEFAULT_URL})")
-    # A token on the command line is visible to every user (ps, /proc): the file or the environment only.
-    s.add_argument("--token-file", default=None, metavar="FILE",
-                   help="the gateway's token file (default: $GFAAS_GATEWAY_TOKEN, then $GFAAS_GATEWAY_TOKEN_FILE)")
+    add_gateway_args(s)
     s.set_defaults(func=cmd_logs)
 
 
@@ -49,9 +44,7 @@ def _print(recs: Iterable[dict[str, Any]], as_json: bool) -> None:
 
 
 def cmd_logs(a: argparse.Namespace) -> int:
-    from .runtime.client_http import GatewayClient
-
-    with GatewayClient(a.url, token_file=a.token_file) as gw:
+    with client(a, timeout=30.0) as gw:
         if not a.follow:
             _print(gw.logs(a.workflow, function=a.function, invocation=a.invocation, limit=a.limit), a.json)
             return 0

@@ -19,23 +19,24 @@ def add_parsers(sub: Any) -> None:
     _serve_args(d, workflows="none")
     d.set_defaults(func=cmd_serve, allow_bench_handlers=True)
 
-    from .cli_deploy import add_gateway_args
+    from .cli_gateway import add_gateway_args
 
-    w = sub.add_parser("workflows", help="the reference workflows (list, show); a gateway's workflows: their "
-                                         "workers and scaling (status NAME), versions (versions NAME, rollback "
-                                         "NAME VERSION)")
+    w = sub.add_parser("workflows", help="a gateway's workflows: list, show NAME, status NAME (workers and scaling), "
+                                         "versions NAME, rollback NAME VERSION; --reference: the six bundled ones",
+                       description="Commands about the workflows a running gateway serves (the gateway and its token: "
+                                   "--url/$GFAAS_URL and --token-file, as for every gateway command). With --reference, "
+                                   "list and show read the reference workflows that ship with gfaas instead.")
     w.add_argument("action", choices=["list", "show", "status", "versions", "rollback"])
     w.add_argument("name", nargs="?", help="show, status, versions, rollback: the workflow")
     w.add_argument("version", nargs="?", type=int, help="rollback: the version to make current again")
+    w.add_argument("--reference", action="store_true",
+                   help="list, show: the reference workflows bundled with gfaas (no gateway needed)")
     w.add_argument("--json", action="store_true")
     add_gateway_args(w)
     w.set_defaults(func=cmd_workflows)
 
 
 def cmd_workflows(a: argparse.Namespace) -> int:
-    from . import workflows
-    from .runtime.spec import loads
-
     if a.action == "status":
         from .cli_deploy import cmd_status
 
@@ -51,6 +52,42 @@ def cmd_workflows(a: argparse.Namespace) -> int:
                   + (" and the version to make current again" if a.action == "rollback" else ""), file=sys.stderr)
             return 2
         return cmd_versions(a) if a.action == "versions" else cmd_rollback(a)
+    if a.action == "show" and not a.name:
+        print("gfaas workflows show: name a workflow (see `gfaas workflows list`)", file=sys.stderr)
+        return 2
+    if a.reference:
+        return _reference(a)
+    from .cli_gateway import client
+
+    with client(a, timeout=30.0) as gw:
+        if a.action == "show":
+            doc = gw.describe(a.name)
+            print(json.dumps(doc, indent=2))
+            return 0
+        rows = []
+        for name in gw.workflows():
+            d = gw.describe(name)
+            current = [v["version"] for v in gw.versions(name) if v["current"]]
+            rows.append({"name": name, "version": current[0] if current else None,
+                         "functions": [f["name"] for f in d["functions"]], "inputs": sorted(d["inputs"]),
+                         "description": d.get("description", "")})
+    if a.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("the gateway serves no workflow yet: deploy one with `gfaas deploy SPEC [--code DIR]` "
+              "(gfaas workflows list --reference shows the bundled ones)")
+    else:
+        for r in rows:
+            print(f"{r['name']:12s} v{r['version']:<3} {len(r['functions'])} functions, inputs "
+                  f"{','.join(r['inputs']) or '-'}  {r['description']}".rstrip())
+    return 0
+
+
+def _reference(a: argparse.Namespace) -> int:
+    """``list --reference`` / ``show NAME --reference``: the reference workflows bundled with gfaas."""
+    from . import workflows
+    from .runtime.spec import loads
+
     if a.action == "list":
         rows = [{"name": n, "description": loads(workflows.spec_text(n)).description} for n in workflows.names()]
         if a.json:
@@ -59,9 +96,6 @@ def cmd_workflows(a: argparse.Namespace) -> int:
             for r in rows:
                 print(f"{r['name']:10s} {r['description']}")
         return 0
-    if not a.name:
-        print("gfaas workflows show: name a workflow (see `gfaas workflows list`)", file=sys.stderr)
-        return 2
     text = workflows.spec_text(a.name)
     print(json.dumps(loads(text).describe(), indent=2) if a.json else text, end="" if not a.json else "\n")
     return 0

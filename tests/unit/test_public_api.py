@@ -34,6 +34,7 @@ PUBLIC = [
     "GatewayClient",
     "GatewayHTTPError",
     "GatewayServer",
+    "GatewayUnavailable",
     "GfaasError",
     "InvalidDataRef",
     "InvocationHandle",

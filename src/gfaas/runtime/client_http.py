@@ -13,7 +13,7 @@
 HTTP errors become the runtime's own exceptions: 400/415/422 :class:`~gfaas.errors.SpecError`, 404
 :class:`~gfaas.errors.NotFound`, 429 :class:`~gfaas.errors.Overloaded`, 504 :class:`InvocationTimeout`
 (a :class:`TimeoutError` that carries the invocation ID); anything else :class:`GatewayHTTPError`
-(401: no or a wrong token).
+(401: no or a wrong token). Nothing listening at the URL is :class:`GatewayUnavailable`.
 
 The gateway wants ``Authorization: Bearer TOKEN``: the client sends ``token``, or the token in
 ``token_file``, or ``$GFAAS_GATEWAY_TOKEN``, or the token in ``$GFAAS_GATEWAY_TOKEN_FILE``, the first
@@ -41,7 +41,8 @@ try:
 except ImportError as exc:  # pragma: no cover - httpx is a core dependency
     raise DependencyMissing("gfaas.runtime.client_http needs httpx; reinstall gfaas (pip install -e .)") from exc
 
-__all__ = ["GatewayClient", "GatewayHTTPError", "InvocationTimeout", "decode_array", "encode_array"]
+__all__ = ["GatewayClient", "GatewayHTTPError", "GatewayUnavailable", "InvocationTimeout", "decode_array",
+           "encode_array"]
 
 _POLL_S = 30.0  # the longest single ?wait= of result() (the gateway caps waits at its max_timeout_s)
 
@@ -53,6 +54,30 @@ class GatewayHTTPError(GfaasError):
         super().__init__(message)
         self.status_code = status_code
         self.body = body
+
+
+class GatewayUnavailable(GfaasError, ConnectionError):
+    """No gateway answers at the client's URL (nothing listens there, or the connection failed)."""
+
+
+class _Transport(httpx.HTTPTransport):
+    """httpx's transport, with a failure to connect turned into :class:`GatewayUnavailable`, whose
+    message says where the client looked and how to point it elsewhere."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return super().handle_request(request)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            url = f"{request.url.scheme}://{request.url.netloc.decode()}"
+            raise GatewayUnavailable(f"no gateway answers at {url} ({_reason(exc)}): start one with `gfaas serve`, "
+                                     "or give the address of yours (--url or $GFAAS_URL; GatewayClient(url))") from None
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc)
+    if "Connection refused" in text or "Errno 111" in text:
+        return "connection refused"
+    return text.split("] ", 1)[-1] or type(exc).__name__
 
 
 class InvocationTimeout(GfaasError, TimeoutError):
@@ -80,7 +105,9 @@ def _check(r: httpx.Response) -> Any:
     if r.status_code == 429:
         raise Overloaded(text + f" (retry after {r.headers.get('retry-after', '?')} s)")
     if r.status_code == 401:
-        raise GatewayHTTPError(401, body, text + " (pass token= or token_file=, or set GFAAS_GATEWAY_TOKEN)")
+        raise GatewayHTTPError(401, body, "gateway: HTTP 401: no token, or not this gateway's: give the token file "
+                                          "`gfaas serve` printed (--token-file FILE or $GFAAS_GATEWAY_TOKEN_FILE; "
+                                          "token_file= in Python)")
     if r.status_code == 504 and isinstance(body, dict) and "invocation_id" in body:
         raise InvocationTimeout(str(body["invocation_id"]), text)
     raise GatewayHTTPError(r.status_code, body, text)
@@ -123,7 +150,7 @@ class GatewayClient:
         if client is None:  # TCP_NODELAY: a request's headers and body go out without waiting for an ACK
             nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
             client = httpx.Client(base_url=url, timeout=timeout, headers=headers,
-                                  transport=httpx.HTTPTransport(socket_options=nodelay))
+                                  transport=_Transport(socket_options=nodelay))
         elif headers:
             raise ValueError("GatewayClient(client=...) sends what that client sends: give it the header "
                              "Authorization: Bearer TOKEN instead of token=/token_file=")

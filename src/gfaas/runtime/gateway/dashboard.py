@@ -29,7 +29,14 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 
 from ...errors import NotFound
 from .schemas import _responses
@@ -55,6 +62,12 @@ def _static_names() -> set[str]:
 
 
 router = APIRouter()
+
+
+@router.get("/", include_in_schema=False)
+def root() -> RedirectResponse:
+    """The gateway's address opened in a browser: the dashboard (the redirect itself needs no token)."""
+    return RedirectResponse("/dashboard", status_code=307)
 
 
 @router.get("/dashboard", include_in_schema=False)

@@ -44,9 +44,11 @@ from .ratelog import RateLimitedLog
 
 log = RateLimitedLog(logging.getLogger("gfaas.gateway"))
 
-# Open without a token: liveness (a probe knows no secrets) and the API's own description (static; the
-# schema-driven clients and /docs need it). Everything else, /metrics included, needs the token.
-OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+# Open without a token: liveness (a probe knows no secrets), the API's own description (static; the
+# schema-driven clients and /docs need it) and ``/``, a redirect to the dashboard (which asks for the
+# token itself unless the caller is the gateway's own user on this machine). Everything else, /metrics
+# included, needs the token.
+OPEN_PATHS = frozenset({"/", "/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 UNAUTHORIZED = ("this endpoint needs the header `Authorization: Bearer TOKEN`; the token is in the gateway's "
                 "token file (gfaas serve prints its path; GatewayClient reads $GFAAS_GATEWAY_TOKEN or "
                 "$GFAAS_GATEWAY_TOKEN_FILE)")
