@@ -23,6 +23,7 @@ import sys
 import tempfile
 from typing import Any
 
+from gfaas.cli_bench import cli_settings
 from gfaas.provenance import provenance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,14 +76,18 @@ def run(base: str, pairs: int, systems: str) -> dict[str, Any]:
     return {"base_commit": sha, "pairs": pairs, "systems": systems.split(","), "rows": rows}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="the commit to compare against (e.g. the one before a change)")
     ap.add_argument("--pairs", type=int, default=5, help="base/new runs, interleaved (default 5)")
     ap.add_argument("--systems", default=SYSTEMS, help=f"systems of the benchmark (default {SYSTEMS})")
     ap.add_argument("--json", help="write the result (with provenance) to this file")
-    a = ap.parse_args()
-    doc = {"provenance": provenance(["benchmarks/ab_dataplane.py", *sys.argv[1:]]),
+    return ap
+
+
+def main() -> None:
+    a = build_parser().parse_args()
+    doc = {"provenance": provenance(["benchmarks/ab_dataplane.py", *sys.argv[1:]], settings=cli_settings(a)),
            **run(a.base, a.pairs, a.systems)}
     print(f"{'system':16s} {'size':>10s} {'base p50 us':>12s} {'new p50 us':>11s} {'new/base':>9s} {'vs pipe':>8s}")
     for r in doc["rows"]:

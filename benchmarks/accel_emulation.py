@@ -14,6 +14,7 @@ import sys
 import time
 
 from gfaas.accel import check, compile_model, preset
+from gfaas.cli_bench import cli_settings
 from gfaas.models import zoo
 from gfaas.provenance import provenance
 
@@ -33,12 +34,17 @@ def run(scale: str) -> dict[str, object]:
     return {"scale": scale, "config": cfg.name, "rows": rows, "all_match": all(r["outputs_match"] for r in rows)}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", choices=["small", "full"], default="small")
     ap.add_argument("--json", help="write the result (with provenance) to this file")
-    a = ap.parse_args()
-    doc = {"provenance": provenance(["benchmarks/accel_emulation.py", *sys.argv[1:]]), **run(a.scale)}
+    return ap
+
+
+def main() -> None:
+    a = build_parser().parse_args()
+    doc = {"provenance": provenance(["benchmarks/accel_emulation.py", *sys.argv[1:]], settings=cli_settings(a)),
+           **run(a.scale)}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(doc, f, indent=1)

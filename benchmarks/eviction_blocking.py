@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 import gfaas
+from gfaas.cli_bench import cli_settings
 from gfaas.dataplane.local import LocalNode
 from gfaas.provenance import provenance
 
@@ -110,12 +111,16 @@ def run(samples: int = 60, policy: str = "gfaas") -> dict[str, Any]:
             "eviction_p99_excess_over_load_ms": round(extra * 1e3, 2)}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--samples", type=int, default=60)
     ap.add_argument("--policy", default="gfaas", help="the node's storage policy (e.g. queue-no-restore)")
     ap.add_argument("--json", help="also write the result here")
-    a = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    a = build_parser().parse_args()
     r = run(a.samples, a.policy)
     for k, v in r["gets"].items():
         print(f"{k:>15}: get p50 {v['p50_ms']:7.2f} ms  p99 {v['p99_ms']:7.2f} ms")
@@ -125,7 +130,7 @@ def main() -> None:
           f"{r['under_eviction_p99_over_restore_p50']:.2f} (target <= 1: {'met' if ok else 'MISSED'})")
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({**r, "provenance": provenance()}, fh, indent=1)
+            json.dump({**r, "provenance": provenance(settings=cli_settings(a))}, fh, indent=1)
 
 
 if __name__ == "__main__":

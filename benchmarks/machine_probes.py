@@ -193,11 +193,15 @@ def pool_alloc_free_us(reps: int = 20000) -> dict[str, dict[str, float]]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description="what this machine's IPC, memory and copies cost (docs/benchmarks.md)")
     ap.add_argument("--try-shmem-thp", action="store_true")
     ap.add_argument("--json", metavar="FILE", help="also write the result here, with its provenance")
-    a = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    a = build_parser().parse_args()
     res: dict[str, Any] = {
         "seqpacket_rtt_us": {"with_think_time": round(seqpacket_rtt(2e-4), 1),
                              "back_to_back": round(seqpacket_rtt(0.0), 1)},
@@ -220,10 +224,11 @@ def main() -> None:
                 f.write(before)
         res["shmem_enabled_restored_to"] = before
     if a.json:
+        from gfaas.cli_bench import cli_settings
         from gfaas.provenance import provenance
 
         with open(a.json, "w") as f:
-            json.dump({**res, "provenance": provenance()}, f, indent=1)
+            json.dump({**res, "provenance": provenance(settings=cli_settings(a))}, f, indent=1)
             f.write("\n")
     print(json.dumps(res, indent=1))
 

@@ -23,6 +23,7 @@ import time
 from multiprocessing import shared_memory
 from typing import Any
 
+from gfaas.cli_bench import cli_settings
 from gfaas.policy import DemandTracker, StorageOptions
 from gfaas.policy.pool import MiB, SegmentPool
 from gfaas.provenance import provenance
@@ -92,12 +93,17 @@ def run(reps: int = 20000) -> dict[str, Any]:
             "page_bytes": mmap.PAGESIZE, "reps": reps, "target_p99_us": 10.0, "rows": rows}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20000)
     ap.add_argument("--json", help="also write the result here")
-    a = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    a = build_parser().parse_args()
     res = run(a.reps)
+    res["provenance"]["settings"] = cli_settings(a)
     print(f"{'size':>8} {'pool p50':>9} {'pool p99':>9} {'fresh p50':>10} {'fresh p99':>10} {'p99 ratio':>9}")
     for r in res["rows"]:
         print(f"{r['size_mib']:>5}MiB {r['pool_p50_us']:>7.2f}us {r['pool_p99_us']:>7.2f}us "

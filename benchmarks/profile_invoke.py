@@ -417,13 +417,18 @@ def _cpu_by_process() -> dict[str, float]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("mode", choices=["loop", "count", "timeline", "registry"])
     p.add_argument("--n", type=int, default=300, help="invocations measured (after a warm-up)")
     p.add_argument("--concurrency", type=int, default=1, help="count: invocations kept in flight (default 1)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--out", metavar="FILE", help="also write the document with its provenance to FILE")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     a = p.parse_args(argv)
     if a.n < 1:
         p.error(f"--n {a.n}: give at least 1")
@@ -445,10 +450,12 @@ def main(argv: list[str] | None = None) -> int:
         doc = count(a.n, a.concurrency) if a.mode == "count" else timeline(a.n) if a.mode == "timeline" \
             else registry(a.n)
     if a.out:
+        from gfaas.cli_bench import cli_settings
         from gfaas.provenance import provenance
 
         with open(a.out, "w") as f:
-            f.write(json.dumps({**doc, "mode": a.mode, "provenance": provenance()}, indent=2) + "\n")
+            f.write(json.dumps({**doc, "mode": a.mode, "provenance": provenance(settings=cli_settings(a))},
+                               indent=2) + "\n")
     if a.json:
         print(json.dumps(doc, indent=2))
     else:

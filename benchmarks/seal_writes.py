@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 import gfaas
+from gfaas.cli_bench import cli_settings
 from gfaas.config import GiB, MiB
 from gfaas.dataplane.local import LocalNode
 from gfaas.provenance import provenance
@@ -87,12 +88,17 @@ def run(rounds: int) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=15, help="requests per size and setting (default 15)")
     ap.add_argument("--json", help="write the result (with provenance) to this file")
-    a = ap.parse_args()
-    doc = {"provenance": provenance(["benchmarks/seal_writes.py", *sys.argv[1:]]), **run(a.rounds)}
+    return ap
+
+
+def main() -> None:
+    a = build_parser().parse_args()
+    doc = {"provenance": provenance(["benchmarks/seal_writes.py", *sys.argv[1:]], settings=cli_settings(a)),
+           **run(a.rounds)}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(doc, f, indent=1)

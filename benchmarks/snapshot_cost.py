@@ -135,18 +135,23 @@ def measure(seconds: float, resident: int = 0, load_delay_s: float = 1.0) -> dic
     return out
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=10.0, help="length of each phase (one request a second)")
     ap.add_argument("--resident", type=int, default=20000, help="objects kept stored throughout")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     ap.add_argument("--out", metavar="FILE", help="also write the document, with its provenance, to FILE "
                     "(benchmarks/results/snapshot-cost-cpu.json is the committed one)")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     res = measure(args.seconds, args.resident)
+    from gfaas.cli_bench import cli_settings
     from gfaas.provenance import provenance
 
-    res["provenance"] = provenance()
+    res["provenance"] = provenance(settings=cli_settings(args))
     res["target"] = {"what": "Snapshot handling under 2% of the daemon's wall time at one a second",
                      "value": res["phases"]["Snapshot"]["fraction_of_wall"],
                      "met": res["phases"]["Snapshot"]["fraction_of_wall"] < 0.02}

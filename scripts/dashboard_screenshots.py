@@ -7,6 +7,7 @@ contentful paint (loaded five times, cold browser each time) in benchmarks/resul
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -27,6 +28,14 @@ def driver_version() -> str:
         return "?"
 
 
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", nargs="?", default="docs", help="where the screenshots go (default docs)")
+    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "dashboard-cpu.json"), metavar="FILE",
+                    help="where the first-paint times go (default benchmarks/results/dashboard-cpu.json)")
+    return ap
+
+
 def main() -> int:
     import httpx
     from selenium.webdriver.common.by import By
@@ -37,7 +46,8 @@ def main() -> int:
     from gfaas.runtime.local import LocalRuntime, RuntimeConfig
     from gfaas.runtime.wire import encode_array
 
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs")
+    a = build_parser().parse_args()
+    out = Path(a.out)
     why = browser_skip_reason()
     if why:
         print(f"dashboard_screenshots: {why}", file=sys.stderr)
@@ -74,12 +84,13 @@ def main() -> int:
                 paints.append(fcp)
             finally:
                 d.quit()
+        from gfaas.cli_bench import cli_settings
         from gfaas.provenance import provenance
 
         doc = {"first_contentful_paint_ms": paints, "max_ms": max((p for p in paints if p is not None), default=None),
                "target": {"what": "first paint <= 1 s on loopback", "met": all(p is not None and p <= 1000 for p in paints)},
-               "chromium": driver_version(), "provenance": provenance()}
-        (ROOT / "benchmarks" / "results" / "dashboard-cpu.json").write_text(json.dumps(doc, indent=2) + "\n")
+               "chromium": driver_version(), "provenance": provenance(settings=cli_settings(a))}
+        Path(a.json).write_text(json.dumps(doc, indent=2) + "\n")
         print(f"  first contentful paint {paints} ms", file=sys.stderr)
         driver = new_driver(1400, 900)
         try:

@@ -169,58 +169,12 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return run_demo(a)
 
 
-def cmd_bench(a: argparse.Namespace) -> int:
-    if a.what == "dataplane":
-        from .bench.dataplane import main as bench_main
-
-        return bench_main(a)
-    if a.what == "pipeline":
-        from .bench.pipeline import run_pipeline
-
-        return run_pipeline(a)
-    if a.what == "sim":
-        from .cli_sim import bench_sim
-
-        return bench_sim(a)
-    if a.what == "simscale":
-        from .cli_sim import bench_simscale
-
-        return bench_simscale(a)
-    if a.what == "accel":
-        from .bench.accel import main as bench_accel
-
-        return bench_accel(a)
-    if a.what == "scale":
-        from .cli_scale import bench_scale
-
-        return bench_scale(a)
-    if a.what == "dedup":
-        from .bench.dedup import main as bench_dedup
-
-        return bench_dedup(a)
-    if a.what == "autoscale":
-        from .bench.autoscale import main as bench_autoscale
-
-        return bench_autoscale(a)
-    if a.what == "overload":
-        from .bench.overload import main as bench_overload
-
-        return bench_overload(a)
-    if a.what == "ray-serve":
-        from .bench.ray_serve import main as bench_ray_serve
-
-        return bench_ray_serve(a)
-    if a.what == "cluster":
-        from .bench.cluster import main as bench_cluster
-
-        return bench_cluster(a)
-    print(f"gfaas bench {a.what}: not built yet (later issues)", file=sys.stderr)
-    return 2
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = argparse.ArgumentParser(prog="gfaas", description="Serverless inference platform for GPU clusters")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output on stderr")
+    p.add_argument("--version", action="version", version=f"gfaas {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     n = sub.add_parser("node", help="the per-node data-plane daemon")
@@ -269,60 +223,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep the demo's gateway and its dashboard up after the report, until Ctrl-C (default off)")
     d.set_defaults(func=cmd_demo)
 
-    b = sub.add_parser("bench", help="benchmarks against real peers, in one run")
-    b.add_argument("what", choices=["dataplane", "pipeline", "sim", "simscale", "accel", "dedup", "scale", "autoscale",
-                                    "overload", "ray-serve", "cluster"])
-    b.add_argument("--json", action="store_true")
-    b.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (smoke test)")
-    b.add_argument("--systems", help="comma-separated subset of systems to run ('none': no CPU rows)")
-    b.add_argument("--gpu", action="store_true",
-                   help="dataplane: add the CUDA rows (needs a GPU and gfaas[gpu]; see docs/benchmarks.md)")
-    b.add_argument("--out", help="also write the JSON result to this file")
-    b.add_argument("--sizes", default=None,
-                   help="pipeline: tensor sizes to pass (default 64KiB,1MiB,16MiB,64MiB); ray-serve: array sizes "
-                        "(default 64KiB,4MiB,64MiB)")
-    b.add_argument("--repeat", type=int, default=20, help="pipeline: tensors per size")
-    b.add_argument("--trace", help="scale: an Azure LLM trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens); "
-                   "default: the bundled code trace")
-    b.add_argument("--figure", help="scale: also draw the throughput ramp to this PNG")
-    b.add_argument("--full", action="store_true", help="accel: SCALE-Sim's ResNet-50 on all four configurations")
-    b.add_argument("--connections", help="overload: keep-alive connections per row (default 16,256,2000)")
-    b.add_argument("--duration", type=float, help="overload: seconds of load per row (default 10)")
-    b.add_argument("--retry-jitter", type=float, default=None,
-                   help="overload: a refused client waits Retry-After times 1 + JITTER * u, u uniform in [0, 1) "
-                        "(default 1; 0: exactly Retry-After, so clients refused together return together)")
-    b.add_argument("--retry-after-cap", type=float, default=None,
-                   help="overload: the longest Retry-After a refused client waits, before the jitter (default 1 s: "
-                        "clients come back sooner than the server asks, the harder case)")
-    b.add_argument("--machines", type=int, default=3, help="cluster: machines of the lab, the head included (default 3)")
-    b.add_argument("--rate-mbit", type=float, default=1000.0, help="cluster: each machine's link, Mbit/s each way "
-                   "(default 1000)")
-    b.add_argument("--repeats", type=int, default=5, help="cluster: measured rounds per size and requests per "
-                   "workflow and transport, after one warm-up (default 5)")
-    b.add_argument("--workflows", help="cluster: comma-separated reference workflows end to end (default: all six; "
-                   "'' for none)")
-    b.set_defaults(func=cmd_bench)
-
     from .cli_accel import add_parsers as add_accel
+    from .cli_bench import add_parsers as add_bench
     from .cli_dedup import add_parsers as add_dedup
     from .cli_deploy import add_parsers as add_deploy
+    from .cli_invoke import add_parsers as add_invoke
     from .cli_logs import add_parsers as add_logs
     from .cli_runtime import add_parsers as add_runtime
     from .cli_scale import add_parsers as add_scale
     from .cli_sim import add_parsers
 
+    add_bench(sub)
     add_parsers(sub)
     add_runtime(sub)
     add_scale(sub)
     add_accel(sub)
     add_dedup(sub)
     add_deploy(sub)
+    add_invoke(sub)
     add_logs(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    from .cli_bench import settings_of
+    from .provenance import record_settings
+
+    record_settings(settings_of(a))  # every result file this command writes records what it ran with
     level = logging.WARNING - 10 * a.verbose
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -332,6 +260,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        httpx = sys.modules.get("httpx")
+        if httpx is not None and isinstance(exc, httpx.TransportError):  # a gateway that stopped answering
+            print(f"gfaas: error: the gateway connection failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

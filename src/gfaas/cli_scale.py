@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .policy.multicast import Schedule
+    from .scaling.bench import ScaleBench
 
 
 def _compact_json(sched: Schedule) -> str:
@@ -46,7 +47,7 @@ def cmd_scale_plan(a: argparse.Namespace) -> int:
 def _scale_run(a: argparse.Namespace, what: str) -> dict[str, Any] | None:
     """Run the testbed experiment with progress on stderr; None (after saying how) without root."""
     from .errors import ScalingError
-    from .scaling.bench import ScaleBench, run_bench
+    from .scaling.bench import run_bench
     from .scaling.netns import check_capable
 
     try:
@@ -56,8 +57,14 @@ def _scale_run(a: argparse.Namespace, what: str) -> dict[str, Any] | None:
         print(f"  it builds one network namespace per node; as root: sudo {sys.executable} -m gfaas {what} ...",
               file=sys.stderr)
         return None
-    b = ScaleBench(**{k: v for k, v in vars(a).items() if k in ScaleBench.__dataclass_fields__ and v is not None})
-    return run_bench(b, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    return run_bench(scale_bench(a), progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+
+
+def scale_bench(a: argparse.Namespace) -> ScaleBench:
+    """The testbed's settings: the command's flags that name one of them, the rest at their defaults."""
+    from .scaling.bench import ScaleBench
+
+    return ScaleBench(**{k: v for k, v in vars(a).items() if k in ScaleBench.__dataclass_fields__ and v is not None})
 
 
 def _clean(x: Any) -> Any:

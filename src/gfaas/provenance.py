@@ -89,11 +89,28 @@ def machine() -> dict[str, Any]:
     }
 
 
-def provenance(command: list[str] | None = None) -> dict[str, Any]:
-    """The block every committed result file carries under the key ``provenance``."""
-    return {
+_SETTINGS: dict[str, Any] | None = None
+
+
+def record_settings(settings: dict[str, Any] | None) -> None:
+    """What this process's command runs with (its parsed flags, defaults filled in); every later
+    :func:`provenance` block carries it. The CLI records them once it has parsed its arguments."""
+    global _SETTINGS
+    _SETTINGS = None if settings is None else dict(settings)
+
+
+def provenance(command: list[str] | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The block every committed result file carries under the key ``provenance``: the commit and tree
+    state, the machine, the command and the settings it ran with (``settings``, else those recorded by
+    :func:`record_settings`), so ``tests/unit/test_results_settings.py`` can check that the command,
+    parsed today, still means the same run."""
+    block = {
         **git_state(),
         "machine": machine(),
         "command": " ".join(command if command is not None else sys.argv),
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    chosen = settings if settings is not None else _SETTINGS
+    if chosen is not None:
+        block["settings"] = chosen
+    return block
