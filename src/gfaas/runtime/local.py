@@ -47,7 +47,15 @@ from ..topology import Topology
 from ..units import GiB
 from .accel import DSCS, Decision, DscsDrive, DscsDrives
 from .cluster import RAY_SLIVER, Cluster, check_join, discover, ray_resource
-from .codepkg import CodeStore, Package, StoredPackage, check_handlers_in, check_model_file, pack_dir, read_archive
+from .codepkg import (
+    CodeStore,
+    Package,
+    StoredPackage,
+    check_handlers_in,
+    check_model_file,
+    pack_dir,
+    read_archive,
+)
 from .dag import DagState
 from .dedup import RuntimeDedup
 from .dedup import check_mode as check_dedup_mode
