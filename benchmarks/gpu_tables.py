@@ -46,7 +46,7 @@ def gpu_rows(doc: dict[str, Any]) -> str:
         if r["kind"] in ("alloc", "same-gpu-get"):
             out.append(f"| {r['kind']} | {r['system']} | {r['size_bytes'] // MiB} MiB | {r['p50_us']:.1f} | "
                        f"{r['gbps']:.1f} |")
-    out += ["", "| target (issue 5) | value | met |", "|---|---:|---|"]
+    out += ["", "| target | value | met |", "|---|---:|---|"]
     out += [f"| {t['target']} | {t['value']:g} | {'yes' if t['met'] else '**no**'} |" for t in g["targets"]]
     return "\n".join(out)
 
@@ -58,7 +58,7 @@ def demo_gpu(doc: dict[str, Any]) -> str:
     if t:
         got = "; ".join(f"{wf} {doc['ratios'][wf]['redis_over_device']:.1f}x ({'met' if t['met'][wf] else '**not met**'})"
                         for wf in t["workflows"])
-        lines += ["", f"Target (issue 18): data passing through Redis at least {t['redis_over_device_min']:g}x "
+        lines += ["", f"Target: data passing through Redis at least {t['redis_over_device_min']:g}x "
                       f"the device path's for {', '.join(t['workflows'])}: {got}."]
     return "\n".join(lines)
 

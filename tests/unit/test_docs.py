@@ -30,3 +30,23 @@ def test_relative_links_point_to_files() -> None:
             if not (md.parent / path).exists():
                 broken.append(f"{md.relative_to(ROOT)}: {target}")
     assert not broken, "broken relative links:\n" + "\n".join(broken)
+
+
+#: Internal numbering readers outside the team cannot resolve: issue numbers, the papers' seed
+#: numbers (with or without the word, as in "001 Fig. 13"), rows of an issue's table.
+INTERNAL = re.compile(
+    r"\b[Ii]ssues? [0-9]+\b"
+    r"|\b[Ss]eeds? 0[0-9]{2}\b"
+    r"|(?<![\w.,])00[0-9](?= (?:§|Figs?\.|Tables?\b|Algorithm))"
+    r"|\brows? [0-9]+ of issue\b"
+)
+
+
+def test_docs_name_papers_and_features_not_internal_numbers() -> None:
+    """User-facing pages name papers and features, never issue or seed numbers."""
+    hits = []
+    for md in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        for n, line in enumerate(md.read_text(encoding="utf-8").splitlines(), 1):
+            for m in INTERNAL.finditer(line):
+                hits.append(f"{md.relative_to(ROOT)}:{n}: {m.group(0)!r} in {line.strip()[:120]}")
+    assert not hits, "internal numbering in the docs (name the paper or the feature instead):\n" + "\n".join(hits)

@@ -56,7 +56,7 @@ UPM_PUBLISHED = {
     "alexnet": {"pss_mib_none": 388.3, "pss_mib_upm": 164.9, "system_memory_change": -0.55, "madvise_s": 0.44,
                 "density": 2.2},
     "merge_gb_per_s": 0.58,
-    "source": "spcl/UPM artifact, 16 containers (../shared/design/anchors.md)",
+    "source": "spcl/UPM artifact, 16 containers",
 }
 MIB = 1 << 20
 

@@ -294,7 +294,7 @@ def moa(layers: int = 3, agents: int = 3, kv_bytes: int = 4096 * 2 * 32 * 4096 *
                                 input_bytes=4096 * 8 if layer == 0 else 0))
             if layer:
                 edges += [DataEdge(f"l{layer - 1}a{p}", f"l{layer}a{a}", kv_bytes) for p in range(agents)]
-    return Workflow("moa", "layers", tuple(fns), tuple(edges), "seed 001 §6.4, Mixture-of-Agents (Wang et al. 2024)")
+    return Workflow("moa", "layers", tuple(fns), tuple(edges), "GROUTER §6.4, Mixture-of-Agents (Wang et al. 2024)")
 
 
 REFERENCE = tuple(PATTERNS)

@@ -321,7 +321,7 @@ def _row(name: str, wf: str, reps: int, gpus: int, accs: list[_Acc], span_s: flo
 
 
 @register("cluster-day", "An hour of bursty Azure-format arrivals, six workflows on 128 x dgx-a100",
-          "issue 24 item 5 (no paper figure)", params=PARAMS, in_all=False)
+          "no paper figure: the simulator at cluster scale", params=PARAMS, in_all=False)
 def cluster_day(quick: bool, progress: Progress, **params: str) -> Result:
     setup = Setup.parse(quick, params)
     topo = preset(MACHINE if setup.nodes == 1 else f"{MACHINE}*{setup.nodes}")

@@ -46,7 +46,7 @@ dscs_provider: DscsProvider | None = dscs_seconds_joules
 #: (`make accel-results` -> benchmarks/results/dscs-experiments.json).
 IN_ALL = False
 
-REF = "seed 004 §6.2"
+REF = "DSCS-Serverless §6.2"
 
 
 def _provider() -> DscsProvider:
@@ -84,8 +84,8 @@ def _bars(result: Result, plt: Any) -> Any:
     return fig
 
 
-@register("dscs-platforms", "Eight serverless ML applications on seven platforms (004 Figs. 9-12)",
-          "seed 004 §6.2.1-6.2.2, Figs. 9-12", params=("quantile",), in_all=IN_ALL)
+@register("dscs-platforms", "Eight serverless ML applications on seven platforms (DSCS-Serverless Figs. 9-12)",
+          "DSCS-Serverless §6.2.1-6.2.2, Figs. 9-12", params=("quantile",), in_all=IN_ALL)
 def dscs_platforms(quick: bool, progress: Progress, **params: str) -> Result:
     provider = _provider()
     paths = with_quantile(StoragePaths(), _quantile(params))
@@ -142,7 +142,8 @@ def dscs_platforms(quick: bool, progress: Progress, **params: str) -> Result:
              "stack and f3's remote accesses, the same on every platform, bound every speed-up (Amdahl): with a "
              f"DSCS compute time of zero the mean speed-up over CPU would be {mean(list(bound.values())):.2f}x "
              "(data: amdahl_bound).")
-    return Result("dscs-platforms", "Speed-up, energy and cost efficiency of 8 applications (seed 004 Figs. 9-12)",
+    return Result("dscs-platforms",
+                  "Speed-up, energy and cost efficiency of 8 applications (DSCS-Serverless Figs. 9-12)",
                   rows, comps, {"x": "app", "y": "speedup", "series": "platform"}, notes,
                   data={"amdahl_bound": bound}, plotter=_bars)
 
@@ -162,8 +163,8 @@ def _speedups(provider: DscsProvider, paths: StoragePaths, **kw: Any) -> dict[st
 # ---- Fig. 14: batch size ------------------------------------------------------------------------------
 
 
-@register("dscs-batch", "DSCS speed-up over CPU for batch 1-64 (004 Fig. 14)", "seed 004 §6.2.3, Fig. 14",
-          in_all=IN_ALL)
+@register("dscs-batch", "DSCS speed-up over CPU for batch 1-64 (DSCS-Serverless Fig. 14)",
+          "DSCS-Serverless §6.2.3, Fig. 14", in_all=IN_ALL)
 def dscs_batch(quick: bool, progress: Progress, **params: str) -> Result:
     provider = _provider()
     paths = StoragePaths()
@@ -181,15 +182,15 @@ def dscs_batch(quick: bool, progress: Progress, **params: str) -> Result:
              Comparison("mean speed-up at batch 64", 15.8, at(64), "x")]
     notes = ("Each function handles the batch as one object (sizes x batch); CPU compute is its roofline at "
              "that batch (weights read once), DSCS compute is dscs_provider(model, batch).")
-    return Result("dscs-batch", "DSCS speed-up over CPU by batch size (seed 004 Fig. 14)", rows, comps,
+    return Result("dscs-batch", "DSCS speed-up over CPU by batch size (DSCS-Serverless Fig. 14)", rows, comps,
                   {"x": "batch", "y": "speedup", "series": "app", "logx": True}, notes)
 
 
 # ---- Fig. 15: storage latency distribution ------------------------------------------------------------
 
 
-@register("dscs-tail", "DSCS speed-up over CPU at storage-latency percentiles (004 Fig. 15)",
-          "seed 004 §6.2.3, Fig. 15", in_all=IN_ALL)
+@register("dscs-tail", "DSCS speed-up over CPU at storage-latency percentiles (DSCS-Serverless Fig. 15)",
+          "DSCS-Serverless §6.2.3, Fig. 15", in_all=IN_ALL)
 def dscs_tail(quick: bool, progress: Progress, **params: str) -> Result:
     provider = _provider()
     qs = (0.5, 0.95, 0.99) if quick else (0.5, 0.75, 0.9, 0.95, 0.99)
@@ -207,18 +208,19 @@ def dscs_tail(quick: bool, progress: Progress, **params: str) -> Result:
     comps = [Comparison("mean speed-up at p50 storage latency", 3.1, at(50), "x"),
              Comparison("mean speed-up at p99 storage latency", 5.0, at(99), "x")]
     paths = StoragePaths()
-    notes = (f"Every path (S3, PCIe, P2P) is lognormal with sigma {paths.remote_sigma:.3f} (seed 004 Fig. 3: p99 = "
-             f"2.1 x p50) and read at the same percentile on both systems; S3 median {paths.remote_median_s * 1e3:.1f} "
-             "ms from p90 = 20 ms (dvassallo/s3-benchmark on c5.4xlarge). The stack overhead is held fixed.")
-    return Result("dscs-tail", "DSCS speed-up by storage-latency percentile (seed 004 Fig. 15)", rows, comps,
+    notes = (f"Every path (S3, PCIe, P2P) is lognormal with sigma {paths.remote_sigma:.3f} (DSCS-Serverless "
+             "Fig. 3: p99 = 2.1 x p50) and read at the same percentile on both systems; S3 median "
+             f"{paths.remote_median_s * 1e3:.1f} ms from p90 = 20 ms (dvassallo/s3-benchmark on c5.4xlarge). "
+             "The stack overhead is held fixed.")
+    return Result("dscs-tail", "DSCS speed-up by storage-latency percentile (DSCS-Serverless Fig. 15)", rows, comps,
                   {"x": "percentile", "y": "speedup", "series": "app"}, notes)
 
 
 # ---- Fig. 16: number of accelerated functions --------------------------------------------------------
 
 
-@register("dscs-functions", "DSCS speed-up with 1-3 extra accelerated functions (004 Fig. 16)",
-          "seed 004 §6.2.3, Fig. 16", in_all=IN_ALL)
+@register("dscs-functions", "DSCS speed-up with 1-3 extra accelerated functions (DSCS-Serverless Fig. 16)",
+          "DSCS-Serverless §6.2.3, Fig. 16", in_all=IN_ALL)
 def dscs_functions(quick: bool, progress: Progress, **params: str) -> Result:
     provider = _provider()
     paths = StoragePaths()
@@ -235,7 +237,7 @@ def dscs_functions(quick: bool, progress: Progress, **params: str) -> Result:
              Comparison("mean speed-up with 3 duplicated f2", 8.1, at(3), "x")]
     notes = ("Duplicates of f2 follow it in the chain; on the CPU each reads and writes its objects remotely "
              "and pays the stack, on DSCS it stays on the drive (P2P) and still pays the stack.")
-    return Result("dscs-functions", "DSCS speed-up by number of accelerated functions (seed 004 Fig. 16)", rows,
+    return Result("dscs-functions", "DSCS speed-up by number of accelerated functions (DSCS-Serverless Fig. 16)", rows,
                   comps, {"x": "extra_functions", "y": "speedup", "series": "app"}, notes)
 
 
@@ -249,8 +251,8 @@ IMAGE_BYTES = 300e6
 CONTAINER_START_S = 0.5
 
 
-@register("dscs-cold", "DSCS speed-up with cold and warm containers (004 Fig. 17)", "seed 004 §6.2.3, Fig. 17",
-          in_all=IN_ALL)
+@register("dscs-cold", "DSCS speed-up with cold and warm containers (DSCS-Serverless Fig. 17)",
+          "DSCS-Serverless §6.2.3, Fig. 17", in_all=IN_ALL)
 def dscs_cold(quick: bool, progress: Progress, **params: str) -> Result:
     provider = _provider()
     paths = StoragePaths()
@@ -276,8 +278,8 @@ def dscs_cold(quick: bool, progress: Progress, **params: str) -> Result:
              Comparison("mean speed-up, cold", 2.6, at("cold"), "x")]
     notes = (f"Cold = image pull ({IMAGE_BYTES / 1e6:.0f} MB + fp32 weights at {S3_BW / 1e6:.0f} MB/s) + "
              f"{CONTAINER_START_S} s start, then weights into platform memory; only the first request of an "
-             "instance pays it (seed 004 §5.3).")
-    return Result("dscs-cold", "DSCS speed-up, cold vs warm containers (seed 004 Fig. 17)", rows, comps,
+             "instance pays it (DSCS-Serverless §5.3).")
+    return Result("dscs-cold", "DSCS speed-up, cold vs warm containers (DSCS-Serverless Fig. 17)", rows, comps,
                   {"x": "app", "y": "speedup", "series": "mode"}, notes)
 
 
@@ -307,8 +309,9 @@ def _rack_plot(result: Result, plt: Any) -> Any:
     return fig
 
 
-@register("dscs-rack", "Rack of 200 platforms under a bursty trace, FCFS + busy flag + fail-over (004 Fig. 13)",
-          "seed 004 §6.1 and §6.2.2, Fig. 13", params=RACK_PARAMS, in_all=IN_ALL)
+@register("dscs-rack",
+          "Rack of 200 platforms under a bursty trace, FCFS + busy flag + fail-over (DSCS-Serverless Fig. 13)",
+          "DSCS-Serverless §6.1 and §6.2.2, Fig. 13", params=RACK_PARAMS, in_all=IN_ALL)
 def dscs_rack(quick: bool, progress: Progress, **params: str) -> Result:
     provider = _provider()
     platforms = int_param(params, "platforms", 200)
@@ -366,7 +369,7 @@ def dscs_rack(quick: bool, progress: Progress, **params: str) -> Result:
              f"sends everything to CPUs). DSCS: {platforms} drives + {failover} fail-over CPUs. A request occupies "
              "its platform for its whole chain's latency (the Figs. 9-12 model). The paper gives no numbers for "
              "Fig. 13, only that DSCS keeps fewer requests queued and lower latency.")
-    return Result("dscs-rack", "Rack-scale run: 200 platforms, bursty trace (seed 004 Fig. 13)", rows, comps, {},
+    return Result("dscs-rack", "Rack-scale run: 200 platforms, bursty trace (DSCS-Serverless Fig. 13)", rows, comps, {},
                   notes, data=data, plotter=_rack_plot)
 
 

@@ -70,7 +70,7 @@ def first_token_s(model: str, tp: int, tokens: int) -> float:
     return max(mem, 2 * m.params / (tp * H800.tflops * 1e12 * H800.mfu))
 
 
-@register("moa", "KV-cache passing between MoA stages: first-token time (001 Fig. 19)", "seed 001 §6.4, Fig. 19")
+@register("moa", "KV-cache passing between MoA stages: first-token time (GROUTER Fig. 19)", "GROUTER §6.4, Fig. 19")
 def moa(quick: bool, progress: Progress) -> Result:
     topo = preset("h800x8*2")
     seeds = 1 if quick else 3

@@ -78,8 +78,8 @@ def _reductions(rows: list[dict[str, object]], case: str, base: str) -> float:
     return mean([reduction(ours[s], theirs[s]) for s in ours])
 
 
-@register("passing-latency", "Data-passing latency vs size: gFn-gFn, host-gFn, inter-node (001 Fig. 13)",
-          "seed 001 §6.1, Fig. 13")
+@register("passing-latency", "Data-passing latency vs size: gFn-gFn, host-gFn, inter-node (GROUTER Fig. 13)",
+          "GROUTER §6.1, Fig. 13")
 def passing_latency(quick: bool, progress: Progress) -> Result:
     sizes = [4 * MB, 64 * MB] if quick else [1 * MB, 4 * MB, 16 * MB, 64 * MB, 256 * MB]
     v100 = preset("dgx-v100")
@@ -96,7 +96,7 @@ def passing_latency(quick: bool, progress: Progress) -> Result:
                   "every GPU (host-gFn) or 16 cross-node pairs, with 3 seeds for the random store placement.")
 
 
-@register("a10", "Data passing without NVLink on 4xA10 (001 Fig. 20a)", "seed 001 §6.5, Fig. 20a")
+@register("a10", "Data passing without NVLink on 4xA10 (GROUTER Fig. 20a)", "GROUTER §6.5, Fig. 20a")
 def a10(quick: bool, progress: Progress) -> Result:
     sizes = [4 * MB, 64 * MB] if quick else [1 * MB, 4 * MB, 16 * MB, 64 * MB, 256 * MB]
     rows = _sweep([("gFn-gFn 4xA10", preset("4xa10"), "gpu")], ["gfaas", *BASELINES], sizes,

@@ -69,8 +69,8 @@ def _gpus(model: str) -> int:
 # ---- Fig. 7: multicast latency ----------------------------------------------------------------
 
 
-@register("multicast-latency", "Full-model multicast latency on H800 testbeds (002 Fig. 7)", "seed 002 §7.2, Fig. 7",
-          params=("blocks",))
+@register("multicast-latency", "Full-model multicast latency on H800 testbeds (FaaScale Fig. 7)",
+          "FaaScale §7.2, Fig. 7", params=("blocks",))
 def multicast_latency(quick: bool, progress: Progress, **params: str) -> Result:
     blocks = int_param(params, "blocks", DEFAULT_BLOCKS)
     cases = [("7b", n) for n in (4, 8, 12)] + [("13b", n) for n in (4, 8, 12)] + [("70b", n) for n in (2, 4, 6)]
@@ -104,7 +104,7 @@ def multicast_latency(quick: bool, progress: Progress, **params: str) -> Result:
              "chain scheme at block granularity; `nccl-sequential` (one node after another) is shown for reference. "
              "The artifact's absolute times are slower than ours (0.47 s vs ours for 7B to 8 nodes: it reaches about "
              "60% of line rate); its NCCL also pays per-group communicator set-up, which we do not model.")
-    return Result("multicast-latency", "Full-model multicast latency, k = 1 (seed 002 Fig. 7)", rows, comps,
+    return Result("multicast-latency", "Full-model multicast latency, k = 1 (FaaScale Fig. 7)", rows, comps,
                   {"x": "case", "y": "seconds", "series": "system"}, notes)
 
 
@@ -173,7 +173,7 @@ def _ramp_plot(result: Result, plt: Any) -> Any:
     return fig
 
 
-@register("scaling-ramp", "Throughput ramp while scaling out under a burst (002 Fig. 8)", "seed 002 §7.3, Fig. 8",
+@register("scaling-ramp", "Throughput ramp while scaling out under a burst (FaaScale Fig. 8)", "FaaScale §7.3, Fig. 8",
           params=("load", "blocks", "seed", "models"))
 def scaling_ramp(quick: bool, progress: Progress, **params: str) -> Result:
     load, blocks, seed = _burst_params(params)
@@ -212,11 +212,11 @@ def scaling_ramp(quick: bool, progress: Progress, **params: str) -> Result:
              "(in an execution pipeline for gfaas, alone for the others). Throughput counts prompt and generated tokens "
              "(the trace's requests are prompt-heavy). The paper's absolute start times "
              "(0.6 s / 0.15 s) are compared as their ratio, since our fabric runs at line rate.")
-    return Result("scaling-ramp", "Throughput while scaling out (seed 002 Fig. 8)", rows, comps, {}, notes,
+    return Result("scaling-ramp", "Throughput while scaling out (FaaScale Fig. 8)", rows, comps, {}, notes,
                   data={"throughput": series}, plotter=_ramp_plot)
 
 
-@register("scaling-ttft", "TTFT while scaling out under a burst (002 Fig. 9)", "seed 002 §7.3, Fig. 9",
+@register("scaling-ttft", "TTFT while scaling out under a burst (FaaScale Fig. 9)", "FaaScale §7.3, Fig. 9",
           params=("load", "blocks", "seed", "models", "k"))
 def scaling_ttft(quick: bool, progress: Progress, **params: str) -> Result:
     load, blocks, seed = _burst_params(params)
@@ -245,11 +245,11 @@ def scaling_ttft(quick: bool, progress: Progress, **params: str) -> Result:
     for r in rows:
         r["p90_vs_gfaas"] = r["p90_s"] / val(str(r["model"]), "gfaas", "p90_s")
     notes = (f"k = {k}; the burst of scaling-ramp. all_first_tokens_s: when the last request got its first token "
-             "(seed 002: FaaScale 'starts serving all 50 requests in 1.1 s', 2x / 1.4x / 8x faster than FaaSNet / "
+             "(FaaScale 'starts serving all 50 requests in 1.1 s', 2x / 1.4x / 8x faster than FaaSNet / "
              "NCCL / ServerlessLLM for 13B). p90_vs_gfaas: a system's P90 TTFT over gfaas's. Mean TTFT split: wait_s "
              "(arrival to the start of its prefill batch; wait_instance_s of it before an instance took it) + "
              "prefill_s (prefill batch to first token); prefill_share = prefill_s / mean_ttft_s.")
-    return Result("scaling-ttft", "TTFT while scaling out (seed 002 Fig. 9)", rows, comps,
+    return Result("scaling-ttft", "TTFT while scaling out (FaaScale Fig. 9)", rows, comps,
                   {"x": "model", "y": "p90_s", "series": "system"}, notes)
 
 
@@ -300,8 +300,8 @@ def _trace_rows(model: str, load: float, rates: np.ndarray, step_s: float, block
     return rows, timeline
 
 
-@register("scaling-gpu-time", "GPU time and TTFT on the bursty trace, with ideal scaling (002 Figs. 10-11)",
-          "seed 002 §7.4, Figs. 10-11", params=("load", "blocks", "seed", "models", "seconds"))
+@register("scaling-gpu-time", "GPU time and TTFT on the bursty trace, with ideal scaling (FaaScale Figs. 10-11)",
+          "FaaScale §7.4, Figs. 10-11", params=("load", "blocks", "seed", "models", "seconds"))
 def scaling_gpu_time(quick: bool, progress: Progress, **params: str) -> Result:
     load = float_param(params, "load", 0.8)
     blocks, seed = int_param(params, "blocks", DEFAULT_BLOCKS), int_param(params, "seed", 0, low=0)
@@ -339,7 +339,7 @@ def scaling_gpu_time(quick: bool, progress: Progress, **params: str) -> Result:
              "or else load from SSD; ServerlessLLM loads from host memory or SSD; gfaas loads from host memory, "
              "else PipeCast from GPU replicas or, with none, from host-memory replicas over RDMA. Ideal: zero load "
              "and unload time, nothing kept warm.")
-    return Result("scaling-gpu-time", "GPU time and TTFT on a bursty trace (seed 002 Figs. 10-11)", rows, comps,
+    return Result("scaling-gpu-time", "GPU time and TTFT on a bursty trace (FaaScale Figs. 10-11)", rows, comps,
                   {}, notes, data={"timeline": timeline}, plotter=_gpu_plot)
 
 
@@ -363,8 +363,8 @@ def _loads(params: Mapping[str, str]) -> list[float]:
     return out
 
 
-@register("scaling-gpu-load", "GPU-time reductions of scaling-gpu-time across trace loads (002 Fig. 11)",
-          "seed 002 §7.4, Fig. 11", params=("loads", "blocks", "seed", "models", "seconds"))
+@register("scaling-gpu-load", "GPU-time reductions of scaling-gpu-time across trace loads (FaaScale Fig. 11)",
+          "FaaScale §7.4, Fig. 11", params=("loads", "blocks", "seed", "models", "seconds"))
 def scaling_gpu_load(quick: bool, progress: Progress, **params: str) -> Result:
     loads = _loads(params)
     blocks, seed = int_param(params, "blocks", DEFAULT_BLOCKS), int_param(params, "seed", 0, low=0)
@@ -388,9 +388,9 @@ def scaling_gpu_load(quick: bool, progress: Progress, **params: str) -> Result:
     comps = [Comparison(f"largest GPU-time reduction vs {base} over the loads", paper, best(base), "%", REL_TOL)
              for base, paper in (("faasnet", 17.8), ("nccl", 18.1), ("serverlessllm", 31.3))]
     notes = (f"scaling-gpu-time's runs ({', '.join(models)}) with the trace's peak scaled to each of "
-             f"{', '.join(f'{x:g}' for x in loads)} x the cluster's estimated capacity (seed 002 does not give its "
+             f"{', '.join(f'{x:g}' for x in loads)} x the cluster's estimated capacity (FaaScale does not give its "
              "load relative to capacity). gfaas_cut_pct: 1 - gfaas GPU-hours / this system's. A light load scales "
              "to zero often, so loads come from host memory (gfaas, ServerlessLLM) or SSD (FaaSNet, NCCL); a heavy "
              "one keeps nodes allocated and every system's load time matters less.")
-    return Result("scaling-gpu-load", "GPU-hours on the bursty trace against its load (seed 002 Fig. 11)", rows,
+    return Result("scaling-gpu-load", "GPU-hours on the bursty trace against its load (FaaScale Fig. 11)", rows,
                   comps, {"x": "load", "y": "gpu_hours", "series": "system", "panel": "model"}, notes)

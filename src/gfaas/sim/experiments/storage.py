@@ -95,8 +95,8 @@ def _pct(x: np.ndarray, q: float) -> float:
 
 
 # ---- 001 Fig. 18a-b -------------------------------------------------------------------------------
-@register("storage-cap", "Latency with GPU storage capped at 1-50% of GPU memory (001 Fig. 18a-b)",
-          "seed 001 §6.3 'Elasticity of GPU storage', Fig. 18a-b")
+@register("storage-cap", "Latency with GPU storage capped at 1-50% of GPU memory (GROUTER Fig. 18a-b)",
+          "GROUTER §6.3 'Elasticity of GPU storage', Fig. 18a-b")
 def storage_cap(quick: bool, progress: Progress) -> Result:
     topo, names, times = workload(quick)
     fractions = (0.01, 0.10) if quick else FRACTIONS
@@ -152,8 +152,8 @@ NOTES_CAP = (
 
 
 # ---- 001 Fig. 18c ----------------------------------------------------------------------------------
-@register("storage-passing", "gFn-gFn data-passing latency with GPU storage capped at 10% and 1% (001 Fig. 18c)",
-          "seed 001 §6.3 'Elasticity of GPU storage', Fig. 18c")
+@register("storage-passing", "gFn-gFn data-passing latency with GPU storage capped at 10% and 1% (GROUTER Fig. 18c)",
+          "GROUTER §6.3 'Elasticity of GPU storage', Fig. 18c")
 def storage_passing(quick: bool, progress: Progress) -> Result:
     topo, names, times = workload(quick)
     rows: list[dict[str, object]] = []
@@ -235,8 +235,8 @@ def time_average(mem: MemoryModel, end: float) -> tuple[float, float, float]:
     return res / end, live / end, busy
 
 
-@register("memory-timeline", "Memory reserved vs live demand per pooling scheme (000 Fig. 16a-c)",
-          "seed 000 §9.2.4, Fig. 16")
+@register("memory-timeline", "Memory reserved vs live demand per pooling scheme (FaaSTube Fig. 16a-c)",
+          "FaaSTube §9.2.4, Fig. 16")
 def memory_timeline(quick: bool, progress: Progress) -> Result:
     topo, names, times = timeline_workload(quick)
     rows: list[dict[str, object]] = []
@@ -283,7 +283,7 @@ def memory_timeline(quick: bool, progress: Progress) -> Result:
 
 NOTES_TIMELINE = (
     "Driving and video, bursty (bursts at each one's INFless+ maximum), 20 minutes on dgx-v100; each "
-    "store may use up to 50% of its GPU's 16 GB (seed 001's cap). `reserved_over_live` divides the time "
+    "store may use up to 50% of its GPU's 16 GB (GROUTER's cap). `reserved_over_live` divides the time "
     "averages over the whole run, silences included, where every elastic pool keeps its 300 MB floor "
     "and live demand is near zero; `busy_reserved_over_live` integrates only while a GPU's live demand "
     "is at least that floor, which is where the papers' comparison of occupation with demand is "
@@ -300,8 +300,8 @@ ABLATION = {
 FAASTUBE_STORE_BYTES = 10**9  # seed 000 §7.2: the data store is capped at 1 GB per GPU in its experiments
 
 
-@register("elastic-ablation", "Auto-scaling pool (AP) and smart migration (SM) added one by one (000 Fig. 15b)",
-          "seed 000 §9.2.4, Fig. 15b")
+@register("elastic-ablation", "Auto-scaling pool (AP) and smart migration (SM) added one by one (FaaSTube Fig. 15b)",
+          "FaaSTube §9.2.4, Fig. 15b")
 def elastic_ablation(quick: bool, progress: Progress) -> Result:
     topo, names, times = workload(quick)
     rows: list[dict[str, object]] = []
@@ -320,4 +320,4 @@ def elastic_ablation(quick: bool, progress: Progress) -> Result:
     return Result("elastic-ablation", "Elastic data store ablation, 1 GB store per GPU (bursty, dgx-v100)", rows,
                   comps, {"x": "system", "y": "p99_ms", "series": "system"},
                   "Without AP each put is a raw allocation (1 ms cudaMalloc) freed with its object; without SM "
-                  "eviction is LRU to host memory with no restore. Store capped at 1 GB per GPU as in seed 000.")
+                  "eviction is LRU to host memory with no restore. Store capped at 1 GB per GPU as in FaaSTube.")

@@ -101,8 +101,8 @@ def _requests(quick: bool) -> tuple[int, int]:
     return (24, 40) if quick else (120, 240)
 
 
-@register("e2e-p99", "End-to-end P99 per workflow and arrival pattern (001 Fig. 14, 000 Fig. 11)",
-          "seed 001 §6.2 Fig. 14; seed 000 §9.1 Fig. 11")
+@register("e2e-p99", "End-to-end P99 per workflow and arrival pattern (GROUTER Fig. 14, FaaSTube Fig. 11)",
+          "GROUTER §6.2 Fig. 14; FaaSTube §9.1 Fig. 11")
 def e2e_p99(quick: bool, progress: Progress) -> Result:
     closed, n_open = _requests(quick)
     topos = ["dgx-v100"] if quick else ["dgx-v100", "dgx-a100"]
@@ -149,7 +149,7 @@ def _pick(rows: list[dict[str, object]], key: str = "p99_ms", **match: object) -
     raise KeyError(match)
 
 
-@register("throughput", "Maximum throughput intra- and inter-node (001 Fig. 15)", "seed 001 §6.2 Fig. 15")
+@register("throughput", "Maximum throughput intra- and inter-node (GROUTER Fig. 15)", "GROUTER §6.2 Fig. 15")
 def throughput(quick: bool, progress: Progress) -> Result:
     closed, _ = _requests(quick)
     wfs = WORKFLOWS[:2] if quick else WORKFLOWS
@@ -181,8 +181,8 @@ def throughput(quick: bool, progress: Progress) -> Result:
 ABLATIONS = ("gfaas", "gfaas-ES", "gfaas-ES-TA", "gfaas-ES-TA-BH", "gfaas-ES-TA-BH-UF")
 
 
-@register("ablation", "Ablation: ES, TA, BH, UF disabled one by one (001 Fig. 16, 000 Fig. 13)",
-          "seed 001 §6.3 Fig. 16")
+@register("ablation", "Ablation: ES, TA, BH, UF disabled one by one (GROUTER Fig. 16, FaaSTube Fig. 13)",
+          "GROUTER §6.3 Fig. 16")
 def ablation(quick: bool, progress: Progress) -> Result:
     closed, n_open = _requests(quick)
     topos = ["dgx-v100"] if quick else ["dgx-v100", "dgx-a100"]
@@ -214,8 +214,8 @@ def ablation(quick: bool, progress: Progress) -> Result:
                   "Bursty arrivals; data-passing time is get + put time summed over a request's GPU functions.")
 
 
-@register("isolation", "Bandwidth isolation: Driving next to Video and next to Image (001 Fig. 17)",
-          "seed 001 §6.3 Fig. 17; seed 000 §9.2.2 Fig. 14")
+@register("isolation", "Bandwidth isolation: Driving next to Video and next to Image (GROUTER Fig. 17)",
+          "GROUTER §6.3 Fig. 17; FaaSTube §9.2.2 Fig. 14")
 def isolation(quick: bool, progress: Progress) -> Result:
     closed, n_open = _requests(quick)
     topo = preset("dgx-v100")
@@ -246,7 +246,8 @@ def isolation(quick: bool, progress: Progress) -> Result:
                   rows, comps, {"x": "pair", "y": "driving_p99_ms", "series": "system"})
 
 
-@register("nvlink-vs-mapa", "Parallel NVLink paths vs MAPA placement only (000 Fig. 15a)", "seed 000 §9.2.3 Fig. 15a")
+@register("nvlink-vs-mapa", "Parallel NVLink paths vs MAPA placement only (FaaSTube Fig. 15a)",
+          "FaaSTube §9.2.3 Fig. 15a")
 def nvlink_vs_mapa(quick: bool, progress: Progress) -> Result:
     closed, _ = _requests(quick)
     topo = preset("dgx-v100")
