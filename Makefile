@@ -4,21 +4,30 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results ray-serve-results profile-results cluster-results
+.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results ray-serve-results profile-results cluster-results
 
 $(STAMP): pyproject.toml
+	@echo "setting up $(VENV): gfaas and its test dependencies (first time: 1-2 minutes, about 1 GB; then seconds)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
-	@$(BIN)/python -m pip install -q -e '.[dev]'
+	@$(BIN)/python -m pip install -q --progress-bar off -e '.[dev]'
 	@rm -f $(VENV)/.stamp-[0-9]*; touch $@
+	@echo "$(VENV) is ready ($$(du -sh $(VENV) | cut -f1))"
 
 setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/gfaas demo
 
+# The suite in two phases: most tests on TEST_WORKERS workers at once, then, one at a time, those that
+# measure ratios of times or use what the whole machine shares (tests/conftest.py: EXCLUSIVE,
+# MACHINE_WIDE); then the 20 slowest tests of both. Either phase failing fails the target.
+TEST_WORKERS ?= 3
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q tests
+	@d=$$(mktemp -d); rc=0; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial and not xdist_group" --junitxml=$$d/1-parallel.xml tests || rc=$$?; \
+	$(BIN)/python -m pytest -q -m "serial or xdist_group" --junitxml=$$d/2-serial.xml tests || rc=$$?; \
+	$(BIN)/python scripts/test_summary.py $$d --top 20; rm -rf $$d; exit $$rc
 
 # Chromium and its WebDriver for the dashboard's browser tests (tests/browser): installed with apt
 # when missing and this is root on Debian; otherwise those tests skip, naming what is missing.
@@ -31,7 +40,7 @@ browser:
 # The dashboard's screenshots in docs/ (headless chromium; a workload runs while they are taken) and its
 # first-paint times, benchmarks/results/dashboard-cpu.json.
 dashboard-screenshots: $(STAMP) browser
-	$(BIN)/python scripts/dashboard_screenshots.py docs
+	$(BIN)/python scripts/dashboard_screenshots.py docs --json $(R)/dashboard-cpu.json
 
 bench: $(STAMP)
 	$(BIN)/gfaas bench dataplane
@@ -69,6 +78,15 @@ results: $(STAMP)
 	$(BIN)/python benchmarks/dataplane_tables.py $(R)/dataplane-cpu.json --write docs/benchmarks.md
 	$(BIN)/python benchmarks/sim_tables.py $(R)/sim-experiments.json --write docs/results/README.md
 	$(BIN)/python benchmarks/simbench_table.py $(R)/sim-cpu.json --write docs/benchmarks.md
+	$(BIN)/python benchmarks/readme_tables.py --write README.md
+
+# What a newcomer's first run costs (about 12 minutes; not in `results`): a fresh clone's make setup,
+# gfaas demo --scale small and make demo, with no pip cache and an empty model cache; the README's
+# quick start quotes it.
+first-run-results: $(STAMP)
+	@git diff --quiet -- src benchmarks/*.py || { echo "make first-run-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/python benchmarks/first_run.py --json $(R)/first-run-cpu.json > /dev/null
+	$(BIN)/python benchmarks/readme_tables.py --write README.md
 
 # The cluster-scale experiment on its own (not in `sim run all` or `results`: ~10 minutes at full
 # size): its result file, the figure docs/results/cluster-day.png and the block of docs/results/cluster-day.md.

@@ -48,9 +48,38 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", "timeout(seconds): ignored: pytest-timeout is not installed")
 
 
+# How `make test` runs the suite (tests/README.md): in parallel on several workers, except
+# * EXCLUSIVE files, which measure ratios of times (a busy neighbour would skew them): `serial`, run
+#   one at a time after everything else;
+# * MACHINE_WIDE files, which use what the whole machine shares (network namespaces, KSM's settings, a
+#   Ray cluster on namespaces): the xdist group "machine", one at a time on one worker while the other
+#   workers run the rest.
+EXCLUSIVE = {
+    "browser/test_dashboard_browser.py": "the page's first-paint time",
+    "integration/test_bench_autoscale.py": "latency ratios of the scaling policies",
+    "integration/test_bench_dataplane.py": "ratios of transfer times",
+    "integration/test_bench_overload.py": "goodput and latency ratios under load",
+    "integration/test_dataplane_speed_guard.py": "ratios of transfer times",
+}
+MACHINE_WIDE = {
+    "integration/test_cluster_ray.py": "machines made of network namespaces, a Ray cluster",
+    "integration/test_cross_node.py": "network namespaces",
+    "integration/test_dedup_ksm_root.py": "KSM's settings",
+    "integration/test_dedup_runtime.py": "KSM's settings",
+    "integration/test_runtime_netns.py": "network namespaces",
+    "integration/test_scaling_netns.py": "network namespaces and their rate limits",
+    "security/test_peers_netns.py": "network namespaces",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.fspath)).resolve()
+        rel = path.relative_to(_TESTS).as_posix()
+        if rel in EXCLUSIVE:
+            item.add_marker(pytest.mark.serial)
+        elif rel in MACHINE_WIDE or item.get_closest_marker("netns") is not None:
+            item.add_marker(pytest.mark.xdist_group("machine"))
         if _TESTS / "integration" in path.parents:
             item.add_marker(pytest.mark.integration)
         if _TESTS / "gpu" in path.parents:

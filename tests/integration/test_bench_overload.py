@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,23 +25,29 @@ ROW_KEYS = {"connections": int, "goodput_rps": float, "p50_ms": float, "p99_ms":
             "server_finished": int, "server_cpu_s": float}
 
 
-def test_quick_run_shape_and_accounting(tmp_path: Path) -> None:
-    """Each row's requests add up (sent == ok + rejected + failed), none lost or duplicated, and the
-    server finished exactly the invocations the client was answered."""
-    out = tmp_path / "overload.json"
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
+    """One quick run of the benchmark for every test here (it takes about 20 s): 8 and 200 connections."""
+    out = tmp_path_factory.mktemp("overload") / "overload.json"
     proc = subprocess.run(
         [sys.executable, "-m", "gfaas", "bench", "overload", "--quick", "--json", "--out", str(out),
-         "--connections", "8,64", "--duration", "1"],
-        capture_output=True, text=True, timeout=90)
+         "--connections", "8,200", "--duration", "3"],
+        capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout)  # nothing but the JSON document on stdout
+    return json.loads(proc.stdout), proc.stderr, out  # nothing but the JSON document on stdout
+
+
+def test_quick_run_shape_and_accounting(run: tuple[dict[str, Any], str, Path]) -> None:
+    """Each row's requests add up (sent == ok + rejected + failed), none lost or duplicated, and the
+    server finished exactly the invocations the client was answered."""
+    doc, stderr, out = run
     assert json.loads(out.read_text()) == doc
-    assert "connections for 1 s" in proc.stderr  # progress goes to stderr
+    assert "connections for 3 s" in stderr  # progress goes to stderr
 
     assert isinstance(doc["floor_us"], float) and doc["floor_us"] > 0
     assert isinstance(doc["invoke_p50_us"], float) and doc["invoke_p50_us"] > 0
     assert set(doc["invoke_breakdown_p50_ms"]) == {"queue", "host_pass", "fn_pass", "compute", "total"}
-    assert [r["connections"] for r in doc["rows"]] == [8, 64]
+    assert [r["connections"] for r in doc["rows"]] == [8, 200]
     for r in doc["rows"]:
         for key, kind in ROW_KEYS.items():
             assert isinstance(r[key], kind) or (kind is float and isinstance(r[key], int)), (key, r[key])
@@ -53,21 +60,18 @@ def test_quick_run_shape_and_accounting(tmp_path: Path) -> None:
         assert r["server_settled"] and r["server_unanswered"] == 0, r
         assert r["connects"] >= r["connections"] and r["connect_failures"] == 0
     cap = doc["loadgen_capacity"]
-    assert cap["connections"] == 64 and cap["ok"] == cap["sent"] > 0
+    assert cap["connections"] == 200 and cap["ok"] == cap["sent"] > 0
     assert {t["id"] for t in doc["targets"]} == {"invoke", "goodput_256", "goodput_2000", "reject_p99",
                                                  "reject_p99_after_1s", "accounting"}
     prov = doc["provenance"]
     assert prov["machine"]["cores"] >= 1 and "commit" in prov and "dirty" in prov
+    assert prov["settings"] == {"connections": "8,200", "duration": 3.0, "quick": True, "retry_after_cap": None,
+                                "retry_jitter": None}
 
 
-def test_regression_guards_goodput_holds_and_the_invocation_stays_near_the_floor(tmp_path: Path) -> None:
-    out = tmp_path / "overload.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "gfaas", "bench", "overload", "--quick", "--json", "--out", str(out),
-         "--connections", "8,200", "--duration", "3"],
-        capture_output=True, text=True, timeout=150)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout)
+def test_regression_guards_goodput_holds_and_the_invocation_stays_near_the_floor(
+        run: tuple[dict[str, Any], str, Path]) -> None:
+    doc = run[0]
     low, high = doc["rows"]
     assert high["lost"] == high["duplicated"] == 0 and high["failed"] == 0, high
     assert high["goodput_rps"] >= 0.7 * low["goodput_rps"], (low["goodput_rps"], high["goodput_rps"])

@@ -1,4 +1,4 @@
-"""gfaas on a multi-node Ray cluster (issue 20): three "machines" as network namespaces (a head with the
+"""gfaas on a multi-node Ray cluster: three "machines" as network namespaces (a head with the
 directory, the Ray head and the gateway; two workers, each a node daemon and a Ray node), functions
 placed by Ray on the workers, every input pulled by gfaas from the node that produced it.
 
@@ -179,6 +179,30 @@ def test_workflows_across_ray_nodes_match_one_node_and_move_data_through_gfaas(l
     # ... and not through Ray's object store: it created less than one seq input's bytes meanwhile
     # (tasks and replies are small msgspec messages, which Ray keeps inline).
     assert rep["plasma_after"] - rep["plasma_before"] < (3 << 18) * 8 < pulled, rep  # at least every seq request's input
+
+
+def test_bench_cluster_on_the_lab_measures_all_three_systems(lab: object) -> None:
+    """``gfaas bench cluster``'s measurement, tiny (one 1 MiB tensor, 2 repeats, one small workflow) on this
+    module's lab (a lab of its own would cost a minute): every time measured, gfaas's bytes really leaving
+    the producer's machine through its node's transfer server. Before the next test kills m2."""
+    from gfaas.bench.cluster import run
+
+    mib = 1 << 20
+    doc = run(sizes=[mib], repeats=2, workflows=["traffic"], lab=lab)
+    assert set(doc) >= {"config", "passing", "workflows", "notes", "targets", "timing_s"}
+    assert doc["config"]["machines"] == 3 and doc["config"]["sizes"] == [mib] and doc["config"]["rate_mbit"] == 2000
+    (row,) = doc["passing"]
+    assert row["bytes"] == mib
+    for k in ("gfaas_ms", "redis_ms", "ray_ms", "redis_over_gfaas", "ray_over_gfaas"):
+        assert row[k] > 0, (k, row)
+    assert isinstance(row["meets_3x_redis"], bool) and isinstance(row["meets_ray"], bool)
+    assert row["meets_3x_redis"] == (row["redis_ms"] >= 3 * row["gfaas_ms"])
+    # gfaas moved the bytes: m1's transfer server sent at least one tensor per counted round.
+    assert row["gfaas_owner_net_out_bytes"] >= 2 * mib, row
+    (wf,) = doc["workflows"]
+    assert wf["workflow"] == "traffic" and wf["gfaas_p50_ms"] > 0 and wf["redis_p50_ms"] > 0
+    assert set(wf["nodes"]) <= {"m1", "m2"} and wf["nodes"], wf
+    assert any("not a transport" in n for n in doc["notes"])
 
 
 def test_a_killed_machine_fails_its_calls_clearly_and_the_rest_keeps_serving(lab: object, tmp_path: object) -> None:

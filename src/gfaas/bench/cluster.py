@@ -93,10 +93,11 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def run(machines: int = 3, rate_mbit: float = 1000.0, sizes: list[int] | None = None, repeats: int = 5,
-        workflows: list[str] | None = None, say: Any = None) -> dict[str, Any]:
-    """Build the lab, run the driver on its head, return the result (without provenance)."""
+        workflows: list[str] | None = None, say: Any = None, lab: Any = None) -> dict[str, Any]:
+    """Build the lab, run the driver on its head, return the result (without provenance). ``lab``: a
+    running :class:`~gfaas.deploy.netlab.NetLab` to use instead (its machines and rate; the tests share
+    one lab between this and the multi-machine runtime's tests)."""
     from ..deploy.netlab import NetLab
-    from ..scaling.netns import Link
     from ..workflows import names
 
     say = say or (lambda msg: None)
@@ -110,6 +111,13 @@ def run(machines: int = 3, rate_mbit: float = 1000.0, sizes: list[int] | None = 
         raise ConfigError(f"--repeats {repeats}: give at least 1")
     check_capable()
     t0 = time.perf_counter()
+    if lab is not None:
+        machines, rate_mbit = lab.testbed.nodes, lab.testbed.link.rate_mbit
+        with tempfile.TemporaryDirectory(prefix="gfaas-bench-cluster-") as run_dir:
+            lab_s = 0.0
+            doc = _drive(lab, {"sizes": sizes, "repeats": repeats, "requests": repeats, "workflows": wfs,
+                               "out": os.path.join(run_dir, "driver.json")})
+        return _document(doc, machines, rate_mbit, sizes, repeats, wfs, lab_s, t0)
     with tempfile.TemporaryDirectory(prefix="gfaas-bench-cluster-") as run_dir:
         # Ray workers import gfaas as this process does (a source checkout on PYTHONPATH included).
         src = str(Path(__file__).resolve().parents[2])
@@ -121,6 +129,14 @@ def run(machines: int = 3, rate_mbit: float = 1000.0, sizes: list[int] | None = 
             say(f"lab up in {lab_s:.1f} s")
             doc = _drive(lab, {"sizes": sizes, "repeats": repeats, "requests": repeats, "workflows": wfs,
                                "out": os.path.join(run_dir, "driver.json")})
+    return _document(doc, machines, rate_mbit, sizes, repeats, wfs, lab_s, t0)
+
+
+def _document(doc: dict[str, Any], machines: int, rate_mbit: float, sizes: list[int], repeats: int,
+              wfs: list[str], lab_s: float, t0: float) -> dict[str, Any]:
+    """The result document from the driver's report."""
+    from ..scaling.netns import Link
+
     link = Link(rate_mbit)
     burst = link.shaping()[1]
     for row in doc["passing"]:  # one crossing at the link rate, payload only, less the shaper's burst
