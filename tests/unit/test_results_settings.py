@@ -29,8 +29,8 @@ EXEMPT = {
     "dataplane-gpu.json": "measured on a lent H100 before results recorded settings: re-run by make bench-gpu",
     "demo-gpu.json": "measured on a lent H100 before results recorded settings: re-run by make demo-gpu",
     "h100-calibration.json": "fitted from dataplane-gpu.json on the GPU machine (make bench-gpu)",
-    "overload-before.json": "issue 23's base commit measured before its change: the comparison, kept as it was",
-    "dataplane-ab-issue14-cpu.json": "issue 14's A/B of two old commits: the record of that change, kept as it was",
+    "overload-before.json": "the hot path's base commit, measured before its rework: the comparison, kept as it was",
+    "dataplane-ab-issue14-cpu.json": "an A/B of two old commits of the data plane: the record of that change, kept as it was",
 }
 
 

@@ -64,12 +64,6 @@ def _static_names() -> set[str]:
 router = APIRouter()
 
 
-@router.get("/", include_in_schema=False)
-def root() -> RedirectResponse:
-    """The gateway's address opened in a browser: the dashboard (the redirect itself needs no token)."""
-    return RedirectResponse("/dashboard", status_code=307)
-
-
 @router.get("/dashboard", include_in_schema=False)
 def page() -> HTMLResponse:
     page = (_static_dir() / "dashboard.html").read_text(encoding="utf-8")

@@ -1,15 +1,21 @@
-"""The gateway's own endpoints: liveness and metrics."""
+"""The gateway's own endpoints: liveness, metrics, and ``/`` (a redirect to the dashboard)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.responses import Response
+from fastapi.responses import RedirectResponse, Response
 
 from ..metrics import CONTENT_TYPE
 from .schemas import Health
 from .state import GatewayDep
 
 router = APIRouter(tags=["gateway"])
+
+
+@router.get("/", include_in_schema=False)
+def root() -> RedirectResponse:
+    """The gateway's address opened in a browser: the dashboard (the redirect itself needs no token)."""
+    return RedirectResponse("/dashboard", status_code=307)
 
 
 @router.get("/healthz", response_model=Health)
