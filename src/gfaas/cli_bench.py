@@ -12,8 +12,9 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-# Flags that say where results go or how they are printed, not what is measured.
-OUTPUT_KEYS = frozenset({"func", "settings", "json", "out", "figure", "save", "verbose", "results"})
+# Not settings: where results go and how they are printed, and the command's own name (the command
+# line is recorded beside the settings).
+OUTPUT_KEYS = frozenset({"func", "settings", "json", "out", "figure", "save", "verbose", "results", "command", "what"})
 
 
 def cli_settings(a: argparse.Namespace) -> dict[str, Any]:
