@@ -46,7 +46,7 @@ def run_node_with_ray(cfg: NodeConfig, a: argparse.Namespace) -> int:
     head = a.ray_head or 0
     argv = start_argv(cfg.node_id, address=a.ray_address or "", head_port=head, node_ip=node_ip,
                       num_cpus=a.ray_cpus if a.ray_cpus is not None else (0 if head else None), num_gpus=a.ray_gpus)
-    daemon = local.start_daemon(cfg)
+    daemon = local.start_daemon(cfg, lifeline=True)  # it ends with this command, even if this is killed
     print(f"gfaas node {cfg.node_id}: daemon pid {daemon.pid} on {cfg.socket_path}", file=sys.stderr, flush=True)
     ray = subprocess.Popen(argv, env=ray_env(PeerKey.from_file(cfg.cluster_key_file)), start_new_session=True)
     print(f"gfaas node {cfg.node_id}: Ray node pid {ray.pid} ({'head on port ' + str(head) if head else 'joined ' + a.ray_address}"

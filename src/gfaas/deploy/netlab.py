@@ -232,12 +232,15 @@ class NetLab:
         # A machine's command stops its Ray node and daemon on SIGTERM; the directory is just killed.
         # Every machine is told first and then waited for, together: one at a time, their stops added up.
         # A lab holds nothing worth a long graceful stop: 5 s, then SIGKILL (the leftovers are swept below).
-        procs = list(reversed(list(self._procs.items())))
-        for name, proc in procs:
-            _signal_group(proc, signal.SIGKILL if name == "redis" else signal.SIGTERM)
+        # The directory goes last: a stopping node may still talk to it.
+        procs = [(n, p) for n, p in reversed(list(self._procs.items())) if n != "redis"]
+        for _, proc in procs:
+            _signal_group(proc, signal.SIGTERM)
         deadline = time.monotonic() + 5
         for _, proc in procs:
             _wait_or_kill(proc, max(0.1, deadline - time.monotonic()))
+        if "redis" in self._procs:
+            _kill_group(self._procs["redis"], signal.SIGKILL)
         for name in list(self._procs):
             self._kill_ray_leftovers(name.split("-", 1)[-1])
         self._procs.clear()
