@@ -17,29 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from typing import Any
 
 from doc_blocks import write_blocks
 
 from gfaas.sim.experiments.base import Comparison, Result
 
-#: The papers by name: result files saved before the experiments named them say "seed 00N".
-PAPERS = {"000": "FaaSTube", "001": "GROUTER", "002": "FaaScale", "003": "UPM", "004": "DSCS-Serverless"}
-
-
-def _papers(text: str) -> str:
-    """``text`` with the papers named ("seed 002 Fig. 7" -> "FaaScale Fig. 7"), as the experiments now write it."""
-    text = text.replace("seed 002: FaaScale '", "FaaScale '")
-    return re.sub(r"\bseed (00[0-4])\b", lambda m: PAPERS[m.group(1)], text)
-
-
 def _results(doc: dict[str, Any]) -> list[Result]:
     out = []
     for e in doc["experiments"]:
         comps = [Comparison(c["metric"], c["paper"], c["ours"], c["unit"], c["tolerance"]["relative"],
                             c["tolerance"]["absolute"], c.get("bound", "")) for c in e["paper"]]
-        out.append(Result(e["experiment"], _papers(e["title"]), e["rows"], comps, notes=_papers(e.get("notes", ""))))
+        out.append(Result(e["experiment"], e["title"], e["rows"], comps, notes=e.get("notes", "")))
     return out
 
 
