@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results ray-serve-results profile-results cluster-results
+.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results ray-serve-results profile-results cluster-results
 
 $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): gfaas and its test dependencies (first time: 1-2 minutes, about 1 GB; then seconds)"
@@ -152,6 +152,13 @@ autoscale-results: $(STAMP)
 # Twice: refused clients back after at most 1 s (the harder case), then clients that wait the whole
 # Retry-After the server asks (up to 30 s).
 # The pipeline against Ray Serve (about 2 minutes; needs the ray extra): issue 23's 64 MiB target.
+# goodput of this checkout against the commit before the one-message-per-step runtime, interleaved (about 5 min)
+OVERLOAD_AB_BASE := 75b7b63
+overload-ab-results: $(STAMP)
+	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-ab-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/python benchmarks/ab_overload.py --base $(OVERLOAD_AB_BASE) --pairs 3 --json $(R)/overload-ab.json
+	$(BIN)/python benchmarks/overload_tables.py $(R)/overload-ab.json --block overload-ab --write docs/performance.md
+
 ray-serve-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make ray-serve-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python -m pip install -q -e '.[dev,ray]'
@@ -181,5 +188,7 @@ overload-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas bench overload --json --out $(R)/overload.json > /dev/null
 	$(BIN)/gfaas bench overload --json --retry-after-cap 30 --out $(R)/overload-honoured.json > /dev/null
+	$(BIN)/gfaas bench overload --json --retry-after-cap 0 --out $(R)/overload-at-once.json > /dev/null
 	$(BIN)/python benchmarks/overload_tables.py $(R)/overload.json --write docs/performance.md
 	$(BIN)/python benchmarks/overload_tables.py $(R)/overload-honoured.json --block overload-honoured --write docs/performance.md
+	$(BIN)/python benchmarks/overload_tables.py $(R)/overload-at-once.json --block overload-at-once --write docs/performance.md

@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/overload_tables.py benchmarks/results/overload.json                            # print
     .venv/bin/python benchmarks/overload_tables.py benchmarks/results/overload.json --write docs/performance.md
 
-``--write`` replaces the block ``<!-- overload-after -->`` (``make overload-results`` runs the benchmark
-and this), so the numbers on the page are the file's.
+``--write`` replaces the block ``<!-- overload-after -->`` (or the one ``--block`` names:
+``overload-honoured``, ``overload-at-once``; ``make overload-results`` runs the benchmark and this), so
+the numbers on the page are the file's.
 """
 
 from __future__ import annotations
@@ -33,8 +34,12 @@ def block(doc: dict[str, Any]) -> str:
              f"`{str(prov.get('commit', '?'))[:7]}` on {m.get('cpu_model', '?')} ({m.get('cores', '?')} CPUs): "
              f"pipe floor {doc['floor_us']:.1f} us (p50 {_floor(doc, 'start')} us at the start, {_floor(doc, 'end')} us "
              f"at the end), embedded tiny invocation p50 {doc['invoke_p50_us'] / 1e3:.2f} ms "
-             f"({doc['invoke_p50_us'] / doc['floor_us']:.0f}x the floor). A refused client waits Retry-After, "
-             f"at most {cfg.get('retry_after_cap_s', 1.0):g} s, times 1 + {cfg.get('retry_jitter', 0.0):g} u.", "",
+             f"({doc['invoke_p50_us'] / doc['floor_us']:.0f}x the floor)"
+             + (f", {doc['cpu_ms_per_invocation']:.3f} ms of CPU per invocation in all its processes"
+                if doc.get("cpu_ms_per_invocation") is not None else "") + ". "
+             + ("A refused client retries at once." if cfg.get("retry_after_cap_s", 1.0) == 0 else
+                f"A refused client waits Retry-After, at most {cfg.get('retry_after_cap_s', 1.0):g} s, times "
+                f"1 + {cfg.get('retry_jitter', 0.0):g} u."), "",
              "| connections | goodput /s | vs the first row | p50 ms | p99 ms | refused | refusal p99 ms | "
              "after the first s | failed | lost / dup | load generator CPU |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
@@ -51,7 +56,32 @@ def block(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def ab_block(doc: dict[str, Any]) -> str:
+    """``benchmarks/ab_overload.py``'s result: goodput of this commit against its base, same minutes."""
+    prov = doc.get("provenance", {})
+    m = prov.get("machine") or {}
+    lines = [f"`{prov.get('command', '?')}` at commit `{str(prov.get('commit', '?'))[:7]}` against "
+             f"`{doc['base_commit'][:7]}` on {m.get('cpu_model', '?')} ({m.get('cores', '?')} CPUs): {doc['pairs']} "
+             f"pairs, base and new alternately, {doc['duration_s']:g} s per row; invocations lost or duplicated "
+             f"in all runs: {doc['lost_or_duplicated']}.", "",
+             "| connections | base goodput /s | new goodput /s | new / base (median of pairs) |", "|---:|---:|---:|---:|"]
+    for r in doc["rows"]:
+        lines.append(f"| {r['connections']:,} | {r['base_goodput_rps']:.1f} | {r['new_goodput_rps']:.1f} | "
+                     f"{r['ratio_new_to_base']:.2f}x |")
+    for key, label in (("invoke_p50_us", "embedded tiny invocation p50, us"),
+                       ("cpu_ms", "CPU ms per embedded invocation")):
+        d = doc.get(key)
+        if d:
+            lines.append(f"\n{label}: base {d['base']:g}, new {d['new']:g} (new / base {d['ratio_new_to_base']:.3f}).")
+    return "\n".join(lines)
+
+
 def main() -> None:
+    import sys
+
+    if "--block" in sys.argv and sys.argv[sys.argv.index("--block") + 1] == "overload-ab":
+        table_main(__doc__ or "", "overload-ab", ab_block)
+        return
     table_main(__doc__ or "", "overload-after", block)
 
 

@@ -9,6 +9,11 @@ strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a tim
       py-spy record --rate 250 --function --subprocesses -o perf.svg -- \
           .venv/bin/python benchmarks/profile_invoke.py loop --n 1500
 
+  With ``--out`` it also records what the native-code decision rests on (docs/performance.md): the
+  CPU of each thread of the runtime and of each worker, user and system apart; the Python function
+  calls per invocation on the runtime's threads and in each function's worker (its tasks replayed
+  into an in-process host); and the two-hop pipe floor, measured in the same run.
+
 * ``count``: the node daemon runs in this process (a thread, the same ``Daemon`` class the runtime
   starts as a process) with its request handler wrapped, so every message any process sends it is
   counted by type; connections, worker round trips and thread hand-offs are counted the same way.
@@ -42,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from gfaas.bench.overload_handlers import SPEC
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
+from gfaas.workflows.tiny import SPEC
 
 INPUTS = {"n": np.asarray(256, dtype=np.int64)}
 
@@ -52,7 +57,7 @@ def _loop(rt: LocalRuntime, n: int) -> list[float]:
     ts = []
     for _ in range(n):
         t0 = time.perf_counter()
-        res = rt.invoke("overload", INPUTS, timeout=60)
+        res = rt.invoke("tiny", INPUTS, timeout=60)
         ts.append(time.perf_counter() - t0)
         assert res.status == "done", res.error
     return ts
@@ -156,7 +161,7 @@ def _closed_loop(rt: LocalRuntime, n: int, concurrency: int) -> None:
     submitted = 0
     while submitted < n or outstanding:
         while submitted < n and len(outstanding) < concurrency:
-            outstanding.append(rt.submit("overload", INPUTS))
+            outstanding.append(rt.submit("tiny", INPUTS))
             submitted += 1
         res = rt.result(outstanding.popleft(), timeout=120)
         assert res.status == "done", res.error
@@ -324,11 +329,11 @@ def timeline(n: int) -> dict[str, Any]:
     ]
     try:
         with LocalRuntime(RuntimeConfig()) as rt:
-            rt._lock = _TimedLock(rt._lock, on_main("locked"))
+            rt.invoker._lock = _TimedLock(rt.invoker._lock, on_main("locked"))
             rt.deploy(SPEC)
             for k in range(30 + n):
                 ev.clear()
-                inv = rt.submit("overload", INPUTS)
+                inv = rt.submit("tiny", INPUTS)
                 res = rt.result(inv, timeout=60)
                 mark("woke")
                 assert res.status == "done", res.error
@@ -394,11 +399,87 @@ def registry(n: int, open_counts: tuple[int, ...] = (0, 100, 500, 1000)) -> dict
                     "after: each appends a line to invocations.journal (dataplane/invlog.py)"}
 
 
-def _cpu_by_process() -> dict[str, float]:
-    """CPU seconds (user+sys) of this process and each child, by role (from /proc; 10 ms ticks)."""
+def _cpu_split() -> dict[str, tuple[float, float]]:
+    """(user, system) CPU seconds of each thread of this process, by role, and of each child process."""
     tick = os.sysconf("SC_CLK_TCK")
     me = os.getpid()
-    out: dict[str, float] = {}
+    names = {t.native_id: ("caller" if t is threading.main_thread() else t.name) for t in threading.enumerate()}
+    out: dict[str, tuple[float, float]] = {}
+    for tid in os.listdir(f"/proc/{me}/task"):
+        try:
+            with open(f"/proc/{me}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        role = f"runtime: {names.get(int(tid), 'other threads')}"
+        u, s = out.get(role, (0.0, 0.0))
+        out[role] = (u + int(fields[11]) / tick, s + int(fields[12]) / tick)
+    for role, (u, s) in _cpu_by_process(split=True).items():
+        if role != "runtime (this process)":
+            out[role] = (u, s)
+    return out
+
+
+def _python_calls(n: int) -> dict[str, Any]:
+    """Python function calls per invocation: on each thread of a runtime made for this (a profile
+    function counts them; threads started before it are not seen), and in each function's host
+    replaying the tasks its worker got (the worker's own loop, its socket and log capture aside)."""
+    import msgspec
+
+    from gfaas.runtime.worker import FunctionHost, Init, ProcessWorker
+
+    counts: Counter[str] = Counter()
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            counts[threading.current_thread().name] += 1
+
+    tasks: dict[str, list[Any]] = defaultdict(list)
+    undo = _wrap(ProcessWorker, "send_task", before=lambda self, task: tasks[self.name.split("@")[0]].append(task))
+    threading.setprofile(count)
+    try:
+        with LocalRuntime(RuntimeConfig()) as rt:
+            rt.deploy(SPEC)
+            _loop(rt, 50)
+            counts.clear()
+            tasks.clear()
+            sys.setprofile(count)
+            try:
+                _loop(rt, n)
+            finally:
+                sys.setprofile(None)
+            runtime = {("caller" if name == threading.main_thread().name else name): round(c / n, 1)
+                       for name, c in counts.items()}
+    finally:
+        threading.setprofile(None)  # type: ignore[arg-type]
+        undo()
+    workers: dict[str, float] = {}
+
+    class _Link:  # a lazy task that needs nothing from the data plane never touches it
+        devices: tuple[int, ...] = ()
+        closed = False
+
+    for fn, sent in tasks.items():
+        host = FunctionHost(Init("tiny", fn, SPEC))
+        host.link = _Link()
+        counts.clear()
+        sys.setprofile(count)
+        try:
+            for task in sent:
+                msgspec.msgpack.encode(host.run(msgspec.msgpack.decode(msgspec.msgpack.encode(task), type=type(task)),
+                                                None, lambda: None))
+        finally:
+            sys.setprofile(None)
+        workers[f"worker of {fn}"] = round(sum(counts.values()) / max(len(sent), 1), 1)
+    return {"runtime_threads": runtime, "runtime_total": round(sum(runtime.values()), 1), "workers": workers}
+
+
+def _cpu_by_process(split: bool = False) -> dict[str, Any]:
+    """CPU seconds (user+sys; ``split``: the pair) of this process and each child, by role (from /proc;
+    10 ms ticks)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    me = os.getpid()
+    out: dict[str, Any] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -413,7 +494,8 @@ def _cpu_by_process() -> dict[str, float]:
             continue
         role = "runtime (this process)" if int(d) == me else "node daemon" if "node_main" in cmd else \
             f"worker {d}" if "worker_main" in cmd else f"other {d}"
-        out[role] = (int(fields[11]) + int(fields[12])) / tick
+        u, st = int(fields[11]) / tick, int(fields[12]) / tick
+        out[role] = (u, st) if split else u + st
     return out
 
 
@@ -433,19 +515,35 @@ def main(argv: list[str] | None = None) -> int:
     if a.n < 1:
         p.error(f"--n {a.n}: give at least 1")
     if a.mode == "loop":
+        floor = []
         with LocalRuntime(RuntimeConfig()) as rt:
             rt.deploy(SPEC)
             _loop(rt, 20)
-            cpu0 = _cpu_by_process()
+            cpu0, split0 = _cpu_by_process(), _cpu_split()
             t0 = time.perf_counter()
             ts = np.asarray(_loop(rt, a.n)) * 1e3
             wall = time.perf_counter() - t0
-            cpu1 = _cpu_by_process()
+            cpu1, split1 = _cpu_by_process(), _cpu_split()
+            # "worker PID" -> "worker of FUNCTION"
+            pools = getattr(getattr(rt, "deployments", None), "pools", {})
+            named = {f"worker {w.pid}": f"worker of {w.name.split('@')[0]}" for p in pools.values() for w in p.slots}
+            split0 = {named.get(k, k): v for k, v in split0.items()}
+            split1 = {named.get(k, k): v for k, v in split1.items()}
+            if a.out:  # the floor between bursts of invocations, its least p50 (as gfaas bench overload)
+                from gfaas.bench.overload import relay_samples
+
+                floor = [float(np.median(relay_samples(400, 50))) for _ in range(3)]
         doc: dict[str, Any] = {"invocations": a.n, "p50_ms": round(float(np.median(ts)), 3),
                                "p99_ms": round(float(np.percentile(ts, 99)), 3),
                                "wall_ms_per_invocation": round(wall / a.n * 1e3, 3),
                                "cpu_ms_per_invocation": {k: round((cpu1.get(k, 0.0) - v) / a.n * 1e3, 3)
                                                          for k, v in cpu0.items()}}
+        if a.out:
+            doc["cpu_us_per_invocation"] = {
+                k: {"user": round((split1[k][0] - u) / a.n * 1e6, 1), "system": round((split1[k][1] - st) / a.n * 1e6, 1)}
+                for k, (u, st) in split0.items() if k in split1 and split1[k] != (u, st)}
+            doc["python_calls_per_invocation"] = _python_calls(min(a.n, 500))
+            doc["pipe_floor_us"] = round(min(floor), 2)
     else:
         doc = count(a.n, a.concurrency) if a.mode == "count" else timeline(a.n) if a.mode == "timeline" \
             else registry(a.n)

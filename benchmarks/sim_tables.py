@@ -23,6 +23,7 @@ from doc_blocks import write_blocks
 
 from gfaas.sim.experiments.base import Comparison, Result
 
+
 def _results(doc: dict[str, Any]) -> list[Result]:
     out = []
     for e in doc["experiments"]:

@@ -19,6 +19,7 @@ import numpy as np
 
 from gfaas import workflows
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
+from gfaas.workflows.measured import edges
 
 
 def main() -> None:
@@ -29,7 +30,7 @@ def main() -> None:
     a = ap.parse_args()
     out: dict[str, Any] = {}
     cfg = RuntimeConfig(scale=a.scale, threads_per_worker=1, node_capacity_bytes=4 << 30)
-    with LocalRuntime(cfg, input_generator=workflows.make_inputs) as rt:
+    with LocalRuntime(cfg, input_generator=workflows.make_inputs, edge_sizes=edges) as rt:
         for name in a.names:
             rt.deploy(workflows.spec_text(name))
             for transport in ("gfaas", "redis"):

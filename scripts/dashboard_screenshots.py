@@ -52,7 +52,7 @@ def main() -> int:
     if why:
         print(f"dashboard_screenshots: {why}", file=sys.stderr)
         return 2
-    limits = GatewayLimits(handler_packages=("gfaas.workflows", "gfaas.bench"))
+    limits = GatewayLimits(handler_packages=("gfaas.workflows",))
     with LocalRuntime(RuntimeConfig()) as rt, serve(rt, host="127.0.0.1", port=0, limits=limits) as gw:
         rt.deploy(SPEC)
         rt.deploy(SPEC.replace("name: overload", "name: overload-big", 1))

@@ -113,7 +113,7 @@ def add_parsers(sub: Any) -> None:
                         "exactly Retry-After, so clients refused together return together)")
     p.add_argument("--retry-after-cap", type=float, default=None,
                    help="the longest Retry-After a refused client waits, before the jitter (default 1 s: clients come "
-                        "back sooner than the server asks, the harder case)")
+                        "back sooner than the server asks, the harder case; 0: they retry at once)")
     p.set_defaults(func=_run(".bench.overload", "main"))
 
     p = bs.add_parser("ray-serve", help="a two-function pipeline against a Ray Serve composition (the ray extra)")

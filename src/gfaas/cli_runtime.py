@@ -17,7 +17,7 @@ def add_parsers(sub: Any) -> None:
     d = sub.add_parser("dashboard", help="the web dashboard: a local runtime and gateway, on loopback, with "
                                          "no workflow deployed yet (deploy from the page or with gfaas deploy)")
     _serve_args(d, workflows="none")
-    d.set_defaults(func=cmd_serve, allow_bench_handlers=True)
+    d.set_defaults(func=cmd_serve)
 
     from .cli_gateway import add_gateway_args
 
@@ -161,8 +161,6 @@ def cmd_serve(a: argparse.Namespace) -> int:
         with open(path) as f:
             texts.append(f.read())
     allowed = tuple(a.allow_handlers) or DEFAULT_HANDLER_PACKAGES
-    if getattr(a, "allow_bench_handlers", False) and "gfaas.bench" not in allowed:
-        allowed = (*allowed, "gfaas.bench")  # the dashboard's deploy example uses gfaas's own tiny handlers
     limits = GatewayLimits(handler_packages=allowed,
                            max_workflows=a.max_workflows, max_functions=a.max_functions)
     token, token_path = _token(a)  # before anything starts: a bad token file fails fast
@@ -174,7 +172,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with LocalRuntime(cfg, input_generator=workflows.make_inputs) as rt:
+    from .workflows.measured import edges
+
+    with LocalRuntime(cfg, input_generator=workflows.make_inputs, edge_sizes=edges) as rt:
         for text in texts:  # the operator's own specs: trusted, not screened like a client's
             name = rt.deploy(text)
             print(f"deployed {name}", file=sys.stderr, flush=True)

@@ -188,7 +188,9 @@ def run_demo(a: argparse.Namespace) -> int:
     # runtime's put of the request's inputs, and the generator is not part of it.
     inputs = functools.lru_cache(maxsize=None)(workflows.make_inputs)
     # Open until _run_demo returns: with --serve, that is after the report, so the dashboard stays up.
-    with LocalRuntime(cfg, input_generator=inputs) as rt, serve(rt) as gw, \
+    from .workflows.measured import edges
+
+    with LocalRuntime(cfg, input_generator=inputs, edge_sizes=edges) as rt, serve(rt) as gw, \
             httpx.Client(base_url=gw.url, timeout=120, headers={"authorization": f"Bearer {gw.token}"}) as http:
         return _run_demo(a, names, rt, gw, http, err, t_start)
 

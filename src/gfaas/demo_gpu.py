@@ -130,6 +130,7 @@ def run(a: argparse.Namespace) -> int:
     from . import workflows
     from .runtime.gpus import visible_cuda_gpus
     from .runtime.local import LocalRuntime, RuntimeConfig
+    from .workflows.measured import edges
 
     def say(msg: str) -> None:
         if not a.json:
@@ -148,7 +149,7 @@ def run(a: argparse.Namespace) -> int:
     stats_nodes: dict[str, dict[str, int]] = {}
     for passing, transports in (("device", ("gfaas", "redis")), ("host", ("gfaas",))):
         say(f"runtime with gpu_passing={passing!r} on {name}: starting workers for {len(names)} workflows ...")
-        with LocalRuntime(RuntimeConfig(**base, gpu_passing=passing)) as rt:  # type: ignore[arg-type]
+        with LocalRuntime(RuntimeConfig(**base, gpu_passing=passing), edge_sizes=edges) as rt:  # type: ignore[arg-type]
             for wf in names:
                 rt.deploy(workflows.spec_text(wf))
             say(f"  placed: {{{', '.join(f'{wf}: {rt.placement(wf)}' for wf in names)}}}")

@@ -26,7 +26,7 @@ def served(make_config: Any) -> Iterator[tuple[Any, Any]]:
 
     with LocalNode(make_config()) as node:
         ep = NodeEndpoint("n0", node.config.socket_path, node.config.state_dir)
-        limits = GatewayLimits(handler_packages=("gfaas.workflows", "gfaas.bench"))
+        limits = GatewayLimits(handler_packages=("gfaas.workflows",))
         with LocalRuntime(RuntimeConfig(nodes=(ep,))) as rt, \
                 serve(rt, host="127.0.0.1", port=0, limits=limits) as gw:
             rt.deploy(SPEC)

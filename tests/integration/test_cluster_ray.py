@@ -70,7 +70,7 @@ cfg = RuntimeConfig(executor="ray", ray_address=lab["ray_address"], join=lab["re
                     node_capacity_bytes=256 << 20)
 report = {}
 with LocalRuntime(cfg) as rt:
-    report["nodes"] = sorted(rt._nodes)
+    report["nodes"] = sorted(rt.nodes.nodes)
     rt.deploy(SEQ)
     where = []
     for k in range(8):  # both nodes hold a worker of a and of b: b must follow a's output

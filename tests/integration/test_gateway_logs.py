@@ -73,10 +73,12 @@ def test_route_client_and_cli_show_the_runtime_s_lines(gateway: tuple[LocalRunti
 def test_follow_sends_new_lines_as_they_come(gateway: tuple[LocalRuntime, str]) -> None:
     rt, url = gateway
     seen: list[dict[str, Any]] = []
+    # Everything after the lines kept now: the invocation may well finish before the follower connects.
+    last = max((r["seq"] for r in rt.logs("chat")), default=0)
     with GatewayClient(url, token=TOKEN) as gw:
 
         def follow() -> None:
-            for rec in gw.follow_logs("chat", function="f", limit=0, for_s=30):
+            for rec in gw.follow_logs("chat", function="f", for_s=30, after=last):
                 seen.append(rec)
                 if rec["text"] == "print 3":
                     return  # leaving the stream ends the gateway's follower
@@ -87,7 +89,7 @@ def test_follow_sends_new_lines_as_they_come(gateway: tuple[LocalRuntime, str]) 
         rt.result(inv, timeout=60)
         t.join(30)
         assert not t.is_alive()
-    # limit=0: nothing old, then this invocation's lines (the import-time line came before: not sent)
+    # after=last: nothing older, then this invocation's lines (the import-time line came before: not sent)
     assert seen and all(r["invocation"] == inv and r["function"] == "f" for r in seen)
     assert [r["seq"] for r in seen] == sorted(r["seq"] for r in seen)
 

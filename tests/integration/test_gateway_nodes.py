@@ -43,7 +43,7 @@ def test_a_put_shows_on_the_node_endpoints_and_metrics(runtime: LocalRuntime) ->
         before = c.get("/v1/nodes").json()["nodes"]
         assert [(n["node"], n["node_id"]) for n in before] == [("rt0", "rt0")]
         assert runtime.node_snapshots()[0]["node_id"] == "rt0"
-        inv = runtime._admin.open_invocation("wf", ["f", "g"])
+        inv = runtime.nodes.admin.open_invocation("wf", ["f", "g"])
         client = gfaas.connect(inv.credentials("f"))
         try:
             ref = client.put(np.ones(BIG, np.uint8), consumers=["g"])
@@ -60,7 +60,7 @@ def test_a_put_shows_on_the_node_endpoints_and_metrics(runtime: LocalRuntime) ->
             assert live["host"] == host(c.get("/v1/nodes").json()["nodes"][0])["bytes_live"] >= BIG
             assert {s.labels["link"] for s in fams["gfaas_node_link_bytes"].samples} >= {"net-in", "net-out",
                                                                                        "disk-write", "disk-read"}
-            runtime._admin.end_invocation(inv)
+            runtime.nodes.admin.end_invocation(inv)
             r = c.get(f"/v1/nodes/rt0/objects/{ref.id.hex()}")
             assert r.status_code == 404 and ref.id.hex() in r.json()["message"]
             assert c.get(f"/v1/nodes/nope/objects/{ref.id.hex()}").status_code == 404

@@ -73,9 +73,9 @@ def test_a_package_deploys_and_two_workflows_keep_their_own_module(rt: LocalRunt
     if os.geteuid() == 0:  # the sandbox is on: the package's code never ran as root
         res = rt.invoke("one", {"x": np.zeros(1)}, timeout=60)
         assert int(res.outputs["uid"]) == rt.tenant_identity("one").uid != 0  # type: ignore[union-attr]
-        assert rt._code is not None
+        assert rt.deployments.code is not None
         for name in ("one", "seven"):  # each tenant's packages: its group only, nothing for the others
-            st = (rt._code.root / name).stat()
+            st = (rt.deployments.code.root / name).stat()
             assert st.st_gid == rt.tenant_identity(name).gid and st.st_mode & 0o007 == 0  # type: ignore[union-attr]
 
 
@@ -128,7 +128,7 @@ def test_refused_packages_leave_the_current_version_as_it_was(rt: LocalRuntime, 
 def test_undeploy_removes_every_version_and_its_code(rt: LocalRuntime, tmp_path: Path) -> None:
     rt.deploy(spec("gone"), code=package(tmp_path, 1))
     rt.deploy(spec("gone"), code=package(tmp_path, 2))
-    store = rt._code
+    store = rt.deployments.code
     assert store is not None and (store.root / "gone").is_dir()
     rt.undeploy("gone")
     assert not (store.root / "gone").exists() and rt.workflows() == []

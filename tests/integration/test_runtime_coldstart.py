@@ -19,7 +19,7 @@ def test_the_first_call_after_deploy_without_prewarm_is_a_cold_start() -> None:
         rt.deploy(SEQ)
         cold = rt.invoke("seq", {"x": np.ones(3)}, timeout=60)
         warm = rt.invoke("seq", {"x": np.ones(3)}, timeout=60)
-        pools = {k: p.cold_starts for k, p in rt._pools.items()}
+        pools = {k: p.cold_starts for k, p in rt.deployments.pools.items()}
     assert cold.ok and warm.ok
     for r in cold.functions:  # each function's worker started for this call: part of its wait
         assert 0 < r.cold_start_s <= r.queued_s, r
@@ -37,4 +37,4 @@ def test_prewarmed_workers_are_not_cold_starts() -> None:
         rt.deploy(SEQ)
         res = rt.invoke("seq", {"x": np.ones(3)}, timeout=60)
         assert res.ok and res.breakdown.cold_start_s == 0.0
-        assert {p.cold_starts for p in rt._pools.values()} == {0}
+        assert {p.cold_starts for p in rt.deployments.pools.values()} == {0}

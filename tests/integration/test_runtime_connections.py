@@ -1,6 +1,8 @@
-"""The daemon traffic of one embedded invocation (issue 23, item 1): warm workers and the runtime's own
-side keep their daemon connections, so a steady invocation opens none and sends no Hello, Lease or
-Sync; the messages it does send are counted the way ``benchmarks/profile_invoke.py count`` counts them."""
+"""The daemon traffic of one embedded invocation that passes its values through the data plane
+(``inline_max_bytes=0``; small values otherwise ride in the runtime's messages and the daemon sees
+nothing, ``test_runtime_inline.py``): warm workers and the runtime's own side keep their daemon
+connections, so a steady invocation opens none and sends no Hello, Lease or Sync; the messages it
+does send are counted the way ``benchmarks/profile_invoke.py count`` counts them."""
 
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ def counted(make_config: Any, thread_daemon: Any, monkeypatch: pytest.MonkeyPatc
     cfg = make_config(capacity_bytes=1 << 30)
     with thread_daemon(cfg):
         ep = NodeEndpoint("n0", cfg.socket_path, cfg.state_dir)
-        with LocalRuntime(RuntimeConfig(nodes=(ep,), queue_hints=False, workers_per_function=1)) as rt:
+        with LocalRuntime(RuntimeConfig(nodes=(ep,), queue_hints=False, workers_per_function=1,
+                                        inline_max_bytes=0)) as rt:
             rt.deploy(SPEC)
             yield rt, counts
 

@@ -70,10 +70,10 @@ def test_without_gpus_functions_run_as_before(handlers: None) -> None:
 
 def test_the_node_reports_its_gpus() -> None:
     with LocalRuntime(RuntimeConfig(executor="inproc", gpus="null:0,1", sandbox="none", queue_hints=False)) as rt:
-        admin = rt._admins["rt0"]
+        admin = rt.nodes.admins["rt0"]
         assert admin.devices == (0, 1) and admin.device_kind == "null"
     with LocalRuntime(RuntimeConfig(executor="inproc", gpus="none", sandbox="none", queue_hints=False)) as rt:
-        assert rt._admins["rt0"].devices == () and rt._admins["rt0"].device_kind == ""
+        assert rt.nodes.admins["rt0"].devices == () and rt.nodes.admins["rt0"].device_kind == ""
 
 
 @pytest.mark.parametrize(("kw", "match"), [
@@ -111,11 +111,11 @@ def test_several_cuda_gpus_are_shared_out_by_the_policy_on_the_detected_topology
     monkeypatch.setattr(placement, "place_gpu_functions", spy)
     gpus = [f"gpu{k}" for k in range(8)]
     with LocalRuntime(RuntimeConfig(executor="inproc", gpus="null:0,1,2,3,4,5,6,7", sandbox="none",
-                                    queue_hints=False)) as rt:
-        rt._admins["rt0"].device_kind = "cuda"  # what a node with CUDA GPUs reports
-        monkeypatch.setattr(rt, "_detected_topology", lambda: v100)
+                                    queue_hints=False), edge_sizes=W.measured.edges) as rt:
+        rt.nodes.admins["rt0"].device_kind = "cuda"  # what a node with CUDA GPUs reports
+        monkeypatch.setattr(rt.deployments, "_detected_topology", lambda: v100)
         spec = loads(W.spec_text(name), check_handlers=False)
-        with rt._lock:
-            rt._place(spec)
+        with rt.deployments._lock:
+            rt.deployments._place(spec)
         assert calls == [(name, gpus, edge_sizes()[name])]
-        assert rt._gpus[name] == real(spec, v100, gpus, edge_sizes()[name])
+        assert rt.deployments._gpus[name] == real(spec, v100, gpus, edge_sizes()[name])

@@ -102,8 +102,8 @@ def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
 
 
 def objects(rt: LocalRuntime) -> int:
-    with rt._admin_lock:
-        st = rt._admin.stats()
+    with rt.nodes.lock:
+        st = rt.nodes.admin.stats()
     return int(st["objects"]) + int(st["writing"])
 
 
@@ -159,18 +159,18 @@ def test_handler_error_fails_only_its_invocation(rt: LocalRuntime) -> None:
     bad = rt.invoke("failing", {"x": np.array([1.0, -1.0])}, timeout=30)
     assert bad.status == "failed" and "function 'f'" in bad.error and "negative input at 1" in bad.error
     good = rt.invoke("failing", {"x": np.array([1.0])}, timeout=30)
-    assert good.ok and good.functions[0].worker == rt._pools["failing/f"].slots[0].name
+    assert good.ok and good.functions[0].worker == rt.deployments.pools["failing/f"].slots[0].name
     np.testing.assert_array_equal(good.outputs["out"], [2.0])
 
 
 def test_crashed_worker_is_replaced(rt: LocalRuntime) -> None:
     """A worker that dies mid-task fails that invocation (exit status named) and is replaced by a new one."""
-    before = rt._pools["crashing/f"].slots[0].pid
+    before = rt.deployments.pools["crashing/f"].slots[0].pid
     bad = rt.invoke("crashing", {"x": np.array([-1.0])}, timeout=30)
     assert bad.status == "failed" and "exited (status 3)" in bad.error
     good = rt.invoke("crashing", {"x": np.array([1.0])}, timeout=30)
     assert good.ok, good.error
-    assert rt._pools["crashing/f"].slots[0].pid != before
+    assert rt.deployments.pools["crashing/f"].slots[0].pid != before
     wait_for(lambda: objects(rt) == 0, what="the crashed invocation's data to be freed")
 
 
@@ -277,7 +277,7 @@ def test_idle_worker_is_stopped_and_restarted_on_demand(rt_handlers: str) -> Non
     """keep_alive: an idle worker process goes away; the next request starts a new one and succeeds."""
     with LocalRuntime(RuntimeConfig(keep_alive_s=0.3)) as r:
         r.deploy(FAIL)
-        pool = r._pools["failing/f"]
+        pool = r.deployments.pools["failing/f"]
         first = pool.slots[0]
         assert first is not None and first.alive()
         wait_for(lambda: not pool.slots and not first.alive(), what="the idle worker to be stopped")
@@ -292,13 +292,13 @@ def test_one_set_of_workers_serves_both_transports(rt: LocalRuntime) -> None:
     import redis
 
     x = np.arange(12, dtype=np.float64) - 4
-    pids = {k: p.slots[0].pid for k, p in rt._pools.items() if k.startswith("fans/")}
+    pids = {k: p.slots[0].pid for k, p in rt.deployments.pools.items() if k.startswith("fans/")}
     a = rt.invoke("fans", {"x": x}, timeout=30, transport="redis")
     b = rt.invoke("fans", {"x": x}, timeout=30)
     assert a.ok and b.ok, (a.error, b.error)
     np.testing.assert_array_equal(a.outputs["out"], b.outputs["out"])
-    assert {k: p.slots[0].pid for k, p in rt._pools.items() if k.startswith("fans/")} == pids
-    r = redis.Redis.from_url(rt._redis_url)
+    assert {k: p.slots[0].pid for k, p in rt.deployments.pools.items() if k.startswith("fans/")} == pids
+    r = redis.Redis.from_url(rt.nodes.redis_url)
     wait_for(lambda: r.dbsize() == 0, what="the baseline's keys to be deleted")
     with pytest.raises(Exception, match="transport 'carrier-pigeon' is not"):
         rt.submit("fans", {"x": x}, transport="carrier-pigeon")
@@ -326,7 +326,7 @@ def test_ending_an_invocations_data_never_holds_up_the_next_submit(rt_handlers: 
         r.deploy(TWO)
         first = r.invoke("two-outputs", {"x": np.ones(3)}, timeout=30)
         assert first.ok
-        creds = Credentials(r.transport_settings()["socket_path"], r._inv(first.invocation_id).tokens["f"])
+        creds = Credentials(r.nodes.transport_settings()["socket_path"], r.invoker._inv(first.invocation_id).tokens["f"])
         later: list[Any] = []
         t = threading.Thread(target=lambda: later.append(r.invoke("two-outputs", {"x": np.ones(4)}, timeout=30)))
         t.start()
@@ -356,9 +356,10 @@ functions:
   - {{name: s, kind: cpu, handler: "{H}:slow", params: {{seconds: 0.3}}, inputs: {{x: input.x}}, outputs: {{y: null}}}}
 """
     sent: list[Batch] = []
-    with LocalRuntime(RuntimeConfig(executor="inproc", queue_hint_interval_s=0.0)) as r:
+    # inline_max_bytes=0: every value on the node, which is what queue hints are for
+    with LocalRuntime(RuntimeConfig(executor="inproc", queue_hint_interval_s=0.0, inline_max_bytes=0)) as r:
         r.deploy(slow)
-        hinter = r._hinter
+        hinter = r.invoker._hinter
         assert hinter is not None
         real = hinter._send
         hinter._send = lambda b: (sent.append(b), real(b))[1]
@@ -464,7 +465,7 @@ functions:
   - {{name: s, kind: cpu, handler: "{H}:read_then_sleep", params: {{seconds: 0.2}}, inputs: {{x: d.y}},
      outputs: {{y: null}}}}
 """
-    with LocalRuntime(RuntimeConfig(executor="inproc")) as r:
+    with LocalRuntime(RuntimeConfig(executor="inproc", inline_max_bytes=0)) as r:  # gets from the data plane
         r.deploy(spec)
         first = r.invoke("timed", {"x": np.ones(4)})
         n_first = len(seen)

@@ -33,14 +33,14 @@ def test_workflow_spans_two_namespace_hosts(run_dir: str, rt_handlers: str) -> N
                             placement={"seq/a": "a", "seq/b": "b"})
         rt = stack.enter_context(LocalRuntime(cfg))
         rt.deploy(SEQ)
-        workers = {fn: rt._pools[f"seq/{fn}"].slots[0] for fn in ("a", "b")}
+        workers = {fn: rt.deployments.pools[f"seq/{fn}"].slots[0] for fn in ("a", "b")}
         assert {fn: _netns_of(w.pid) for fn, w in workers.items()} == {"a": ns_a, "b": ns_b}
         for n in (1, 3 << 20):  # a small object, and one of several 2 MiB chunks
             x = np.arange(n, dtype=np.float64) - 1
             res = rt.invoke("seq", {"x": x}, timeout=60)
             assert res.ok, res.error
             np.testing.assert_array_equal(res.outputs["out"], -2 * x)
-        with rt._admin_lock:
-            stats = {k: a.stats() for k, a in rt._admins.items()}
+        with rt.nodes.lock:
+            stats = {k: a.stats() for k, a in rt.nodes.admins.items()}
         assert all(s["invocations"] == 0 for s in stats.values()), stats  # ended on both hosts
     assert not os.path.exists(ca.socket_path)

@@ -52,7 +52,7 @@ def test_calls_run_on_both_nodes_and_follow_their_inputs(rt: LocalRuntime) -> No
     b; b runs where a's output is; results match; every invocation ends on both nodes."""
     from gfaas.dataplane.peer_control import PeerAdmin
 
-    assert isinstance(rt._admins["b"], PeerAdmin)
+    assert isinstance(rt.nodes.admins["b"], PeerAdmin)
     status = rt.scaling_status("seq")["functions"]
     assert status["a"]["nodes"] == {"a": 1, "b": 1} and status["b"]["nodes"] == {"a": 1, "b": 1}
     for k in range(6):
@@ -63,21 +63,21 @@ def test_calls_run_on_both_nodes_and_follow_their_inputs(rt: LocalRuntime) -> No
         where = {r.function: r.worker.rsplit("@", 1)[-1] for r in res.functions}
         assert where["a"] == where["b"], where
     deadline = time.monotonic() + 10
-    while any(a.stats()["invocations"] for a in rt._admins.values()):
-        assert time.monotonic() < deadline, {n: a.stats()["invocations"] for n, a in rt._admins.items()}
+    while any(a.stats()["invocations"] for a in rt.nodes.admins.values()):
+        assert time.monotonic() < deadline, {n: a.stats()["invocations"] for n, a in rt.nodes.admins.items()}
         time.sleep(0.05)
 
 
 def test_a_function_placed_on_the_remote_node_works_with_derived_tokens(rt: LocalRuntime) -> None:
     """seq2's a is placed on b: it reads the request from a (pulled across) with the token b derived
     itself; seq2's b follows a's output to b; the gateway pulls the result back."""
-    before = rt._admins["b"].snapshot()["links"]
+    before = rt.nodes.admins["b"].snapshot()["links"]
     x = np.arange(1 << 16, dtype=np.float64)
     res = rt.invoke("seq2", {"x": x}, timeout=30)
     assert res.ok, res.error
     np.testing.assert_array_equal(res.outputs["out"], -2 * x)
     assert {r.function: r.worker.rsplit("@", 1)[-1] for r in res.functions} == {"a": "b", "b": "b"}
-    after = rt._admins["b"].snapshot()["links"]
+    after = rt.nodes.admins["b"].snapshot()["links"]
     assert after["net-in"] - before["net-in"] >= x.nbytes and after["net-out"] - before["net-out"] >= x.nbytes
 
 

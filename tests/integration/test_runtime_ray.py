@@ -52,8 +52,8 @@ def test_workflows_run_on_ray_actors_with_data_through_gfaas(rt: LocalRuntime) -
 
     # The runtime's own daemon held the data: every invocation is ended and its objects freed there.
     def open_invocations() -> int:
-        with rt._admin_lock:
-            return int(rt._admin.stats()["invocations"])
+        with rt.nodes.lock:
+            return int(rt.nodes.admin.stats()["invocations"])
 
     wait_for(lambda: objects(rt) == 0 and open_invocations() == 0, what="the invocations to end on the daemon")
 

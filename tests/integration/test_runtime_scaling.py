@@ -37,7 +37,7 @@ def test_a_burst_scales_out_to_max_and_every_request_is_served() -> None:
     cfg = RuntimeConfig(queue_hints=False, scale_tick_s=0.1)
     with LocalRuntime(cfg) as rt:
         rt.deploy(slow_spec("burst", 0.4, "{max: 4, keep_alive: 'fixed:1', stable_window_s: 4, panic_window_s: 1}"))
-        pool = rt._pools["burst/f"]
+        pool = rt.deployments.pools["burst/f"]
         ids = [rt.submit("burst", {"x": np.full(2, k, np.float64)}) for k in range(16)]
         peak = 0
         deadline = time.monotonic() + 60
@@ -59,7 +59,7 @@ def test_scale_to_zero_then_a_request_waits_for_the_cold_start() -> None:
     cfg = RuntimeConfig(queue_hints=False, scale_tick_s=0.05)
     with LocalRuntime(cfg) as rt:
         rt.deploy(slow_spec("zero", 0.0, "{max: 2, keep_alive: 'fixed:0.01', scale_to_zero_grace_s: 0.3}"))
-        pool = rt._pools["zero/f"]
+        pool = rt.deployments.pools["zero/f"]
         assert pool.counts()["warm"] == 1  # pre-warmed at deploy
         wait_for(lambda: pool.counts()["warm"] + pool.counts()["starting"] + pool.counts()["stopping"] == 0,
                  what="scale to zero")

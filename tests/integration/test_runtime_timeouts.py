@@ -38,7 +38,7 @@ def test_a_call_past_its_timeout_kills_and_replaces_the_worker() -> None:
     with LocalRuntime(RuntimeConfig(queue_hints=False)) as rt:
         rt.deploy(sleeper("hang", timeout="0.5"))
         assert rt.describe("hang")["functions"][0]["timeout_s"] == 0.5
-        pool = rt._pools["hang/f"]
+        pool = rt.deployments.pools["hang/f"]
         first = pool.slots[0]
         t0 = time.monotonic()
         res = rt.invoke("hang", call(60.0), timeout=30)

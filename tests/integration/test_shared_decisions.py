@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import gfaas.policy.bandwidth as bandwidth
-import gfaas.runtime.local as runtime_local
+import gfaas.runtime.invoker as runtime_invoker
 import gfaas.sim.cluster as sim_cluster
 from gfaas import policy
 from gfaas import workflows as W
@@ -75,7 +75,7 @@ def run_runtime(rt: LocalRuntime, name: str, label: str, scalars: Scalars) -> tu
     inv = rt.submit(wf, inputs)
     res = rt.result(inv, timeout=60)
     assert res.ok, res.error
-    return list(rt._inv(inv).dag.events), res
+    return list(rt.invoker._inv(inv).dag.events), res
 
 
 def run_sim(name: str, scalars: Scalars, profile: Any = None) -> tuple[list[tuple[str, str]], Any]:
@@ -137,8 +137,8 @@ class _Fixed:
 
 def test_slo_and_deadline_come_from_one_function_and_agree(rt: LocalRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
     # one function, imported by both executors
-    assert runtime_local.slo_for is sim_cluster.slo_for is policy.slo_for
-    assert runtime_local.input_deadline is sim_cluster.input_deadline is policy.input_deadline
+    assert runtime_invoker.slo_for is sim_cluster.slo_for is policy.slo_for
+    assert runtime_invoker.input_deadline is sim_cluster.input_deadline is policy.input_deadline
     calls: list[tuple[str, float, float]] = []
     original = bandwidth.slo_for
 
@@ -149,7 +149,7 @@ def test_slo_and_deadline_come_from_one_function_and_agree(rt: LocalRuntime, mon
             return out
         return slo_for
 
-    monkeypatch.setattr(runtime_local, "slo_for", spy("runtime"))
+    monkeypatch.setattr(runtime_invoker, "slo_for", spy("runtime"))
     monkeypatch.setattr(sim_cluster, "slo_for", spy("sim"))
     _, res = run_runtime(rt, "image", "slo", {})
     measured = {r.function: r.compute_s for r in res.functions}

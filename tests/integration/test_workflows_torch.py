@@ -54,7 +54,7 @@ def test_torch_engine_matches_the_onnxruntime_reference(rt: LocalRuntime, refere
     res = rt.invoke(name, W.make_inputs(name, seed=3, scale="small"), timeout=120)
     assert res.ok, res.error
     gpu_fns = {f.name for f in loads(W.spec_text(name)).functions if f.kind == "gpu" and f.model}
-    assert gpu_fns and all(rt._pools[f"{name}/{f}"].slots[0]._host.model.engine == "torch" for f in gpu_fns)
+    assert gpu_fns and all(rt.deployments.pools[f"{name}/{f}"].slots[0]._host.model.engine == "torch" for f in gpu_fns)
     for key, want in ref["outputs"].items():
         # two engines: float rounding differs, not the result
         assert same_output(res.outputs[key], want, rtol=1e-3, atol=1e-4), f"{name}.{key} differs"

@@ -50,7 +50,9 @@ def test_a_worker_cannot_use_a_finished_tasks_credentials_on_its_long_lived_conn
     the first invocation's input, and no token ever reached the worker process."""
     cfg = node.config
     ep = NodeEndpoint("n0", cfg.socket_path, cfg.state_dir)
-    with LocalRuntime(RuntimeConfig(nodes=(ep,), sandbox=sandbox, workers_per_function=1)) as rt:  # type: ignore[arg-type]
+    # inline_max_bytes=0: the inputs are on the node's data plane, which is what this attack is about
+    with LocalRuntime(RuntimeConfig(nodes=(ep,), sandbox=sandbox, workers_per_function=1,  # type: ignore[arg-type]
+                                    inline_max_bytes=0)) as rt:
         rt.deploy(LINGERER)
         first = rt.submit("lingerer", {"x": np.arange(4.0)})
         time.sleep(0.9)  # a's task is over and its copy has tried; s still holds the invocation open
@@ -59,3 +61,59 @@ def test_a_worker_cannot_use_a_finished_tasks_credentials_on_its_long_lived_conn
         assert rt.result(first, timeout=60).ok and second.ok, second.error
     report = {k.split(".", 1)[1]: v for k, v in second.scalars.items()}
     assert report == {"after_task": 0.0, "cross": 0.0, "token_seen": 0.0, "same_conn": 1.0}, report
+
+
+FORGER = """
+name: forger
+inputs: {x: null}
+outputs: {out: f.y}
+functions:
+  - {name: f, kind: cpu, handler: "attack_handlers:forge_reply", params: {forge: FORGE}, inputs: {x: input.x},
+     outputs: {y: null}}
+"""
+
+
+@pytest.mark.parametrize("forge, words", [
+    ("undeclared", "function 'f' sent back a value for 'secret', which is not an output anything reads"),
+    ("oversized", "function 'f' sent back 100000 bytes for 'y' in its reply, over the 65536 bytes"),
+    ("object", "function 'f': output 'y': dtype object is not numeric"),
+    ("short", "function 'f': output 'y': 8 bytes where dtype float64 and shape [4] make 32"),
+])
+def test_a_forged_reply_with_bad_values_is_refused(forge: str, words: str, rt_handlers: str) -> None:
+    """Function code can write to its worker's socket to the runtime: a reply it makes up, carrying a
+    value for an undeclared output, one too large to carry, an object dtype or bytes that do not fit
+    its shape, fails its own invocation with what is wrong, and the runtime keeps serving."""
+    import time
+
+    support = os.path.join(os.path.dirname(__file__), "..", "support")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.path.abspath(support))
+        with LocalRuntime(RuntimeConfig(queue_hints=False)) as rt:
+            rt.deploy(FORGER.replace("FORGE", forge))
+            res = rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
+            assert res.status == "failed" and words in (res.error or ""), res.error
+            time.sleep(0.3)  # the worker's real reply comes after the forged one: it finds no task
+            assert rt.status(res.invocation_id) == "failed"
+            again = rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
+            assert again.status == "failed" and words in (again.error or "")  # the same refusal, nothing worse
+
+
+def test_a_worker_cannot_get_the_data_plane_for_another_invocation(rt_handlers: str) -> None:
+    """A lazy task asks for its worker's connection to be bound (NeedData): naming another invocation
+    than its own is refused (DataReady not ok), so no credentials but its own ever reach the connection."""
+    spec = """
+name: asker
+inputs: {x: null}
+outputs: {granted: f.y}
+functions:
+  - {name: f, kind: cpu, handler: "attack_handlers:ask_for_another", params: {other: OTHER}, inputs: {x: input.x},
+     outputs: {y: {shape: []}}}
+"""
+    support = os.path.join(os.path.dirname(__file__), "..", "support")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.path.abspath(support))
+        with LocalRuntime(RuntimeConfig(queue_hints=False)) as rt:
+            rt.deploy(spec.replace("OTHER", '"0123456789abcdef0123456789abcdef"'))
+            res = rt.invoke("asker", {"x": np.arange(3.0)}, timeout=60)
+    assert res.ok, res.error
+    assert float(res.outputs["granted"]) == 0.0

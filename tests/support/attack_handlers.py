@@ -167,3 +167,41 @@ def sleep_then_read(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
 
     time.sleep(float(ctx.params["seconds"]))
     return {"y": np.asarray(ctx.get(inputs["x"])).copy()}
+
+
+def _control_socket() -> Any:
+    """The worker's own socket to the runtime (python -m gfaas.runtime.worker_main FD)."""
+    import socket
+    import sys
+
+    return socket.socket(fileno=os.dup(int(sys.argv[1])))
+
+
+def forge_reply(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Send the runtime a Done of its own making before the real one: ``params.forge`` says what it holds
+    (a value for an output the spec does not declare, one over the size a reply may carry, an object
+    dtype, a size that does not match its shape)."""
+    from gfaas.runtime.worker import Done, Value, _enc
+
+    kind = ctx.params["forge"]
+    bad = {"undeclared": {"secret": Value("<f8", [1], np.zeros(1).tobytes())},
+           "oversized": {"y": Value("|u1", [100_000], bytes(100_000))},
+           "object": {"y": Value("|O", [1], bytes(8))},
+           "short": {"y": Value("<f8", [4], bytes(8))}}[kind]
+    sock = _control_socket()
+    sock.send(_enc.encode(Done(ctx.invocation, {}, {}, 0.0, 0.0, 0.0, 0.0, 0.0, values=bad)))
+    sock.close()
+    return {"y": np.zeros(1)}
+
+
+def ask_for_another(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Ask the runtime to bind this worker's daemon connection to another invocation's credentials
+    (``params.other``), and report what it answered: 1.0 if granted, 0.0 if refused."""
+    from gfaas.runtime.worker import DataReady, NeedData, _dec, _enc
+
+    sock = _control_socket()
+    sock.send(_enc.encode(NeedData(str(ctx.params["other"]))))
+    rep = _dec.decode(sock.recv(1 << 20))
+    sock.close()
+    granted = isinstance(rep, DataReady) and rep.ok
+    return {"y": np.float64(1.0 if granted else 0.0)}

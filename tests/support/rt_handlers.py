@@ -105,3 +105,13 @@ def sleep_for(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
 
     time.sleep(float(ctx.get(inputs["seconds"])))
     return {"y": ctx.get(inputs["x"]) + 0}
+
+
+def total_of(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The sum of ``x`` plus the sum of ``extra`` (float64)."""
+    return {"total": np.float64(ctx.get(inputs["x"]).sum(dtype=np.float64) + ctx.get(inputs["extra"]).sum())}
+
+
+def writable(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """1.0 if the input array it reads can be written, else 0.0 (inputs are read-only views)."""
+    return {"writable": np.float64(ctx.get(inputs["x"]).flags.writeable)}

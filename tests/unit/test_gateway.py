@@ -1136,3 +1136,87 @@ def test_screen_checks_handlers_by_name_before_importing() -> None:
     assert spec.screen(text, handler_packages=["gfaas.workflows"], max_functions=64)["name"] == "traffic"
     with pytest.raises(SpecError, match="max_functions=1"):
         spec.screen(text, handler_packages=["gfaas.workflows"], max_functions=1)
+
+
+# ---------------------------------------------------------------- the invoke endpoint's fast path
+
+_FAST_BODIES: list[Any] = [
+    {"inputs": {"x": arr_doc(np.arange(6, dtype=np.float32))}},
+    {"inputs": {"x": arr_doc(np.zeros((0, 3)))}},
+    {"seed": 7}, {"seed": 7, "transport": "redis"}, {"seed": 2**53 - 1}, {"seed": 2**53}, {"seed": -1},
+    {"seed": 3.0}, {"seed": True}, {"seed": None}, {"inputs": None, "seed": 1}, {}, [], "x", 3,
+    {"inputs": {"x": {"dtype": "float32", "shape": [1.0], "data_b64": "AAAAAA=="}}},
+    {"inputs": {"x": {"dtype": "float32", "shape": [2], "data_b64": "AAAAAA=="}}},
+    {"inputs": {"x": {"dtype": "float128", "shape": [1], "data_b64": "AAAAAA=="}}},
+    {"inputs": {"x": {"dtype": "float32", "shape": [-1], "data_b64": ""}}},
+    {"inputs": {"x": {"dtype": "float32", "shape": [1], "data_b64": "AAAAAA==", "more": 1}}},
+    {"inputs": {"y": arr_doc(np.ones(2))}}, {"seed": 1, "transport": "carrier-pigeon"},
+]
+_FAST_QUERIES: list[dict[str, Any]] = [{}, {"timeout": "5"}, {"timeout": "1e1"}, {"timeout": "1_0"},
+                                       {"timeout": "inf"}, {"timeout": "-1"}, {"outputs": "digest"},
+                                       {"outputs": "all"}, {"mode": "sync"}, {"mode": "later"}, {"other": "1"}]
+
+
+def _answer(r: httpx.Response) -> tuple[int, Any]:
+    doc = r.json()
+    if isinstance(doc, dict):
+        doc.pop("invocation_id", None)
+        if isinstance(doc.get("message"), str):  # an error naming the invocation
+            doc["message"] = re.sub(r"[0-9a-f]{32}|inv-\d+", "ID", doc["message"])
+    return r.status_code, doc
+
+
+@pytest.mark.parametrize("body, query", [(b, {}) for b in _FAST_BODIES] + [({"seed": 7}, q) for q in _FAST_QUERIES])
+def test_the_fast_path_answers_exactly_as_the_route(rt: FakeRuntime, monkeypatch: pytest.MonkeyPatch,
+                                                    body: Any, query: dict[str, Any]) -> None:
+    """Every body and query, well-formed or not, gets the same status and document whether the guard's
+    fast path takes it (it takes what it parses plainly) or the FastAPI route does (forced here)."""
+    from gfaas.runtime.gateway import guard
+
+    answers = []
+    for fast in (True, False):
+        with monkeypatch.context() as mp:
+            if not fast:
+                mp.setattr(guard, "parse_query", lambda *a: None)
+            with TestClient(create_app(rt, token=TOKEN, sweep_interval_s=3600), headers=AUTH) as c:
+                answers.append(_answer(c.post("/v1/workflows/double/invocations", content=json.dumps(body),
+                                              params=query, headers={"content-type": "application/json"})))
+    assert answers[0] == answers[1]
+
+
+def test_the_fast_path_takes_plain_requests_and_leaves_the_rest(client: TestClient,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A valid sync invocation never reaches the FastAPI route; an async one, or one whose body the
+    fast parser does not take, does (with its body intact)."""
+    from gfaas.runtime.gateway import fastpath
+
+    taken: list[str] = []
+    real = fastpath.run_invocation
+
+    async def spy(request: Any, name: str, *args: Any) -> Any:
+        taken.append(name)
+        return await real(request, name, *args)
+
+    monkeypatch.setattr(fastpath, "run_invocation", spy)
+    assert invoke(client, "double", {"seed": 1}).status_code == 200
+    assert taken == ["double"]
+    assert invoke(client, "double", {"seed": 1.0}).status_code == 200  # the route converts 1.0
+    assert invoke(client, "double", {"seed": 1}, mode="async").status_code == 202
+    assert taken == ["double"]
+
+
+def test_the_fast_parsers_accept_only_what_the_schema_plainly_allows() -> None:
+    from gfaas.runtime.gateway.fastpath import parse_body, parse_query
+
+    assert parse_query(b"", 600) == (None, "full")
+    assert parse_query(b"timeout=2.5&outputs=digest&mode=sync", 600) == (2.5, "digest")
+    for q in (b"timeout=601", b"timeout=-0.5", b"timeout=nan", b"timeout=1&timeout=2", b"mode=async", b"x=1",
+              b"timeout=+1", b"timeout= 1"):
+        assert parse_query(q, 600) is None, q
+    ok = parse_body(b'{"seed": 3, "transport": "gfaas"}')
+    assert ok is not None and (ok.inputs, ok.seed, ok.transport) == (None, 3, "gfaas")
+    for raw in (b'{"seed": 3.0}', b'{"seed": true}', b'{"seed": 1, "inputs": null}', b'{"seed": -1}',
+                b'{"seed": 1, "x": 2}', b'{}', b'[]', b'{"seed": 1', b'{"inputs": {"a": {"dtype": "f4", '
+                b'"shape": [1], "data_b64": ""}}}', b'{"inputs": {"a": {"dtype": "int8", "shape": [-1], '
+                b'"data_b64": ""}}}'):
+        assert parse_body(raw) is None, raw

@@ -21,6 +21,7 @@ from gfaas.errors import ConfigError
 from gfaas.policy.admission import AdaptiveLimit
 from gfaas.runtime.gateway import create_app
 from gfaas.runtime.gateway.admission import Admissions
+from gfaas.runtime.gateway.limits import GatewayLimits
 from gfaas.runtime.result import InvocationResult
 
 
@@ -126,8 +127,9 @@ class CallbackRuntime(FakeRuntime):
             cb(inv.result)
 
 
-def _app(rt: CallbackRuntime, limit: int, max_waiting: int = 0) -> Any:
-    app = create_app(rt, token=TOKEN, sweep_interval_s=3600)
+def _app(rt: CallbackRuntime, limit: int, max_waiting: int = 0, hold: bool = False) -> Any:
+    """(``hold``: off by default here, since every request of one ASGI test client is one connection.)"""
+    app = create_app(rt, token=TOKEN, sweep_interval_s=3600, limits=GatewayLimits(hold_refused=hold))
     app.state.gateway.admissions = Admissions(rt.workflows, initial=limit, min_limit=limit, max_limit=limit,
                                               max_waiting=max_waiting)
     return app
@@ -249,3 +251,43 @@ def test_both_http_parsers_bound_the_header_block_and_serve(parser: str, monkeyp
         assert got.split(b" ")[1] in (b"400", b"431"), got[:80]
         r = httpx.post(f"{gw.url}/v1/workflows/d/invocations", json={"seed": 2}, headers=AUTH)
         assert r.status_code == 200 and r.json()["status"] == "done"
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_a_connection_that_retries_at_once_is_held_until_its_retry_after(hold: bool) -> None:
+    """Refused (429, Retry-After: 1), a connection that sends again at once is not looked at before the
+    second is up, and is then refused again if still over the limit; another connection is answered
+    at once meanwhile. With ``hold_refused`` off, the retry is answered at once."""
+    import time
+
+    rt = CallbackRuntime()
+    rt.deploy("name: held\ninputs: [x]\nkind: hold\n")
+    app = _app(rt, 1, hold=hold)
+
+    async def go() -> None:
+        def client(port: int) -> httpx.AsyncClient:
+            return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("10.0.0.1", port)),
+                                     base_url="http://gw", headers=AUTH)
+
+        url = "/v1/workflows/held/invocations"
+        async with client(1) as first, client(2) as eager, client(3) as other:
+            running = asyncio.create_task(first.post(url, json={"seed": 1}, params={"timeout": 30}))
+            while rt.submits < 1:
+                await asyncio.sleep(0.01)
+            r = await eager.post(url, json={"seed": 2}, params={"timeout": 0})
+            assert r.status_code == 429 and r.headers["retry-after"] == "1"
+            t0 = time.monotonic()
+            again = asyncio.create_task(eager.post(url, json={"seed": 2}, params={"timeout": 0}))
+            await asyncio.sleep(0.3)
+            assert again.done() is not hold  # held: no answer yet
+            t1 = time.monotonic()
+            assert (await other.post(url, json={"seed": 3}, params={"timeout": 0})).status_code == 429
+            assert time.monotonic() - t1 < 0.3  # another connection is answered at once
+            assert (await again).status_code == 429
+            waited = time.monotonic() - t0
+            assert (0.9 <= waited < 3.0) if hold else waited < 0.5, waited
+            await asyncio.to_thread(rt.release)
+            assert (await running).status_code == 200
+            assert rt.submits == 1  # the refused were never submitted
+
+    asyncio.run(go())

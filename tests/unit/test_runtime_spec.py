@@ -206,3 +206,75 @@ def test_dag_fans_in_only_after_every_branch(order) -> None:  # type: ignore[no-
     assert d.finished(first, {"n_pos": 1}) == ([], [])
     assert d.finished(second, {"n_pos": 1}) == (["join"], [])
     assert d.finished("join", {}) == ([], []) and d.complete
+
+
+def _reference_decisions(s, finish_order, scalars):  # type: ignore[no-untyped-def]
+    """The readiness rule restated as plainly as possible (every function, every pass): the oracle
+    for DagState, which works from a plan made once per spec."""
+    state = {f.name: "waiting" for f in s.functions}
+    got: dict[str, dict[str, float]] = {}
+    events = []
+
+    def runs(f):  # type: ignore[no-untyped-def]
+        for i in f.inputs:
+            if i.source != "input" and state[i.source] == "skipped":
+                return False
+            c = i.when
+            if c is not None and (state[c.function] == "skipped" or not c.holds(got[c.function][c.output])):
+                return False
+        return True
+
+    def advance():  # type: ignore[no-untyped-def]
+        changed = True
+        while changed:
+            changed = False
+            for f in s.functions:
+                if state[f.name] != "waiting":
+                    continue
+                if any(state[i.source] in ("waiting", "ready") for i in f.inputs if i.source != "input"):
+                    continue
+                state[f.name] = "ready" if runs(f) else "skipped"
+                changed = changed or state[f.name] == "skipped"
+                events.append((f.name, state[f.name]))
+
+    advance()
+    for name in finish_order:
+        if state[name] == "ready":
+            state[name] = "done"
+            got[name] = scalars[name]
+            advance()
+    return events, state
+
+
+@given(st.data())
+def test_dag_decides_as_its_rule_says_on_random_workflows(data) -> None:  # type: ignore[no-untyped-def]
+    """Random DAGs of up to 7 functions, each reading up to 3 earlier ones (some through a ``when:``
+    condition on a scalar), finished in random orders with random scalars: the same ready and skipped
+    decisions, in the same order, as the rule restated plainly (DagState's plan is an optimisation)."""
+    n = data.draw(st.integers(1, 7))
+    outs = ", ".join(f"o{k}: f{k}.y" for k in range(n))  # every function's output is read
+    lines = ["name: rnd", "inputs: {x: null}", f"outputs: {{{outs}}}", "functions:"]
+    for k in range(n):
+        srcs = data.draw(st.lists(st.integers(0, k - 1), max_size=3, unique=True)) if k else []
+        ins = {"x": "input.x"} if not srcs else {}
+        for j, src in enumerate(srcs):
+            if data.draw(st.booleans()):
+                ins[f"i{j}"] = {"from": f"f{src}.y", "when": f"f{src}.n > {data.draw(st.integers(-1, 1))}"}
+            else:
+                ins[f"i{j}"] = f"f{src}.y"
+        lines.append(f"  - {{name: f{k}, kind: cpu, handler: 'rt_handlers:double', inputs: {ins!r}, "
+                     "outputs: {y: null, n: {shape: []}}}")
+    s = spec("\n".join(lines).replace("'", '"'))
+    scalars = {f"f{k}": {"n": float(data.draw(st.integers(-1, 2)))} for k in range(n)}
+    d = DagState(s)
+    ready, _ = d.start()
+    pending = list(ready)
+    order = []
+    while pending:
+        name = pending.pop(data.draw(st.integers(0, len(pending) - 1)))
+        order.append(name)
+        more, _ = d.finished(name, scalars[name])
+        pending.extend(more)
+    events, state = _reference_decisions(s, order, scalars)
+    assert d.events == events
+    assert d.state == state and d.complete

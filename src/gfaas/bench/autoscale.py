@@ -75,7 +75,7 @@ def _replay_real(policy: str, scaling: dict[str, Any], arrivals: np.ndarray, ser
     cfg = RuntimeConfig(queue_hints=False, scale_tick_s=tick_s, max_queue=100_000)
     with LocalRuntime(cfg) as rt:
         rt.deploy(spec)
-        pool = rt._pools["bench-autoscale/f"]
+        pool = rt.deployments.pools["bench-autoscale/f"]
         before = pool.counts()
         x = np.zeros(4, np.float32)
         ids: list[str] = []

@@ -129,6 +129,7 @@ class ConcurrencyScaler:
     def __init__(self, spec: ScalingSpec) -> None:
         self.spec = spec
         self._samples: deque[tuple[float, float]] = deque()
+        self._total = 0.0  # the sum of the samples' concurrency (whole numbers: exact in a float)
         self._last_request: float | None = None  # last time a sample showed demand
         self._panic_since: float | None = None
         self._last_panic_condition: float | None = None
@@ -146,6 +147,7 @@ class ConcurrencyScaler:
         if not concurrency >= 0:
             raise ConfigError(f"concurrency {concurrency!r} at {now} s: pass a count >= 0")
         self._samples.append((now, float(concurrency)))
+        self._total += float(concurrency)
         if concurrency > 0:
             self._last_request = now
         self._prune(now)
@@ -153,11 +155,28 @@ class ConcurrencyScaler:
     def _prune(self, now: float) -> None:
         horizon = now - self.spec.stable_window_s
         while self._samples and self._samples[0][0] <= horizon:
-            self._samples.popleft()
+            self._total -= self._samples.popleft()[1]
+        if not self._samples:
+            self._total = 0.0
 
     def _average(self, now: float, window: float) -> float:
-        vals = [c for t, c in self._samples if now - window < t <= now]
-        return sum(vals) / len(vals) if vals else 0.0
+        """The mean of the samples in ``(now - window, now]``. Called on every decision,
+        so it costs O(samples in the window) only for windows shorter than the stable one (panic);
+        the stable window's is a running sum (the samples are pruned to it)."""
+        if window >= self.spec.stable_window_s:  # every sample kept is newer than now - window
+            total, n = self._total, len(self._samples)
+            for t, c in reversed(self._samples):  # a decision made with a clock read before a sample
+                if t <= now:
+                    break
+                total, n = total - c, n - 1
+            return total / n if n > 0 else 0.0
+        total, n = 0.0, 0
+        for t, c in reversed(self._samples):
+            if t <= now - window:
+                break
+            if t <= now:
+                total, n = total + c, n + 1
+        return total / n if n > 0 else 0.0
 
     def desired(self, now: float, current: int) -> int:
         """The worker count to aim for now, given ``current`` workers (clamped to [min, max])."""
@@ -329,10 +348,16 @@ class HybridKeepAlive:
         self.min_samples, self.cv_threshold, self.oob_fraction = min_samples, cv_threshold, oob_fraction
         self.head, self.tail, self.margin = head, tail, margin
         self._decision: tuple[float, float | None] = (RANGE_MIN * 60.0, None)
+        self._stale = False  # an idle time came since _decision: worked out when next read, not per call
 
     def on_invocation(self, now: float) -> None:
         self.hist.add(now)
-        self._decision = self._decide()
+        self._stale = True
+
+    def _current(self) -> tuple[float, float | None]:
+        if self._stale:
+            self._decision, self._stale = self._decide(), False
+        return self._decision
 
     def _decide(self) -> tuple[float, float | None]:
         h = self.hist
@@ -343,10 +368,10 @@ class HybridKeepAlive:
         return _window(h.percentile_bin(self.head), h.percentile_bin(self.tail), self.margin)
 
     def keep_alive_s(self, now: float) -> float:
-        return self._decision[0]
+        return self._current()[0]
 
     def prewarm_after_s(self, now: float) -> float | None:
-        return self._decision[1]
+        return self._current()[1]
 
 
 def _forecast_window(forecast_min: float) -> tuple[float, float | None]:
@@ -372,6 +397,7 @@ class GfaasKeepAlive:
         # keeping it exactly that long costs at most twice the best choice made in hindsight.
         self.learning_keep_s = min(self.break_even_min, RANGE_MIN) * 60.0
         self._decision: tuple[float, float | None] = (self.learning_keep_s, None)
+        self._stale = False  # an idle time came since _decision: worked out when next read, not per call
 
     @property
     def name(self) -> str:
@@ -379,7 +405,12 @@ class GfaasKeepAlive:
 
     def on_invocation(self, now: float) -> None:
         self.hist.add(now)
-        self._decision = self._decide()
+        self._stale = True
+
+    def _current(self) -> tuple[float, float | None]:
+        if self._stale:
+            self._decision, self._stale = self._decide(), False
+        return self._decision
 
     def _decide(self) -> tuple[float, float | None]:
         h = self.hist
@@ -428,10 +459,10 @@ class GfaasKeepAlive:
         return best_k * 60.0 * (1.0 + self.margin)
 
     def keep_alive_s(self, now: float) -> float:
-        return self._decision[0]
+        return self._current()[0]
 
     def prewarm_after_s(self, now: float) -> float | None:
-        return self._decision[1]
+        return self._current()[1]
 
 
 def keep_alive_policy(name: str) -> KeepAlive:

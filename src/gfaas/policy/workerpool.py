@@ -11,9 +11,12 @@ The caller reports three kinds of event and applies what :meth:`WorkerPoolPolicy
 
 * :meth:`arrival` when a request for the function arrives (the keep-alive policy learns its idle
   times from these), :meth:`done` when one finishes;
-* :meth:`decide` after an event (``sample=False``) and on a fixed tick (``sample=True``: the scaler
-  records the concurrency, in-flight plus queued, only then, as Knative's autoscaler samples on its
-  own period rather than at arrivals, which would bias the average towards busy moments).
+* :meth:`decide` on a fixed tick (``sample=True``: the scaler records the concurrency, in-flight plus
+  queued, only then, as Knative's autoscaler samples on its own period rather than at arrivals, which
+  would bias the average towards busy moments), and after an event (``sample=False``) when
+  :meth:`decides_after` says it can change anything: only while requests wait. With none waiting
+  there is nothing to start for, and a stop of a worker that just went idle waits for the next tick
+  (at most ``tick_s``), so a warm call costs no decision at all.
 
 The target count is ``max(min, scaler's count, keep-alive floor)``, at most ``max``:
 
@@ -91,10 +94,18 @@ class WorkerPoolPolicy:
         self._used(now)
 
     def done(self, now: float) -> None:
-        self._used(now)
+        if self.last_use is None or now > self.last_use:  # _used, inlined: once per call served
+            self.last_use = now
 
     def _used(self, now: float) -> None:
         self.last_use = now if self.last_use is None else max(self.last_use, now)
+
+    @staticmethod
+    def decides_after(queued: int) -> bool:
+        """After an arrival (once a warm worker took it, if one could) or a completion (once the worker
+        took the next request, if any): call :meth:`decide` now only if ``queued`` requests still
+        wait; else the next tick decides (see the module docstring)."""
+        return queued > 0
 
     def keep_floor(self, now: float) -> tuple[int, float | None]:
         """1 while the keep-alive policy wants the last instance loaded, else 0; and when that changes."""

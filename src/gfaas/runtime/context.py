@@ -37,7 +37,7 @@ class Context:
     def __init__(self, *, workflow: str, function: str, invocation: str, getter: Getter,
                  params: Mapping[str, Any] | None = None, model: Any = None, device: str = "cpu",
                  scale: str = "small", gpu: str = "", merger: Callable[[Any], int] | None = None,
-                 device_getter: Callable[[Any], Any] | None = None) -> None:
+                 device_getter: Callable[[Any], Any] | None = None, logger: logging.Logger | None = None) -> None:
         self.workflow = workflow
         self.function = function
         self.invocation = invocation
@@ -45,7 +45,7 @@ class Context:
         self.device = device
         self.gpu = gpu  # the GPU the runtime placed this function on ("" on a CPU-only node)
         self.scale = scale
-        self.log = logging.getLogger(f"gfaas.fn.{workflow}.{function}")
+        self.log = logger or logging.getLogger(f"gfaas.fn.{workflow}.{function}")
         self.get_s = 0.0  # seconds spent fetching inputs (data passing, not compute)
         self._getter = getter
         self._model = model

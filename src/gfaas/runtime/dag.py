@@ -28,8 +28,10 @@ class DagState:
     events: list[tuple[str, FnState]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        for f in self.spec.functions:
-            self.state.setdefault(f.name, "waiting")
+        self._plan = self.spec.dag_plan
+        for name, _, _ in self._plan:
+            self.state.setdefault(name, "waiting")
+        self._undecided = sum(1 for st in self.state.values() if st in ("waiting", "ready"))
 
     def start(self) -> tuple[list[str], list[str]]:
         """The functions that can run as soon as the request's inputs are in: ``(ready, skipped)``."""
@@ -40,6 +42,7 @@ class DagState:
         if self.state.get(function) != "ready":
             raise FunctionFailed(f"function {function!r} reported done but was {self.state.get(function)!r}")
         self.state[function] = "done"
+        self._undecided -= 1
         self.scalars[function] = dict(scalars)
         return self._advance()
 
@@ -72,28 +75,36 @@ class DagState:
 
     @property
     def complete(self) -> bool:
-        return all(s in ("done", "skipped") for s in self.state.values())
+        return self._undecided == 0
 
     def _advance(self) -> tuple[list[str], list[str]]:
         ready: list[str] = []
         skipped: list[str] = []
+        state = self.state
         changed = True
         while changed:  # a skip can decide functions further down at once
             changed = False
-            for f in self.spec.functions:
-                if self.state[f.name] != "waiting":
+            for name, sources, gated in self._plan:
+                if state[name] != "waiting":
                     continue
-                sources = {i.source for i in f.inputs if not i.from_workflow}
-                if any(self.state[s] in ("waiting", "ready") for s in sources):
-                    continue
-                if self._runs(f.name):
-                    self.state[f.name] = "ready"
-                    ready.append(f.name)
+                lost = False  # a source was skipped
+                for s in sources:
+                    st = state[s]
+                    if st == "waiting" or st == "ready":
+                        break
+                    lost = lost or st == "skipped"
                 else:
-                    self.state[f.name] = "skipped"
-                    skipped.append(f.name)
-                    changed = True
-                self.events.append((f.name, self.state[f.name]))
+                    # With no condition and no source skipped nothing can skip it: it runs.
+                    runs = self._runs(name) if gated or lost else True
+                    if runs:
+                        state[name] = "ready"
+                        ready.append(name)
+                    else:
+                        state[name] = "skipped"
+                        self._undecided -= 1
+                        skipped.append(name)
+                        changed = True
+                    self.events.append((name, state[name]))
         return ready, skipped
 
     def _runs(self, name: str) -> bool:

@@ -180,6 +180,9 @@ class Capture:
         _flush()
         self._drain(final=True)
         with self._lock:
+            if not self._batch.lines and not self._batch.dropped:  # the usual task: it printed nothing
+                self._in_task = False
+                return []
             batch, self._batch = self._batch, _Batch()
             in_task, self._in_task = self._in_task, False
         lines = batch.lines

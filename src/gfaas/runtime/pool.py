@@ -1,11 +1,14 @@
-"""One function's workers and queue, scaled by the shared policy (issue 22, item 2).
+"""One function's workers and queue, scaled by the shared policy.
 
-A :class:`FunctionPool` keeps a FIFO queue of tasks and a set of worker slots. Each slot is one
-worker (a process, a Ray actor, or in-process) and one thread that starts it, then takes tasks from
-the queue until it is told to stop; a task never creates a thread or a process. How many slots
-there are is decided by :class:`gfaas.policy.workerpool.WorkerPoolPolicy`, the object the
-autoscaling simulator (:mod:`gfaas.sim.autoscale`) calls too: after each arrival and completion,
-and on the runtime's tick (:class:`Autoscaler`), where the scaler samples the concurrency.
+A :class:`FunctionPool` keeps a FIFO queue of calls and a set of worker slots (a process, a Ray actor,
+or in-process). A call goes straight to an idle worker when there is one (the caller's thread sends
+it, :meth:`PoolHost.dispatch`), else it waits in the queue; when a worker's reply arrives (on the
+invoker's thread, :mod:`gfaas.runtime.invoker`), :meth:`FunctionPool.task_done` hands that worker the
+next queued call or marks it idle. Slots have threads only to start and to stop their worker: no task
+ever waits for a thread. How many slots there are is decided by
+:class:`gfaas.policy.workerpool.WorkerPoolPolicy`, the object the autoscaling simulator
+(:mod:`gfaas.sim.autoscale`) calls too: on the runtime's tick (:class:`Autoscaler`), where the scaler
+samples the concurrency, and after an arrival or completion that leaves requests waiting.
 
 A start first reserves the function's ``resources`` on its node's ledger (the runtime's
 ``reserve``); when they do not fit and requests wait for the start (or it is one of the function's
@@ -24,8 +27,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import FunctionFailed, Overloaded
 from ..policy.autoscale import ScalingSpec
@@ -34,9 +38,31 @@ from ..policy.resources import Candidate, Resources
 from ..policy.workerpool import PoolDecision, WorkerPoolPolicy, WorkerView
 
 if TYPE_CHECKING:
+    from .cluster import Cluster
     from .worker import Init
 
 log = logging.getLogger("gfaas.runtime")
+
+
+class PoolHost(Protocol):
+    """What a pool needs of the runtime that owns it (:class:`~gfaas.runtime.local.LocalRuntime`)."""
+
+    cluster: Cluster
+
+    def start_worker(self, init: Init, node: str = "") -> Any: ...
+    def reserve(self, pool: FunctionPool, evict: bool = False, node: str = "") -> bool: ...
+    def release(self, pool: FunctionPool, res: Resources, node: str = "") -> None: ...
+    def slot_node(self, pool: FunctionPool, waiting: list[str | None], workers: dict[str, int]) -> str: ...
+    def failed(self, inv: Any, fn: str, message: str) -> None: ...
+    def dropped(self, inv: Any, fn: str) -> None: ...
+    def queues_changed(self, inv: Any = None, queue: str | None = None) -> None: ...
+    def deadline_added(self, at: float) -> None: ...
+    def dispatch(self, inv: Any, fn: str, pool: FunctionPool, worker: Any, cold_start_s: float) -> None:
+        """Send ``fn`` of ``inv`` to ``worker`` (claimed for it): returns at once, the reply comes later."""
+    def attach(self, worker: Any) -> None:
+        """A started worker: its replies are read from now on."""
+    def detach(self, worker: Any) -> None:
+        """A worker about to stop: its replies are no longer read (returns once that holds)."""
 
 
 @dataclass
@@ -50,7 +76,9 @@ class _Slot:
     ready: float = 0.0
     tasks: int = 0
     released: bool = False  # its reservation was handed to another start (an eviction)
-    thread: threading.Thread | None = None
+    thread: threading.Thread | None = None  # the thread that starts, or stops, its worker
+    starting: bool = False  # its start thread runs (it stops the worker itself if told to meanwhile)
+    stop_spawned: bool = False  # a stop of its worker is under way
     node: str = ""  # the node its worker runs on
     unplaced: str = ""  # why no node could take it (locality: every node down): its start fails with this
 
@@ -58,7 +86,7 @@ class _Slot:
 class FunctionPool:
     """The queue and scaled workers of one function of one workflow version."""
 
-    def __init__(self, rt: Any, key: str, node: str, init: Init, scaling: ScalingSpec, res: Resources,
+    def __init__(self, rt: PoolHost, key: str, node: str, init: Init, scaling: ScalingSpec, res: Resources,
                  gpu: str, max_queue: int, tick_s: float) -> None:
         self.rt, self.key, self.node, self.init = rt, key, node, init
         # With locality (runtime.cluster) workers start on any node, the one most waiting calls'
@@ -76,7 +104,11 @@ class FunctionPool:
         # The function's last compute time: what its SLO and its inputs' deadline derive from
         # (policy.bandwidth; 0 until it has run once).
         self.compute_s = 0.0
-        self.cv = threading.Condition()
+        self.budget_s = 0.0  # policy.bandwidth.input_deadline of compute_s: a call's inputs are due by then
+        # ``cv``'s lock: taken as itself where nobody waits (a Condition's own enter and exit are
+        # Python calls, twice per task on the hot path)
+        self._mutex = threading.RLock()
+        self.cv = threading.Condition(self._mutex)
         self.closed = False
         self.cold_starts = 0  # starts for waiting requests (the policy's rule)
         self.starts = 0
@@ -203,13 +235,16 @@ class FunctionPool:
                 raise
             t = time.monotonic()
             with self.cv:
-                slot.worker, slot.state, slot.since, slot.ready = worker, "idle", t, t
+                slot.worker, slot.ready = worker, t
                 self.start_s.append(t - slot.started)
-            self._spawn(slot)
+            self.rt.attach(worker)
+            with self.cv:
+                slot.state, slot.since = "idle", t
+            self._pull(slot)
 
     def submit(self, inv: Any, function: str) -> None:
         now = time.monotonic()
-        with self.cv:
+        with self._mutex:
             if self.closed:
                 raise Overloaded(f"{self.key} is shutting down; retry on the current version")
             if len(self.queue) >= self.max_queue:
@@ -224,19 +259,115 @@ class FunctionPool:
                     raise Overloaded(f"{self.key} could not start this request within its deadline ({len(self.queue)} "
                                      f"waiting for {warm} workers at {self.compute_s * 1e3:.1f} ms each: about "
                                      f"{start_in:.2f} s); retry later")
-            self.queue.append((inv, function, now))
-            if inv.deadline is not None:  # expired at its deadline by the scaler's tick (expire)
-                self.rt.deadline_added(inv.deadline)
-            inv.queued[function] = (self.key, self.entered)
-            self.entered += 1
             self.policy.arrival(now)
-            d = self._decide(now, sample=False)
-            if self.locality:
-                self.cv.notify_all()  # the idle worker on the call's preferred node takes it, if there is one
+            slot = self._idle_for(inv.prefer.get(function)) if not self.queue else None
+            d = None
+            if slot is not None:  # straight to a warm worker: no queue, no thread (the tick decides later)
+                slot.state, slot.since = "busy", now
+                slot.tasks += 1
             else:
-                self.cv.notify()  # one idle worker takes it
-        self.rt.queues_changed(inv, self.key)
-        self.apply(d)
+                self.queue.append((inv, function, now))
+                if inv.deadline is not None:  # expired at its deadline by the scaler's tick (expire)
+                    self.rt.deadline_added(inv.deadline)
+                inv.queued[function] = (self.key, self.entered)
+                self.entered += 1
+                d = self._decide(now, sample=False)  # a start, perhaps (decides_after: it waits)
+        self.rt.queues_changed(inv, self.key)  # queued, or running (queue-aware eviction on the node)
+        if slot is not None:
+            self.rt.dispatch(inv, function, self, slot.worker, 0.0)
+        if d is not None:
+            self.apply(d)
+
+    def _idle_for(self, prefer: str | None) -> _Slot | None:  # under self.cv
+        """An idle worker to take a call whose inputs are on ``prefer`` (None: anywhere): with locality,
+        one on that node if there is one, else any (work-conserving, as :func:`pick_call` decides)."""
+        first = None
+        anywhere = not self.locality or self.pinned or prefer is None
+        for s in self._slots.values():
+            if s.state == "idle":
+                if anywhere or s.node == prefer:
+                    return s
+                if first is None:
+                    first = s
+        return first
+
+    def task_done(self, worker: Any) -> tuple[Any, str, float] | None:
+        """``worker`` replied to its task (the invoker's thread): the next queued call it takes, as
+        ``(invocation, function, cold_start_s)`` for the invoker to send, or None (it is idle now, or
+        stops: its pool closed, it died, or its node went down)."""
+        now = time.monotonic()
+        with self._mutex:
+            for slot in self._slots.values():
+                if slot.worker is worker:
+                    break
+            else:
+                self.policy.done(now)
+                return None
+            self.policy.done(now)
+            gone = self.locality and not self.pinned and not self.rt.cluster.up(slot.node)
+            if slot.state == "busy":  # it just replied, so it is alive (a death comes as the end of its socket)
+                if not gone and not self.closed:
+                    slot.state, slot.since = "idle", now
+                else:
+                    slot.state = "stopping"
+            nxt, ended = self._take(slot, now) if slot.state == "idle" and self.queue else (None, ())
+            stop = slot.state == "stopping"
+            # A warm call's completion costs no decision: the tick takes it (policy.workerpool).
+            d = self._decide(now, sample=False) if self.policy.decides_after(len(self.queue)) else None
+        if ended or nxt is not None:
+            self._ended(ended, nxt)
+        if stop:
+            self._spawn_stop(slot)
+        if d is not None:
+            self.apply(d)
+        return nxt
+
+    def _pull(self, slot: _Slot) -> None:
+        """A worker just became idle outside a reply (started): give it the next queued call, if any."""
+        with self.cv:
+            nxt, ended = self._take(slot, time.monotonic()) if slot.state == "idle" else (None, [])
+        self._ended(ended, nxt)
+        if nxt is not None:
+            self.rt.dispatch(nxt[0], nxt[1], self, slot.worker, nxt[2])
+
+    def _take(self, slot: _Slot, now: float) -> tuple[tuple[Any, str, float] | None, list[tuple[Any, str, bool]]]:
+        """Under ``cv``, ``slot`` idle: the next queued call it should run (it becomes busy), and the
+        calls passed over because their invocation failed or their deadline passed (``(inv, fn,
+        expired)``, ended by :meth:`_ended` once the lock is released)."""
+        ended: list[tuple[Any, str, bool]] = []
+        while self.queue:
+            k = self._pick(slot)
+            if k is None:  # every call in view is for a free worker on another node
+                break
+            inv, fn, enqueued = self.queue[k]
+            del self.queue[k]
+            self.left += 1
+            inv.queued.pop(fn, None)
+            if inv.status == "failed":
+                ended.append((inv, fn, False))
+                continue
+            if inv.deadline is not None and now > inv.deadline:
+                self.expired += 1
+                ended.append((inv, fn, True))
+                continue
+            cold_s = 0.0
+            if slot.cold and slot.tasks == 0 and enqueued < slot.ready:
+                cold_s = slot.ready - max(enqueued, slot.started)
+            slot.state, slot.since = "busy", now
+            slot.tasks += 1
+            return (inv, fn, cold_s), ended
+        return None, ended
+
+    def _ended(self, ended: Sequence[tuple[Any, str, bool]], picked: tuple[Any, str, float] | None) -> None:
+        for inv, fn, expired in ended:
+            self.rt.queues_changed(inv, self.key)
+            if expired:
+                self.rt.failed(inv, fn, f"expired: {fn} was still queued when the invocation's deadline passed "
+                                        "(it was not run)")
+            else:
+                self.rt.dropped(inv, fn)
+        if picked is not None:
+            self.rt.queues_changed(picked[0], self.key)
 
     def tick(self, now: float) -> float | None:
         """The autoscaler's periodic decision (the scaler samples here) and the expiry of queued calls;
@@ -289,12 +420,15 @@ class FunctionPool:
     def apply(self, d: PoolDecision) -> None:
         """Carry out a decision: stop the named idle workers, start what fits (the rest waits)."""
         if d.stop:
+            stopping = []
             with self.cv:
                 for sid in d.stop:
                     s = self._slots.get(sid)
                     if s is not None and s.state == "idle":
                         s.state = "stopping"
-                self.cv.notify_all()
+                        stopping.append(s)
+            for s in stopping:
+                self._spawn_stop(s)
         now = time.monotonic()
         for k in range(d.start):
             if self.closed:
@@ -332,46 +466,73 @@ class FunctionPool:
         return slot
 
     def _spawn(self, slot: _Slot) -> None:
+        """Start ``slot``'s worker on a thread of its own (a start takes a process and a model load)."""
+        with self.cv:
+            slot.starting = True
         slot.thread = threading.Thread(target=self._serve, args=(slot,), name=f"gfaas-{self.key}-{slot.id}",
                                        daemon=True)
         slot.thread.start()
 
+    def _spawn_stop(self, slot: _Slot) -> None:
+        """Stop ``slot``'s worker (state stopping) on a thread, once (a start thread still running stops
+        it itself when its start returns)."""
+        with self.cv:
+            if slot.stop_spawned or slot.starting:
+                return
+            slot.stop_spawned = True
+            slot.thread = threading.Thread(target=self._end, args=(slot,), name=f"gfaas-stop-{self.key}-{slot.id}",
+                                           daemon=True)
+        slot.thread.start()
+
     def evict(self, sid: int) -> bool:
         """Stop an idle worker to make room for another function's (the reservation is handed over
-        now, so its thread does not release it); False if it is no longer idle."""
+        now, so its stop does not release it); False if it is no longer idle."""
         with self.cv:
             s = self._slots.get(sid)
             if s is None or s.state != "idle":
                 return False
             s.state, s.released = "stopping", True
-            self.cv.notify_all()
+        self._spawn_stop(s)
         return True
 
     def replace_dead(self, worker: Any) -> None:
         """A worker died during a task: its slot ends (the policy starts another if one is needed)."""
         with self.cv:
-            for s in self._slots.values():
-                if s.worker is worker:
-                    s.state = "stopping"
-        worker.stop()
+            dead = [s for s in self._slots.values() if s.worker is worker]
+            for s in dead:
+                s.state = "stopping"
+        for s in dead:
+            self._spawn_stop(s)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop every worker: idle ones now, a busy one once its task replies (its caller still gets the
+        answer); returns when all have stopped, or after ``timeout``."""
         with self.cv:
             self.closed = True
+            stopping = []
             for s in self._slots.values():
-                s.state = "stopping" if s.state in ("idle", "starting") else s.state
-            self.cv.notify_all()
-            threads = [s.thread for s in self._slots.values() if s.thread is not None]
-        for t in threads:
-            t.join(30)
+                if s.state in ("idle", "starting"):
+                    s.state = "stopping"
+                    if s.worker is not None:
+                        stopping.append(s)
+        for s in stopping:
+            self._spawn_stop(s)
+        deadline = time.monotonic() + timeout
+        with self.cv:
+            while self._slots and time.monotonic() < deadline:
+                self.cv.wait(min(0.1, max(0.0, deadline - time.monotonic())))
 
-    # -- a slot's thread
+    # -- a slot's start
     def _serve(self, slot: _Slot) -> None:
-        try:
-            if slot.worker is None and not self._start(slot):
-                return
-            self._loop(slot)
-        finally:
+        started = slot.worker is not None or self._start(slot)
+        if started:
+            self._pull(slot)
+        with self.cv:
+            slot.starting = False
+            stop = slot.state == "stopping" and not slot.stop_spawned
+            if stop:
+                slot.stop_spawned = True
+        if stop:  # it failed to start, or was told to stop while it started
             self._end(slot)
 
     def _start(self, slot: _Slot) -> bool:
@@ -399,58 +560,15 @@ class FunctionPool:
         with self.cv:
             slot.worker, slot.ready = worker, now
             self.start_s.append(now - slot.started)
+        self.rt.attach(worker)
+        with self.cv:
             if slot.state == "stopping" or self.closed:
-                return True  # told to stop while starting: _loop ends at once
+                slot.state = "stopping"
+                return True  # told to stop while starting: _serve stops it
             slot.state, slot.since = "idle", now
             d = self._decide(now, sample=False)
         self.apply(d)
         return True
-
-    def _loop(self, slot: _Slot) -> None:
-        while True:
-            if self.locality and not self.pinned and not self.rt.cluster.up(slot.node):
-                with self.cv:  # its node is down: this worker ends, the policy starts another elsewhere
-                    if slot.state == "idle":
-                        slot.state = "stopping"
-                return
-            with self.cv:
-                while not self.queue and slot.state == "idle" and not self.closed:
-                    self.cv.wait()
-                if slot.state != "idle" or self.closed:
-                    return  # told to stop, or the pool closed (its queued tasks are failed by the runtime)
-                k = self._pick(slot)
-                if k is None:  # every call in view is for a free worker on another node
-                    self.cv.wait(0.05)
-                    continue
-                inv, fn, enqueued = self.queue[k]
-                del self.queue[k]
-                self.left += 1
-                inv.queued.pop(fn, None)
-                slot.state, slot.since = "busy", time.monotonic()
-                cold_s = 0.0
-                if slot.cold and slot.tasks == 0 and enqueued < slot.ready:
-                    cold_s = slot.ready - max(enqueued, slot.started)
-                slot.tasks += 1
-            self.rt.queues_changed(inv, self.key)
-            if inv.status == "failed":
-                self.rt.dropped(inv, fn)
-            elif inv.deadline is not None and time.monotonic() > inv.deadline:
-                self.expired += 1
-                self.rt.failed(inv, fn, f"expired: {fn} was still queued when the invocation's deadline passed "
-                                        "(it was not run)")
-            else:
-                self.rt.run_task(inv, fn, slot.worker, self, cold_s)
-            now = time.monotonic()
-            gone = self.locality and not self.pinned and not self.rt.cluster.up(slot.node)
-            with self.cv:
-                if slot.state == "busy":
-                    if slot.worker.alive() and not gone:
-                        slot.state, slot.since = "idle", now
-                    else:
-                        slot.state = "stopping"
-                self.policy.done(now)
-                d = self._decide(now, sample=False)
-            self.apply(d)
 
     def _pick(self, slot: _Slot) -> int | None:  # under self.cv, queue not empty
         if not self.locality or self.pinned:
@@ -462,6 +580,7 @@ class FunctionPool:
     def _end(self, slot: _Slot) -> None:
         if slot.worker is not None:
             try:
+                self.rt.detach(slot.worker)
                 slot.worker.stop()
             except Exception:  # noqa: BLE001 - the slot ends whatever the worker says
                 log.exception("%s: stopping worker %s failed", self.key, getattr(slot.worker, "name", "?"))
@@ -471,6 +590,7 @@ class FunctionPool:
             self.worker_seconds += now - slot.started
             self.stops += 1
             closed = self.closed
+            self.cv.notify_all()  # close() waits for the last slot
         if not slot.released:
             self.rt.release(self, self.res, node=slot.node)
         if not closed:  # a request may wait for a replacement (a worker that died, or was evicted)

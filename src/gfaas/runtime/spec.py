@@ -26,6 +26,7 @@ import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -66,13 +67,29 @@ class TypeDecl:
     def scalar(self) -> bool:
         return self.shape == ()
 
+    @cached_property
+    def np_dtype(self) -> np.dtype[Any] | None:
+        """The declared dtype as numpy's (made once: every call's inputs and outputs are checked)."""
+        return None if self.dtype is None else np.dtype(self.dtype)
+
+    def fits(self, arr: np.ndarray) -> bool:
+        """Whether the array ``arr`` fits this declaration (:meth:`check` says why not)."""
+        dt = self.np_dtype
+        if dt is not None and arr.dtype != dt:
+            return False
+        return self.shape is None or arr.shape == self.shape or _shape_fits(arr.shape, self.shape)
+
     def check(self, value: Any, what: str) -> None:
         """Raise :class:`SpecError` if ``value`` does not fit this declaration."""
         # A device array (gfaas.dataplane.device_array) is checked from its metadata, not copied here.
-        arr = value if hasattr(value, "tensor") and hasattr(value, "shape") else np.asarray(value)
-        if self.dtype is not None and arr.dtype != np.dtype(self.dtype):
+        if isinstance(value, np.ndarray):
+            arr = value
+        else:
+            arr = value if hasattr(value, "tensor") and hasattr(value, "shape") else np.asarray(value)
+        dt = self.np_dtype
+        if dt is not None and arr.dtype != dt:
             raise SpecError(f"{what}: dtype {arr.dtype} where {self.dtype} is declared")
-        if self.shape is not None and not _shape_fits(arr.shape, self.shape):
+        if self.shape is not None and arr.shape != self.shape and not _shape_fits(arr.shape, self.shape):
             raise SpecError(f"{what}: shape {list(arr.shape)} where {list(self.shape)} is declared (-1 = any)")
 
     def compatible(self, other: TypeDecl) -> str | None:
@@ -166,15 +183,37 @@ class WorkflowSpec:
     description: str = ""
     text: str = ""  # the text it was loaded from
 
-    def function(self, name: str) -> FunctionSpec:
+    @cached_property
+    def _by_name(self) -> dict[str, FunctionSpec]:
+        return {f.name: f for f in self.functions}
+
+    @cached_property
+    def _readers(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        out: dict[tuple[str, str], list[str]] = {}
         for f in self.functions:
-            if f.name == name:
-                return f
-        raise SpecError(f"workflow {self.name!r} has no function {name!r}; it has {[f.name for f in self.functions]}")
+            for i in f.inputs:
+                readers = out.setdefault((i.source, i.output), [])
+                if f.name not in readers:
+                    readers.append(f.name)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def dag_plan(self) -> tuple[tuple[str, tuple[str, ...], bool], ...]:
+        """Per function, in order: its name, the functions it reads from, and whether anything but
+        those functions finishing decides it (a ``when:`` condition): what :class:`~.dag.DagState`
+        reads on every step, worked out once per spec."""
+        return tuple((f.name, tuple(dict.fromkeys(i.source for i in f.inputs if not i.from_workflow)),
+                      any(i.when is not None for i in f.inputs)) for f in self.functions)
+
+    def function(self, name: str) -> FunctionSpec:
+        f = self._by_name.get(name)
+        if f is None:
+            raise SpecError(f"workflow {self.name!r} has no function {name!r}; it has {[f.name for f in self.functions]}")
+        return f
 
     def readers(self, source: str, output: str) -> list[str]:
-        """The functions that read ``source.output`` (``source`` may be ``input``)."""
-        return [f.name for f in self.functions if any(i.source == source and i.output == output for i in f.inputs)]
+        """The functions that read ``source.output`` (``source`` may be ``input``), in spec order."""
+        return list(self._readers.get((source, output), ()))
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary (what the gateway shows)."""

@@ -19,8 +19,10 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
+from array import array
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -29,7 +31,7 @@ import numpy as np
 from ..dataplane import protocol as dp
 from ..dataplane.device_array import DeviceArray, on_device
 from ..dataplane.device_client import device_of
-from ..errors import DaemonUnavailable, DedupError, FunctionFailed, GfaasError, SpecError
+from ..errors import DaemonUnavailable, DedupError, FunctionFailed, GfaasError, ProtocolError, SpecError
 from ..gcpause import freeze_startup
 from .context import Context
 from .logs import Capture, LogLine
@@ -84,10 +86,72 @@ class Ready(_Ctl):
     logs: list[LogLine] = []  # what the worker printed and logged while it started (runtime.logs)
 
 
+class Value(msgspec.Struct, array_like=True):
+    """A small array carried inside a ``Task`` or ``Done`` itself, not through the data plane: its dtype
+    (``numpy.dtype.str``), shape and C-order bytes (:func:`to_value`, :func:`from_value`)."""
+
+    dtype: str
+    shape: list[int]
+    data: bytes
+
+
+INLINE = "inline:"  # the reference a handler sees for an input carried in its Task (Task.values)
+_INLINE_LEN = len(INLINE)
+_NO_REFS: frozenset[str] = frozenset()
+_NUMERIC_KINDS = frozenset("biufc")  # an output of these kinds is checked against its declaration alone
+_SCALARS = (np.generic, int, float)  # what a handler may return for a scalar output (made an array)
+_VALUE_KINDS = frozenset("biufc")  # numbers and bools: what a value may hold (never objects)
+
+
+def to_value(arr: np.ndarray) -> Value:
+    """``arr`` (a host array) as a :class:`Value`."""
+    return Value(arr.dtype.str, list(arr.shape), np.ascontiguousarray(arr).tobytes())
+
+
+_DTYPES: dict[str, np.dtype[Any]] = {}  # the dtypes values have used, checked once each
+
+
+def _value_dtype(name: str, what: str) -> np.dtype[Any]:
+    dt = _DTYPES.get(name)
+    if dt is None:
+        try:
+            dt = np.dtype(name)
+        except TypeError:
+            raise SpecError(f"{what}: dtype {name[:40]!r} is not a numpy dtype") from None
+        if dt.kind not in _VALUE_KINDS or dt.hasobject:
+            raise SpecError(f"{what}: dtype {dt} is not numeric")
+        if len(_DTYPES) < 256:
+            _DTYPES[name] = dt
+    return dt
+
+
+def check_value(v: Value, what: str = "value") -> np.dtype[Any]:
+    """Raise :class:`SpecError` unless ``v`` holds a numeric array whose bytes fit its dtype and shape
+    (a worker's reply comes from function code); its dtype."""
+    dt = _value_dtype(v.dtype, what)
+    n = dt.itemsize
+    shape = v.shape
+    if len(shape) > 32:
+        raise SpecError(f"{what}: shape {shape[:33]} is not a list of sizes >= 0")
+    for d in shape:
+        if type(d) is not int or d < 0:
+            raise SpecError(f"{what}: shape {shape[:33]} is not a list of sizes >= 0")
+        n *= d
+    if n != len(v.data):
+        raise SpecError(f"{what}: {len(v.data)} bytes where dtype {dt} and shape {shape} make {n}")
+    return dt
+
+
+def from_value(v: Value, what: str = "value") -> np.ndarray:
+    """The read-only array a :class:`Value` holds (a view of the message's bytes, no copy), checked by
+    :func:`check_value`."""
+    return np.frombuffer(v.data, dtype=check_value(v, what)).reshape(v.shape)
+
+
 class Task(_Ctl):
     invocation: str
     token: str
-    inputs: dict[str, str]  # input name -> reference
+    inputs: dict[str, str]  # input name -> reference (``inline:NAME``: in ``values``)
     host_inputs: list[str]  # the input names that came from the request (host -> function passing)
     consumers: dict[str, list[str]]  # output -> data-plane readers; outputs not listed are not stored
     transport: dict[str, str] = {}  # this invocation's transport; empty: the worker's default
@@ -103,11 +167,20 @@ class Task(_Ctl):
     # The runtime bound the worker's attached daemon connection (Init.daemon) to this task's
     # credentials itself (a Bind sent on it before this message; ``token`` is then empty): use it.
     bound: bool = False
+    # Inputs carried in this message (name -> value; the handler's reference is ``inline:NAME``).
+    values: dict[str, Value] = {}
+    # Outputs of at most this many bytes go back in Done (Done.values), not through the data plane;
+    # 0: every output is stored (the Redis baseline, or a node where consumers elsewhere read).
+    inline_max: int = 0
+    # Not bound: should the task need the data plane (a larger output), the worker asks the runtime
+    # with NeedData on its control socket and waits for DataReady (the runtime binds its attached
+    # connection meanwhile). So an invocation of small values costs the node daemon nothing.
+    lazy: bool = False
 
 
 class Done(_Ctl):
     invocation: str
-    outputs: dict[str, str]
+    outputs: dict[str, str]  # output -> reference of the stored ones
     scalars: dict[str, float]
     host_get_s: float
     fn_get_s: float
@@ -118,6 +191,7 @@ class Done(_Ctl):
     hinted_bytes: int = 0  # bytes the handler marked mergeable with ctx.merge during this call
     logs: list[LogLine] = []  # lines printed or logged since the last reply, bounded (runtime.logs)
     slab_used: bool = False  # a put packed an object into a slab (the next Bind leases one with it)
+    values: dict[str, Value] = {}  # output -> value of the outputs carried here (Task.inline_max)
 
 
 class Failed(_Ctl):
@@ -132,6 +206,19 @@ class Stop(_Ctl):
     pass
 
 
+class NeedData(_Ctl):
+    """Worker -> runtime, during a lazy task: bind my daemon connection to this task's credentials."""
+
+    invocation: str
+
+
+class DataReady(_Ctl):
+    """Runtime -> worker: the connection is bound (``ok``), or why not."""
+
+    ok: bool
+    message: str = ""
+
+
 class Unmerge(_Ctl):
     """The node refused this worker's merge hints: take them back (gfaas.dedup.hint.unmerge_all)."""
 
@@ -142,7 +229,41 @@ class Unmerged(_Ctl):
 
 Reply = Done | Failed
 _enc = msgspec.msgpack.Encoder()
-_dec = msgspec.msgpack.Decoder(Init | Ready | Task | Done | Failed | Stop | Unmerge | Unmerged)
+_dec = msgspec.msgpack.Decoder(Init | Ready | Task | Done | Failed | Stop | Unmerge | Unmerged | NeedData | DataReady)
+_tls = threading.local()
+
+
+def _buffer() -> memoryview:
+    """This thread's receive buffer, made once. ``sock.recv(MAX_MSG)`` allocates a fresh MiB per message:
+    above malloc's mmap threshold, so an mmap, a page fault and a munmap each time, about 12 us of a
+    tiny task's path on 2 cores (as much as the task's own Python). Messages are decoded at once, and
+    decoding copies what it keeps, so the buffer is free again by the next receive."""
+    view: memoryview | None = getattr(_tls, "view", None)
+    if view is None:
+        view = _tls.view = memoryview(bytearray(MAX_MSG))
+    return view
+
+
+def recv_message(sock: socket.socket, flags: int = 0) -> memoryview:
+    """One message from a SOCK_SEQPACKET socket, as a view of this thread's buffer (empty: closed)."""
+    view = _buffer()
+    return view[:sock.recv_into(view, MAX_MSG, flags)]
+
+
+def recv_message_fds(sock: socket.socket, maxfds: int) -> tuple[memoryview, list[int]]:
+    """:func:`recv_message` with up to ``maxfds`` file descriptors passed along (SCM_RIGHTS)."""
+    view = _buffer()
+    n, anc, _flags, _addr = sock.recvmsg_into([view], socket.CMSG_SPACE(maxfds * _FD_SIZE))
+    if not anc:
+        return view[:n], []
+    fds = array("i")
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    return view[:n], list(fds)
+
+
+_FD_SIZE = array("i").itemsize
 
 
 class WorkerDied(GfaasError):
@@ -171,6 +292,7 @@ class FunctionHost:
         spec = loads(init.spec_text, check_handlers=not init.code_dir)  # a package's: imported below
         self.workflow = spec.name
         self.fn: FunctionSpec = spec.function(init.function)
+        self._where = f"function {self.fn.name!r} (handler {self.fn.handler})"  # what its errors name
         self.sandbox_entered = False
         if not init.code_dir:
             self.handler = self.fn.load_handler()  # an installed package: the operator's code
@@ -202,11 +324,14 @@ class FunctionHost:
 
             self.hinted_bytes = take_hinted()
         self._emulated: dict[str, Any] = {}  # accelerator preset -> EmulatedModel, built on first use
+        self._fn_log = logging.getLogger(f"gfaas.fn.{self.workflow}.{self.fn.name}")  # ctx.log, made once
         self.load_s = time.perf_counter() - t0
 
-    def run(self, task: Task, sock: socket.socket | None = None) -> Reply:
+    def run(self, task: Task, sock: socket.socket | None = None, need_data: Any = None) -> Reply:
+        """Run one task. ``need_data``: for a lazy task, what asks the runtime to bind the attached
+        connection (called at the task's first use of the data plane, if any)."""
         try:
-            return self._run(task, sock)
+            return self._run(task, sock, need_data)
         except Exception as exc:  # a handler's failure is its invocation's, never the worker's
             if sock is not None:
                 sock.close()
@@ -218,13 +343,17 @@ class FunctionHost:
             return Failed(task.invocation, type(exc).__name__, f"function {self.fn.name!r}: {exc}{hint}",
                           traceback.format_exc()[-8000:])
 
-    def _run(self, task: Task, sock: socket.socket | None) -> Done:
-        t: Transport
+    def _run(self, task: Task, sock: socket.socket | None, need_data: Any = None) -> Done:
+        t: Any
         if task.bound:
             if self.link is None:
                 raise DaemonUnavailable("the runtime bound a daemon connection this worker was not given; restart it")
             self.link.expect_binding(task.invocation)
             t = BoundTransport(self.link)
+        elif task.lazy:
+            if self.link is None or need_data is None:
+                raise DaemonUnavailable("a lazy task needs the worker's attached daemon connection; restart it")
+            t = _LazyTransport(self.link, need_data, task.invocation)
         else:
             cfg = TransportConfig(**task.transport) if task.transport else self.transport  # type: ignore[arg-type]
             t = open_transport(cfg, task.invocation, self.fn.name, task.token, sock)
@@ -234,9 +363,11 @@ class FunctionHost:
             t.close()
 
     def _call(self, t: Transport, task: Task) -> Done:
-        host_refs = {task.inputs[n] for n in task.host_inputs}
+        inputs = task.inputs
+        host_refs = {inputs[n] for n in task.host_inputs} if task.host_inputs else _NO_REFS
         host_get = [0.0]
         started = time.monotonic()
+        carried = task.values
 
         def left() -> float | None:
             """What is left of the inputs' time budget (a passed deadline is the most urgent)."""
@@ -245,6 +376,10 @@ class FunctionHost:
             return max(task.deadline_s - (time.monotonic() - started), 1e-6)
 
         def getter(ref: Any) -> np.ndarray:
+            if type(ref) is str and ref.startswith(INLINE):
+                v = carried.get(ref[_INLINE_LEN:])
+                if v is not None:
+                    return from_value(v, ref)
             if ref not in host_refs:
                 return t.get(ref, left())
             t0 = time.perf_counter()
@@ -259,6 +394,8 @@ class FunctionHost:
             assert self.cuda is not None
             t0 = time.perf_counter()
             try:
+                if isinstance(ref, str) and ref.startswith(INLINE) and ref[len(INLINE):] in carried:
+                    return _upload(from_value(carried[ref[len(INLINE):]], ref), self.cuda)
                 if self.gpu_passing == "device" and self.cuda in getattr(t, "devices", ()):
                     return _device_array(t.get(ref, left(), device=self.cuda))
                 return _upload(t.get(ref, left()), self.cuda)
@@ -273,18 +410,25 @@ class FunctionHost:
         ctx = Context(workflow=self.workflow, function=self.fn.name, invocation=task.invocation, getter=getter,
                       params=self.fn.params, model=model, device=self.device, scale=self.scale, gpu=self.gpu,
                       merger=_merge if self.dedup in ("merge", "on") else None,
-                      device_getter=device_getter if self.cuda is not None else None)
+                      device_getter=device_getter if self.cuda is not None else None, logger=self._fn_log)
         t0 = time.perf_counter()
-        out = self.handler(ctx, dict(task.inputs))
+        out = self.handler(ctx, inputs)  # the task's own dict: nothing reads it after the handler
         handler_s = time.perf_counter() - t0
         accel_s = model.seconds - accel0 if task.accel else 0.0
         values = self._check(out)
-        scalars = {k: float(np.asarray(v)) for k, v in values.items() if v.ndim == 0 and v.dtype.kind in "biuf"}
+        scalars = {k: float(v if type(v) is np.ndarray else np.asarray(v)) for k, v in values.items()
+                   if v.ndim == 0 and v.dtype.kind in "biuf"}
         refs: dict[str, str] = {}
+        inline: dict[str, Value] = {}
         put_s = host_put_s = 0.0
+        limit = task.inline_max
         for name, readers in task.consumers.items():
+            v = values[name]
+            if limit and type(v) is np.ndarray and v.nbytes <= limit:
+                inline[name] = to_value(v)  # back in the reply: no data plane for it (and no time to count)
+                continue
             t1 = time.perf_counter()
-            refs[name] = t.put(self._outgoing(values[name], readers, t), readers)
+            refs[name] = t.put(self._outgoing(v, readers, t), readers)
             dt = time.perf_counter() - t1
             if readers == [GATEWAY]:
                 host_put_s += dt
@@ -296,7 +440,8 @@ class FunctionHost:
 
             hinted = take_hinted()
         return Done(task.invocation, refs, scalars, host_get[0], ctx.get_s - host_get[0], handler_s - ctx.get_s,
-                    put_s, host_put_s, accel_s, hinted, slab_used=bool(getattr(t, "slab_used", False)))
+                    put_s, host_put_s, accel_s, hinted, slab_used=bool(getattr(t, "slab_used", False)),
+                    values=inline)
 
     def link_lost(self) -> bool:
         """The attached daemon connection broke (the daemon went, or the function's code closed it): this
@@ -337,14 +482,20 @@ class FunctionHost:
         return value.tensor.contiguous()
 
     def _check(self, out: Any) -> dict[str, Any]:
-        where = f"function {self.fn.name!r} (handler {self.fn.handler})"
+        where = self._where
         if not isinstance(out, dict):
             raise SpecError(f"{where} returned {type(out).__name__}; a handler returns a dict of output -> array")
-        diff = name_diff(self.fn.outputs, out, "undeclared")
-        if diff:
-            raise SpecError(f"{where} returned outputs {sorted(out)}; the spec declares {sorted(self.fn.outputs)}{diff}")
+        decls = self.fn.outputs
+        if out.keys() != decls.keys():
+            raise SpecError(f"{where} returned outputs {sorted(out)}; the spec declares {sorted(decls)}"
+                            f"{name_diff(decls, out, 'undeclared')}")
         values: dict[str, Any] = {}
         for name, v in out.items():
+            if isinstance(v, _SCALARS):
+                v = np.asarray(v)
+            if type(v) is np.ndarray and v.dtype.kind in _NUMERIC_KINDS and decls[name].fits(v):
+                values[name] = v  # the common case, checked without building a message
+                continue
             if on_device(v) or isinstance(v, DeviceArray):  # checked from its metadata, left on the GPU
                 dev = v if isinstance(v, DeviceArray) else _device_array(v)
                 self.fn.outputs[name].check(dev, f"{where}: output {name!r}")
@@ -356,6 +507,41 @@ class FunctionHost:
             self.fn.outputs[name].check(arr, f"{where}: output {name!r}")
             values[name] = arr
         return values
+
+
+class _LazyTransport:
+    """A lazy task's transport (Task.lazy): nothing at all until the handler's first get or put of a
+    stored object; then the runtime is asked to bind the attached connection (NeedData) and it serves
+    the rest of the task as a :class:`BoundTransport`."""
+
+    def __init__(self, link: Any, need_data: Any, invocation: str) -> None:
+        self._link, self._need, self._invocation = link, need_data, invocation
+        self._t: BoundTransport | None = None
+
+    def _bound(self) -> BoundTransport:
+        if self._t is None:
+            self._need()
+            self._link.expect_binding(self._invocation)
+            self._t = BoundTransport(self._link)
+        return self._t
+
+    @property
+    def devices(self) -> frozenset[int]:
+        return frozenset(self._link.devices)
+
+    @property
+    def slab_used(self) -> bool:
+        return self._t is not None and self._t.slab_used
+
+    def get(self, ref: str, deadline_s: float | None = None, device: int | None = None) -> Any:
+        return self._bound().get(ref, deadline_s, device)
+
+    def put(self, value: Any, consumers: Any) -> str:
+        return self._bound().put(value, consumers)
+
+    def close(self) -> None:
+        if self._t is not None:
+            self._t.close()
 
 
 def _load_from_package(fn: FunctionSpec, code_dir: str) -> Any:
@@ -505,18 +691,18 @@ class ProcessWorker:
         (:class:`TaskTimedOut`): a handler that hangs must not hold its slot forever."""
         try:
             if timeout_s is None:
-                data = self._sock.recv(MAX_MSG)
+                data = recv_message(self._sock)
             else:
                 self._sock.settimeout(timeout_s)
                 try:
-                    data = self._sock.recv(MAX_MSG)
+                    data = recv_message(self._sock)
                 finally:
                     self._sock.settimeout(None)
         except TimeoutError:
             self.kill()
             raise TaskTimedOut(self._init.function, self.name, float(timeout_s or 0.0)) from None
         except ConnectionResetError:
-            data = b""
+            data = memoryview(b"")
         if not data:
             code = self.proc.wait(5) if self.proc.poll() is None else self.proc.returncode
             raise WorkerDied(f"worker {self.name} exited (status {code}) while it held a task")
@@ -572,6 +758,74 @@ class ProcessWorker:
         if isinstance(reply, Done):
             self._lease = reply.slab_used
         return reply
+
+    # -- the invoker's side (runtime.loop): a task goes out without waiting; its loop reads the reply
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def receive(self) -> Any:
+        """The next message from the worker (its socket is readable), or None once it is gone."""
+        try:
+            data = recv_message(self._sock, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            raise
+        except OSError:
+            data = memoryview(b"")
+        return _dec.decode(data) if data else None
+
+    def send_task(self, task: Task) -> bool:
+        """Send ``task``; its reply comes to the invoker's loop. A task with a token on this worker's node
+        binds the attached connection to it first (the worker never sees the token): True, then, and
+        :meth:`release_binding` ends it once the reply is in. :class:`WorkerDied` if it is gone."""
+        cfg = task.transport or self._init.transport
+        b = self._binder
+        conn = None
+        bound = False
+        try:
+            if b is not None and task.token and cfg.get("kind", "gfaas") == "gfaas" \
+                    and cfg.get("socket_path", "") == b.socket_path:
+                lease = 0 if self._lease and task.consumers else -1
+                b.bind(task.token, lease, len(task.consumers) if lease >= 0 else 0)
+                task = msgspec.structs.replace(task, token="", bound=True)
+                bound = True
+            elif self.sandboxed and task.token and cfg.get("kind", "gfaas") == "gfaas":
+                conn = _daemon_connection(cfg.get("socket_path", ""))
+                task = msgspec.structs.replace(task, with_socket=True)
+            if conn is None:
+                self._sock.send(_enc.encode(task))
+            else:
+                socket.send_fds(self._sock, [_enc.encode(task)], [conn.fileno()])
+        except DaemonUnavailable as exc:
+            raise WorkerDied(f"worker {self.name} lost its daemon connection: {exc}") from None
+        except OSError:
+            raise WorkerDied(f"worker {self.name} is gone (status {self.proc.poll()})") from None
+        finally:
+            if conn is not None:
+                conn.close()  # the worker holds its own copy now
+        return bound
+
+    def grant_data(self, token: str) -> None:
+        """Answer a lazy task's ``NeedData``: bind the attached connection to ``token``, then say so."""
+        if self._binder is None:
+            self.refuse_data("this worker has no attached daemon connection")
+            return
+        self._binder.bind(token, -1, 0)
+        self._sock.send(_enc.encode(DataReady(True)))
+
+    def refuse_data(self, message: str) -> None:
+        self._sock.send(_enc.encode(DataReady(False, message)))
+
+    def release_binding(self, reply: Any = None) -> None:
+        """End the credentials a task's binding gave the attached connection (its reply is in, so
+        nothing the worker sends from now on can use them)."""
+        if isinstance(reply, Done):
+            self._lease = reply.slab_used
+        if self._binder is None:
+            return
+        try:
+            self._binder.unbind()
+        except DaemonUnavailable as exc:  # the next bind fails too, and replaces the worker
+            log.warning("worker %s: could not end its task's credentials: %s", self.name, exc)
 
     def unmerge(self) -> int:
         """Have the (idle) worker take back its merge hints; returns the bytes it un-advised."""
@@ -641,7 +895,7 @@ def _enter_sandbox(init: Init) -> None:
 def serve_fd(fd: int) -> int:
     """Serve the runtime on the socket ``fd``: Init, then tasks until Stop or the socket closes."""
     sock = socket.socket(fileno=fd)
-    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MSG, 1)
+    data, fds = recv_message_fds(sock, 1)
     init = _dec.decode(data)
     assert isinstance(init, Init)
     link = _attached_client(init, fds)
@@ -658,6 +912,23 @@ def serve_fd(fd: int) -> int:
         cap.fatal(f"gfaas worker {init.workflow}/{init.function} (pid {os.getpid()}) failed:\n"
                   f"{traceback.format_exc()}")
         raise
+
+
+def _need_data(sock: socket.socket, invocation: str) -> Any:
+    """What a lazy task calls when it first needs the data plane: NeedData to the runtime, then wait
+    for its DataReady (the runtime binds this worker's attached connection meanwhile)."""
+    def need() -> None:
+        sock.send(_enc.encode(NeedData(invocation)))
+        data = recv_message(sock)
+        if not data:
+            raise DaemonUnavailable("the runtime closed this worker's socket while it asked for the data plane")
+        rep = _dec.decode(data)
+        if not isinstance(rep, DataReady):
+            raise ProtocolError(f"the runtime answered NeedData with {type(rep).__name__}")
+        if not rep.ok:
+            raise DaemonUnavailable(f"the data plane is not available to this call: {rep.message}")
+
+    return need
 
 
 def _take(cap: Capture | None) -> list[LogLine]:
@@ -694,24 +965,26 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
     freeze_startup()  # the handler and its model live as long as the worker: out of the collector's walks
     sock.send(_enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes, _take(cap))))
     while True:
-        data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MSG, 1)
+        data, fds = recv_message_fds(sock, 1)
         if not data:
             return 0  # the runtime went away
         msg = _dec.decode(data)
-        if isinstance(msg, Stop):
-            return 0
-        if isinstance(msg, Unmerge):
-            sock.send(_enc.encode(Unmerged(host.unmerge())))
-            continue
-        assert isinstance(msg, Task)
+        if type(msg) is not Task:
+            if isinstance(msg, Stop):
+                return 0
+            if isinstance(msg, Unmerge):
+                sock.send(_enc.encode(Unmerged(host.unmerge())))
+                continue
+            raise ProtocolError(f"the runtime sent {type(msg).__name__} where a task was due")
         conn = socket.socket(fileno=fds[0]) if fds else None
+        need = _need_data(sock, msg.invocation) if msg.lazy else None
         if cap is None:
-            sock.send(_enc.encode(host.run(msg, conn)))
+            sock.send(_enc.encode(host.run(msg, conn, need)))
             if host.link_lost():
                 return 1
             continue
         cap.begin()
-        reply = host.run(msg, conn)
+        reply = host.run(msg, conn, need)
         reply.logs = cap.take()
         sock.send(_enc.encode(reply))
         if host.link_lost():

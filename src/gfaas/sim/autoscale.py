@@ -124,11 +124,12 @@ def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float | S
         now, _, _, kind, wid = heapq.heappop(events)
         if horizon is not None and now > horizon:
             break
-        if kind == "arrive":
+        if kind == "arrive":  # the runtime's order: a warm worker takes it, else it queues and a decision follows
             queue.append(now)
             pol.arrival(now)
-            act(now, sample=False)
             dispatch(now)
+            if pol.decides_after(len(queue)):
+                act(now, sample=False)
         elif kind == "ready":
             w = workers[wid]
             w.state, w.since = "idle", now
@@ -140,7 +141,8 @@ def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float | S
             w.state, w.since = "idle", now
             pol.done(now)
             dispatch(now)
-            act(now, sample=False)
+            if pol.decides_after(len(queue)):
+                act(now, sample=False)
         else:  # tick: on until the horizon; without one, until no request is left and only min workers are up
             act(now, sample=True)
             if horizon is not None:

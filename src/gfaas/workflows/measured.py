@@ -15,3 +15,9 @@ def edge_sizes() -> dict[str, list[dict[str, Any]]]:
     text = (resources.files("gfaas.workflows") / "edge_sizes.json").read_text(encoding="utf-8")
     doc: dict[str, list[dict[str, Any]]] = json.loads(text)["workflows"]
     return doc
+
+
+def edges(workflow: str) -> list[dict[str, Any]] | None:
+    """``workflow``'s measured edges, or None for one that is not a reference workflow: what
+    ``LocalRuntime(edge_sizes=...)`` takes to place GPU functions as the simulator does."""
+    return edge_sizes().get(workflow)

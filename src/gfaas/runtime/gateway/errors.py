@@ -94,6 +94,16 @@ async def _gfaas(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "internal", f"{type(exc).__name__}: {exc} (reference {ref})")
 
 
+async def response_for(request: Request, exc: Exception) -> JSONResponse | None:
+    """The answer the app's handlers give ``exc`` (None: none of them takes it), for code that runs
+    outside the app's routes (the guard's fast path)."""
+    for kind, handler in ((NotFound, _not_found), (ConfigError, _bad), (Overloaded, _overloaded),
+                          (GfaasError, _gfaas)):
+        if isinstance(exc, kind):
+            return await handler(request, exc)
+    return None
+
+
 def add_error_handlers(app: FastAPI) -> None:
     """Register the gateway's exception handlers on ``app`` (the 413 and last-resort 500 are the guard's)."""
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]

@@ -7,6 +7,10 @@ In this order, before the app reads anything of the body:
   dashboard's read-only views (:data:`.dashboard.READ_ONLY_PREFIXES`, GET) are open to a loopback client
   whose socket the gateway's own user owns (:mod:`.peer`): not to function code under a tenant uid.
 * **requests in progress**: at most ``max_requests`` (``/healthz`` aside); more are 503 with ``Retry-After``.
+* **refused connections wait**: the next request on a connection refused with ``Retry-After`` (429,
+  503) is not looked at before that time is up, or :data:`MAX_HOLD_S`, whichever is sooner. A client
+  that honours it never notices; one that retries at once makes at most one request a second, so
+  refusals cannot crowd out admitted work (and a request held is never held past its client's patience).
 * **admission** (issue 23): an invocation (``POST /v1/workflows/NAME/invocations``) is admitted by
   the workflow's adaptive limit (:mod:`.admission`) on its headers and query alone, or waits (no
   thread) for a place while its timeout allows; a refusal is a 429 with ``Retry-After`` before the
@@ -17,12 +21,16 @@ In this order, before the app reads anything of the body:
   ``max_body_bytes`` otherwise) is 413 at once; a chunked body is cut off with 413 as it passes the limit.
 * **body time**: the whole body must arrive within ``body_timeout_s`` of the headers; otherwise 408
   and the connection is closed (slow-body clients cannot hold a request slot for ever).
+* **the fast path**: an admitted synchronous invocation with a JSON body is answered here, without
+  the web framework, when its query and body are plainly valid (:mod:`.fastpath`); anything else
+  goes to the FastAPI route, the body replayed.
 
 Errors that escape the app are answered 500 and logged, at most at a bounded rate.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import re
@@ -38,6 +46,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .auth import token_matches
 from .dashboard import READ_ONLY_PREFIXES
 from .errors import error_response
+from .fastpath import fast_invoke, parse_query
 from .limits import CODE_TYPES, GatewayLimits
 from .peer import same_user_on_loopback
 from .ratelog import RateLimitedLog
@@ -55,6 +64,8 @@ UNAUTHORIZED = ("this endpoint needs the header `Authorization: Bearer TOKEN`; t
 
 
 _INVOKE = re.compile(r"^/v1/workflows/([^/]+)/invocations$")
+MAX_SLOWED = 65536  # refused connections remembered (the expired ones go first beyond it)
+MAX_HOLD_S = 1.0  # the longest a refused connection's next request is held (Retry-After may say 30 s)
 
 
 class _Cut(Exception):
@@ -72,6 +83,8 @@ class Guard:
         self.token = None if token is None else token.encode()
         self.retry_after_s = retry_after_s
         self.active = 0  # requests in progress (one event loop: no lock needed)
+        # a refused connection (client address and port) -> when its next request may be looked at
+        self._slowed: dict[Any, float] = {}
 
     @staticmethod
     def _read_only_local(scope: Scope, path: str, headers: dict[bytes, bytes]) -> bool:
@@ -126,22 +139,45 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        client = scope.get("client")
+        if self._slowed and client is not None:
+            until = self._slowed.pop(tuple(client), None)
+            if until is not None and until > time.monotonic():
+                await asyncio.sleep(until - time.monotonic())  # it came back before its Retry-After
         path = scope["path"].removeprefix(scope.get("root_path", "")) or "/"
+        gw: Any = None
+        lim: Any = None
         refusal = self._refusal(scope, path)
+        if refusal is None:
+            refusal, gw, lim = await self._admission(scope, path)
         if refusal is not None:
             await refusal(scope, receive, send)
+            after = refusal.headers.get("retry-after")
+            if after is not None and client is not None and self.limits.hold_refused:
+                self._slow(tuple(client), float(after))
             return
-        refusal, gw, lim = await self._admission(scope, path)
-        if refusal is not None:
-            await refusal(scope, receive, send)
-            return
+        fast = None
+        if lim is not None and _json_body(scope):
+            query = parse_query(scope.get("query_string", b""), gw.max_timeout_s)
+            if query is not None:
+                fast = (gw, _INVOKE.match(path).group(1), query)  # type: ignore[union-attr]
         self.active += 1
         try:
-            await self._guarded(scope, receive, send, path)
+            await self._guarded(scope, receive, send, path, fast)
         finally:
             self.active -= 1
             if lim is not None and not scope["state"].get("watched"):
                 gw.admissions.finished(lim, None)  # it never reached the runtime: its place is free again
+
+    def _slow(self, client: Any, after_s: float) -> None:
+        """Hold ``client``'s next request until ``after_s`` from now (see the module docstring)."""
+        now = time.monotonic()
+        if len(self._slowed) >= MAX_SLOWED:
+            for key in [k for k, t in self._slowed.items() if t <= now]:
+                del self._slowed[key]
+            while len(self._slowed) >= MAX_SLOWED:  # all still waiting: forget the oldest
+                del self._slowed[next(iter(self._slowed))]
+        self._slowed[client] = now + min(after_s, MAX_HOLD_S)
 
     @staticmethod
     async def _admission(scope: Scope, path: str) -> tuple[JSONResponse | None, Any, Any]:
@@ -171,7 +207,7 @@ class Guard:
         scope.setdefault("state", {})["admission"] = lim
         return None, gw, lim
 
-    async def _guarded(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send, path: str, fast: Any = None) -> None:
         limit, knob = self._limit(scope.get("method", ""), path, dict(scope.get("headers") or ()))
         deadline = time.monotonic() + self.limits.body_timeout_s
         received = 0
@@ -209,7 +245,10 @@ class Guard:
             await send(message)
 
         try:
-            await self.app(scope, limited_receive, guarded_send)
+            if fast is not None:
+                await fast_invoke(self.app, fast, scope, limited_receive, guarded_send)
+            else:
+                await self.app(scope, limited_receive, guarded_send)
         except Exception as exc:
             if cut is None:
                 ref = secrets.token_hex(4)
@@ -222,3 +261,11 @@ class Guard:
                 return
         if cut is not None and not started:
             await cut(scope, receive, send)
+
+
+def _json_body(scope: Scope) -> bool:
+    """Whether the request says its body is JSON (``application/json``, parameters aside)."""
+    for key, value in scope.get("headers") or ():
+        if key == b"content-type":
+            return value.split(b";", 1)[0].strip().lower() == b"application/json"
+    return False

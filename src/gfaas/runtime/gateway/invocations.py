@@ -14,7 +14,7 @@ import inspect
 import json
 import re
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 import numpy as np
 from fastapi import APIRouter, Query, Request
@@ -38,6 +38,10 @@ from .state import _FINISHED, GatewayDep, _Gateway
 
 # An invocation ID as the gateway accepts it in a URL: anything else is answered 404 without asking the runtime.
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# Requests and results up to this many bytes of arrays are decoded, submitted and encoded on the event
+# loop itself: a hop to a worker thread and back costs more than the work (tens of microseconds each,
+# and the GIL handed over twice). Larger ones go to the thread pool, so one big body never stalls the loop.
+ON_LOOP_BYTES = 64 * 1024
 
 OutputsMode = Annotated[Literal["full", "digest"], Query(
     description="full: outputs as base64 arrays; digest: dtype, shape and SHA-256 only")]
@@ -67,7 +71,9 @@ async def _status_or(gw: _Gateway, inv: str, default: str) -> str:
 
 async def _result_response(gw: _Gateway, res: InvocationResult, outputs: str = "full") -> Response:
     gw.tracker.finished(res)
-    # base64 and JSON of big outputs: off the event loop
+    # base64 and JSON of big outputs: off the event loop; small ones cost less than the hop
+    if sum(a.nbytes for a in res.outputs.values()) <= ON_LOOP_BYTES:
+        return Response(_json_bytes(res, outputs), media_type="application/json")
     body = await run_in_threadpool(_json_bytes, res, outputs)
     return Response(body, media_type="application/json")
 
@@ -85,35 +91,51 @@ async def invoke(request: Request, name: str, body: InvocationRequest, gw: Gatew
     # admitted by the guard (gateway.guard): the place it holds is freed by the done-callback below,
     # or by the guard if the invocation never reaches the runtime
     limit = getattr(request.state, "admission", None)
-    return await _invoke(request, name, body, gw, mode, wait_s, outputs, limit, time.monotonic())
+    return await run_invocation(request, name, body, gw, mode, wait_s, outputs, limit, time.monotonic())
 
 
-async def _invoke(request: Request, name: str, body: InvocationRequest, gw: _Gateway, mode: str, wait_s: float,
-                  outputs: str, limit: Any, t0: float) -> Response:
+class InvocationBody(Protocol):
+    """What :func:`run_invocation` reads of a request body: :class:`~.schemas.InvocationRequest` (the
+    route's) or :class:`~.fastpath.FastBody` (the guard's fast path); each array has ``as_doc()``."""
+
+    @property
+    def inputs(self) -> Any: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
+    def transport(self) -> str | None: ...
+
+
+async def run_invocation(request: Request, name: str, body: InvocationBody, gw: _Gateway, mode: str,
+                         wait_s: float, outputs: str, limit: Any, t0: float) -> Response:
+    """An invocation request, validated (by the route, or by the guard's fast path, :mod:`.fastpath`):
+    decode its arrays, submit it, wait for its result (sync) and answer."""
     runtime = gw.runtime
     inputs: dict[str, np.ndarray] | None = None
 
     def decode() -> dict[str, np.ndarray]:
         assert body.inputs is not None
-        return {k: decode_array(a.model_dump(), f"inputs.{k}") for k, a in body.inputs.items()}
+        return {k: decode_array(a.as_doc(), f"inputs.{k}") for k, a in body.inputs.items()}
 
+    small = body.inputs is None or sum(len(a.data_b64) for a in body.inputs.values()) <= ON_LOOP_BYTES
     if body.inputs is not None:
         try:
-            inputs = await run_in_threadpool(decode)
+            inputs = decode() if small else await run_in_threadpool(decode)
         except WireError as exc:  # the request's arrays; a WireError elsewhere is the server's problem
             return error_response(400, "bad_request", str(exc))
 
     # A synchronous request's functions must start before its client gives up: work done after that
     # is wasted, which is how goodput collapses under overload.
-    deadline = {"deadline_s": wait_s} if mode == "sync" and wait_s > 0 else {}
+    deadline_s = wait_s if mode == "sync" and wait_s > 0 else None
 
     def submit() -> str:
-        if body.transport is not None:
-            return runtime.submit(name, inputs, body.seed, transport=body.transport, **deadline)
-        return runtime.submit(name, inputs, body.seed, **deadline)
+        return runtime.submit(name, inputs, body.seed, transport=body.transport, deadline_s=deadline_s)
 
     try:
-        inv = await run_in_threadpool(submit)
+        # Small inputs of a runtime that can call back: submitting sends the first tasks (or queues
+        # them) and returns, storing nothing on a node, so it runs here rather than on a thread.
+        quick = small and body.transport in (None, "gfaas") and bool(getattr(runtime, "quick_submits", False))
+        inv = submit() if quick else await run_in_threadpool(submit)
     except Overloaded:
         gw.tracker.rejected.inc(workflow=name, reason="overloaded")
         raise

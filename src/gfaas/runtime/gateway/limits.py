@@ -34,6 +34,10 @@ class GatewayLimits:
             (or of the request's first byte on a kept-alive one); then the connection is closed.
         max_connections: open connections at once; newer ones are closed at once. ``serve`` lowers it to
             half the process's open-file limit.
+        hold_refused: the next request on a connection answered 429 or 503 waits until its
+            ``Retry-After`` is up, at most a second (a client retrying at once makes at most one
+            request a second). Turn it off behind a proxy that carries many clients' requests on
+            one connection.
     """
 
     handler_packages: tuple[str, ...] = DEFAULT_HANDLER_PACKAGES
@@ -45,6 +49,7 @@ class GatewayLimits:
     body_timeout_s: float = 30.0
     header_timeout_s: float = 10.0
     max_connections: int = 2048
+    hold_refused: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.handler_packages, str):

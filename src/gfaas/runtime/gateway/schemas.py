@@ -28,6 +28,10 @@ class ArrayDoc(BaseModel):
     shape: list[Annotated[int, Field(ge=0), BeforeValidator(_json_integer)]] = Field(max_length=32, description="[] for a 0-d array")
     data_b64: StrictStr
 
+    def as_doc(self) -> dict[str, Any]:
+        """As :func:`gfaas.runtime.wire.decode_array` takes it."""
+        return self.model_dump()
+
 
 class ArrayDigest(BaseModel):
     """An output summarised (``?outputs=digest``): SHA-256 of the bytes ``data_b64`` would carry."""

@@ -1,0 +1,750 @@
+"""The invoker: every invocation from its submit to its result, one message per step.
+
+``submit`` checks the request, keeps inputs small enough (``RuntimeConfig.inline_max_bytes``) as
+values carried in the task messages (larger ones are stored on the node, which opens the invocation
+there), and hands the functions :class:`DagState` says are ready to their pools. A pool with an idle
+worker sends the task at once from the caller's thread (:meth:`Invoker.dispatch`); otherwise the call
+waits in its queue. Each reply is read by the loop's thread (:mod:`.loop`), which records it, steps the
+DAG, sends the next tasks and, once every function has run or been skipped, sets the result: the
+outputs carried in the replies, or read from the node for stored ones. So a tiny invocation costs one
+message per step each way and nothing on the node daemon. ``docs/design/request-path.md`` follows one
+invocation through this file.
+
+Failures end an invocation with the function's error and its last log lines; a worker that dies, or
+runs past its function's ``timeout_s``, fails the invocation it held and is replaced.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..dataplane.protocol import QueueEntry
+from ..errors import ConfigError, FunctionFailed, GfaasError, NotFound, Overloaded, SpecError
+from ..policy.bandwidth import input_deadline, slo_for
+from ..policy.locality import choose_node
+from .accel import DSCS, Decision, DscsDrives
+from .config import RuntimeConfig
+from .dag import DagState
+from .dedup import RuntimeDedup
+from .deployments import Deployments, pool_key
+from .hints import Batch as HintBatch
+from .hints import QueueHinter
+from .logs import LogStore, failure_lines
+from .loop import ReplyLoop
+from .nodes import Nodes
+from .pool import FunctionPool
+from .result import Breakdown, Failure, FunctionRecord, InvocationResult, Status
+from .spec import INPUT, WorkflowSpec, name_diff
+from .transport import Transport
+from .worker import (
+    GATEWAY,
+    INLINE,
+    Done,
+    Failed,
+    NeedData,
+    Task,
+    TaskTimedOut,
+    Value,
+    WorkerDied,
+    check_value,
+    from_value,
+    to_value,
+)
+
+log = logging.getLogger("gfaas.runtime")
+
+InputGenerator = Callable[[str, int, str], dict[str, np.ndarray]]
+
+
+class _Invocation:
+    """One invocation's state (a slotted class: one is made per request)."""
+
+    __slots__ = ("callbacks", "completing", "dag", "deadline", "done", "ended", "enqueued", "error", "failure",
+                 "homes", "host_s", "id", "inline_max", "kind", "opened", "prefer", "queued", "records", "refs",
+                 "result", "running", "spec", "status", "submitted", "tokens", "values", "version")
+
+    def __init__(self, inv_id: str, spec: WorkflowSpec, version: int, kind: str, deadline: float | None) -> None:
+        self.id = inv_id
+        self.spec = spec
+        self.version = version  # the workflow version it runs on (the current one when it was submitted)
+        self.kind = kind  # its transport
+        self.inline_max = 0  # the largest value carried in its messages (Invoker._inline_max of its transport)
+        self.deadline = deadline  # monotonic time by which its functions must start (submit's deadline_s)
+        self.dag = DagState(spec)
+        self.submitted = time.perf_counter()
+        self.tokens: dict[str, str] = {}
+        self.opened = False  # open on the node daemons (tokens drawn): only once something is stored there
+        self.refs: dict[tuple[str, str], str] = {}  # (source, output) -> reference
+        # (source, output) -> a small value carried in the runtime's messages instead of the data plane
+        self.values: dict[tuple[str, str], Value] = {}
+        # (source, output) -> the simulated drive that holds it (runtime.accel's rule); -1: none
+        self.homes: dict[tuple[str, str], int] = {}
+        self.records: dict[str, FunctionRecord] = {}
+        self.enqueued: dict[str, float] = {}
+        self.host_s = 0.0
+        self.running = 0  # tasks queued or running
+        self.completing = False
+        self.ended = False
+        self.status: Status = "queued"
+        self.error: str | None = None
+        self.result: InvocationResult | None = None
+        self.done = _Latch()
+        self.callbacks: list[Callable[[InvocationResult], None]] = []  # add_done_callback
+        self.failure: Failure | None = None  # the failing function's traceback and last lines
+        self.queued: dict[str, tuple[str, int]] = {}  # function -> (queue, ticket) while queued
+        self.prefer: dict[str, str] = {}  # function -> the node holding most of its inputs
+
+
+class _Latch:
+    """Set once, waited for by any number of threads: an Event without its Condition (one lock, held
+    until set), which an invocation of microseconds can afford."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        if self._lock.locked():
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        return not self._lock.locked()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self._lock.locked():
+            return True
+        if not self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            return False
+        self._lock.release()  # the next waiter passes too
+        return True
+
+
+class _Running:
+    """A task sent to a worker whose reply has not come yet (keyed by the worker)."""
+
+    __slots__ = ("bound", "cold_start_s", "deadline", "done", "fn", "inv", "node", "pool", "started", "timeout",
+                 "where", "worker")
+
+    def __init__(self, inv: _Invocation, fn: str, pool: FunctionPool, worker: Any, started: float,
+                 cold_start_s: float, where: Decision, node: str) -> None:
+        self.inv, self.fn, self.pool, self.worker = inv, fn, pool, worker
+        self.started, self.cold_start_s, self.where, self.node = started, cold_start_s, where, node
+        self.bound = False  # its worker's attached connection is bound to the task's credentials
+        self.done = False
+        self.timeout = 0.0
+        self.deadline = 0.0  # monotonic; 0: none enforced here (a blocking worker's own run does)
+
+
+class _Step:
+    """What every call of one function of one workflow version needs, worked out once per spec
+    (:meth:`Invoker._step`): the hot path reads these instead of walking the spec each time."""
+
+    __slots__ = ("accelerator", "consumers", "f", "first", "host_inputs", "inputs", "spec", "timeout")
+
+    def __init__(self, spec: WorkflowSpec, fn: str, default_timeout_s: float) -> None:
+        f = spec.function(fn)
+        self.spec, self.f = spec, f
+        # (input name, (source, output), the reference a handler sees for it when carried in the task)
+        self.inputs = tuple((i.name, (i.source, i.output), INLINE + i.name) for i in f.inputs)
+        consumers: dict[str, list[str]] = {}  # output -> its readers (the gateway for workflow outputs)
+        outputs = set(spec.outputs.values())
+        for out in f.outputs:
+            readers = spec.readers(fn, out)
+            if (fn, out) in outputs:
+                readers.append(GATEWAY)
+            if readers:
+                consumers[out] = readers
+        self.consumers = consumers
+        self.host_inputs = [i.name for i in f.inputs if i.from_workflow]
+        # the first input: the drive it lives on is where a marked function runs and its outputs live
+        self.first = (f.inputs[0].source, f.inputs[0].output)
+        self.accelerator = bool(f.accelerator)
+        self.timeout = f.timeout_s or default_timeout_s
+
+
+_NUMERIC = frozenset("biufc")  # the dtype kinds a value carried in a message may hold
+_NOWHERE = Decision("", -1)  # no drives: every call runs on its worker, and no drive holds its data
+
+
+class Invoker:
+    """See the module docstring."""
+
+    def __init__(self, config: RuntimeConfig, nodes: Nodes, deployments: Deployments, drives: DscsDrives,
+                 logstore: LogStore, dedup: RuntimeDedup, input_generator: InputGenerator | None = None) -> None:
+        self.config = config
+        self.nodes = nodes
+        self.deployments = deployments
+        self.drives = drives
+        self.logstore = logstore
+        self.dedup = dedup
+        self._input_generator = input_generator
+        self._lock = threading.Lock()  # the invocations' state
+        self._invs: dict[str, _Invocation] = {}
+        self._finished: deque[str] = deque()
+        self._seq = 0  # invocations submitted: which drive stores an invocation's inputs
+        self._running: dict[int, _Running] = {}  # id(worker) -> its task in flight
+        self._steps: dict[tuple[int, str], _Step] = {}
+        self._loop = ReplyLoop(self._on_message, tick=self._sweep)
+        self._hinter: QueueHinter | None = None
+        if config.queue_hints:
+            self._hinter = QueueHinter(self._hint_batch, nodes.send_hints, config.queue_hint_interval_s)
+
+    def close(self) -> None:
+        """After the pools closed: stop the hinter and the loop."""
+        if self._hinter is not None:
+            self._hinter.close()
+            self._hinter = None
+        self._loop.close()
+
+    def queues_changed(self, inv: Any = None, queue: str | None = None) -> None:
+        """``inv``'s functions moved (queued, dispatched, finished), a request entered or left
+        ``queue``: the hinter sends where they stand now, soon (runtime.hints)."""
+        if self._hinter is not None and (inv is None or inv.opened):  # nothing of it on a node: nothing to hint
+            self._hinter.changed(inv.id if inv is not None else None, queue)
+
+    def unfinished(self, workflow: str, version: int) -> bool:
+        with self._lock:
+            return any(i.spec.name == workflow and i.version == version and i.result is None
+                       for i in self._invs.values())
+
+    def stopped(self, workflow: str, version: int | None, reason: str, dropped: list[tuple[Any, str]]) -> None:
+        """Pools of ``workflow`` closed: the calls ``dropped`` from their queues no longer count against
+        their invocations, and the invocations of ``version`` (None: any) still running fail."""
+        with self._lock:
+            for inv, _ in dropped:
+                inv.running -= 1
+                self._maybe_release(inv)
+            for inv in [i for i in self._invs.values() if i.spec.name == workflow and i.result is None
+                        and (version is None or i.version == version)]:
+                inv.running += 1  # _fail_locked counts one task as ending
+                self._fail_locked(inv, reason)
+        self.queues_changed()
+
+    def submit(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
+               transport: str | None = None, deadline_s: float | None = None) -> str:
+        """Start an invocation (:meth:`RuntimeAPI.submit`). ``deadline_s``: seconds from now within which
+        its functions must start: a function still queued then is not run (the invocation fails as
+        expired, freeing the worker for work someone still waits for), and a submit whose first
+        functions' queues could not start it in time is refused at once with ``Overloaded``."""
+        if deadline_s is not None and not deadline_s > 0:
+            raise SpecError(f"deadline_s={deadline_s!r}: give seconds > 0, or None for no deadline")
+        current = self.deployments.current(workflow)
+        if current is None:
+            raise NotFound(f"no workflow {workflow!r} is deployed; deployed: {self.deployments.workflows()}")
+        spec, version = current.spec, current.number
+        kind = transport or self.config.transport
+        if kind not in ("gfaas", "redis"):
+            raise ConfigError(f"transport {kind!r} is not 'gfaas' or 'redis'")
+        arrays = self._inputs(spec, inputs, seed)
+        if kind == "redis":
+            self.nodes.ensure_redis()
+        inv_id = os.urandom(16).hex()  # the data plane's invocation ID too: 128 random bits
+        inv = _Invocation(inv_id, spec, version, kind, None if deadline_s is None else time.monotonic() + deadline_s)
+        inv.inline_max = limit = self._inline_max(kind)
+        stored = {}
+        t0 = time.perf_counter()
+        for name, arr in arrays.items():
+            if limit > 0 and arr.nbytes <= limit and arr.dtype.kind in _NUMERIC:
+                inv.values[(INPUT, name)] = to_value(arr)
+            elif spec.readers(INPUT, name):
+                stored[name] = arr
+        if kind == "gfaas" and (stored or not self.nodes.lazy):
+            self._ensure_open(inv)
+        with self._lock:
+            self._invs[inv_id] = inv
+            seq = self._seq
+            self._seq += 1
+        if self.drives.drives:
+            drive = self.drives.input_drive(seq)
+            inv.homes.update(((INPUT, name), drive) for name in arrays)
+        try:
+            if stored:
+                t = self._gateway_transport(inv)
+                try:
+                    for name, arr in stored.items():
+                        inv.refs[(INPUT, name)] = t.put(arr, spec.readers(INPUT, name))
+                finally:
+                    t.close()
+            inv.host_s += time.perf_counter() - t0
+            with self._lock:
+                ready, skipped = inv.dag.start()
+                complete = self._note(inv, skipped)
+            self._schedule(inv, ready, complete)
+        except Exception as exc:
+            self._fail(inv, f"could not start: {exc}")
+            if isinstance(exc, Overloaded):
+                raise
+        return inv_id
+
+    def _inline_max(self, kind: str) -> int:
+        """The largest value an invocation of transport ``kind`` carries in messages (0 for the Redis
+        baseline: it stores everything, as the host-centric systems it stands for)."""
+        return self.config.inline_max_bytes if kind == "gfaas" else 0
+
+    def _ensure_open(self, inv: _Invocation) -> None:
+        """Open ``inv`` on the node daemons (tokens for each function and the gateway), once."""
+        if inv.opened or inv.kind != "gfaas":
+            return
+        tokens = self.nodes.open(inv.spec.name, [f.name for f in inv.spec.functions] + [GATEWAY], inv.id)
+        inv.tokens, inv.opened = tokens, True
+
+    def _note_preference(self, inv: _Invocation, fn: str) -> None:
+        """The node holding most of ``fn``'s inputs, per the global directory (policy.locality)."""
+        f = inv.spec.function(fn)
+        refs = [inv.refs.get((i.source, i.output), "") for i in f.inputs]
+        held = self.nodes.cluster.input_bytes(refs)
+        if held:
+            inv.prefer[fn] = choose_node(sorted(held), held)
+
+    def status(self, invocation_id: str) -> str:
+        return self._inv(invocation_id).status
+
+    def result(self, invocation_id: str, timeout: float | None = None) -> InvocationResult:
+        inv = self._inv(invocation_id)
+        if not inv.done.wait(timeout):
+            raise TimeoutError(f"invocation {invocation_id} still {inv.status} after {timeout} s")
+        assert inv.result is not None
+        return inv.result
+
+    def add_done_callback(self, invocation_id: str, callback: Callable[[InvocationResult], None]) -> None:
+        """Call ``callback(result)`` once the invocation has finished (at once if it has), on the
+        thread that finishes it: keep it short and non-blocking (the gateway wakes an asyncio future
+        with it, so no thread waits per request). ``NotFound`` for unknown IDs."""
+        inv = self._inv(invocation_id)
+        with self._lock:
+            if inv.result is None:
+                inv.callbacks.append(callback)
+                return
+            res = inv.result
+        callback(res)
+
+    def invoke(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
+               timeout: float | None = None, transport: str | None = None) -> InvocationResult:
+        """Submit and wait: the synchronous call."""
+        return self.result(self.submit(workflow, inputs, seed, transport), timeout)
+
+    def queue_depths(self) -> dict[str, int]:
+        with self._lock:
+            pools = list(self.deployments.pools.values())
+        return {p.key: len(p.queue) for p in pools}
+
+    def queue_positions(self, invocation_id: str) -> dict[str, int]:
+        """Where this invocation waits: function -> requests ahead of it in that function's queue.
+
+        This is what queue-aware eviction reads: an object whose consumers are far back can go first.
+        """
+        inv = self._inv(invocation_id)
+        out = {}
+        for f in inv.spec.functions:
+            pool = self.deployments.pool(inv.spec.name, inv.version, f.name)
+            pos = pool.position(invocation_id) if pool is not None else None
+            if pos is not None:
+                out[f.name] = pos
+        return out
+
+    def send_queue_hints(self, invocation_id: str | None = None) -> int:
+        """Tell every node daemon now where this invocation's (or, with None, every open gfaas
+        invocation's) functions wait, for queue-aware eviction (``Admin.queue_state``): queued
+        functions by their place in their queue, running ones at 0, finished or skipped ones as
+        done. With ``queue_hints`` on (the default) the runtime does this by itself as queues
+        change. Returns the invocations hinted."""
+        if invocation_id is not None:
+            ids = {self._inv(invocation_id).id}
+        else:
+            with self._lock:
+                ids = {i.id for i in self._invs.values() if i.kind == "gfaas" and not i.ended}
+        if self._hinter is not None:  # one round at a time, so an older state never arrives last
+            return len(ids.intersection(self._hinter.flush(ids)))
+        entries, heads = self._hint_batch(ids, set())
+        with self.nodes.lock:
+            for admin in self.nodes.admins.values():
+                admin.queue_state([QueueEntry(*e) for e in entries], heads)
+        return len(entries)
+
+    def _hint_batch(self, invocations: set[str], queues: set[str]) -> HintBatch:
+        """The queue hints of ``invocations`` (those still open on the data plane) and the heads of
+        ``queues`` and of the queues they wait in: O(what changed), never a pass over every queue."""
+        with self._lock:
+            snaps = [(inv.id, dict(inv.queued), dict(inv.dag.state))
+                     for inv in (self._invs.get(i) for i in invocations)
+                     if inv is not None and inv.kind == "gfaas" and inv.opened and not inv.ended]
+            pools = self.deployments.pools
+        entries = []
+        queues = set(queues)
+        for inv_id, queued, state in snaps:
+            # "ready" and not in its queue: running now (or about to be queued), position 0 either way
+            tickets = {f: t for f, t in queued.items() if state.get(f) == "ready"}
+            running = [f for f, st in state.items() if st == "ready" and f not in tickets]
+            done = sorted(f for f, st in state.items() if st in ("done", "skipped"))
+            entries.append((inv_id, tickets, running, done))
+            queues.update(q for q, _ in tickets.values())
+        heads = {q: pool.left for q in queues if (pool := pools.get(q)) is not None}
+        return entries, heads
+
+    def _inv(self, invocation_id: str) -> _Invocation:
+        with self._lock:
+            inv = self._invs.get(invocation_id)
+        if inv is None:
+            raise NotFound(f"no invocation {invocation_id!r} is known here (finished ones are kept for a while)")
+        return inv
+
+    def _inputs(self, spec: WorkflowSpec, inputs: Mapping[str, np.ndarray] | None,
+                seed: int | None) -> dict[str, np.ndarray]:
+        if (inputs is None) == (seed is None):
+            raise SpecError("give either inputs or a seed for the workflow's input generator, not both or neither")
+        if inputs is None:
+            if self._input_generator is None:
+                raise SpecError(f"workflow {spec.name!r} has no input generator here; pass inputs")
+            inputs = self._input_generator(spec.name, int(seed or 0), self.config.scale)
+        if inputs.keys() != spec.inputs.keys():
+            raise SpecError(f"workflow {spec.name!r} takes inputs {sorted(spec.inputs)}; "
+                            f"got {sorted(inputs)}{name_diff(spec.inputs, inputs, 'unknown')}")
+        out = {}
+        decls = spec.inputs
+        for name, value in inputs.items():
+            arr = value if type(value) is np.ndarray else np.asarray(value)
+            decls[name].check(arr, f"workflow {spec.name!r} input {name!r}")
+            out[name] = arr
+        return out
+
+    def _gateway_transport(self, inv: _Invocation) -> Transport:
+        """The platform's side of an invocation (its request inputs, its results)."""
+        return self.nodes.gateway_transport(inv.id, inv.kind, inv.tokens)
+
+    def _note(self, inv: _Invocation, skipped: list[str]) -> bool:
+        """Record skips (under the lock); True for the one caller that must complete the invocation."""
+        for fn in skipped:
+            inv.records[fn] = FunctionRecord(fn, skipped=True)
+        if inv.dag.complete and not inv.completing:
+            inv.completing = True
+            return True
+        return False
+
+    def _schedule(self, inv: _Invocation, ready: list[str], complete: bool) -> None:
+        for fn in ready:
+            with self._lock:
+                inv.running += 1
+                inv.enqueued[fn] = time.perf_counter()
+            try:
+                pool = self.deployments.pools.get(pool_key(inv.spec.name, inv.version, fn))
+                if pool is None:  # undeployed while the invocation ran
+                    raise NotFound(f"workflow {inv.spec.name!r} was undeployed")
+                if self.nodes.locality and inv.kind == "gfaas":
+                    self._note_preference(inv, fn)
+                pool.submit(inv, fn)
+            except (Overloaded, NotFound):
+                with self._lock:
+                    inv.running -= 1
+                raise
+        if complete:
+            self._complete(inv)
+
+    # -- one step: a task out to a worker, its reply back on the loop (runtime.loop)
+    def attach(self, worker: Any) -> None:
+        """A started worker (runtime.pool): the loop reads its replies from now on."""
+        self._loop.attach(worker)
+
+    def detach(self, worker: Any) -> None:
+        """A worker about to stop: the loop lets go of it first."""
+        self._loop.detach(worker)
+
+    def dispatch(self, inv: _Invocation, fn: str, pool: FunctionPool, worker: Any, cold_start_s: float = 0.0) -> None:
+        """Send ``fn``'s task of ``inv`` to ``worker`` (claimed for it by ``pool``) and return: the reply is
+        handled by :meth:`_on_message` on the loop. Small inputs ride in the task itself; a task with
+        stored inputs binds the worker's connection to its credentials first, one with none is lazy
+        (the worker asks, NeedData, should it need the data plane)."""
+        started = time.perf_counter()
+        inv.status = "running"
+        step = self._step(inv.spec, fn)
+        inputs: dict[str, str] = {}
+        values: dict[str, Value] = {}
+        carried, refs = inv.values, inv.refs
+        for name, key, inline in step.inputs:
+            v = carried.get(key)
+            if v is not None:
+                inputs[name], values[name] = inline, v
+            else:
+                inputs[name] = refs[key]
+        where = _NOWHERE
+        if step.accelerator or self.drives.drives:  # the first input's drive: where a marked function runs
+            home = inv.homes.get(step.first, -1)
+            where = self.drives.claim(home) if step.accelerator else Decision("", home)
+        node = getattr(worker, "gfaas_node", "") or pool.node
+        lazy = self.nodes.lazy and inv.kind == "gfaas" and len(values) == len(inputs) and hasattr(worker, "grant_data")
+        task = Task(inv.id, "" if lazy else inv.tokens.get(fn, ""), inputs, step.host_inputs, step.consumers,
+                    {} if lazy else self.nodes.transport_settings(node, inv.kind), deadline_s=pool.budget_s,
+                    accel=where.preset, values=values, inline_max=inv.inline_max, lazy=lazy)
+        run = _Running(inv, fn, pool, worker, started, cold_start_s, where, node)
+        self._running[id(worker)] = run
+        timeout = step.timeout
+        if not hasattr(worker, "send_task"):  # blocking workers (Ray, in-process): their runner thread
+            self._loop.run_blocking(worker, lambda: worker.run(task, timeout))
+            return
+        # Enforced by the loop's sweep (every TICK_S): no timer is set, and the loop is not woken, per task.
+        run.timeout, run.deadline = timeout, time.monotonic() + timeout
+        try:
+            run.bound = worker.send_task(task)
+        except WorkerDied as exc:
+            self._loop.post(functools.partial(self._on_message, worker, exc))
+
+    def _step(self, spec: WorkflowSpec, fn: str) -> _Step:
+        """``fn``'s :class:`_Step` in ``spec``: the same for every call, so worked out once."""
+        step = self._steps.get((id(spec), fn))
+        if step is None or step.spec is not spec:  # (an id reused by a later spec)
+            step = self._steps[(id(spec), fn)] = _Step(spec, fn, self.config.function_timeout_s)
+        return step
+
+    def _sweep(self) -> None:
+        """On the loop, every :data:`~gfaas.runtime.loop.TICK_S`: a task still running past its function's
+        ``timeout_s`` has its worker killed, and fails (its invocation) as the worker is replaced."""
+        now = time.monotonic()
+        for run in [r for r in self._running.values() if r.deadline and now > r.deadline and not r.done]:
+            run.worker.kill()
+            self._on_message(run.worker, TaskTimedOut(run.fn, run.worker.name, run.timeout))
+
+    def _on_message(self, worker: Any, msg: Any) -> None:
+        """On the loop: what ``worker`` sent (None: it is gone; an exception: its runner's outcome)."""
+        run = self._running.get(id(worker))
+        if isinstance(msg, NeedData):
+            self._grant(worker, run, msg)
+            return
+        if run is None or run.done:
+            if msg is None or isinstance(msg, BaseException):  # an idle worker died: its slot ends
+                self._replace_idle(worker)
+            return
+        run.done = True
+        self._running.pop(id(worker), None)
+        inv, fn, pool = run.inv, run.fn, run.pool
+        if run.bound and hasattr(worker, "release_binding"):
+            worker.release_binding(msg)
+        if run.where.placement == DSCS:
+            self.drives.release(run.where)
+        if msg is None or isinstance(msg, BaseException):
+            exc = msg if isinstance(msg, WorkerDied) else WorkerDied(
+                f"worker {worker.name} exited (status {_status(worker)}) while it held a task" if msg is None
+                else f"worker {worker.name} failed: {type(msg).__name__}: {msg}")
+            log.warning("%s; replacing it", exc)
+            if self.nodes.locality and not isinstance(exc, TaskTimedOut):
+                self.nodes.check(run.node)
+            pool.replace_dead(worker)
+            kept = self.logstore.read(inv.spec.name, fn, inv.id, limit=50)
+            self.failed(inv, fn, str(exc), Failure(fn, type(exc).__name__, "", failure_lines(kept, inv.id)))
+            pool.task_done(worker)
+            return
+        try:
+            self._finish(worker, run, msg)
+        finally:
+            nxt = pool.task_done(worker)
+            if nxt is not None:
+                self.dispatch(nxt[0], nxt[1], pool, worker, nxt[2])
+
+    def _grant(self, worker: Any, run: _Running | None, msg: NeedData) -> None:
+        """A lazy task needs the data plane: open its invocation on the node (once), bind the worker's
+        connection to the task's credentials, and tell it; or tell it why not."""
+        if run is None or run.done or msg.invocation != run.inv.id:
+            worker.refuse_data("no task of that invocation is running on this worker")
+            return
+        try:
+            self._ensure_open(run.inv)
+            worker.grant_data(run.inv.tokens[run.fn])
+            run.bound = True
+        except (GfaasError, OSError) as exc:
+            worker.refuse_data(str(exc))
+
+    def _replace_idle(self, worker: Any) -> None:
+        """A worker with no task ended (killed, crashed): its pool replaces it as needed."""
+        with self._lock:
+            pools = list(self.deployments.pools.values())
+        for p in pools:
+            if any(w is worker for w in p.slots):
+                log.warning("worker %s ended while idle; replacing it", getattr(worker, "name", "?"))
+                p.replace_dead(worker)
+                return
+
+    def _finish(self, worker: Any, run: _Running, reply: Any) -> None:
+        """A task's reply: its logs, its outputs (values or references), the DAG's next step."""
+        inv, fn, pool, where = run.inv, run.fn, run.pool, run.where
+        step = self._step(inv.spec, fn)
+        recs = self.logstore.add(inv.spec.name, fn, inv.id, reply.logs, str(inv.version)) if reply.logs else []
+        if type(reply) is Failed:
+            if self.nodes.locality and reply.error in ("DaemonUnavailable", "RemoteError"):
+                self.nodes.check(run.node)  # its node's daemon is gone: no more calls there
+            self.failed(inv, fn, reply.message, Failure(fn, reply.error, reply.trace, failure_lines(recs, inv.id)))
+            return
+        if type(reply) is not Done or reply.invocation != inv.id:
+            self.failed(inv, fn, f"worker {worker.name} answered {type(reply).__name__} to {fn}'s task")
+            return
+        if reply.values:
+            try:  # what function code sent back is checked before anything uses it
+                consumers = step.consumers
+                limit = inv.inline_max
+                for name, v in reply.values.items():
+                    if name not in consumers:
+                        raise SpecError(f"function {fn!r} sent back a value for {name!r}, which is not an output "
+                                        f"anything reads; its outputs read are {sorted(consumers)}")
+                    if len(v.data) > limit:
+                        raise SpecError(f"function {fn!r} sent back {len(v.data)} bytes for {name!r} in its "
+                                        f"reply, over the {limit} bytes a reply may carry")
+                    check_value(v, f"function {fn!r}: output {name!r}")
+            except SpecError as exc:
+                self.failed(inv, fn, str(exc))
+                return
+        if reply.hinted_bytes:  # ctx.merge during the call
+            with self.nodes.lock:
+                self.dedup.hinted(worker, inv.spec.name, fn, self.nodes.admins.get(run.node) or self.nodes.admin,
+                                  reply.hinted_bytes)
+        compute_s = reply.compute_s
+        deadline_s = input_deadline(0.0, compute_s)
+        if compute_s > 0:  # the next call's input budget derives from this one's compute time
+            pool.compute_s, pool.budget_s = compute_s, deadline_s
+        rec = FunctionRecord(fn, worker.name, run.started - inv.enqueued[fn], reply.fn_get_s, compute_s,
+                             reply.put_s, False, slo_for(compute_s) if compute_s > 0 else 0.0, deadline_s,
+                             where.placement, where.drive if step.accelerator else -1, reply.accel_s,
+                             run.cold_start_s)
+        with self._lock:
+            inv.records[fn] = rec
+            inv.host_s += reply.host_get_s + reply.host_put_s
+            for out, ref in reply.outputs.items():
+                inv.refs[(fn, out)] = ref
+            for out, v in reply.values.items():
+                inv.values[(fn, out)] = v
+            if where is not _NOWHERE:  # where its outputs live (runtime.accel's rule)
+                home = where.drive if where.placement == DSCS else inv.homes.get(step.first, -1)
+                for out in (*reply.outputs, *reply.values):
+                    inv.homes[(fn, out)] = home
+            inv.running -= 1
+            if inv.status == "failed":
+                self._maybe_release(inv)
+                return
+            try:
+                ready, skipped = inv.dag.finished(fn, reply.scalars)
+            except FunctionFailed as exc:
+                inv.running += 1  # _fail_locked counts one task as ending
+                self._fail_locked(inv, str(exc))
+                return
+            complete = self._note(inv, skipped)
+        self.queues_changed(inv)  # fn is done (queue hints)
+        try:
+            self._schedule(inv, ready, complete)
+        except (Overloaded, NotFound) as exc:
+            self._fail(inv, str(exc))
+
+    def failed(self, inv: _Invocation, fn: str, message: str, failure: Failure | None = None) -> None:
+        with self._lock:
+            if failure is not None and inv.result is None and inv.failure is None:
+                inv.failure = failure
+            self._fail_locked(inv, message)
+
+    def dropped(self, inv: _Invocation, fn: str) -> None:
+        with self._lock:
+            inv.running -= 1
+            self._maybe_release(inv)
+
+    def _fail(self, inv: _Invocation, message: str) -> None:
+        with self._lock:
+            inv.running += 1
+            self._fail_locked(inv, message)
+
+    def _fail_locked(self, inv: _Invocation, message: str) -> None:
+        inv.running -= 1
+        if inv.status != "failed" and inv.result is None:
+            inv.status, inv.error = "failed", message
+            self._set_result(inv, {})
+            log.info("invocation %s failed: %s", inv.id, message)
+        self._maybe_release(inv)
+
+    def _maybe_release(self, inv: _Invocation) -> None:
+        if inv.running == 0:
+            self._end_data(inv)
+
+    def _complete(self, inv: _Invocation) -> None:
+        outputs: dict[str, np.ndarray] = {}
+        try:
+            t0 = time.perf_counter()
+            stored = {}
+            for name, key in inv.spec.outputs.items():
+                v = inv.values.get(key)
+                if v is not None:  # carried in the reply: the result's own copy, writable
+                    outputs[name] = np.array(from_value(v), copy=True)
+                elif (ref := inv.refs.get(key)) is not None:
+                    stored[name] = ref
+            if stored:
+                t = self._gateway_transport(inv)
+                try:
+                    for name, ref in stored.items():
+                        outputs[name] = np.array(t.get(ref), copy=True)
+                finally:
+                    t.close()
+            inv.host_s += time.perf_counter() - t0
+        except Exception as exc:  # noqa: BLE001 - reported as the invocation's failure
+            with self._lock:
+                inv.running += 1
+                self._fail_locked(inv, f"collecting the outputs failed: {exc}")
+            return
+        with self._lock:
+            if inv.result is None:
+                inv.status = "done"
+                self._set_result(inv, outputs)
+            self._maybe_release(inv)
+
+    def _set_result(self, inv: _Invocation, outputs: dict[str, np.ndarray]) -> None:
+        recs = []
+        queue_s = pass_s = compute_s = accel_s = cold_s = 0.0
+        for f in inv.spec.functions:
+            r = inv.records.get(f.name)
+            if r is None:
+                r = FunctionRecord(f.name, skipped=True)
+            elif not r.skipped:
+                queue_s += r.queued_s
+                pass_s += r.get_s + r.put_s
+                compute_s += r.compute_s
+                accel_s += r.accel_s
+                cold_s += r.cold_start_s
+            recs.append(r)
+        b = Breakdown(queue_s, inv.host_s, pass_s, compute_s, time.perf_counter() - inv.submitted, accel_s, cold_s)
+        scalars = {f"{fn}.{k}": v for fn, vals in inv.dag.scalars.items() for k, v in vals.items()}
+        inv.result = InvocationResult(inv.id, inv.spec.name, inv.status, outputs, scalars, inv.error, b, tuple(recs),
+                                      inv.failure if inv.status == "failed" else None)
+        inv.done.set()
+        for cb in inv.callbacks:  # each waiter is told of its own invocation only (no broadcast)
+            try:
+                cb(inv.result)
+            except Exception:  # noqa: BLE001 - a waiter's failure must not fail the invocation
+                log.exception("a done-callback of invocation %s failed", inv.id)
+        inv.callbacks.clear()
+        self._finished.append(inv.id)
+        while len(self._finished) > 10_000:  # keep recent results fetchable, not all forever
+            self._invs.pop(self._finished.popleft(), None)
+
+    def _end_data(self, inv: _Invocation) -> None:
+        """Free everything the invocation stored, once no task of it is in flight (called under the
+        lock): handed to the ender thread, so the daemon round trips are off every caller's path and
+        the lock is not held across them (the next submit waited for them: docs/performance.md)."""
+        if inv.ended:
+            return
+        inv.ended = True
+        if inv.kind == "gfaas" and not inv.opened:
+            return  # nothing of it was ever on a node
+        self.nodes.end(inv)
+
+
+def _status(worker: Any) -> Any:
+    """A worker process's exit status (``?`` for other kinds)."""
+    proc = getattr(worker, "proc", None)
+    if proc is None:
+        return "?"
+    try:
+        return proc.wait(5) if proc.poll() is None else proc.returncode
+    except Exception:  # noqa: BLE001 - only for a message
+        return "?"

@@ -1,0 +1,243 @@
+"""The invoker's event loop: one thread that reads every worker's replies as they come.
+
+A warm worker process answers on its control socket; the loop waits on all of them at once (epoll)
+and hands each message to the runtime's ``on_message`` *on the loop's
+thread*, where the runtime steps the invocation's DAG and sends the next task at once. So a step costs
+one message to a worker and one back, and no thread is woken per task. Workers whose ``run`` blocks
+(a Ray actor, an in-process host) get a runner thread of their own, which posts each reply to the loop
+the same way. Timers (a call's ``timeout_s``) fire on the loop too.
+
+Everything the loop owns (the selector, the timers) is touched only on its thread: other threads
+``post`` a callable and wake it through a pipe.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import logging
+import os
+import queue
+import select
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+log = logging.getLogger("gfaas.runtime")
+
+
+class SocketWorker(Protocol):
+    """A worker whose replies the loop reads itself (:class:`~gfaas.runtime.worker.ProcessWorker`)."""
+
+    name: str
+
+    def fileno(self) -> int: ...
+    def receive(self) -> Any:
+        """The next message (the socket is readable), or None when the worker is gone."""
+
+
+OnMessage = Callable[[Any, Any], None]  # (worker, message | None (gone) | an exception (a runner's))
+TICK_S = 0.25  # how often the loop calls its ``tick`` (the invoker's timeout sweep), busy or not
+
+
+class ReplyLoop:
+    """The loop thread; ``on_message(worker, message)`` runs on it for every reply."""
+
+    def __init__(self, on_message: OnMessage, name: str = "gfaas-invoker",
+                 tick: Callable[[], None] | None = None) -> None:
+        self._on_message = on_message
+        self._tick = tick
+        self._next_tick = time.monotonic() + TICK_S
+        # epoll itself, not selectors: one look-up per reply (fd -> worker) is all a step pays here
+        self._ep = select.epoll()
+        self._watched: dict[int, Any] = {}  # fd -> worker
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._ep.register(self._wake_r, select.EPOLLIN)
+        self._posted: deque[Callable[[], None]] = deque()
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._runners: dict[int, _Runner] = {}  # id(worker) -> the runner thread of a blocking worker
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def on_loop(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    # -- from any thread
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop's thread, soon."""
+        self._posted.append(fn)
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full: the loop is awake already
+        except OSError:
+            if not self._closing:
+                raise
+
+    def attach(self, worker: Any) -> None:
+        """Read ``worker``'s replies from now on: a socket worker's on the loop, a blocking one's on a
+        runner thread of its own."""
+        if hasattr(worker, "fileno") and hasattr(worker, "receive"):
+            self.post(lambda: self._register(worker))
+        else:
+            self._runners[id(worker)] = _Runner(worker, self)
+
+    def detach(self, worker: Any, timeout: float = 10.0) -> None:
+        """Stop reading ``worker``'s replies (before it is stopped); returns once that holds."""
+        runner = self._runners.pop(id(worker), None)
+        if runner is not None:
+            runner.close()
+            return
+        if self.on_loop:
+            self._unregister(worker)
+            return
+        done = threading.Event()
+
+        def unregister() -> None:
+            self._unregister(worker)
+            done.set()
+
+        self.post(unregister)
+        if not done.wait(timeout) and self._thread.is_alive():
+            log.warning("the invoker's loop did not let go of worker %s within %g s", getattr(worker, "name", "?"),
+                        timeout)
+
+    def run_blocking(self, worker: Any, call: Callable[[], Any]) -> None:
+        """Run ``call`` (a blocking worker's ``run``) on its runner thread; its return value, or the
+        exception it raised, reaches ``on_message`` on the loop."""
+        runner = self._runners.get(id(worker))
+        if runner is None:
+            runner = self._runners[id(worker)] = _Runner(worker, self)
+        runner.submit(call)
+
+    def call_at(self, at: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop at monotonic time ``at`` (or soon after)."""
+        entry = (at, next(self._seq), fn)
+        if self.on_loop:
+            heapq.heappush(self._timers, entry)
+        else:
+            self.post(lambda: heapq.heappush(self._timers, entry))
+
+    def close(self) -> None:
+        self._closing = True
+        self.post(lambda: None)
+        self._thread.join(10)
+        for runner in list(self._runners.values()):
+            runner.close()
+        self._runners.clear()
+        self._ep.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    # -- on the loop
+    def _register(self, worker: Any) -> None:
+        try:
+            fd = worker.fileno()
+            if self._watched.get(fd) is worker:
+                raise ValueError(f"fd {fd} is watched already")
+            if self._watched.pop(fd, None) is not None:  # a closed worker's number, reused
+                try:
+                    self._ep.unregister(fd)
+                except OSError:
+                    pass
+            self._ep.register(fd, select.EPOLLIN)
+            self._watched[fd] = worker
+        except (ValueError, OSError) as exc:  # registered twice, or its socket closed already
+            log.debug("not watching worker %s: %s", getattr(worker, "name", "?"), exc)
+
+    def _unregister(self, worker: Any) -> None:
+        for fd, w in list(self._watched.items()):
+            if w is worker:
+                del self._watched[fd]
+                try:
+                    self._ep.unregister(fd)
+                except OSError:  # its socket closed already (epoll forgot it then)
+                    pass
+
+    def _run(self) -> None:
+        while not self._closing:
+            until = self._next_tick if self._tick is not None else None
+            if self._timers:
+                until = self._timers[0][0] if until is None else min(until, self._timers[0][0])
+            timeout = -1.0 if until is None else max(0.0, until - time.monotonic())
+            try:
+                events = self._ep.poll(timeout)
+            except OSError:  # a socket closed under epoll: look again
+                events = []
+            for fd, _ in events:
+                worker = self._watched.get(fd)
+                if worker is None:
+                    if fd == self._wake_r:
+                        try:
+                            while os.read(self._wake_r, 4096):
+                                pass
+                        except BlockingIOError:
+                            pass
+                    continue
+                try:
+                    msg = worker.receive()
+                except BlockingIOError:  # nothing after all
+                    continue
+                except Exception as exc:  # noqa: BLE001 - a broken message ends that worker, not the loop
+                    msg = exc
+                if msg is None or isinstance(msg, BaseException):
+                    self._unregister(worker)  # its end is reported once
+                self._on_message_safely(worker, msg)
+            while self._posted:
+                self._call(self._posted.popleft())
+            now = time.monotonic()
+            while self._timers and self._timers[0][0] <= now:
+                self._call(heapq.heappop(self._timers)[2])
+            if self._tick is not None and now >= self._next_tick:
+                self._next_tick = now + TICK_S
+                self._call(self._tick)
+
+    def _on_message_safely(self, worker: Any, msg: Any) -> None:
+        try:
+            self._on_message(worker, msg)
+        except Exception:  # noqa: BLE001 - a bug in one step must not stop every invocation
+            log.exception("internal error in the invoker's loop handling a reply of %s", getattr(worker, "name", "?"))
+
+    @staticmethod
+    def _call(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - a bug in one step must not stop every invocation
+            log.exception("internal error in the invoker's loop")
+
+
+class _Runner:
+    """The thread of a worker whose ``run`` blocks: it runs one call at a time and posts the outcome."""
+
+    def __init__(self, worker: Any, loop: ReplyLoop) -> None:
+        self.worker = worker
+        self._loop = loop
+        self._q: queue.SimpleQueue[Callable[[], Any] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=f"gfaas-run-{getattr(worker, 'name', '?')}",
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, call: Callable[[], Any]) -> None:
+        self._q.put(call)
+
+    def close(self) -> None:
+        self._q.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        while (call := self._q.get()) is not None:
+            try:
+                out: Any = call()
+            except Exception as exc:  # noqa: BLE001 - reported as the call's outcome
+                out = exc
+            self._loop.post(functools.partial(self._loop._on_message_safely, self.worker, out))

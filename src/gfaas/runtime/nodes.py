@@ -1,0 +1,348 @@
+"""The node daemons a runtime uses, and what it asks of them: :class:`Nodes`.
+
+It starts the runtime's own node daemon (or takes the running ones it is given, or joins a cluster's
+directory and finds the others), keeps one control connection to each (``Admin``, shared under one
+lock), opens invocations on every node (tokens drawn by the first, or derived from the cluster key),
+frees what ended in batches on a thread of its own, lends the gateway's attached connections for the
+request inputs and results that go through the data plane, and starts the Redis server of the
+baseline transport when an invocation first asks for it. Nothing here knows about workflows or
+workers beyond names.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..dataplane.peer_auth import PeerKey
+from ..dataplane.protocol import QueueEntry
+from ..errors import ConfigError, DaemonUnavailable, GfaasError, NotFound, RemoteError
+from .cluster import Cluster, discover
+from .config import NodeEndpoint, RuntimeConfig
+from .gpus import node_devices
+from .hints import Batch as HintBatch
+from .transport import AttachedPool, RedisTransport, Transport, TransportConfig, open_transport
+from .worker import GATEWAY
+
+if TYPE_CHECKING:
+    from ..dataplane.client import Binder
+
+log = logging.getLogger("gfaas.runtime")
+
+
+class Ending(Protocol):
+    """What the ender frees of an ended invocation."""
+
+    id: str
+    kind: str
+    refs: dict[tuple[str, str], str]
+
+
+class Nodes:
+    """The runtime's node daemons (see the module docstring). ``closers`` collects what the runtime
+    closes when it closes (in reverse)."""
+
+    def __init__(self, config: RuntimeConfig, closers: list[Callable[[], None]]) -> None:
+        self.config = config
+        self._closers = closers
+        self.nodes: dict[str, NodeEndpoint] = {}
+        self.admins: dict[str, Any] = {}  # node -> Admin; the first is the gateway's node
+        self.admin: Any = None
+        self.lock = threading.Lock()  # Admin connections are shared by many threads
+        self.gateway_pool: AttachedPool | None = None  # attached connections for request inputs and results
+        self.redis_url = config.redis_url
+        self._redis_lock = threading.Lock()
+        self.cluster = self._cluster_view()
+        self.locality = False
+        self.lazy = False
+        self._hint_admins: dict[str, Any] = {}  # node -> the hinter's own Admin connection
+        self._ending: deque[Ending] = deque()  # invocations whose data the ender frees
+        self._end_cv = threading.Condition()
+        self._ender_stop = False
+        self._ender_thread: threading.Thread | None = None
+
+    # -- start
+    def _cluster_view(self) -> Cluster:
+        c = self.config
+        key = PeerKey.from_file(c.cluster_key_file) if c.cluster_key_file else None
+        redis = None
+        if c.join:
+            from ..config import NodeConfig
+            from ..dataplane.directory import redis_client
+
+            redis = redis_client(NodeConfig(node_id="gateway", redis_url=c.join, cluster_key_file=c.cluster_key_file,
+                                            redis_password_file=c.redis_password_file), 5.0)
+            self._closers.append(redis.close)
+        return Cluster(key, redis)
+
+    def start(self) -> None:
+        """Reach (or start) the daemons; then the ender thread."""
+        cfg = self.config
+        if cfg.transport == "redis":
+            self.ensure_redis()
+        nodes = list(cfg.nodes)
+        if not nodes:
+            from ..config import NodeConfig
+            from ..dataplane.local import LocalNode
+
+            run_dir = tempfile.mkdtemp(prefix="gfaas-rt-", dir="/tmp")
+            self._closers.append(lambda: shutil.rmtree(run_dir, ignore_errors=True))
+            joined: dict[str, Any] = {}
+            if cfg.join:  # the gateway's node is a node of the cluster: peers pull requests from it
+                joined = {"redis_url": cfg.join, "redis_password_file": cfg.redis_password_file,
+                          "cluster_key_file": cfg.cluster_key_file, "transfer_host": cfg.transfer_host or "127.0.0.1"}
+            node_cfg = NodeConfig(node_id="gateway" if cfg.join else "rt0",
+                                  socket_path=os.path.join(run_dir, "node.sock"),
+                                  state_dir=os.path.join(run_dir, "state"), capacity_bytes=cfg.node_capacity_bytes,
+                                  devices=node_devices(cfg.gpus), **joined)
+            node = LocalNode(node_cfg).__enter__()
+            self._closers.append(lambda: node.__exit__(None, None, None))
+            nodes = [NodeEndpoint(node_cfg.node_id, node_cfg.socket_path, node_cfg.state_dir)]
+        if cfg.join:
+            nodes += self._joined_nodes({n.name for n in nodes})
+        from_directory = {n.name for n in nodes[len(cfg.nodes) or 1:]} if cfg.join else set()
+        for n in nodes:
+            try:
+                admin = self.connect_admin(n)
+            except (RemoteError, DaemonUnavailable) as exc:
+                if n.name not in from_directory:
+                    raise
+                # A node registered in the directory but not answering (a dead machine's entry stays
+                # until it restarts): the cluster is served without it.
+                log.warning("joined node %s at %s does not answer (%s); left out", n.name, n.address, exc)
+                continue
+            self._closers.append(admin.close)
+            self.nodes[n.name], self.admins[n.name] = n, admin
+        self.cluster.node_ids = {a.node_id: name for name, a in self.admins.items()}
+        self.cluster.probe = self.probe
+        self.admin = self.admins[nodes[0].name]
+        self.locality = cfg.locality if cfg.locality is not None else (cfg.executor == "ray" and len(self.nodes) > 1)
+        # One node and worker processes with an attached connection each: an invocation is opened on
+        # the node only when a value too large to carry is stored, and a task binds its worker's
+        # connection only when it asks (NeedData). Several nodes, Ray and in-process: opened at submit.
+        self.lazy = cfg.executor == "process" and len(self.admins) == 1 and self.cluster.key is None
+        self.gateway_pool = AttachedPool(self.admin.attach)
+        self._closers.append(self.gateway_pool.close)  # (before the node connections: closers run in reverse)
+        self._ender_thread = threading.Thread(target=self._ender, name="gfaas-ender", daemon=True)
+        self._ender_thread.start()
+
+    def _joined_nodes(self, have: set[str]) -> list[NodeEndpoint]:
+        """The nodes registered in ``join``'s directory (other than ``have``)."""
+        assert self.cluster.redis is not None and self.cluster.key is not None
+        found = discover(self.cluster.redis, self.cluster.key)
+        out = [NodeEndpoint(n["node"], n["socket"], address=n["address"]) for n in found if n["node"] not in have]
+        log.info("joined %s: nodes %s", self.config.join, [n.name for n in out])
+        return out
+
+    def connect_admin(self, n: NodeEndpoint) -> Any:
+        """A control connection to ``n``: its Unix socket, or its transfer port for a node elsewhere."""
+        from ..dataplane.client import Admin
+
+        if n.address and not n.state_dir:
+            from ..dataplane.peer_control import PeerAdmin
+
+            if self.cluster.key is None:
+                raise ConfigError(f"node {n.name!r} at {n.address} is on another machine: set cluster_key_file")
+            return PeerAdmin(n.address, n.name, self.cluster.key)
+        return Admin(n.socket_path, state_dir=n.state_dir or None)
+
+    def ensure_redis(self) -> None:
+        """Start the baseline's throwaway Redis the first time an invocation needs it."""
+        with self._redis_lock:
+            if self.redis_url:
+                return
+            from ..dataplane.redis_server import RedisServer
+
+            # With a password: other local users must not read or rewrite the baseline's objects. The
+            # URL carrying it travels to workers over their control socket only, never in argv.
+            srv = RedisServer(password=True, lifeline=True).__enter__()
+            self._closers.append(lambda: srv.__exit__(None, None, None))
+            self.redis_url = f"redis://:{srv.password}@127.0.0.1:{srv.port}/0"
+
+    # -- what the runtime asks
+    def first(self) -> str:
+        return next(iter(self.nodes), "")
+
+    def transport_settings(self, node: str = "", kind: str = "") -> dict[str, str]:
+        if (kind or self.config.transport) == "redis":
+            return {"kind": "redis", "redis_url": self.redis_url}
+        endpoint = self.nodes[node] if node else next(iter(self.nodes.values()))
+        return {"kind": "gfaas", "socket_path": endpoint.socket_path}
+
+    def binder(self, node: str) -> Binder | None:
+        """An attached connection to ``node``'s daemon for a new worker process, which serves all of its
+        tasks there (bound per task; no connection, Hello or token per task). None: connect per task."""
+        from ..dataplane.client import Binder
+
+        admin = self.admins.get(node) or self.admin
+        if admin is None:
+            return None
+        try:
+            sock, welcome = admin.attach_socket()
+        except GfaasError as exc:
+            log.warning("no attached daemon connection for a new worker (it connects per task): %s", exc)
+            return None
+        return Binder(sock, welcome, self.transport_settings(node, "gfaas")["socket_path"])
+
+    def open(self, workflow: str, functions: list[str], inv_id: str) -> dict[str, str]:
+        """Open the invocation on every node (that is up) with the same tokens: drawn by the first node,
+        or, with a cluster key, derived from it (each node on another machine derives its own)."""
+        key = self.cluster.key
+        # Before the lock: a node due for a probe is probed here, on an admin connection (under the lock).
+        down = {name for name in self.admins if not self.cluster.up(name)} if len(self.admins) > 1 else set()
+        with self.lock:
+            if key is None:
+                tokens: dict[str, str] = self.admin.open_invocation(workflow, functions, inv_id).tokens
+            else:
+                tokens = key.function_tokens(inv_id, functions)
+                self.admin.open_invocation(workflow, functions, inv_id, tokens)
+            for name, admin in self.admins.items():
+                if admin is self.admin or name in down:
+                    continue
+                try:  # (a node on another machine is sent no tokens: PeerAdmin drops them, it derives its own)
+                    admin.open_invocation(workflow, functions, inv_id, tokens)
+                except (RemoteError, DaemonUnavailable) as exc:
+                    if not self.locality:
+                        raise
+                    self.cluster.mark_down(name, str(exc))  # its workers get no calls of this invocation
+        return tokens
+
+    def gateway_transport(self, inv_id: str, kind: str, tokens: dict[str, str]) -> Transport:
+        """The platform's side of an invocation (its request inputs, its results): on the data plane,
+        a long-lived connection from the pool bound to the invocation's gateway credentials."""
+        if kind == "gfaas" and self.gateway_pool is not None:
+            return self.gateway_pool.transport(tokens.get(GATEWAY, ""))
+        cfg = TransportConfig(**self.transport_settings("", kind))  # type: ignore[arg-type]
+        return open_transport(cfg, inv_id, GATEWAY, tokens.get(GATEWAY, ""))
+
+    def probe(self, node: str) -> None:
+        with self.lock:
+            self.admins[node].snapshot()
+
+    def check(self, node: str) -> None:
+        """A worker on ``node`` died: if its daemon does not answer either, leave the node out."""
+        admin = self.admins.get(node)
+        if admin is None or admin is self.admin:
+            return
+        try:
+            with self.lock:
+                admin.snapshot()
+        except GfaasError as exc:
+            self.cluster.mark_down(node, f"its daemon does not answer ({exc})")
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Each node daemon's ``Admin.stats()``, by node name."""
+        with self.lock:
+            return {name: admin.stats() for name, admin in self.admins.items()}
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        """Each node daemon's live figures (``Admin.snapshot()``: counters only, cheap enough to poll),
+        in the order of the runtime's nodes; each carries its ``node_id`` and the runtime's ``node`` name."""
+        with self.lock:
+            return [{**admin.snapshot(), "node": name} for name, admin in self.admins.items()]
+
+    def object_info(self, node: str, ref: Any) -> dict[str, Any]:
+        """``Admin.object_info(ref)`` on ``node`` (the runtime's name for it, or the daemon's node_id)."""
+        admin = self.admins.get(node) or next((a for a in self.admins.values() if a.node_id == node), None)
+        if admin is None:
+            raise NotFound(f"no node {node!r} is used by this runtime; its nodes: {sorted(self.admins)}")
+        with self.lock:
+            out: dict[str, Any] = admin.object_info(ref)
+        return out
+
+    def queue_state(self, entries: list[QueueEntry], heads: dict[str, int]) -> None:
+        """Queue hints to every node now, on the shared connections."""
+        with self.lock:
+            for admin in self.admins.values():
+                admin.queue_state(entries, heads)
+
+    def send_hints(self, batch: HintBatch) -> None:
+        """The hinter's round: one ``QueueState`` per node, on the hinter's own connections."""
+        entries = [QueueEntry(*e) for e in batch[0]]
+        for node in list(self.nodes):
+            if not self.cluster.up(node):
+                continue
+            try:
+                self._own_admin(self._hint_admins, node).queue_state(entries, batch[1])
+            except Exception:
+                stale = self._hint_admins.pop(node, None)
+                if stale is not None:  # perhaps broken mid-call: a fresh connection next round
+                    stale.close()
+                raise
+
+    # -- freeing what ended
+    def end(self, inv: Ending) -> None:
+        """Free ``inv``'s data on the nodes (or the Redis server), soon, on the ender's thread: its daemon
+        round trips are off every caller's path and hold no lock the next submit waits for."""
+        with self._end_cv:
+            self._ending.append(inv)
+            self._end_cv.notify()
+
+    def _ender(self) -> None:
+        """Free what ended, in batches: one ``EndInvocations`` round trip per node for all the
+        invocations that ended since the last one, on connections of this thread's own."""
+        own: dict[str, Any] = {}  # node -> this thread's Admin connection
+        try:
+            while True:
+                with self._end_cv:
+                    while not self._ending and not self._ender_stop:
+                        self._end_cv.wait()
+                    if not self._ending:
+                        return
+                    batch = list(self._ending)
+                    self._ending.clear()
+                self._free(batch, own)
+        finally:
+            for admin in own.values():
+                admin.close()
+
+    def close(self) -> None:
+        """Free what is still pending, stop the ender, and close the hinter's connections (before the
+        node connections close: the runtime's closers do that)."""
+        if self._ender_thread is not None:
+            with self._end_cv:
+                self._ender_stop = True
+                self._end_cv.notify()
+            self._ender_thread.join(30)
+        for admin in self._hint_admins.values():
+            admin.close()
+
+    def _own_admin(self, own: dict[str, Any], node: str) -> Any:
+        """A background thread's own Admin connection to ``node`` (made on first use)."""
+        admin = own.get(node)
+        if admin is None:
+            from ..dataplane.client import Admin
+
+            n = self.nodes[node]
+            admin = own[node] = Admin(n.socket_path, state_dir=n.state_dir or None) if n.state_dir or not n.address \
+                else self.connect_admin(n)
+        return admin
+
+    def _free(self, invs: list[Ending], own: dict[str, Any]) -> None:
+        ids = [inv.id for inv in invs if inv.kind == "gfaas"]
+        if ids:
+            for node in list(self.nodes):
+                if not self.cluster.up(node):
+                    continue  # a node that is down lost its objects; it is not waited for
+                try:
+                    self._own_admin(own, node).end_invocations(ids)
+                except Exception:  # noqa: BLE001 - the results stand; leftovers go with the node
+                    log.exception("could not free the data of %d invocations on node %s", len(ids), node)
+                    stale = own.pop(node, None)
+                    if stale is not None:  # perhaps broken mid-call: a fresh connection next time
+                        stale.close()
+        for inv in invs:
+            if inv.kind == "gfaas":
+                continue
+            try:
+                keys = [r.removeprefix("redis:").split("|")[0] for r in inv.refs.values()]
+                if keys:
+                    RedisTransport(TransportConfig("redis", redis_url=self.redis_url), inv.id, GATEWAY)._r.delete(*keys)
+            except Exception:  # noqa: BLE001 - the result stands; leftovers go with the server
+                log.exception("could not free the data of invocation %s", inv.id)

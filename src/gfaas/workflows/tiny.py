@@ -1,0 +1,39 @@
+"""A two-function workflow of tiny data: ``gen`` makes a float32 array of ``n`` elements, ``red`` sums a
+strided slice of it. Cpu functions, no model: it measures the platform's own cost per invocation
+(``gfaas bench overload``, ``gfaas bench ray-serve``) and is the dashboard's deploy example. Its
+handlers are in ``gfaas.workflows``, the package a gateway allows by default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+SPEC = """
+name: tiny
+description: gen makes a float32 array from a size, red sums a strided slice
+inputs: {n: {dtype: int64, shape: []}}
+outputs: {total: red.total}
+functions:
+  - {name: gen, kind: cpu, handler: "gfaas.workflows.tiny:gen", inputs: {n: input.n},
+     outputs: {x: {dtype: float32, shape: [-1]}}}
+  - {name: red, kind: cpu, handler: "gfaas.workflows.tiny:red", params: {stride: 4},
+     inputs: {x: gen.x}, outputs: {total: {dtype: float32, shape: []}}}
+"""
+
+
+def gen(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    n = int(ctx.get(inputs["n"]))
+    return {"x": np.arange(n, dtype=np.float32)}
+
+
+def red(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    x = ctx.get(inputs["x"])
+    stride = int(ctx.params.get("stride", 4))
+    return {"total": np.float32(x[::stride].sum(dtype=np.float64))}
+
+
+def expected_total(n: int, stride: int = 4) -> float:
+    """What ``red`` answers for ``gen``'s array of ``n`` elements (the benchmarks check every answer)."""
+    return float(np.float32(np.arange(n, dtype=np.float64)[::stride].sum()))
