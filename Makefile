@@ -183,6 +183,7 @@ profile-results: $(STAMP)
 		$(BIN)/python benchmarks/profile_invoke.py loop --n 1500 > /dev/null
 	$(BIN)/python benchmarks/profile_invoke.py loop --n 1000 --out $(R)/profile-after-cpu.json > /dev/null
 	$(BIN)/python benchmarks/hotpath_tables.py $(R)/profile-after-cpu.json --block profile-after --write docs/performance.md
+	$(BIN)/python benchmarks/hotpath_tables.py $(R)/profile-after-cpu.json --block control-path --write docs/performance.md
 
 overload-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-results: commit your changes first (results record the commit)"; exit 1; }
