@@ -20,6 +20,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+from .pyexec import module_argv
+
 log = logging.getLogger("gfaas.lifeline")
 
 
@@ -46,7 +48,7 @@ def watch(fd: int, on_close: Callable[[], None], what: str = "this process") -> 
 
 def command(fd: int, cmd: list[str]) -> list[str]:
     """``cmd`` run under a supervisor that kills it when the lifeline ``fd`` closes."""
-    return [sys.executable, "-m", "gfaas.lifeline", str(fd), "--", *cmd]
+    return module_argv("gfaas.lifeline", str(fd), "--", *cmd)
 
 
 def main(argv: list[str]) -> int:

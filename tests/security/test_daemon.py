@@ -302,7 +302,7 @@ def test_redis_password_is_not_in_argv_or_the_log(make_config, run_dir) -> None:
     with LocalNode(cfg) as n:
         assert n.proc is not None
         cmdline = Path(f"/proc/{n.proc.pid}/cmdline").read_bytes()
-        assert b"gfaas.dataplane.node_main\0--config-fd\0" in cmdline
+        assert b"'gfaas.dataplane.node_main'" in cmdline and b"\0--config-fd\0" in cmdline
         with gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir) as adm:
             assert adm.stats()["invocations"] == 0
     log = Path(os.path.join(cfg.state_dir, "daemon.log")).read_bytes()

@@ -56,7 +56,7 @@ def test_the_graph_reader_sees_type_checking_and_function_imports(tmp_path: Path
 #: commands at the top only.
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
-    ("units", "clock", "secfiles", "gcpause", "lifeline", "proctree", "provenance"),
+    ("units", "clock", "secfiles", "gcpause", "pyexec", "lifeline", "proctree", "provenance"),
     ("topology",),
     ("policy",),
     ("config",),

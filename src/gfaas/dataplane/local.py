@@ -8,13 +8,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import asdict
 
 from ..config import NodeConfig
 from ..errors import ConfigError, DaemonUnavailable
 from ..lifeline import pipe
+from ..pyexec import module_argv
 from ..secfiles import private_dir
 
 
@@ -37,7 +37,7 @@ def daemon_command(config_fd: int, lifeline_fd: int | None = None) -> list[str]:
     """The daemon's command line: its configuration (which may hold a Redis password) comes through
     the inherited descriptor ``config_fd``, never in argv, which every local user can read;
     ``lifeline_fd``: the read end of a pipe whose write end only the owner holds (see start_daemon)."""
-    cmd = [sys.executable, "-m", "gfaas.dataplane.node_main", "--config-fd", str(config_fd)]
+    cmd = module_argv("gfaas.dataplane.node_main", "--config-fd", str(config_fd))
     return cmd if lifeline_fd is None else [*cmd, "--lifeline-fd", str(lifeline_fd)]
 
 

@@ -28,6 +28,7 @@ from ..dataplane.peer_auth import PeerKey, generate_key_file
 from ..dataplane.redis_server import find_server_binary
 from ..errors import ConfigError, GfaasError
 from ..proctree import descendants
+from ..pyexec import module_argv
 from ..scaling.netns import Testbed
 from ..secfiles import create_file
 from ..units import MiB
@@ -113,11 +114,11 @@ class NetLab:
             name, ip = f"m{i}", tb.ips[i]
             sock, state = os.path.join(self.run_dir, f"{name}.sock"), os.path.join(self.run_dir, f"{name}.state")
             nodes[name] = {"ip": ip, "socket": sock, "state_dir": state}
-            argv = tb.exec_argv(i) + [
-                sys.executable, "-m", "gfaas", "node", "start", "--node-id", name, "--socket", sock,
+            argv = tb.exec_argv(i) + module_argv(
+                "gfaas", "node", "start", "--node-id", name, "--socket", sock,
                 "--state-dir", state, "--capacity", str(self.capacity), "--join", redis_url,
                 "--redis-password-file", self.pw_file, "--cluster-key-file", self.key_file, "--transfer-host", ip,
-                "--ray-address", f"{self.head_ip}:{RAY_PORT}", "--ray-cpus", f"{self.cpus:g}"]
+                "--ray-address", f"{self.head_ip}:{RAY_PORT}", "--ray-cpus", f"{self.cpus:g}")
             # One machine at a time: Ray gives a new raylet 30 s to register, which several starting
             # at once on a 2-core host can miss. A machine that missed it (its command exits) starts again.
             for attempt in (1, 2):

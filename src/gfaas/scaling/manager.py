@@ -13,7 +13,6 @@ import os
 import queue
 import secrets
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -24,6 +23,7 @@ from typing import Any, cast
 from ..errors import ConfigError, ProtocolError, ScalingError
 from ..models.llm import LlamaConfig, packed_size, preset
 from ..policy.multicast import Schedule
+from ..pyexec import module_argv
 from . import frames as F
 from .netns import Testbed
 from .warm import warm_orders
@@ -106,7 +106,7 @@ class Manager:
     def start(self, timeout: float = 60.0) -> None:
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         for i in range(self.bed.nodes):
-            p = subprocess.Popen([*self.bed.exec_argv(i), sys.executable, "-m", "gfaas.scaling.node"],
+            p = subprocess.Popen([*self.bed.exec_argv(i), *module_argv("gfaas.scaling.node")],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
             self.procs.append(p)
             threading.Thread(target=self._read, args=(i, p), daemon=True).start()
