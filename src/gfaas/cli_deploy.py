@@ -67,6 +67,11 @@ def cmd_status(a: argparse.Namespace) -> int:
         print(f"  {fn:16s} {c['warm']:>4} {c['busy']:>4} {c['starting']:>5} {c['queued']:>5} {c['target']:>6} "
               f"{str(c['min']) + '-' + str(c['max']):>7} {c['cold_starts']:>5} {c['worker_seconds']:>9.1f}  "
               f"{c['keep_alive']}")
+    starts = {fn: c["start_ms_p50"] for fn, c in doc["functions"].items() if c.get("start_ms_p50")}
+    if starts:
+        print("  worker start, median ms per phase (recent starts):")
+        for fn, ph in starts.items():
+            print(f"  {fn:16s} " + "  ".join(f"{k} {v:g}" for k, v in ph.items()))
     return 0
 
 

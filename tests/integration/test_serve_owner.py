@@ -52,7 +52,7 @@ def test_a_sigkilled_gfaas_serve_leaves_no_process_behind(tmp_path: Path) -> Non
                 np.testing.assert_array_equal(res.outputs["y"], [0.0, 2.0, 4.0])
         tree = [p for p in descendants(srv.proc.pid) if p != srv.proc.pid]
         names = {p: cmdline(p) for p in tree}
-        kinds = {"daemon": "gfaas.dataplane.node_main", "worker": "gfaas.runtime.worker_main",
+        kinds = {"daemon": "gfaas.dataplane.node_main", "worker template": "gfaas.runtime.forkserver",
                  "redis": "server"}
         for kind, word in kinds.items():
             assert any(word in c for c in names.values()), f"no {kind} among {names}"

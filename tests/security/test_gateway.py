@@ -43,8 +43,9 @@ def chain(name: str, n: int, handler: str = "rt_handlers:negate") -> str:
 
 
 def worker_pids() -> set[int]:
-    """This process's worker children (python -m gfaas.runtime.worker_main)."""
-    pids = set()
+    """This process's live workers: children started afresh (gfaas.runtime.worker_main) and the
+    children of its worker template (gfaas.runtime.forkserver), whose command line they share."""
+    procs: dict[int, tuple[int, bytes]] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -53,10 +54,13 @@ def worker_pids() -> set[int]:
             cmd = (d / "cmdline").read_bytes()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and b"gfaas.runtime.worker_main" in cmd:
-            pids.add(int(d.name))
-    return pids
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z":
+            procs[int(d.name)] = (int(fields[1]), cmd)
+    me = os.getpid()
+    templates = {p for p, (pp, cmd) in procs.items() if pp == me and b"gfaas.runtime.forkserver" in cmd}
+    return {p for p, (pp, cmd) in procs.items()
+            if (pp == me and b"gfaas.runtime.worker_main" in cmd) or pp in templates}
 
 
 @pytest.fixture(scope="module")

@@ -170,7 +170,7 @@ def sleep_then_read(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _control_socket() -> Any:
-    """The worker's own socket to the runtime (python -m gfaas.runtime.worker_main FD)."""
+    """The worker's own socket to the runtime (its ``sys.argv[1]``, forked or spawned)."""
     import socket
     import sys
 
@@ -205,3 +205,38 @@ def ask_for_another(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     sock.close()
     granted = isinstance(rep, DataReady) and rep.ok
     return {"y": np.float64(1.0 if granted else 0.0)}
+
+
+# ---- issue 36: what a worker's root phase may leave behind ------------------------------------------
+FORGED = "gfaas.gateway INFO forged: tenant became admin"
+
+
+def descriptors(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Count this process's open descriptors by kind, those that are the runtime's own stderr
+    (``params``: its device and inode), and write a forged log line into every descriptor that is
+    not a socket: only its own captured output may take it."""
+    import stat
+
+    ctx.get(inputs["x"])
+    theirs = (int(ctx.params["stderr_dev"]), int(ctx.params["stderr_ino"]))
+    counts = {"fds": 0, "files": 0, "runtime_stderr": 0, "other": 0}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            st = os.fstat(fd)
+        except OSError:  # the listing's own descriptor
+            continue
+        counts["fds"] += 1
+        if (st.st_dev, st.st_ino) == theirs:
+            counts["runtime_stderr"] += 1
+        if stat.S_ISREG(st.st_mode):
+            counts["files"] += 1
+        elif not (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or os.path.realpath(f"/proc/self/fd/{fd}")
+                  == "/dev/null"):
+            counts["other"] += 1
+        if not stat.S_ISSOCK(st.st_mode):
+            try:
+                os.write(fd, (FORGED + "\n").encode())
+            except OSError:
+                pass
+    return {"y": np.array([os.getuid()], dtype=np.int64), **{k: np.int64(v) for k, v in counts.items()}}

@@ -52,6 +52,50 @@ functions:
 """
 
 
+START_SPEC = """
+name: {name}
+inputs: {{x: {{dtype: float32, shape: [-1]}}}}
+outputs: {{y: f.y}}
+functions:
+  - {{name: f, kind: cpu, handler: "gfaas.bench.autoscale_handlers:hold", params: {{seconds: 0}}, {model}
+     inputs: {{x: input.x}}, outputs: {{y: null}}, scaling: {{min: 1, max: 1}}}}
+"""
+START_MODEL = "efficientnet_b0"  # a zoo model (small scale), mapped from the node's shared weight store
+
+
+def worker_starts(n: int = 12, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Worker start, request to ready, one at a time: ``n`` deploys of a one-worker workflow with no model
+    and ``n`` with a zoo model whose weights are in the node's shared store (``dedup="shared"``; the
+    first deploy put them there). Each workflow is a tenant of its own (its own uid when sandboxed).
+    The first start of each runtime also starts the fork server's template: it is reported apart
+    (``first_ms``) and left out of the medians."""
+    from ..runtime.local import LocalRuntime, RuntimeConfig
+    from ..runtime.pool import start_phase_p50
+
+    say = say or (lambda m: None)
+    out: dict[str, Any] = {"starts": n, "model": START_MODEL}
+    for kind, model, dedup in (("no_model", "", "off"), ("zoo_model", f"model: {START_MODEL},", "shared")):
+        phases: list[dict[str, float]] = []
+        with LocalRuntime(RuntimeConfig(queue_hints=False, dedup=dedup)) as rt:  # type: ignore[arg-type]
+            for k in range(n + 1):
+                name = f"start-{k}"
+                rt.deploy(START_SPEC.format(name=name, model=model))
+                pool = next(p for key, p in rt.deployments.pools.items() if key.startswith(name + "/"))
+                res = rt.invoke(name, {"x": np.zeros(4, np.float32)}, timeout=120)  # served: its worker is up
+                if not res.ok:
+                    raise ConfigError(f"the worker-start workflow failed: {res.error}")
+                phases.extend(pool.start_phases)
+                rt.undeploy(name)
+        first, rest = phases[0], phases[1:]
+        p50 = start_phase_p50(rest)
+        out[f"{kind}_p50"] = p50.get("ready")
+        out[f"{kind}_phases_p50"] = p50
+        out[f"{kind}_first_ms"] = round(first["ready"] * 1e3, 2)
+        say(f"  worker start, {kind.replace('_', ' ')}: p50 {p50.get('ready')} ms ({p50}); the first, with the "
+            f"template: {out[f'{kind}_first_ms']} ms")
+    return out
+
+
 def burst_arrivals(duration_s: float, peak_rps: float, seed: int = 0) -> np.ndarray:
     """Request times (seconds, sorted) following the bundled burst rates squeezed into ``duration_s``."""
     from ..sim.bundled import trace_path
@@ -122,6 +166,8 @@ def run(*, duration_s: float = 90.0, target_concurrency: float = 0.7, peak_rps: 
              ("gfaas", {"min": 0, "keep": "gfaas"})]
     say(f"bench autoscale: {len(arrivals)} requests over {duration_s:g} s (peak {peak_rps:g}/s), "
         f"{service_ms:g} ms each, up to {max_workers} workers")
+    say("- worker starts, one at a time")
+    starts = worker_starts(say=say)
     rows = []
     for name, p in plans:
         say(f"- {name}")
@@ -142,13 +188,15 @@ def run(*, duration_s: float = 90.0, target_concurrency: float = 0.7, peak_rps: 
     ratio = real["p99_ms"] / warm["p99_ms"] if warm["p99_ms"] else float("inf")
     ws = real["worker_seconds"] / warm["worker_seconds"] if warm["worker_seconds"] else float("inf")
     sim_err = (sim.cold_starts - real["cold_starts"]) / real["cold_starts"] if real["cold_starts"] else None
-    return {"policies": out_rows,
+    return {"policies": out_rows, "worker_start_ms": starts,
             "sim": {"cold_starts": sim.cold_starts, **sim.as_dict(), "start_s": round(start_s, 4),
                     "service_s": round(svc, 4)},
             "real": {"cold_starts": real["cold_starts"]},
             "checks": {"gfaas_p99_over_always_warm": round(ratio, 3),
                        "gfaas_worker_seconds_over_always_warm": round(ws, 3),
                        "sim_cold_starts_error": None if sim_err is None else round(sim_err, 3),
+                       "worker_start_no_model_p50_ms": starts["no_model_p50"],
+                       "worker_start_zoo_model_p50_ms": starts["zoo_model_p50"],
                        "dropped": sum(r["dropped"] for r in rows)},
             "workload": {"trace": "lambdascale-burst", "duration_s": duration_s, "peak_rps": peak_rps,
                          "service_ms": service_ms, "max_workers": max_workers, "seed": seed, "tick_s": tick_s,
@@ -179,6 +227,9 @@ def main(a: Any) -> int:
         print(f"{r['policy']:12s} {r['requests']:>8} {r['dropped']:>7} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
               f"{r['cold_starts']:>5} {r['worker_seconds']:>9.1f}")
     c = res["checks"]
+    ws = res["worker_start_ms"]
+    print(f"worker start, request to ready, p50: {ws['no_model_p50']} ms without a model, {ws['zoo_model_p50']} ms "
+          f"with {ws['model']} from the shared store (targets 20 and 50 ms)")
     print(f"gfaas p99 / always-warm p99 = {c['gfaas_p99_over_always_warm']}; worker-seconds ratio = "
           f"{c['gfaas_worker_seconds_over_always_warm']}; sim cold starts {res['sim']['cold_starts']} vs real "
           f"{res['real']['cold_starts']}")

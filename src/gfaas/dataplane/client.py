@@ -342,6 +342,10 @@ class Client:
         """The connection is gone (closed here, or broken: the daemon went or refused it)."""
         return self._ch.sock is None
 
+    def fileno(self) -> int:
+        """The connection's descriptor (-1 once it is gone)."""
+        return -1 if self._ch.sock is None else self._ch.sock.fileno()
+
     # ---- credentials on an attached connection ------------------------------------------------
     def bind(self, token: str, lease: int = -1, ids: int = 0) -> None:
         """Take ``token``'s credentials (an attached client): the ``Bind`` goes out now, its reply is

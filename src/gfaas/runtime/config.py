@@ -92,6 +92,10 @@ class RuntimeConfig:
             inside the runtime's task and reply messages rather than through the node's data plane
             (request inputs and results too); an invocation of only such values costs the node daemon
             nothing. Larger ones stay zero-copy references. 0: everything through the data plane.
+        fork_server: start process workers by forking a template process that has imported what every
+            worker imports (:mod:`gfaas.runtime.forkserver`): a start costs a fork, not an
+            interpreter's start-up. False: each worker is a fresh interpreter. Workers in a network
+            namespace (emulated cluster nodes) are always fresh interpreters.
         function_timeout_s: the longest one call of a function may run once a worker took it, for
             functions whose spec sets no ``timeout_s:`` (default 300 s). Past it the worker is killed
             and replaced and the invocation fails naming the function and the timeout (the ``inproc``
@@ -145,6 +149,7 @@ class RuntimeConfig:
     drain_timeout_s: float = 600.0
     function_timeout_s: float = 300.0
     inline_max_bytes: int = 64 * 1024
+    fork_server: bool = True
     log_dir: str = ""
     cluster_key_file: str = ""
     join: str = ""

@@ -39,6 +39,7 @@ from .codepkg import (
 )
 from .config import RuntimeConfig
 from .dedup import RuntimeDedup
+from .forkserver import PRELOAD, ForkServer, template_env
 from .gpus import ordinal, spread
 from .logs import LogStore
 from .nodes import Nodes
@@ -97,6 +98,8 @@ class Deployments:
         self._ledgers: dict[str, Ledger] = {}
         self.closed = False
         self._autoscaler = Autoscaler(lambda: list(self.pools.values()), config.scale_tick_s)
+        self._forks: dict[tuple[int, bool], ForkServer] = {}  # (threads, torch) -> its template
+        self._forks_lock = threading.Lock()
 
     @property
     def code(self) -> CodeStore | None:
@@ -116,6 +119,23 @@ class Deployments:
         for p in list(self.pools.values()):
             p.close()
         self.pools.clear()
+        with self._forks_lock:
+            for f in self._forks.values():
+                f.close()
+            self._forks.clear()
+
+    def fork_server(self, init: Init) -> ForkServer | None:
+        """The template to fork ``init``'s worker from (one per thread count, and with torch preloaded
+        for GPU functions), started on first use; None when workers start afresh."""
+        if not self.config.fork_server:
+            return None
+        key = (init.threads, init.device.startswith("cuda"))
+        with self._forks_lock:
+            f = self._forks.get(key)
+            if f is None:
+                env = template_env(os.environ, init.threads)
+                f = self._forks[key] = ForkServer(env, PRELOAD + (("torch",) if key[1] else ()))
+            return f
 
     def tenant_identity(self, workflow: str) -> Identity | None:
         """The uid and gid the workers of ``workflow`` run under; ``None`` without a sandbox."""
@@ -160,7 +180,7 @@ class Deployments:
                              start_timeout=60.0 if pin else 300.0)
         netns = self.nodes.nodes[node].netns if node in self.nodes.nodes else ""
         return ProcessWorker(init, prefix=["ip", "netns", "exec", netns] if netns else None,
-                             binder=self.nodes.binder(node))
+                             binder=self.nodes.binder(node), forks=None if netns else self.fork_server(init))
 
     # -- scaling and resources (runtime.pool, policy.workerpool, policy.resources)
     def default_scaling(self) -> ScalingSpec:

@@ -156,6 +156,10 @@ class Capture:
         self._thread = threading.Thread(target=self._reader, name="gfaas-log-reader", daemon=True)
         self._thread.start()
 
+    def pipe_fds(self) -> list[int]:
+        """The read ends of the pipes behind fds 1 and 2 (the worker's own; kept across a uid drop)."""
+        return list(self._fds)
+
     def add(self, stream: str, text: str, level: str = "", t: float | None = None) -> None:
         with self._lock:
             self._batch.add(LogLine(t or time.time(), stream, level, _cut(text), self._in_task))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import statistics
 import threading
 import time
 from collections import deque
@@ -117,6 +118,7 @@ class FunctionPool:
         self.expired = 0  # tasks not run because their invocation's deadline had passed
         self.worker_seconds = 0.0  # of stopped workers (live ones are added in counts())
         self.start_s: deque[float] = deque(maxlen=64)  # how long recent starts took (ready - began)
+        self.start_phases: deque[dict[str, float]] = deque(maxlen=64)  # theirs, phase by phase (seconds)
         self.target = 0
         self.next_check: float | None = None
         self._slots: dict[int, _Slot] = {}
@@ -146,6 +148,7 @@ class FunctionPool:
                     "cold_starts": self.cold_starts, "starts": self.starts, "stops": self.stops,
                     "deferred_starts": self.deferred, "expired": self.expired, "worker_seconds": round(self.worker_seconds + live_s, 3),
                     "start_s_mean": round(sum(self.start_s) / len(self.start_s), 4) if self.start_s else None,
+                    "start_ms_p50": start_phase_p50(self.start_phases),
                     "resources": self.res.describe(), "nodes": self._per_node()}
 
     def _per_node(self) -> dict[str, int]:  # under self.cv
@@ -236,11 +239,16 @@ class FunctionPool:
             t = time.monotonic()
             with self.cv:
                 slot.worker, slot.ready = worker, t
-                self.start_s.append(t - slot.started)
+                self._started(worker, t - slot.started)
             self.rt.attach(worker)
             with self.cv:
                 slot.state, slot.since = "idle", t
             self._pull(slot)
+
+    def _started(self, worker: Any, took_s: float) -> None:  # under self.cv
+        self.start_s.append(took_s)
+        if getattr(worker, "start_phases", None):  # process workers report theirs (worker.ProcessWorker)
+            self.start_phases.append(worker.start_phases)
 
     def submit(self, inv: Any, function: str) -> None:
         now = time.monotonic()
@@ -559,7 +567,7 @@ class FunctionPool:
         now = time.monotonic()
         with self.cv:
             slot.worker, slot.ready = worker, now
-            self.start_s.append(now - slot.started)
+            self._started(worker, now - slot.started)
         self.rt.attach(worker)
         with self.cv:
             if slot.state == "stopping" or self.closed:
@@ -597,6 +605,16 @@ class FunctionPool:
             with self.cv:
                 d = self._decide(now, sample=False)
             self.apply(d)
+
+
+def start_phase_p50(starts: Sequence[dict[str, float]]) -> dict[str, float]:
+    """The median milliseconds of each start phase over ``starts`` (each phase over the starts that
+    had it: "template" only the first, "model" only with a model)."""
+    by: dict[str, list[float]] = {}
+    for st in starts:
+        for k, v in st.items():
+            by.setdefault(k, []).append(v)
+    return {k: round(statistics.median(v) * 1e3, 2) for k, v in by.items()}
 
 
 class Autoscaler:

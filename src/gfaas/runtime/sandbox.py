@@ -46,6 +46,10 @@ _ENV_KEEP = frozenset({
     "GFAAS_CACHE_DIR", "GFAAS_LOG", "GFAAS_COPY_THREADS", "GFAAS_FORCE_NO_GPU", "HOME",
 })
 
+# Set in every worker's environment: bundled libraries' telemetry off (onnxruntime's opens a database
+# under HOME at import, which a worker started as root would keep open after its uid drop).
+WORKER_ENV = {"ORT_DISABLE_TELEMETRY": "1", "ORT_TELEMETRY_DISABLED": "1"}
+
 
 @dataclass(frozen=True)
 class Identity:

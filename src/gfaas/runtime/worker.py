@@ -23,7 +23,8 @@ import threading
 import time
 import traceback
 from array import array
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 import numpy as np
@@ -33,9 +34,10 @@ from ..dataplane.device_array import DeviceArray, on_device
 from ..dataplane.device_client import device_of
 from ..errors import DaemonUnavailable, DedupError, FunctionFailed, GfaasError, ProtocolError, SpecError
 from ..gcpause import freeze_startup
+from ..pyexec import module_argv
 from .context import Context
 from .logs import Capture, LogLine
-from .sandbox import Identity, drop_privileges, worker_env
+from .sandbox import WORKER_ENV, Identity, drop_privileges, worker_env
 from .spec import FunctionSpec, loads, name_diff
 from .transport import BoundTransport, Transport, TransportConfig, open_transport
 
@@ -84,6 +86,10 @@ class Ready(_Ctl):
     load_s: float
     hinted_bytes: int = 0  # bytes the model load marked mergeable (the runtime tells the node daemon)
     logs: list[LogLine] = []  # what the worker printed and logged while it started (runtime.logs)
+    # Its start, phase by phase: "entry" (time.monotonic(), system-wide, when its serving code began),
+    # then seconds of "model" (the platform's model load), "drop" (the uid drop) and "import" (the
+    # function's code), each present where the start had it.
+    phases: dict[str, float] = {}
 
 
 class Value(msgspec.Struct, array_like=True):
@@ -294,8 +300,11 @@ class FunctionHost:
         self.fn: FunctionSpec = spec.function(init.function)
         self._where = f"function {self.fn.name!r} (handler {self.fn.handler})"  # what its errors name
         self.sandbox_entered = False
+        self.phases: dict[str, float] = {}  # seconds of each part of the start (Ready.phases)
         if not init.code_dir:
+            t = time.perf_counter()
             self.handler = self.fn.load_handler()  # an installed package: the operator's code
+            self.phases["import"] = time.perf_counter() - t
         self.scale = init.scale
         self.device = init.device
         self.gpu = init.gpu
@@ -308,17 +317,23 @@ class FunctionHost:
         self.dedup = init.dedup
         self.hinted_bytes = 0
         if self.fn.model:
+            t = time.perf_counter()
             self.model = _load_model(self.fn.model, init)
+            self.phases["model"] = time.perf_counter() - t
         if init.code_dir:
             if enter_sandbox is not None:
+                t = time.perf_counter()
                 enter_sandbox()
                 self.sandbox_entered = True
+                self.phases["drop"] = time.perf_counter() - t
+            t = time.perf_counter()
             self.handler = _load_from_package(self.fn, init.code_dir)
             if self.fn.model_file:  # the user's model: parsed with the tenant's rights only
                 from ..models.files import load_file
 
                 self.model = load_file(os.path.join(init.code_dir, self.fn.model_file), device=init.device,
                                        threads=init.threads)
+            self.phases["import"] = time.perf_counter() - t
         if self.dedup != "off":
             from ..dedup.hint import take_hinted
 
@@ -641,13 +656,24 @@ class InProcessWorker:
         pass
 
 
+class Forker(Protocol):
+    """What starts a worker by fork (:class:`gfaas.runtime.forkserver.ForkServer`): a process object like
+    ``subprocess.Popen``'s serving the socket ``sock_fd``, and the seconds spent starting the template."""
+
+    def fork(self, env: Mapping[str, str], sock_fd: int) -> tuple[Any, float]: ...
+
+
 class ProcessWorker:
-    """A warm worker process (``python -m gfaas.runtime.worker_main``) serving one function."""
+    """A warm worker process serving one function: forked from the runtime's template process
+    (:mod:`.forkserver`) or, without one, a fresh isolated interpreter (:mod:`.worker_main`)."""
 
     def __init__(self, init: Init, *, env: dict[str, str] | None = None, start_timeout: float = 300.0,
-                 prefix: list[str] | None = None, binder: Binder | None = None) -> None:
+                 prefix: list[str] | None = None, binder: Binder | None = None,
+                 forks: Forker | None = None) -> None:
         """``binder``: the runtime's end of an attached daemon connection (``Admin.attach_socket``) handed
-        to the worker with Init; tasks on its node are then bound to it (no connection per task)."""
+        to the worker with Init; tasks on its node are then bound to it (no connection per task).
+        ``forks``: the template to fork it from (ignored with a ``prefix``, which must exec)."""
+        t_request = time.monotonic()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
         self._binder = binder
@@ -658,11 +684,21 @@ class ProcessWorker:
         self.sandboxed = init.sandbox_uid >= 0
         ident = Identity(init.sandbox_uid, init.sandbox_gid) if self.sandboxed else None
         child_env = worker_env({**os.environ, **(env or {})}, ident)
+        child_env.update(WORKER_ENV)
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             child_env.setdefault(var, str(init.threads))  # numpy's BLAS would otherwise spin a thread per core
-        cmd = [*(prefix or []), sys.executable, "-m", "gfaas.runtime.worker_main", str(theirs.fileno())]
-        self.proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), env=child_env, stdin=subprocess.DEVNULL)
-        theirs.close()
+        self.forked = forks is not None and not prefix
+        self.proc: Any
+        template_s = 0.0
+        try:
+            if forks is not None and not prefix:
+                self.proc, template_s = forks.fork(child_env, theirs.fileno())
+            else:
+                cmd = [*(prefix or []), *module_argv("gfaas.runtime.worker_main", str(theirs.fileno()))]
+                self.proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), env=child_env, cwd="/",
+                                             stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
         self.pid = self.proc.pid
         self.name = f"{init.function}@{self.pid}"
         self._sock.settimeout(start_timeout)
@@ -681,6 +717,15 @@ class ProcessWorker:
             raise FunctionFailed(f"function {init.function!r} could not start: {first.message}"
                                  + (f"; its last output:{tail}" if tail else ""))
         assert isinstance(first, Ready)
+        t_ready = time.monotonic()
+        # The start phase by phase, in seconds (pool status, /metrics, the dashboard): "fork" (to the
+        # forked process running) or "spawn" (a fresh interpreter up to its serving code, imports
+        # included), then what the worker reports, and "ready" for the whole of it.
+        ph = dict(first.phases)
+        entry = ph.pop("entry", t_ready)
+        self.start_phases = {**({"template": template_s} if template_s else {}),
+                             ("fork" if self.forked else "spawn"): max(0.0, entry - t_request - template_s),
+                             **ph, "ready": t_ready - t_request}
         self.start_logs = first.logs  # the runtime keeps them (runtime.logs)
         self.load_s = first.load_s
         self.hinted_bytes = first.hinted_bytes
@@ -870,8 +915,33 @@ def _daemon_connection(socket_path: str) -> socket.socket:
     return conn
 
 
-def _enter_sandbox(init: Init) -> None:
-    """Drop to the tenant's uid once the handler and model are loaded (runtime.sandbox)."""
+def own_descriptors() -> list[int]:
+    """This process's open descriptors (``/proc/self/fd``), the one used to list them left out."""
+    fds = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            os.fstat(fd)
+        except OSError:  # the directory listing's own descriptor, closed since
+            continue
+        fds.append(fd)
+    return fds
+
+
+def _close_others(keep: set[int]) -> None:
+    """Close every descriptor but ``keep`` and stdio: what the root phase opened (its libraries' files,
+    a duplicate of the runtime's stderr) must not reach the tenant's code."""
+    for fd in own_descriptors():
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _enter_sandbox(init: Init, keep: set[int] | None = None) -> None:
+    """Drop to the tenant's uid once the platform's model is loaded and before the function's code is
+    imported (runtime.sandbox), keeping no descriptor but stdio and ``keep``."""
     # What a task needs later must be imported now: the interpreter's and the project's files may be
     # readable by root only (an interpreter under /root), and a worker no longer is root afterwards.
     import importlib
@@ -889,25 +959,31 @@ def _enter_sandbox(init: Init) -> None:
     if init.code_dir:  # what loading the package's own model needs, read while the files are readable
         for name in ("onnx", "onnxruntime", "gfaas.models.files", "gfaas.models.runtime"):
             importlib.import_module(name)
+    if keep is not None:
+        _close_others(keep)
     drop_privileges(Identity(init.sandbox_uid, init.sandbox_gid))
 
 
 def serve_fd(fd: int) -> int:
     """Serve the runtime on the socket ``fd``: Init, then tasks until Stop or the socket closes."""
+    entry = time.monotonic()  # its start's "entry" (Ready.phases): forked or spawned, the process runs
     sock = socket.socket(fileno=fd)
     data, fds = recv_message_fds(sock, 1)
+    if not data:
+        return 0  # the runtime went away before it sent Init
     init = _dec.decode(data)
     assert isinstance(init, Init)
     link = _attached_client(init, fds)
     # From here on, what this process prints or logs is the function's log (runtime.logs), sent with
     # each reply: model load and start-up lines with Ready, a task's lines with its Done or Failed.
     # GFAAS_WORKER_LOGS=off leaves the worker's output on the runtime's own terminal (debugging a worker).
-    cap = Capture() if os.environ.get("GFAAS_WORKER_LOGS", "on") != "off" else None
+    # A sandboxed function's output is always captured: fd 2 must not be the runtime's own stderr.
+    cap = Capture() if os.environ.get("GFAAS_WORKER_LOGS", "on") != "off" or init.sandbox_uid >= 0 else None
     if cap is None:
-        return _serve(sock, init, None, link)
+        return _serve(sock, init, None, link, entry)
     cap.install()
     try:
-        return _serve(sock, init, cap, link)
+        return _serve(sock, init, cap, link, entry)
     except BaseException:
         cap.fatal(f"gfaas worker {init.workflow}/{init.function} (pid {os.getpid()}) failed:\n"
                   f"{traceback.format_exc()}")
@@ -952,18 +1028,29 @@ def _attached_client(init: Init, fds: list[int]) -> Any:
     return Client(init.transport.get("socket_path", ""), None, sock=conn, welcome=welcome)
 
 
-def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = None) -> int:
+def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = None, entry: float = 0.0) -> int:
+    def sandbox() -> None:
+        keep = {sock.fileno(), *(cap.pipe_fds() if cap is not None else ())}
+        if link is not None:
+            keep.add(link.fileno())
+        if cap is not None:
+            cap.console = -1  # closed below: a worker's fatal error now goes to its own log
+        _enter_sandbox(init, keep)
+
     try:
-        sandbox = (lambda: _enter_sandbox(init)) if init.sandbox_uid >= 0 else None
-        host = FunctionHost(init, enter_sandbox=sandbox, link=link)
-        if sandbox is not None and not host.sandbox_entered:
+        sandboxed = init.sandbox_uid >= 0
+        host = FunctionHost(init, enter_sandbox=sandbox if sandboxed else None, link=link)
+        if sandboxed and not host.sandbox_entered:
+            t = time.perf_counter()
             sandbox()
+            host.phases["drop"] = time.perf_counter() - t
     except Exception as exc:
         sock.send(_enc.encode(Failed("", type(exc).__name__, str(exc), traceback.format_exc()[-8000:],
                                      _take(cap))))
         return 1
     freeze_startup()  # the handler and its model live as long as the worker: out of the collector's walks
-    sock.send(_enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes, _take(cap))))
+    sock.send(_enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes, _take(cap),
+                                {"entry": entry, **host.phases})))
     while True:
         data, fds = recv_message_fds(sock, 1)
         if not data:

@@ -164,7 +164,8 @@ def dashboard_state(gw: _Gateway) -> dict[str, Any]:
             mem = c.get("memory") or {}
             for k in merged:
                 merged[k] += int(mem.get(k, 0) or 0)
-            fns[fn] = {k: c.get(k) for k in ("warm", "idle", "busy", "starting", "cold_starts", "queued")
+            fns[fn] = {k: c.get(k) for k in ("warm", "idle", "busy", "starting", "cold_starts", "queued",
+                                             "start_ms_p50")
                        if k in c} | {"queue_depth": depths.get(f"{name}/{fn}", 0), "memory": mem}
         row = live.get(name) or {"rate_per_s": 0.0, "done": 0, "failed": 0, "p50_ms": None, "p99_ms": None,
                                  "breakdown_ms": None}

@@ -167,6 +167,11 @@ class _Gateway:
         self.registry.gauge_callback("gfaas_function_worker_seconds", "Seconds of worker lifetime per function "
                                      "since deploy (what the scaling costs).",
                                      ["workflow", "function"], lambda: self._scaling("worker_seconds"))
+        self.registry.gauge_callback("gfaas_function_start_seconds", "Median seconds of each phase of a "
+                                     "function's recent worker starts (template: the fork server's own start, "
+                                     "once; fork or spawn; model; drop: the uid drop; import: the function's "
+                                     "code; ready: request to ready).",
+                                     ["workflow", "function", "phase"], self._start_phases)
         self.nodes = register_node_metrics(self.registry, runtime)  # the node daemons' figures (node_metrics.py)
         self._max_waiters = max_waiters
         self._limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = \
@@ -200,6 +205,10 @@ class _Gateway:
     def _workers(self) -> dict[tuple[str, ...], float]:
         return {(st["workflow"], fn, state): float(c.get(state, 0)) for st in self._statuses()
                 for fn, c in st["functions"].items() for state in ("warm", "idle", "busy", "starting")}
+
+    def _start_phases(self) -> dict[tuple[str, ...], float]:
+        return {(st["workflow"], fn, phase): ms / 1e3 for st in self._statuses()
+                for fn, c in st["functions"].items() for phase, ms in (c.get("start_ms_p50") or {}).items()}
 
     def _scaling(self, field: str) -> dict[tuple[str, ...], float]:
         return {(st["workflow"], fn): float(c.get(field, 0)) for st in self._statuses()

@@ -176,6 +176,13 @@ function renderNodes(nodes, note) {
   }).join("");
 }
 
+function startCell(ph) {
+  // A worker start's median milliseconds, request to ready; its phases (fork, model, drop, import) on hover.
+  if (!ph || ph.ready === undefined) return `<td class="num">-</td>`;
+  const parts = Object.entries(ph).filter(([k]) => k !== "ready").map(([k, v]) => `${k} ${fmt(v, 1)}`).join(", ");
+  return `<td class="num" title="${esc(parts)}">${fmt(ph.ready, 1)}</td>`;
+}
+
 function renderScaling(wfs, dedup) {
   const rows = [];
   for (const w of wfs) {
@@ -183,6 +190,7 @@ function renderScaling(wfs, dedup) {
       const m = c.memory || {};
       rows.push(`<tr><td>${esc(w.name)}</td><td>${esc(fn)}</td>` +
         ["warm", "idle", "busy", "starting", "queue_depth", "cold_starts"].map((k) => `<td class="num">${fmt(c[k], 0)}</td>`).join("") +
+        startCell(c.start_ms_p50) +
         `<td class="num">${bytes(m.rss_bytes)}</td><td class="num">${bytes(m.pss_bytes)}</td></tr>`);
     }
   }
