@@ -66,8 +66,11 @@ def test_prewarm_policy_unloads_after_use_and_loads_before_the_next_call() -> No
     p.keep = Periodic()
     p.arrival(0.0)
     p.done(0.0)
-    d = p.decide(2.0, 0, idle(0), sample=True)
-    assert d.stop == (0,)  # idle past the grace, before the pre-warm window
+    # Idle past the grace, before the pre-warm window. (Issue 36: a worker stops only once idle for a
+    # panic window, 6 s here, so a burst's workers do not flap; this used to stop it at 2 s.)
+    assert p.decide(2.0, 0, idle(0), sample=True).stop == ()
+    d = p.decide(6.0, 0, idle(0), sample=True)
+    assert d.stop == (0,)
     d = p.decide(10.0, 0, [], sample=True)
     assert (d.target, d.next_check) == (0, 300.0)  # sleeps until the pre-warm
     d = p.decide(300.0, 0, [], sample=True)

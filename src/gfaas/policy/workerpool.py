@@ -18,24 +18,60 @@ The caller reports three kinds of event and applies what :meth:`WorkerPoolPolicy
   there is nothing to start for, and a stop of a worker that just went idle waits for the next tick
   (at most ``tick_s``), so a warm call costs no decision at all.
 
-The target count is ``max(min, scaler's count, keep-alive floor)``, at most ``max``:
+The target count is ``max(min, scaler's count, keep-alive floor, burst floor, hold, fast path)``,
+at most ``max``:
 
 * the scaler's count follows the demand (stable and panic windows); it reaches 0 only when no
   request was seen for ``scale_to_zero_grace_s``;
 * the keep-alive floor is 1 while the keep-alive policy wants the last instance loaded: for
   ``keep_alive_s`` after the last use, or, for a pre-warmed function, from ``prewarm_after_s`` after
   the last use for ``keep_alive_s``; else 0. So a function goes to zero only when both allow it;
-* a request that arrives while the function has no worker starts one at once, without waiting for
-  a tick (the scale-from-zero path); beyond one worker, scaling out waits for the scaler's tick, so
-  a queue that forms for a moment does not start a worker that the stable window then stops.
+* the **burst floor** (issue 36) is the size of the function's recent bursts while the
+  keep-alive policy predicts the next one (see *Scaling ahead of the burst* below); else 0;
+* the **hold** keeps the workers pre-warmed for a burst that then came, until a panic window
+  passes in which the demand (busy plus queued, at a decision) never needed them all;
+* the **fast path**: when more requests wait than idle and starting workers can take, the workers
+  they need start at once, in the decision that follows the arrival (no tick): ``ceil((busy +
+  queued) / target_concurrency) - live`` of them, never more than the requests left without a
+  worker (``queued - idle - starting``), at most ``max``. A request at zero workers is the case
+  of one. The scaler has no scale-up rate of its own (Knative's default, 1000x, is none in
+  practice), so ``max`` and the waiting requests are the cap: a start is never made for a request
+  that something already takes.
+
+**Scaling ahead of the burst.** The keep-alive policy learns from the idle time between
+invocations, and inside a burst those are near zero, so a function that bursts every five minutes
+looks to it like one that never stops. The policy therefore keeps a second instance of the same
+keep-alive policy (the same name: ``fixed:N`` never pre-warms, so nothing changes for it) that is
+told of one arrival per *burst*: a burst begins at an arrival that finds nothing in flight after a
+pause of at least :data:`BURST_GAP_S` (a minute, the histograms' bin: shorter pauses predict
+nothing), close to how the minute-granular keep-alive simulator sees a function. Each burst's peak
+concurrency (in flight plus queued) is recorded. When that burst-level policy pre-warms (its
+histogram found the bursts' period), the burst floor is, from the pre-warm point for its keep-alive
+window (both from the last burst's start), ``ceil(peak / target_concurrency)`` for the smaller peak
+of the last two bursts (one outlier burst does not hold extra workers), at most ``max``. A burst
+that arrives in that window keeps the pre-warmed workers under the hold. A function whose bursts
+have no pattern the keep-alive policy sees gets no burst floor (the fast path and the idle rule
+below still apply).
+
+**Flapping.** Workers started at once for a burst would otherwise be stopped at the next tick, since
+the stable window's average has barely moved, and started again at the burst's next request. So an
+extra worker stops only once it has been idle for a panic window (``panic_window_s``): one that
+went idle a moment ago is part of a burst still running. Each worker ends a panic window after its
+own last request, not the whole count a stable window after the burst as the scaler's panic mode
+holds it (which still applies when the demand reaches ``panic_threshold`` times the workers at a
+tick). ``panic_window_s`` is the knob: shorter saves worker-seconds and costs more starts.
 
 A start made while requests wait for a worker (more queued requests than idle and starting
 workers) is a **cold start**; others (the floor, the minimum, a pre-warm) are not. Extra workers
-stop only when idle, the longest idle first.
+stop only when idle, the longest idle first. ``ahead=False`` gives the reactive policy of before
+issue 36 (no burst floor, no hold, stops as soon as the target allows, scale-out beyond one worker
+on the tick), for comparisons.
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -43,7 +79,10 @@ from typing import Literal
 from ..errors import ConfigError
 from .autoscale import ConcurrencyScaler, KeepAlive, ScalingSpec, keep_alive_policy
 
-__all__ = ["PoolDecision", "WorkerPoolPolicy", "WorkerView"]
+__all__ = ["BURST_GAP_S", "PoolDecision", "WorkerPoolPolicy", "WorkerView"]
+
+#: A pause this long (nothing in flight) ends a burst: the keep-alive histograms' 1-minute bin.
+BURST_GAP_S = 60.0
 
 WorkerStateName = Literal["starting", "idle", "busy"]
 
@@ -73,15 +112,25 @@ class PoolDecision:
 class WorkerPoolPolicy:
     """One function's worker-count decisions (see the module docstring)."""
 
-    def __init__(self, spec: ScalingSpec, tick_s: float = 0.5) -> None:
+    def __init__(self, spec: ScalingSpec, tick_s: float = 0.5, *, ahead: bool = True) -> None:
         if not tick_s > 0:
             raise ConfigError(f"tick_s={tick_s!r}: give the scaler's sampling period in seconds (> 0)")
         self.spec = spec
         self.tick_s = float(tick_s)
+        self.ahead = ahead
         self.scaler = ConcurrencyScaler(spec)
         self.keep: KeepAlive = keep_alive_policy(spec.keep_alive)
         self.last_use: float | None = None  # the last arrival or completion (or the deploy)
         self.arrivals = 0
+        # Scaling ahead of the burst: the same keep-alive policy told of one arrival per burst.
+        self.bursts: KeepAlive = keep_alive_policy(spec.keep_alive)
+        self.burst_start: float | None = None
+        self.peaks: deque[int] = deque(maxlen=2)  # peak concurrency of the last two bursts (the last runs on)
+        # Arrivals less completions, set to busy + queued at each decision (a request that expires
+        # in the queue has no completion; the next decision corrects the count).
+        self.in_flight = 0
+        self.hold = 0  # a predicted burst's workers, kept until hold_until
+        self.hold_until = 0.0
 
     def deployed(self, now: float) -> None:
         """The function was deployed (its pre-warmed workers count as just used, so the keep-alive
@@ -91,14 +140,35 @@ class WorkerPoolPolicy:
     def arrival(self, now: float) -> None:
         self.keep.on_invocation(now)
         self.arrivals += 1
+        if self.ahead:
+            if self.burst_start is None or (self.in_flight == 0 and (self.last_use is None
+                                                                   or now - self.last_use >= BURST_GAP_S)):
+                self._burst_begins(now)
+            self.in_flight += 1
+            if self.in_flight > self.peaks[-1]:
+                self.peaks[-1] = self.in_flight
         self._used(now)
 
     def done(self, now: float) -> None:
         if self.last_use is None or now > self.last_use:  # _used, inlined: once per call served
             self.last_use = now
+        if self.in_flight > 0:
+            self.in_flight -= 1
 
     def _used(self, now: float) -> None:
         self.last_use = now if self.last_use is None else max(self.last_use, now)
+
+    def _burst_begins(self, now: float) -> None:
+        win = self._burst_window()
+        if win is not None and win[0] <= now < win[1]:  # it came as predicted: keep what was pre-warmed
+            self._hold(now, self.burst_workers())
+        self.bursts.on_invocation(now)
+        self.burst_start = now
+        self.peaks.append(0)
+
+    def _hold(self, now: float, workers: int) -> None:
+        held = self.hold if now < self.hold_until else 0
+        self.hold, self.hold_until = max(held, workers), now + self.spec.panic_window_s
 
     @staticmethod
     def decides_after(queued: int) -> bool:
@@ -121,6 +191,34 @@ class WorkerPoolPolicy:
             return 0, load
         return (1, end) if now < end else (0, None)
 
+    def burst_workers(self) -> int:
+        """The workers the last bursts needed: the smaller peak of the last two, per
+        ``target_concurrency``, at most ``max`` (0 before any burst)."""
+        if not self.peaks:
+            return 0
+        need = math.ceil(min(self.peaks) / self.spec.target_concurrency - 1e-9)
+        return min(need, self.spec.max)
+
+    def _burst_window(self) -> tuple[float, float] | None:
+        """When the burst-level keep-alive policy expects the next burst: its pre-warm window from
+        the last burst's start, or None when it predicts none."""
+        if not self.ahead or self.burst_start is None:
+            return None
+        pre = self.bursts.prewarm_after_s(self.burst_start)
+        if pre is None:
+            return None
+        load = self.burst_start + pre
+        return load, load + self.bursts.keep_alive_s(self.burst_start)
+
+    def burst_floor(self, now: float) -> tuple[int, float | None]:
+        """The burst's size while the next burst is predicted, else 0; and when that changes."""
+        win = self._burst_window()
+        if win is None:
+            return 0, None
+        if now < win[0]:
+            return 0, win[0]
+        return (self.burst_workers(), win[1]) if now < win[1] else (0, None)
+
     def decide(self, now: float, queued: int, workers: Sequence[WorkerView], *, sample: bool = False) -> PoolDecision:
         """The target worker count now and the starts and stops that reach it."""
         if queued < 0:
@@ -136,14 +234,32 @@ class WorkerPoolPolicy:
         want = max(s.min, floor, self.scaler.desired(now, live))
         if queued > 0:  # never zero while a request waits (from zero, the start comes at once)
             want = max(want, 1)
+        changes = [floor_change]
+        if self.ahead:
+            self.in_flight = busy + queued
+            burst, burst_change = self.burst_floor(now)
+            changes.append(burst_change)
+            need = math.ceil((busy + queued) / s.target_concurrency - 1e-9)
+            unmet = queued - len(idle) - starting
+            fast = min(unmet, need - live)
+            if self.hold and now < self.hold_until and busy + queued >= self.hold:
+                self.hold_until = now + s.panic_window_s  # the held workers are all still needed
+            if now >= self.hold_until:
+                self.hold = 0
+            # Requests in demand hold the workers they need (never more than live plus the fast path).
+            want = max(want, burst, self.hold, min(live + max(fast, 0), need))
         want = min(want, s.max)
         start = max(0, want - live)
         cold = min(start, max(0, queued - len(idle) - starting))
         stop: tuple[int, ...] = ()
         if live > want:
-            stop = tuple(w.id for w in idle[:live - want])
+            # Ahead of the burst, an extra worker stops only once idle for a panic window: one that
+            # went idle a moment ago is part of the burst still running (else starts and stops flap).
+            quiet = idle if not self.ahead else [w for w in idle if now - w.since >= s.panic_window_s]
+            stop = tuple(w.id for w in quiet[:live - want])
         # Keep sampling while anything is up or waiting (the scaler's windows move with time); else
-        # sleep until the keep-alive floor changes (a pre-warm, or an expiry).
+        # sleep until a floor changes (a pre-warm, or an expiry).
         active = live > 0 or queued > 0 or self.scaler.panicking
-        nxt = now + self.tick_s if active else floor_change
+        pending = [c for c in changes if c is not None]
+        nxt = now + self.tick_s if active else (min(pending) if pending else None)
         return PoolDecision(want, start, cold, stop, nxt)

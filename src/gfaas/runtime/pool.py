@@ -8,7 +8,8 @@ next queued call or marks it idle. Slots have threads only to start and to stop 
 ever waits for a thread. How many slots there are is decided by
 :class:`gfaas.policy.workerpool.WorkerPoolPolicy`, the object the autoscaling simulator
 (:mod:`gfaas.sim.autoscale`) calls too: on the runtime's tick (:class:`Autoscaler`), where the scaler
-samples the concurrency, and after an arrival or completion that leaves requests waiting.
+samples the concurrency, and after an arrival or completion that leaves requests waiting (that
+decision starts at once the workers those requests need: the policy's fast path, no tick).
 
 A start first reserves the function's ``resources`` on its node's ledger (the runtime's
 ``reserve``); when they do not fit and requests wait for the start (or it is one of the function's

@@ -51,13 +51,15 @@ class _W:
 
 
 def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float | Sequence[float], start_s: float,
-           tick_s: float = 0.5, prewarm: bool = True, end_s: float | None = None) -> ReplayResult:
+           tick_s: float = 0.5, prewarm: bool = True, end_s: float | None = None,
+           ahead: bool = True) -> ReplayResult:
     """Serve ``arrivals`` (seconds from the deploy, sorted) with workers scaled by ``spec``.
 
     ``service_s``: one time for every request, or measured times, taken in turn (request k runs
     ``service_s[k % len]``), so the replay sees the spread a real run has.
     ``prewarm``: one worker (and ``min``) ready at time 0, as the runtime's deploy starts them.
-    ``end_s``: when worker-seconds stop counting (default: the last completion)."""
+    ``end_s``: when worker-seconds stop counting (default: the last completion).
+    ``ahead``: the policy scales ahead of the burst (False: the reactive policy of before issue 36)."""
     services = [float(service_s)] if isinstance(service_s, int | float) else [float(x) for x in service_s]
     if not services or min(services) < 0 or start_s < 0 or not tick_s > 0:
         raise ConfigError(f"service_s={service_s!r} (times >= 0, at least one), start_s={start_s} >= 0 and "
@@ -65,7 +67,7 @@ def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float | S
     times = list(arrivals)
     if any(b < a for a, b in itertools.pairwise(times)) or (times and times[0] < 0):
         raise ConfigError("arrivals must be sorted times >= 0 (seconds from the deploy)")
-    pol = WorkerPoolPolicy(spec, tick_s)
+    pol = WorkerPoolPolicy(spec, tick_s, ahead=ahead)
     ids = itertools.count()
     workers: dict[int, _W] = {}
     queue: deque[float] = deque()
