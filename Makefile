@@ -140,11 +140,12 @@ keepalive-results: $(STAMP)
 	$(BIN)/gfaas sim keepalive --policies fixed:10,fixed:60,hybrid,gfaas,gfaas:300 --json \
 		--out $(R)/keepalive.json --figure docs/autoscaling.png > /dev/null
 
-# Scaling on the real runtime (about 5 minutes on 2 cores; not in `results`): bursty arrivals under
+# Scaling on the real runtime (about 13 minutes on 2 cores; not in `results`): worker starts, a burst at zero
+# workers, then three runs of bursty arrivals under
 # always-warm, fixed:1 and gfaas, and the simulator's replay of the same arrivals (docs/autoscaling.md).
 autoscale-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make autoscale-results: commit your changes first (results record the commit)"; exit 1; }
-	$(BIN)/gfaas bench autoscale --json --out $(R)/autoscale.json > /dev/null
+	$(BIN)/gfaas bench autoscale --runs 3 --json --out $(R)/autoscale.json > /dev/null
 	$(BIN)/python benchmarks/autoscale_tables.py $(R)/autoscale.json --write docs/autoscaling.md
 
 # The hot path under overload (about 4 minutes; not in `results`): gfaas serve driven with 16, 256 and

@@ -102,6 +102,8 @@ def add_parsers(sub: Any) -> None:
     p = bs.add_parser("autoscale", help="bursty arrivals: always-warm vs fixed vs gfaas, and the simulator's replay")
     _common(p)
     p.add_argument("--duration", type=float, help="seconds of arrivals per policy (default: the benchmark's)")
+    p.add_argument("--runs", type=int, default=1, help="runs of the three policies; the ratios are their mean "
+                   "(default 1; the committed autoscale.json: 3)")
     p.set_defaults(func=_run(".bench.autoscale", "main"))
 
     p = bs.add_parser("overload", help="gfaas serve under 16 to 2,000 connections; the embedded invocation's floor")

@@ -124,6 +124,13 @@ class Deployments:
                 f.close()
             self._forks.clear()
 
+    def templates_ready(self, timeout: float) -> None:
+        """Wait until every worker template started so far is up (benchmarks: a start without it)."""
+        with self._forks_lock:
+            forks = list(self._forks.values())
+        for f in forks:
+            f.ready(timeout)
+
     def fork_server(self, init: Init) -> ForkServer | None:
         """The template to fork ``init``'s worker from (one per thread count, and with torch preloaded
         for GPU functions), started on first use; None when workers start afresh."""
@@ -135,6 +142,7 @@ class Deployments:
             if f is None:
                 env = template_env(os.environ, init.threads)
                 f = self._forks[key] = ForkServer(env, PRELOAD + (("torch",) if key[1] else ()))
+                f.warm()  # in the background: the first worker waits less, later bursts not at all
             return f
 
     def tenant_identity(self, workflow: str) -> Identity | None:
@@ -222,6 +230,8 @@ class Deployments:
                     self.gpu_of(spec.name, function), ident.uid if ident else -1, ident.gid if ident else -1,
                     **self.dedup.init_fields(spec.name), gpu_passing=self.config.gpu_passing, code_dir=code_dir,
                     version=version)
+        if self.config.executor == "process":
+            self.fork_server(init)  # its template starts now, not at the first request
         pool = FunctionPool(self.host, pool_key(spec.name, version, function), node, init,
                             f.scaling or self.default_scaling(), res, self.gpu_of(spec.name, function),
                             self.config.max_queue, self.config.scale_tick_s)

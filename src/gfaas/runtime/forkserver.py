@@ -178,6 +178,26 @@ class ForkServer:
         self.template_s = time.monotonic() - t0
         return ours
 
+    def warm(self) -> None:
+        """Start the template in the background (a fork waits for it; a failed start is raised there)."""
+        def run() -> None:
+            try:
+                with self._lock:
+                    self._ensure()
+            except Exception as exc:  # noqa: BLE001 - the next fork tries again and raises it
+                log.warning("the worker template did not start in the background: %s", exc)
+
+        threading.Thread(target=run, name="gfaas-template", daemon=True).start()
+
+    def ready(self, timeout: float) -> None:
+        """Wait until the template is up (starting it if need be), at most ``timeout`` seconds."""
+        if not self._lock.acquire(timeout=timeout):
+            raise FunctionFailed(f"the worker template did not start within {timeout:g} s")
+        try:
+            self._ensure()
+        finally:
+            self._lock.release()
+
     def _ask(self, msg: _Fork | _Status, fds: Sequence[int] = ()) -> tuple[_Forked | _Exited | _Refused, float]:
         """The template's reply, and how long this call waited for a template to start (0: it was up)."""
         with self._lock:
