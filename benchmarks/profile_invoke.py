@@ -475,14 +475,15 @@ def _python_calls(n: int) -> dict[str, Any]:
 
 
 def _cpu_by_process(split: bool = False) -> dict[str, Any]:
-    """CPU seconds (user+sys; ``split``: the pair) of this process and each child, by role (from /proc;
-    10 ms ticks)."""
+    """CPU seconds (user+sys; ``split``: the pair) of this process and each process below it, by role
+    (from /proc; 10 ms ticks): the node daemon, the worker template, each worker (forked from the
+    template, whose command line it shares, or started afresh)."""
+    from gfaas.proctree import descendants
+
     tick = os.sysconf("SC_CLK_TCK")
     me = os.getpid()
     out: dict[str, Any] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+    for d in descendants(me):
         try:
             with open(f"/proc/{d}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
@@ -490,10 +491,10 @@ def _cpu_by_process(split: bool = False) -> dict[str, Any]:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if int(d) != me and int(fields[1]) != me:
-            continue
-        role = "runtime (this process)" if int(d) == me else "node daemon" if "node_main" in cmd else \
-            f"worker {d}" if "worker_main" in cmd else f"other {d}"
+        template = "gfaas.runtime.forkserver" in cmd and int(fields[1]) == me
+        role = "runtime (this process)" if d == me else "node daemon" if "node_main" in cmd else \
+            "worker template" if template else \
+            f"worker {d}" if "worker_main" in cmd or "gfaas.runtime.forkserver" in cmd else f"other {d}"
         u, st = int(fields[11]) / tick, int(fields[12]) / tick
         out[role] = (u, st) if split else u + st
     return out
