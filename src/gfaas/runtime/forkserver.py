@@ -44,7 +44,10 @@ __all__ = ["PRELOAD", "ForkServer", "ForkedProcess", "template_env"]
 # Imported by the template, hence by every worker before its fork: what every worker needs, nothing a
 # tenant brings. onnxruntime (and onnx) only where installed; torch only in the template of GPU workers.
 PRELOAD = ("numpy", "numpy.random", "msgspec", "gfaas.runtime.worker", "gfaas.dataplane.client", "gfaas.models",
-           "gfaas.models.files", "gfaas.models.runtime", "onnx", "onnxruntime", "redis")
+           "gfaas.models.files", "gfaas.models.runtime", "onnx", "onnxruntime", "redis",
+           # imported by a sandboxed worker before its uid drop, and by shared (dedup) model loading
+           "encodings.idna", "stringprep", "unicodedata", "gfaas.dedup.shared", "gfaas.dedup.ort",
+           "gfaas.dedup.hint", "gfaas.dedup.regions")
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _MAX_FRAME = 1 << 20
 
