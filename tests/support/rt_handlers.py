@@ -115,3 +115,12 @@ def total_of(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
 def writable(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     """1.0 if the input array it reads can be written, else 0.0 (inputs are read-only views)."""
     return {"writable": np.float64(ctx.get(inputs["x"]).flags.writeable)}
+
+
+def draw(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """This worker's pid and a draw from numpy's global generator (forked workers must not share it)."""
+    import time
+
+    ctx.get(inputs["x"])
+    time.sleep(0.2)  # concurrent calls spread over the workers
+    return {"y": np.array([os.getpid(), np.random.randint(0, 2**31)], dtype=np.int64)}
