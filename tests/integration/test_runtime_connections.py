@@ -92,3 +92,27 @@ def test_a_warm_invocation_sends_these_daemon_messages_and_no_hello_lease_or_syn
     per = {k: v / N for k, v in counts.items() if k not in admin}
     assert per == {"Bind": 4.0, "Get": 3.0, "Unbind (one-way)": 4.0}, per
     assert counts["OpenInvocation"] == N
+
+
+def test_a_reply_that_overtakes_its_dispatch_still_unbinds(counted: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread that sends a task may be descheduled before it hears back from ``send_task``, while
+    the loop thread already has the task's reply. The binding must end all the same (it used to be
+    recorded only once ``send_task`` returned: the reply found none, no Unbind was sent, and the worker's
+    connection kept the finished task's credentials). Here every dispatch pauses after its send."""
+    from gfaas.runtime.worker import ProcessWorker
+
+    rt, counts = counted
+    run(rt, 3)
+    until(counts, "Unbind (one-way)", 4 * 3)
+    real = ProcessWorker.send_task
+
+    def slow(self: ProcessWorker, task: Any) -> bool:
+        bound = real(self, task)
+        time.sleep(0.05)
+        return bound
+
+    monkeypatch.setattr(ProcessWorker, "send_task", slow)
+    counts.clear()
+    run(rt, 10)
+    until(counts, "Unbind (one-way)", 4 * 10)
+    assert counts["Bind"] == counts["Unbind (one-way)"] == 40, dict(counts)

@@ -140,7 +140,6 @@ class _Running:
                  cold_start_s: float, where: Decision, node: str) -> None:
         self.inv, self.fn, self.pool, self.worker = inv, fn, pool, worker
         self.started, self.cold_start_s, self.where, self.node = started, cold_start_s, where, node
-        self.bound = False  # its worker's attached connection is bound to the task's credentials
         self.done = False
         self.timeout = 0.0
         self.deadline = 0.0  # monotonic; 0: none enforced here (a blocking worker's own run does)
@@ -494,7 +493,7 @@ class Invoker:
         # Enforced by the loop's sweep (every TICK_S): no timer is set, and the loop is not woken, per task.
         run.timeout, run.deadline = timeout, time.monotonic() + timeout
         try:
-            run.bound = worker.send_task(task)
+            worker.send_task(task)
         except WorkerDied as exc:
             self._loop.post(functools.partial(self._on_message, worker, exc))
 
@@ -526,7 +525,7 @@ class Invoker:
         run.done = True
         self._running.pop(id(worker), None)
         inv, fn, pool = run.inv, run.fn, run.pool
-        if run.bound and hasattr(worker, "release_binding"):
+        if hasattr(worker, "release_binding"):  # the worker knows whether the task was bound
             worker.release_binding(msg)
         if run.where.placement == DSCS:
             self.drives.release(run.where)
@@ -558,7 +557,6 @@ class Invoker:
         try:
             self._ensure_open(run.inv)
             worker.grant_data(run.inv.tokens[run.fn])
-            run.bound = True
         except (GfaasError, OSError) as exc:
             worker.refuse_data(str(exc))
 

@@ -678,6 +678,9 @@ class ProcessWorker:
         self._sock = ours
         self._binder = binder
         self._lease = True  # lease a slab with the next Bind (while the function's puts use one)
+        # The attached connection holds a task's credentials: set before the task is sent, since its
+        # reply may reach the invoker's loop thread before send_task returns to whoever called it.
+        self._bound = False
         if binder is not None:
             init = msgspec.structs.replace(init, daemon=dp.encode(binder.welcome))
         self._init = init
@@ -832,7 +835,7 @@ class ProcessWorker:
                 lease = 0 if self._lease and task.consumers else -1
                 b.bind(task.token, lease, len(task.consumers) if lease >= 0 else 0)
                 task = msgspec.structs.replace(task, token="", bound=True)
-                bound = True
+                bound = self._bound = True
             elif self.sandboxed and task.token and cfg.get("kind", "gfaas") == "gfaas":
                 conn = _daemon_connection(cfg.get("socket_path", ""))
                 task = msgspec.structs.replace(task, with_socket=True)
@@ -855,6 +858,7 @@ class ProcessWorker:
             self.refuse_data("this worker has no attached daemon connection")
             return
         self._binder.bind(token, -1, 0)
+        self._bound = True
         self._sock.send(_enc.encode(DataReady(True)))
 
     def refuse_data(self, message: str) -> None:
@@ -862,7 +866,10 @@ class ProcessWorker:
 
     def release_binding(self, reply: Any = None) -> None:
         """End the credentials a task's binding gave the attached connection (its reply is in, so
-        nothing the worker sends from now on can use them)."""
+        nothing the worker sends from now on can use them); nothing if the task was given none."""
+        if not self._bound:
+            return
+        self._bound = False
         if isinstance(reply, Done):
             self._lease = reply.slab_used
         if self._binder is None:
