@@ -80,3 +80,38 @@ functions:
             firsts.setdefault(pid, value)
     assert len(firsts) == 2, firsts
     assert len(set(firsts.values())) == 2, firsts
+
+
+def test_threads_polling_one_exited_worker_agree_and_ask_the_template_once(server: ForkServer) -> None:
+    """The runtime's loop thread and its reaper poll the same worker. The template answers slowly
+    here, so every thread sees the exit before the first answer comes: each gets the one status, none
+    closes a descriptor another still uses (the first version raised EBADF), and the template is
+    asked once (it reports an exit once)."""
+    import threading
+    import time
+
+    proc, ours = _fork(server)
+    ours.close()
+    real, asked = server.status, []
+
+    def slow_status(pid: int) -> int | None:
+        asked.append(pid)
+        time.sleep(0.2)
+        return real(pid)
+
+    server.status = slow_status  # type: ignore[method-assign]
+    time.sleep(0.5)  # it has exited by now (it exits as soon as its socket closes)
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(_poll(proc))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert got == [0] * 8 and asked == [proc.pid]  # type: ignore[attr-defined]
+
+
+def _poll(proc: object) -> object:
+    try:
+        return proc.poll()  # type: ignore[attr-defined]
+    except OSError as exc:
+        return exc

@@ -99,12 +99,13 @@ class ForkedProcess:
         self.pid = pid
         self.returncode: int | None = None
         self._server = server
+        # The pidfd lives as long as this object: closing it on exit would race a second thread's
+        # poll() (its select() on a closed, perhaps already reused, descriptor).
         self._pidfd = os.pidfd_open(pid)
+        self._lock = threading.Lock()
 
     def _gone(self, timeout: float | None) -> bool:
         """Whether it exited, waiting up to ``timeout`` seconds (None: for ever)."""
-        if self._pidfd < 0:
-            return True
         return bool(select.select([self._pidfd], [], [], timeout)[0])
 
     def poll(self) -> int | None:
@@ -121,21 +122,23 @@ class ForkedProcess:
         return self.returncode
 
     def kill(self) -> None:
-        if self.returncode is None and self._pidfd >= 0:
+        if self.returncode is None:
             try:
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 
     def _finish(self) -> None:
-        status = self._server.status(self.pid)
-        self.returncode = status if status is not None else -1  # -1: the template could not say
-        fd, self._pidfd = self._pidfd, -1
-        os.close(fd)
+        with self._lock:  # the template reports an exit status once: ask once, whichever thread asks
+            if self.returncode is None:
+                status = self._server.status(self.pid)
+                self.returncode = status if status is not None else -1  # -1: the template could not say
 
     def __del__(self) -> None:
-        if getattr(self, "_pidfd", -1) >= 0:
-            os.close(self._pidfd)
+        fd = getattr(self, "_pidfd", -1)
+        if fd >= 0:
+            self._pidfd = -1
+            os.close(fd)
 
 
 class ForkServer:
