@@ -177,3 +177,23 @@ def test_each_start_is_timed_from_its_own_beginning() -> None:
         deploy_s = time.monotonic() - t0
         mean = rt.scaling_status("timed")["functions"]["f"]["start_s_mean"]
     assert 0 < mean < 0.5 * deploy_s, (mean, deploy_s)
+
+
+def test_the_pool_tells_the_policy_what_starts_and_requests_took() -> None:
+    """The cost rules' inputs are the runtime's own measurements: the median start the policy holds
+    is the median of the pool's start times, and its service time is what the requests held their
+    workers (a 0.2 s handler: at least that, and less than a second on this machine)."""
+    import statistics
+
+    cfg = RuntimeConfig(queue_hints=False, scale_tick_s=0.1)
+    with LocalRuntime(cfg) as rt:
+        rt.deploy(slow_spec("costs", 0.2, "{max: 3, keep_alive: 'fixed:1', stable_window_s: 4, panic_window_s: 1}"))
+        pool = rt.deployments.pools["costs/f"]
+        ids = [rt.submit("costs", {"x": np.zeros(2)}) for _ in range(6)]
+        assert all(rt.result(i, timeout=60).ok for i in ids)
+        with pool.cv:
+            costs = pool.policy.costs()
+            starts = list(pool.start_s)
+    assert costs is not None
+    assert costs[0] == pytest.approx(statistics.median(starts)) and len(starts) >= 2
+    assert 0.2 <= costs[1] < 1.0

@@ -177,7 +177,7 @@ def _replay_real(policy: str, scaling: dict[str, Any], arrivals: np.ndarray, ser
             "cold_starts": after["cold_starts"] - before["cold_starts"],
             "worker_seconds": round(after["worker_seconds"] - before["worker_seconds"], 2),
             "starts": after["starts"] - before["starts"], "elapsed_s": round(elapsed, 2),
-            "start_s_mean": after["start_s_mean"], "median_latency_s": float(np.median(lat)) / 1e3,
+            "start_s_p50": after["start_s_p50"], "median_latency_s": float(np.median(lat)) / 1e3,
             "latencies_s": [float(x) / 1e3 for x in lat]}
 
 
@@ -191,10 +191,12 @@ def _policies_once(arrivals: np.ndarray, plans: list[tuple[str, dict[str, Any]]]
         say(f"- {name}")
         rows.append(_replay_real(name, {**common, **p}, arrivals, service_s, tick_s, say))
     warm, real = rows[0], rows[2]
-    # The replay's worker start is the one the gfaas run's own starts took (its cold starts waited
-    # for those), and its requests take the always-warm run's own times in arrival order: with every
-    # request at the median, it misses the moments of queueing that fire the real scaler's panic mode.
-    start_s = float(real["start_s_mean"] or warm["start_s_mean"] or 0.5)
+    # The replay's worker start is the median of the gfaas run's own starts (its cold starts waited
+    # for those; the mean would count the run's first start, the template's, which the replay's
+    # pre-warmed worker does not make), and its requests take the always-warm run's own times in
+    # arrival order: with every request at the median, it misses the moments of queueing that fire
+    # the real scaler's panic mode.
+    start_s = float(real["start_s_p50"] or warm["start_s_p50"] or 0.5)
     svc = float(warm["median_latency_s"])
     sim = replay(arrivals.tolist(), gspec, service_s=warm["latencies_s"] or [svc], start_s=start_s, tick_s=tick_s,
                  end_s=float(real["elapsed_s"]))

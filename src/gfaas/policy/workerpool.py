@@ -59,7 +59,29 @@ extra worker stops only once it has been idle for a panic window (``panic_window
 went idle a moment ago is part of a burst still running. Each worker ends a panic window after its
 own last request, not the whole count a stable window after the burst as the scaler's panic mode
 holds it (which still applies when the demand reaches ``panic_threshold`` times the workers at a
-tick). ``panic_window_s`` is the knob: shorter saves worker-seconds and costs more starts.
+tick). ``panic_window_s`` is the knob: shorter saves worker-seconds and costs more starts. With
+measured starts, the idle time is shorter still (:meth:`idle_stop_s`, below).
+
+**Starts that cost little.** The caller also reports what each worker start took
+(:meth:`started`) and how long each request held its worker (:meth:`done`'s ``busy_s``); the policy
+keeps the median of the last :data:`COST_SAMPLES` of each. Two rules follow from them:
+
+* an extra idle worker stops once idle for ``BREAK_EVEN_STARTS`` of its starts (at least a tick, at
+  most a panic window): keeping it longer costs more worker-seconds than the start it might save
+  (the ski-rental break-even, with room for the wait a start adds to its request). With starts of
+  0.3 s and more this is the panic window of before; a 25 ms start keeps an idle worker 0.5 s;
+* when a start costs at most :data:`CHEAP_START_SHARE` of a request's service (**cheap starts**;
+  the waiting these rules add to a request is about one start, so this bounds it at half a
+  service), the pool reacts to each
+  waiting request instead of provisioning for an average: the concurrency scaler's count (whose
+  headroom and stable window exist to hide slow starts) holds no worker, and a waiting request gets
+  a start only if no busy or starting worker is expected to free up sooner than a new one would be
+  ready (each busy worker is expected to free at its start of service plus the median service; one
+  that ran past that, a median service from now). When it is left to a busy worker, the pool
+  decides again once that worker is a start late.
+
+Without samples of both (before the first start and the first completion) the rules of before
+apply, and ``costs=False`` turns them off (the policy of before this change, for comparisons).
 
 A start made while requests wait for a worker (more queued requests than idle and starting
 workers) is a **cold start**; others (the floor, the minimum, a pre-warm) are not. Extra workers
@@ -70,7 +92,9 @@ on the tick), for comparisons.
 
 from __future__ import annotations
 
+import heapq
 import math
+import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,10 +103,16 @@ from typing import Literal
 from ..errors import ConfigError
 from .autoscale import ConcurrencyScaler, KeepAlive, ScalingSpec, keep_alive_policy
 
-__all__ = ["BURST_GAP_S", "PoolDecision", "WorkerPoolPolicy", "WorkerView"]
+__all__ = ["BREAK_EVEN_STARTS", "BURST_GAP_S", "CHEAP_START_SHARE", "COST_SAMPLES", "PoolDecision", "WorkerPoolPolicy", "WorkerView"]
 
 #: A pause this long (nothing in flight) ends a burst: the keep-alive histograms' 1-minute bin.
 BURST_GAP_S = 60.0
+#: An extra idle worker is kept this many of its measured starts (see *Starts that cost little*).
+BREAK_EVEN_STARTS = 20
+#: The start and service times the cost rules take the median of (the last ones reported).
+COST_SAMPLES = 16
+#: Starts are cheap when the median start is at most this share of the median service.
+CHEAP_START_SHARE = 0.5
 
 WorkerStateName = Literal["starting", "idle", "busy"]
 
@@ -112,12 +142,15 @@ class PoolDecision:
 class WorkerPoolPolicy:
     """One function's worker-count decisions (see the module docstring)."""
 
-    def __init__(self, spec: ScalingSpec, tick_s: float = 0.5, *, ahead: bool = True) -> None:
+    def __init__(self, spec: ScalingSpec, tick_s: float = 0.5, *, ahead: bool = True, costs: bool = True) -> None:
         if not tick_s > 0:
             raise ConfigError(f"tick_s={tick_s!r}: give the scaler's sampling period in seconds (> 0)")
         self.spec = spec
         self.tick_s = float(tick_s)
         self.ahead = ahead
+        self.use_costs = ahead and costs
+        self.start_samples: deque[float] = deque(maxlen=COST_SAMPLES)
+        self.busy_samples: deque[float] = deque(maxlen=COST_SAMPLES)
         self.scaler = ConcurrencyScaler(spec)
         self.keep: KeepAlive = keep_alive_policy(spec.keep_alive)
         self.last_use: float | None = None  # the last arrival or completion (or the deploy)
@@ -149,11 +182,33 @@ class WorkerPoolPolicy:
                 self.peaks[-1] = self.in_flight
         self._used(now)
 
-    def done(self, now: float) -> None:
+    def done(self, now: float, busy_s: float | None = None) -> None:
+        """A request finished; ``busy_s``: how long it held its worker (None: not known)."""
         if self.last_use is None or now > self.last_use:  # _used, inlined: once per call served
             self.last_use = now
         if self.in_flight > 0:
             self.in_flight -= 1
+        if busy_s is not None and busy_s >= 0:
+            self.busy_samples.append(busy_s)
+
+    def started(self, took_s: float) -> None:
+        """A worker start took ``took_s`` seconds (decision to ready)."""
+        if took_s >= 0:
+            self.start_samples.append(took_s)
+
+    def costs(self) -> tuple[float, float] | None:
+        """(median start, median service) in seconds, or None before a sample of each (or with the
+        cost rules off)."""
+        if not self.use_costs or not self.start_samples or not self.busy_samples:
+            return None
+        return statistics.median(self.start_samples), statistics.median(self.busy_samples)
+
+    def idle_stop_s(self) -> float:
+        """How long an extra worker stays idle before it stops."""
+        c = self.costs()
+        if c is None:
+            return self.spec.panic_window_s
+        return min(self.spec.panic_window_s, max(self.tick_s, BREAK_EVEN_STARTS * c[0]))
 
     def _used(self, now: float) -> None:
         self.last_use = now if self.last_use is None else max(self.last_use, now)
@@ -231,7 +286,11 @@ class WorkerPoolPolicy:
         if sample:
             self.scaler.observe(now, busy + queued)
         floor, floor_change = self.keep_floor(now)
-        want = max(s.min, floor, self.scaler.desired(now, live))
+        costs = self.costs()
+        cheap = costs is not None and costs[0] <= CHEAP_START_SHARE * costs[1]
+        recheck: float | None = None
+        scaled = self.scaler.desired(now, live)  # called either way: it keeps its panic state
+        want = max(s.min, floor, 0 if cheap else scaled)
         if queued > 0:  # never zero while a request waits (from zero, the start comes at once)
             want = max(want, 1)
         changes = [floor_change]
@@ -239,15 +298,22 @@ class WorkerPoolPolicy:
             self.in_flight = busy + queued
             burst, burst_change = self.burst_floor(now)
             changes.append(burst_change)
-            need = math.ceil((busy + queued) / s.target_concurrency - 1e-9)
-            unmet = queued - len(idle) - starting
-            fast = min(unmet, need - live)
             if self.hold and now < self.hold_until and busy + queued >= self.hold:
                 self.hold_until = now + s.panic_window_s  # the held workers are all still needed
             if now >= self.hold_until:
                 self.hold = 0
-            # Requests in demand hold the workers they need (never more than live plus the fast path).
-            want = max(want, burst, self.hold, min(live + max(fast, 0), need))
+            if cheap:
+                assert costs is not None
+                fast, recheck = _starts_for_waiting(now, queued, workers, *costs, room=s.max - live)
+                # The workers in use (busy, starting) are held; idle ones only by the floors.
+                used = live + fast if fast > 0 else busy + starting
+                want = max(want, burst, self.hold, used)
+            else:
+                need = math.ceil((busy + queued) / s.target_concurrency - 1e-9)
+                unmet = queued - len(idle) - starting
+                fast = min(unmet, need - live)
+                # Requests in demand hold the workers they need (never more than live plus the fast path).
+                want = max(want, burst, self.hold, min(live + max(fast, 0), need))
         want = min(want, s.max)
         start = max(0, want - live)
         cold = min(start, max(0, queued - len(idle) - starting))
@@ -255,11 +321,54 @@ class WorkerPoolPolicy:
         if live > want:
             # Ahead of the burst, an extra worker stops only once idle for a panic window: one that
             # went idle a moment ago is part of the burst still running (else starts and stops flap).
-            quiet = idle if not self.ahead else [w for w in idle if now - w.since >= s.panic_window_s]
+            hold_s = self.idle_stop_s()
+            quiet = idle if not self.ahead else [w for w in idle if now - w.since >= hold_s]
             stop = tuple(w.id for w in quiet[:live - want])
         # Keep sampling while anything is up or waiting (the scaler's windows move with time); else
         # sleep until a floor changes (a pre-warm, or an expiry).
         active = live > 0 or queued > 0 or self.scaler.panicking
         pending = [c for c in changes if c is not None]
         nxt = now + self.tick_s if active else (min(pending) if pending else None)
+        if recheck is not None:  # a request left to a busy worker: look again if it is late
+            nxt = recheck if nxt is None else min(nxt, recheck)
         return PoolDecision(want, start, cold, stop, nxt)
+
+
+def _starts_for_waiting(now: float, queued: int, workers: Sequence[WorkerView], start_s: float,
+                        service_s: float, room: int) -> tuple[int, float | None]:
+    """How many of ``queued`` waiting requests (in order) a new worker would serve sooner than the
+    workers there are (at most ``room``), and when to decide again if any was left to a busy or
+    starting worker (that worker's expected free time plus a start). Each worker is expected free:
+    idle now, starting once started (its state's ``since`` plus ``start_s``), busy at ``since +
+    service_s`` (if past, a service from now); each request served takes ``service_s``.
+
+    It stops at ``room`` starts: past that the answer cannot change, and an overloaded pool's queue
+    (thousands) must not cost a pass per arrival. Before that, each worker takes at most a couple of
+    requests within a start of now (a start is at most half a service), so the pass is short."""
+    if room <= 0:
+        return 0, None
+    free: list[float] = []
+    for w in workers:
+        if w.state == "idle":
+            free.append(now)
+        elif w.state == "starting":
+            free.append(max(now, w.since + start_s))
+        else:
+            due = w.since + service_s
+            free.append(due if due > now else now + service_s)
+    heapq.heapify(free)
+    starts = 0
+    recheck: float | None = None
+    for _ in range(queued):
+        first = free[0] if free else math.inf
+        if first - now > start_s:  # a new worker is ready first
+            starts += 1
+            if starts == room:
+                break
+            heapq.heappush(free, now + start_s + service_s)
+        else:
+            if first > now:
+                late = first + start_s
+                recheck = late if recheck is None else min(recheck, late)
+            heapq.heapreplace(free, first + service_s)
+    return starts, recheck

@@ -149,6 +149,7 @@ class FunctionPool:
                     "cold_starts": self.cold_starts, "starts": self.starts, "stops": self.stops,
                     "deferred_starts": self.deferred, "expired": self.expired, "worker_seconds": round(self.worker_seconds + live_s, 3),
                     "start_s_mean": round(sum(self.start_s) / len(self.start_s), 4) if self.start_s else None,
+                    "start_s_p50": round(statistics.median(self.start_s), 4) if self.start_s else None,
                     "start_ms_p50": start_phase_p50(self.start_phases),
                     "resources": self.res.describe(), "nodes": self._per_node()}
 
@@ -248,6 +249,7 @@ class FunctionPool:
 
     def _started(self, worker: Any, took_s: float) -> None:  # under self.cv
         self.start_s.append(took_s)
+        self.policy.started(took_s)
         if getattr(worker, "start_phases", None):  # process workers report theirs (worker.ProcessWorker)
             self.start_phases.append(worker.start_phases)
 
@@ -312,7 +314,7 @@ class FunctionPool:
             else:
                 self.policy.done(now)
                 return None
-            self.policy.done(now)
+            self.policy.done(now, now - slot.since if slot.state == "busy" else None)
             gone = self.locality and not self.pinned and not self.rt.cluster.up(slot.node)
             if slot.state == "busy":  # it just replied, so it is alive (a death comes as the end of its socket)
                 if not gone and not self.closed:

@@ -52,14 +52,15 @@ class _W:
 
 def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float | Sequence[float], start_s: float,
            tick_s: float = 0.5, prewarm: bool = True, end_s: float | None = None,
-           ahead: bool = True) -> ReplayResult:
+           ahead: bool = True, costs: bool = True) -> ReplayResult:
     """Serve ``arrivals`` (seconds from the deploy, sorted) with workers scaled by ``spec``.
 
     ``service_s``: one time for every request, or measured times, taken in turn (request k runs
     ``service_s[k % len]``), so the replay sees the spread a real run has.
     ``prewarm``: one worker (and ``min``) ready at time 0, as the runtime's deploy starts them.
     ``end_s``: when worker-seconds stop counting (default: the last completion).
-    ``ahead``: the policy scales ahead of the burst (False: the reactive policy of before issue 36)."""
+    ``ahead``: the policy scales ahead of the burst (False: the reactive policy of before issue 36).
+    ``costs``: the policy's rules for cheap starts (False: without them, as before they came)."""
     services = [float(service_s)] if isinstance(service_s, int | float) else [float(x) for x in service_s]
     if not services or min(services) < 0 or start_s < 0 or not tick_s > 0:
         raise ConfigError(f"service_s={service_s!r} (times >= 0, at least one), start_s={start_s} >= 0 and "
@@ -67,7 +68,7 @@ def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float | S
     times = list(arrivals)
     if any(b < a for a, b in itertools.pairwise(times)) or (times and times[0] < 0):
         raise ConfigError("arrivals must be sorted times >= 0 (seconds from the deploy)")
-    pol = WorkerPoolPolicy(spec, tick_s, ahead=ahead)
+    pol = WorkerPoolPolicy(spec, tick_s, ahead=ahead, costs=costs)
     ids = itertools.count()
     workers: dict[int, _W] = {}
     queue: deque[float] = deque()
@@ -134,14 +135,16 @@ def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float | S
                 act(now, sample=False)
         elif kind == "ready":
             w = workers[wid]
+            pol.started(now - w.started)
             w.state, w.since = "idle", now
             dispatch(now)
             act(now, sample=False)
         elif kind == "done":
             w = workers[wid]
             latencies.append(now - running.pop(wid))
+            busy_s = now - w.since
             w.state, w.since = "idle", now
-            pol.done(now)
+            pol.done(now, busy_s)
             dispatch(now)
             if pol.decides_after(len(queue)):
                 act(now, sample=False)
