@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Iterable
@@ -26,21 +27,49 @@ def add_parsers(sub: Any) -> None:
     s.set_defaults(func=cmd_logs)
 
 
+# What a function prints reaches the operator's terminal: control characters (C0, DEL, C1, whose
+# U+009B is a CSI on some terminals) and the bidirectional overrides that reorder what is shown
+# would let it rewrite the screen, set the window title or the clipboard, or disguise a line.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_text(text: str) -> str:
+    """``text`` with every control or bidi character written as a visible escape (``\\x1b``,
+    ``\\u202e``, ``\\r``); the rest as it is."""
+    def one(m: re.Match[str]) -> str:
+        c = m.group()
+        if c in _NAMED:
+            return _NAMED[c]
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+    return _UNSAFE.sub(one, text)
+
+
 def format_record(r: dict[str, Any]) -> str:
-    """``TIME FUNCTION INVOCATION STREAM: TEXT``, the time in UTC to the millisecond."""
+    """``TIME FUNCTION INVOCATION STREAM: TEXT``, the time in UTC to the millisecond, every field
+    escaped (:func:`escape_text`)."""
     t = float(r.get("time", 0.0))
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
-    stream = r.get("stream", "")
+    stream = str(r.get("stream", ""))
     if stream == "log" and r.get("level"):
         stream = f"log {r['level']}"
-    return f"{stamp} {r.get('function', '')} {r.get('invocation') or '-'} {stream}: {r.get('text', '')}"
+    fields = (str(r.get("function", "")), str(r.get("invocation") or "-"), stream, str(r.get("text", "")))
+    function, invocation, stream, text = (escape_text(f) for f in fields)
+    return f"{stamp} {function} {invocation} {stream}: {text}"
+
+
+def json_line(r: dict[str, Any]) -> str:
+    """One record as a JSON line that holds no raw control or bidi character (JSON escapes C0 itself;
+    C1 and bidi characters are written as ``\\uXXXX``, which decode to the same text)."""
+    import json
+
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(r, ensure_ascii=False))
 
 
 def _print(recs: Iterable[dict[str, Any]], as_json: bool) -> None:
-    import json
-
     for r in recs:
-        print(json.dumps(r, ensure_ascii=False) if as_json else format_record(r), flush=True)
+        print(json_line(r) if as_json else format_record(r), flush=True)
 
 
 def cmd_logs(a: argparse.Namespace) -> int:

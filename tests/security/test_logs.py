@@ -137,3 +137,39 @@ def test_what_a_worker_sends_is_checked(tmp_path: Any) -> None:
     store.close()
     (line,) = (tmp_path / "logs" / "wf" / "fn.log").read_text().splitlines()
     assert json.loads(line)["seq"] == rec["seq"]
+
+
+def test_gfaas_logs_shows_a_function_s_terminal_escapes_escaped(gateway: tuple[LocalRuntime, str], monkeypatch: Any,
+                                                                capsys: Any) -> None:
+    """Issue 37 row 8: a function prints a window title, a clipboard write, an 8-bit clear screen, a
+    carriage return and a right-to-left override. ``gfaas logs`` prints none of them raw (before: every
+    one), shows each as a visible escape, and ``--json`` decodes to the text exactly as printed."""
+    import json
+
+    from log_handlers import ESCAPES  # type: ignore[import-not-found]
+
+    from gfaas.cli import main
+
+    rt, url = gateway
+    rt.deploy(probe_spec("escapes", {}))
+    res = rt.invoke("intruder", {"x": np.array([1.0])}, timeout=60)
+    assert res.ok, res.error
+    monkeypatch.setenv("GFAAS_GATEWAY_TOKEN", TOKEN)
+    capsys.readouterr()
+    assert main(["logs", "intruder", "--invocation", res.invocation_id, "--url", url]) == 0
+    out = capsys.readouterr().out
+    raw = {c for c in out if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f or c in "\u202e\u202c"}
+    assert not raw, raw
+    # printed: one record, its carriage return escaped; logged: the log record's text splits there
+    head, tail = ESCAPES.split("\r")
+    shown_head = r"ok\x1b]0;pwned\x07 \x1b]52;c;ZWNobyBoaQ==\x07 \x9b2J "
+    shown_tail = r"FAKE LINE \u202eevil\u202c"
+    lines = out.splitlines()
+    assert sum(line.endswith(" stdout: " + shown_head + r"\r" + shown_tail) for line in lines) == 1, lines
+    assert sum(line.endswith(" log WARNING: userfn: record " + shown_head) for line in lines) == 1, lines
+    assert sum(line.endswith(" log WARNING: " + shown_tail) for line in lines) == 1, lines
+    assert main(["logs", "intruder", "--invocation", res.invocation_id, "--url", url, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert not any(0x7f <= ord(c) <= 0x9f or c in "\u202e\u202c" for c in out)
+    texts = [json.loads(x)["text"] for x in out.splitlines()]
+    assert ESCAPES in texts and f"userfn: record {head}" in texts and tail in texts, texts

@@ -99,3 +99,14 @@ def read_file(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
             safe = 0
     threads = len(os.listdir("/proc/self/task"))
     return {"y": ctx.get(inputs["x"]) + 1, "read": got, "listed": listed, "safe": safe, "threads": threads}
+
+
+# Terminal escapes a function may print: a window title (OSC 0), the clipboard (OSC 52), clear screen
+# by the 8-bit CSI, a carriage return that overwrites the line, a right-to-left override.
+ESCAPES = "ok\x1b]0;pwned\x07 \x1b]52;c;ZWNobyBoaQ==\x07 \x9b2J \rFAKE LINE \u202eevil\u202c"
+
+
+def escapes(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    print(ESCAPES)
+    log.warning("record %s", ESCAPES)
+    return {"y": ctx.get(inputs["x"]) + 1}
