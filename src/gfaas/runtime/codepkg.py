@@ -7,8 +7,11 @@ accepts only what a package of Python modules and model files needs:
 - regular files and directories: no symbolic or hard links, devices or FIFOs;
 - relative paths that stay inside the package: no absolute paths, no ``..``, no empty or ``.`` parts,
   no NUL or control characters, each name at most 255 bytes, each path at most 1,024;
-- each path once; at most ``max_files`` files and ``max_bytes`` in all, counted while reading, so a
-  compressed archive that expands past its declared sizes is refused all the same.
+- each path once; at most ``max_files`` entries (files and directories together: a directory costs
+  the server as much as a file to check and store, so an archive of 400,000 empty directories is
+  refused at its 2,001st entry, not taken apart for a minute) and ``max_bytes`` in all, counted while
+  reading, so a compressed archive that expands past its declared sizes is refused all the same. A
+  zip says how many entries it holds before any is parsed: one over the limit is refused at once.
 
 Anything else raises :class:`~gfaas.errors.CodePackageError` naming the member and the rule, before
 anything is written. The package's identity is the SHA-256 of a canonical manifest (each path, its
@@ -86,10 +89,11 @@ class _Budget:
         self.bytes = self.files = 0
 
     def file(self, name: str) -> None:
+        """Count one entry, a file or a directory."""
         self.files += 1
         if self.files > self.max_files:
-            raise CodePackageError(f"the package holds more than {self.max_files} files (at {name!r}); "
-                                   "ship fewer files or raise the limit")
+            raise CodePackageError(f"the package holds more than {self.max_files} entries, files and directories "
+                                   f"together (at {name!r}); ship fewer files or raise the limit")
 
     def read(self, name: str, stream: IO[bytes] | None) -> bytes:
         if stream is None:
@@ -116,6 +120,7 @@ def _tar_members(data: bytes, budget: _Budget) -> Iterator[tuple[str, bytes | No
             for m in tf:
                 name = check_path(m.name)
                 if m.isdir():
+                    budget.file(name)
                     yield name, None, False
                 elif m.isreg():
                     budget.file(name)
@@ -134,7 +139,20 @@ def zlib_error() -> type[Exception]:
     return zlib.error
 
 
+def _zip_entries(data: bytes) -> int | None:
+    """The entry count a zip's end-of-central-directory record declares (None: no record found; 0xFFFF
+    means a zip64 archive or at least that many)."""
+    at = data.rfind(b"PK\x05\x06", max(0, len(data) - 22 - 0xFFFF))
+    if at < 0 or at + 22 > len(data):
+        return None
+    return int.from_bytes(data[at + 10:at + 12], "little")
+
+
 def _zip_members(data: bytes, budget: _Budget) -> Iterator[tuple[str, bytes | None, bool]]:
+    declared = _zip_entries(data)
+    if declared is not None and declared > budget.max_files:
+        raise CodePackageError(f"the package's zip archive declares {declared:,} entries, over the limit of "
+                               f"{budget.max_files} files and directories; ship fewer files or raise the limit")
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, OSError) as exc:
@@ -147,6 +165,7 @@ def _zip_members(data: bytes, budget: _Budget) -> Iterator[tuple[str, bytes | No
                 raise CodePackageError(f"package member {info.filename!r} is a link or special file; a package "
                                        "holds regular files and directories only")
             if info.is_dir():
+                budget.file(name)
                 yield name, None, False
                 continue
             budget.file(name)
