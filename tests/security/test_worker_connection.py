@@ -117,3 +117,38 @@ functions:
             res = rt.invoke("asker", {"x": np.arange(3.0)}, timeout=60)
     assert res.ok, res.error
     assert float(res.outputs["granted"]) == 0.0
+
+
+DESYNC = """
+name: desync
+inputs: {x: null}
+outputs: {pid: f.y}
+functions:
+  - {name: f, kind: cpu, handler: "attack_handlers:desync", params: {send: SEND}, inputs: {x: input.x},
+     outputs: {y: {shape: []}}}
+"""
+
+
+@pytest.mark.parametrize("send, words", [
+    ("garbage", "failed: DecodeError"),
+    ("ready", "answered Ready to f's task (its control channel is out of step)"),
+    ("stop", "answered Stop to f's task (its control channel is out of step)"),
+])
+def test_a_control_channel_out_of_step_fails_the_call_and_replaces_the_worker(send: str, words: str,
+                                                                               rt_handlers: str) -> None:
+    """Issue 37 row 7: function code writes undecodable bytes, a Ready or a Stop to its worker's socket to
+    the runtime before its reply. The invocation fails at once with what came (before: a Stop left it
+    running for ever, and the worker that sent a Ready was kept, its real reply still on the way), the
+    worker is replaced, and the next call runs on a new worker."""
+    support = os.path.join(os.path.dirname(__file__), "..", "support")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.path.abspath(support))
+        with LocalRuntime(RuntimeConfig(queue_hints=False)) as rt:
+            rt.deploy(DESYNC.replace("SEND", send))
+            first = rt.invoke("desync", {"x": np.zeros(1)}, timeout=60)
+            assert first.ok, first.error
+            bad = rt.invoke("desync", {"x": np.ones(1)}, timeout=20)
+            assert bad.status == "failed" and words in (bad.error or ""), bad.error
+            again = rt.invoke("desync", {"x": np.zeros(1)}, timeout=60)
+            assert again.ok, again.error
+    assert float(again.outputs["pid"]) != float(first.outputs["pid"])

@@ -240,3 +240,19 @@ def descriptors(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
             except OSError:
                 pass
     return {"y": np.array([os.getuid()], dtype=np.int64), **{k: np.int64(v) for k, v in counts.items()}}
+
+
+# ---- issue 37 row 7: a control channel put out of step ------------------------------------------------
+def desync(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """When its input's first element is not 0, write ``params.send`` to the worker's own socket to
+    the runtime before the real reply: ``garbage`` (bytes no message decodes from), ``ready`` (a
+    Ready, the start-up message) or ``stop`` (a message with no logs). Returns the worker's pid."""
+    from gfaas.runtime.worker import Ready, Stop, _enc
+
+    if float(np.asarray(ctx.get(inputs["x"])).ravel()[0]) != 0.0:
+        payload = {"garbage": b"\xc1\xc1\xc1\xc1", "ready": _enc.encode(Ready(os.getpid(), 0.0)),
+                   "stop": _enc.encode(Stop())}[str(ctx.params["send"])]
+        sock = _control_socket()
+        sock.send(payload)
+        sock.close()
+    return {"y": np.float64(os.getpid())}

@@ -573,15 +573,25 @@ class Invoker:
     def _finish(self, worker: Any, run: _Running, reply: Any) -> None:
         """A task's reply: its logs, its outputs (values or references), the DAG's next step."""
         inv, fn, pool, where = run.inv, run.fn, run.pool, run.where
+        if type(reply) not in (Done, Failed) or reply.invocation != inv.id:
+            # Function code can write to its control socket: whatever else came, the channel no
+            # longer says which reply answers which task. The task fails and the worker goes (its
+            # real reply must not answer a later task).
+            log.warning("worker %s answered %s to %s's task of %s; replacing it", worker.name,
+                        type(reply).__name__, fn, inv.id)
+            kill = getattr(worker, "kill", None)  # a process worker; others end through replace_dead
+            if kill is not None:
+                kill()
+            pool.replace_dead(worker)
+            self.failed(inv, fn, f"worker {worker.name} answered {type(reply).__name__} to {fn}'s task (its control "
+                                 "channel is out of step); the worker was replaced, retry the invocation")
+            return
         step = self._step(inv.spec, fn)
         recs = self.logstore.add(inv.spec.name, fn, inv.id, reply.logs, str(inv.version)) if reply.logs else []
         if type(reply) is Failed:
             if self.nodes.locality and reply.error in ("DaemonUnavailable", "RemoteError"):
                 self.nodes.check(run.node)  # its node's daemon is gone: no more calls there
             self.failed(inv, fn, reply.message, Failure(fn, reply.error, reply.trace, failure_lines(recs, inv.id)))
-            return
-        if type(reply) is not Done or reply.invocation != inv.id:
-            self.failed(inv, fn, f"worker {worker.name} answered {type(reply).__name__} to {fn}'s task")
             return
         if reply.values:
             try:  # what function code sent back is checked before anything uses it
