@@ -102,6 +102,8 @@ class NodeConfig:
             of allocated, unsealed objects and open slabs; ``None``: half of ``capacity_bytes``).
         quota_unsealed_objects: per invocation, the most objects allocated and not yet sealed.
         quota_issued_ids: per invocation, the most IDs for small puts handed out and not used yet.
+        quota_segments: per invocation, the most host shared-memory segments held at once (each
+            is one of the daemon's file descriptors; default a quarter of its descriptor limit).
         quota_spill_bytes: per invocation, bytes on disk above which it may not allocate more
             (``None``: half the disk tier's capacity). Each quota raises ``QuotaExceeded`` naming it.
         seal_writes: also seal the writes of each large object's segment when it is sealed
@@ -160,6 +162,7 @@ class NodeConfig:
     quota_unsealed_objects: int = 1024
     quota_issued_ids: int = 65536
     quota_spill_bytes: int | None = None
+    quota_segments: int | None = None
     seal_writes: bool = False
     # ---- peers (issue 14, docs/security/peers.md) ----
     cluster_key_file: str = ""
@@ -259,6 +262,8 @@ class NodeConfig:
         _positive("quota_issued_ids", self.quota_issued_ids, self.ids_per_lease)
         if self.quota_spill_bytes is not None:
             _positive("quota_spill_bytes", self.quota_spill_bytes, 0)
+        if self.quota_segments is not None:
+            _positive("quota_segments", self.quota_segments)
 
     def storage_options(self) -> StorageOptions:
         """The :class:`~gfaas.policy.storage.StorageOptions` named by :attr:`storage_policy`."""

@@ -25,6 +25,7 @@ from gfaas.dataplane.channel import Channel
 from gfaas.dataplane.daemon import Daemon
 from gfaas.dataplane.local import LocalNode, start_daemon
 from gfaas.dataplane.peer_auth import generate_key_file
+from gfaas.errors import QuotaExceeded
 
 NOBODY = 65534
 
@@ -163,6 +164,51 @@ def test_descriptor_exhaustion_by_allocations_fails_that_request_only(node) -> N
             time.sleep(0.05)
     ref = p.put(np.ones(300 * KiB, np.uint8), consumers=["g"])
     assert int(c.get(ref).sum()) == 300 * KiB
+
+
+def test_segments_left_warm_by_one_workflow_do_not_lock_out_another(node) -> None:  # type: ignore[no-untyped-def]
+    """Issue 37 row 4: a function fills the daemon's descriptors with objects of 200 KiB (each a segment
+    with its memfd), inside every quota. When its invocation ends, the segments go to its workflow's
+    warm pool, each still holding its descriptor: another workflow's put then failed, out of
+    descriptors, for as long as they stayed warm. Now an allocation that runs out of descriptors
+    gives the warm segments back first, and succeeds."""
+    _limit_fds(node, 48)
+    f = node.connect("f")
+    refs = []
+    with pytest.raises(CapacityError, match=r"out of file descriptors"):
+        for _ in range(1000):
+            refs.append(f.put(np.ones(200 * KiB, np.uint8), consumers=["g"]))
+    assert 10 <= len(refs) < 60
+    f.close()
+    node.admin.end_invocation(node.inv)
+    deadline = time.monotonic() + 5
+    while node.stats()["invocations"] > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    other = node.open(workflow="other")
+    p = node.connect("f", other)
+    c = node.connect("g", other)
+    got = []
+    for k in range(3):
+        ref = p.put(np.full(300 * KiB, k, np.uint8), consumers=["g"])
+        got.append(int(c.get(ref)[0]))
+    assert got == [0, 1, 2]
+    assert node.local.proc.poll() is None
+
+
+@pytest.mark.node_config(quota_segments=8, warm_pool_bytes=0)
+def test_an_invocation_holds_at_most_its_quota_of_segments(node) -> None:  # type: ignore[no-untyped-def]
+    """Issue 37 row 4: the segments an invocation holds at once (one descriptor of the daemon's each) are a
+    quota like its bytes: the ninth of 8 is refused naming ``quota_segments``; once one is freed, the
+    next fits; another invocation has its own."""
+    f = node.connect("f")
+    held = [f.allocate(200 * KiB) for _ in range(8)]
+    with pytest.raises(QuotaExceeded, match=r"shared-memory segments .* limit 8 \(quota_segments=8\)"):
+        f.allocate(200 * KiB)
+    f.delete(held.pop().seal())
+    held.append(f.allocate(200 * KiB))
+    other = node.open()
+    g = node.connect("f", other)
+    assert g.allocate(200 * KiB) is not None
 
 
 # ---- row 9: the journal is compacted while the daemon runs ---------------------------------------

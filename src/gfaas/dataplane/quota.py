@@ -18,12 +18,13 @@ RESERVED = "reserved_bytes"  # host/GPU bytes held for writing: unsealed objects
 UNSEALED = "unsealed_objects"  # objects allocated and not yet sealed
 IDS = "issued_ids"  # IDs handed out for small puts and not used yet
 SPILL = "spill_bytes"  # bytes of the invocation's objects on disk
+SEGMENTS = "segments"  # host shared-memory segments it holds: each is a descriptor of the daemon's
 
 KNOB = {RESERVED: "quota_reserved_bytes", UNSEALED: "quota_unsealed_objects", IDS: "quota_issued_ids",
-        SPILL: "quota_spill_bytes"}
+        SPILL: "quota_spill_bytes", SEGMENTS: "quota_segments"}
 WHAT = {RESERVED: "bytes reserved for objects being written and open slabs",
         UNSEALED: "objects allocated and not sealed", IDS: "issued IDs not used yet",
-        SPILL: "bytes on disk"}
+        SPILL: "bytes on disk", SEGMENTS: "shared-memory segments (one file descriptor of the node's each)"}
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Limits:
     unsealed_objects: int
     issued_ids: int
     spill_bytes: int
+    segments: int = 1 << 30
 
     def of(self, kind: str) -> int:
         return int(getattr(self, kind))

@@ -22,7 +22,9 @@ into it, and the store re-exposes what the daemon uses (settle, queue hints, the
 
 from __future__ import annotations
 
+import errno
 import logging
+import resource
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -47,7 +49,7 @@ from .backends import Backend, DeviceBackend
 from .ids import ID_BYTES, new_id
 from .journal import Journal
 from .meta import align, check_consumers, check_meta
-from .quota import IDS, RESERVED, SPILL, UNSEALED, Limits, Quotas
+from .quota import IDS, RESERVED, SEGMENTS, SPILL, UNSEALED, Limits, Quotas
 from .records import SEALED as SEALED
 from .records import WRITING as WRITING
 from .records import ObjectRecord as ObjectRecord
@@ -115,8 +117,16 @@ class Store:
         self.net_bytes = {"net-in": 0, "net-out": 0}
         self.tiers = Tiers(self, config, spill)
         assert config.quota_reserved_bytes is not None  # set by NodeConfig.__post_init__
+        # Each host segment is a descriptor of the daemon's (its memfd): one invocation may hold a
+        # quarter of the descriptor limit, and the warm pool an eighth, so neither a function nor what
+        # it left warm can lock the other tenants out (issue 37, row 4).
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        soft = 1 << 20 if soft == resource.RLIM_INFINITY else soft
+        self.max_warm_segments = max(8, soft // 8)
+        self.pooled_count = 0
         self.quotas = Quotas(Limits(config.quota_reserved_bytes, config.quota_unsealed_objects,
-                                    config.quota_issued_ids, config.quota_spill_bytes or 0))
+                                    config.quota_issued_ids, config.quota_spill_bytes or 0,
+                                    config.quota_segments or max(16, soft // 4)))
         self.tiers.quotas = self.quotas
 
     # ---- invocations and sessions ----------------------------------------------------------
@@ -250,10 +260,24 @@ class Store:
             handle = self.tiers._device_alloc(device, nbytes)
             size = self.devices[device].size_of(handle)
         else:
+            charged = invocation in self.registry
+            if charged:
+                self.quotas.check(invocation, SEGMENTS, 1)
             self._reserve(nbytes, what, force)
-            handle = self.backend.alloc(nbytes)
+            try:
+                handle = self.backend.alloc(nbytes)
+            except (OSError, CapacityError) as exc:
+                # Out of descriptors: the warm segments hold some that nobody uses; give them back.
+                cause = exc if isinstance(exc, OSError) else exc.__cause__
+                if getattr(cause, "errno", None) not in (errno.EMFILE, errno.ENFILE) or not self._retire_idle():
+                    raise
+                handle = self.backend.alloc(nbytes)
             size = self.backend.size_of(handle)
             self.reserved += size
+            seg = self._add_segment(invocation, owner, handle, size, device)
+            if charged:
+                self.quotas.hold(("seg", seg.id), invocation, SEGMENTS, 1, check=False)
+            return seg
         return self._add_segment(invocation, owner, handle, size, device)
 
     def _add_segment(self, invocation: str, owner: int | None, handle: Any, size: int, device: int) -> Segment:
@@ -301,10 +325,13 @@ class Store:
             if seg.mapper and seg.mapper not in self.sessions and self.backend_of(seg).writes_sealed(seg.handle):
                 self._retire(seg)  # writable only by a connection that is gone: of no use warm
                 return
-            if self.pooled_bytes + seg.size <= self.tiers.warm_limit(freeing=seg.size):
+            if self.pooled_bytes + seg.size <= self.tiers.warm_limit(freeing=seg.size) \
+                    and self.pooled_count < self.max_warm_segments:
                 seg.pooled = True
                 self.pooled_bytes += seg.size
+                self.pooled_count += 1
                 self._pool.setdefault(seg.workflow, []).append(seg)
+                self.quotas.drop(("seg", seg.id))  # the workflow's now, not the invocation's
                 return
         self._retire(seg)
 
@@ -312,7 +339,9 @@ class Store:
         if seg.pooled:
             seg.pooled = False
             self.pooled_bytes -= seg.size
+            self.pooled_count -= 1
             self._pool[seg.workflow].remove(seg)
+        self.quotas.drop(("seg", seg.id))
         del self.segments[seg.id]
         self._unindex(seg)
         if seg.index is not None:
@@ -327,16 +356,29 @@ class Store:
         if self.on_retire is not None:
             self.on_retire(seg.id)
 
-    def _evict_warm(self, need: int) -> None:
-        """Retire pooled, then parked, segments (oldest first) until ``need`` more bytes fit."""
-        cap = self.config.capacity_bytes
+    def _idle_segments(self) -> list[Segment]:
         idle = [g for g in self.segments.values() if g.pooled]
         idle += [g for g in self.segments.values()
                  if not g.pooled and not g.live and not g.open and not g.holds and g.device < 0]
-        for seg in idle:
+        return idle
+
+    def _evict_warm(self, need: int) -> None:
+        """Retire pooled, then parked, segments (oldest first) until ``need`` more bytes fit."""
+        cap = self.config.capacity_bytes
+        for seg in self._idle_segments():
             if self.reserved + need <= cap:
                 return
             self._retire(seg)
+
+    def _retire_idle(self) -> int:
+        """Retire every pooled and parked segment (the node is out of descriptors); how many."""
+        idle = self._idle_segments()
+        for seg in idle:
+            self._retire(seg)
+        if idle:
+            log.warning("node %s out of file descriptors: %d warm segments given back", self.config.node_id,
+                        len(idle))
+        return len(idle)
 
     def _take_warm(self, invocation: str, nbytes: int, writer: int | None = None) -> Segment | None:
         """A pooled segment of this invocation's workflow that fits ``nbytes`` without wasting over half.
@@ -348,6 +390,7 @@ class Store:
         keeps a writable mapping of a segment that holds somebody else's sealed object."""
         if invocation not in self.registry:
             return None
+        self.quotas.check(invocation, SEGMENTS, 1)
         workflow = self.registry.get(invocation).workflow
         best = None
         for seg in self._pool.get(workflow, ()):
@@ -362,6 +405,8 @@ class Store:
             best.invocation = invocation
             self._inv_segs.setdefault(invocation, set()).add(best.id)
             self.pooled_bytes -= best.size
+            self.pooled_count -= 1
+            self.quotas.hold(("seg", best.id), invocation, SEGMENTS, 1, check=False)
         return best
 
     def pin(self, s: Session, seg: Segment, read: tuple[int, int] | None = None) -> bool:
