@@ -84,3 +84,78 @@ def test_a_tenant_uid_on_the_same_machine_needs_the_token(gateway: Any) -> None:
     mine = subprocess.run([sys.executable, "-I", "-c", probe, url, "0"], capture_output=True, text=True, timeout=60,
                           cwd="/", env=env)
     assert mine.stdout.strip() == "200", mine.stderr[-2000:]  # the same probe as the gateway's user: open
+
+
+class _NoWorkflows:
+    def workflows(self) -> list[str]:
+        return []
+
+
+def test_the_results_browser_follows_no_link_and_offers_no_folder_others_can_write(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37 rows 5 and 11: another local user who can write to ``./out`` plants links there to a
+    file only the gateway's user may read (``/etc/shadow`` in the review). None is listed or served:
+    not a linked file, not a file under a linked directory, not a listed file swapped for a link after
+    the listing (before: each served the secret). And a ``./out`` that others may write to is not
+    offered at all; one only its owner may write to is."""
+    import json
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+    from gfaas.runtime.gateway import create_app
+    from gfaas.runtime.gateway.result_files import NotInside, default_results_dirs, read_inside
+
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"provenance": {"commit": "s" * 40}, "password": "hunter2"}))
+    secret.chmod(0o600)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "inner.json").write_text(json.dumps({"password": "hunter2"}))
+    out = tmp_path / "out"
+    (out / "run").mkdir(parents=True)
+    (out / "run" / "ok.json").write_text(json.dumps({"rows": []}))
+    (out / "swapped.json").write_text(json.dumps({"rows": []}))
+    (out / "link.json").symlink_to(secret)
+    (out / "dirlink").symlink_to(elsewhere, target_is_directory=True)
+    (out / "run" / "fig.png").symlink_to(secret)
+
+    app = create_app(_NoWorkflows(), token="t", results_dirs=[("local", str(out))])  # type: ignore[arg-type]
+    with TestClient(app, headers={"authorization": "Bearer t"}) as c:
+        ids = sorted(e["id"] for e in c.get("/v1/results").json())
+        assert ids == ["local/run/ok.json", "local/swapped.json"]
+        assert all(e["figure"] is None for e in c.get("/v1/results").json())
+        for rid in ("local/link.json", "local/dirlink/inner.json"):
+            assert c.get(f"/v1/results/{rid}").status_code == 404
+        assert c.get("/v1/results/local/run/ok.json/figure").status_code == 404
+        # listed, then swapped for a link before it is read
+        (out / "swapped.json").unlink()
+        (out / "swapped.json").symlink_to(secret)
+        r = c.get("/v1/results/local/swapped.json")
+        assert r.status_code == 404 and "hunter2" not in r.text
+        # a directory on the way swapped for a link
+        (out / "run" / "ok.json").unlink()
+        (out / "run" / "fig.png").unlink()
+        (out / "run").rmdir()
+        (out / "run").symlink_to(elsewhere, target_is_directory=True)
+        (elsewhere / "ok.json").write_text(json.dumps({"password": "hunter2"}))
+        r = c.get("/v1/results/local/run/ok.json")
+        assert r.status_code == 404 and "hunter2" not in r.text
+    # what reads them, between a listing and a read: a link, last or on the way, is never followed
+    for rel in ("swapped.json", "run/ok.json", "link.json", "dirlink/inner.json", "../secret.json"):
+        with pytest.raises(NotInside):
+            read_inside(out, rel, 1 << 20)
+    assert read_inside(elsewhere, "inner.json", 1 << 20) == (elsewhere / "inner.json").read_bytes()
+
+    cwd = tmp_path / "cwd"
+    (cwd / "out").mkdir(parents=True)
+    monkeypatch.chdir(cwd)
+    cwd.chmod(0o755)
+    (cwd / "out").chmod(0o777)  # anyone may plant files
+    assert "local" not in dict(default_results_dirs())
+    (cwd / "out").chmod(0o755)
+    assert dict(default_results_dirs()).get("local") == str(Path(cwd / "out"))
+    cwd.chmod(0o777)  # anyone may rename it away and put their own in its place
+    assert "local" not in dict(default_results_dirs())
+    cwd.chmod(0o1777)  # sticky, as /tmp: only its owner may
+    assert dict(default_results_dirs()).get("local") == str(Path(cwd / "out"))

@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from ...errors import ConfigError
 from ...units import MiB
 from ..api import RuntimeAPI
-from . import dashboard, invocations, logs, nodes, ops, workflows
+from . import dashboard, invocations, logs, nodes, ops, result_files, workflows
 from .auth import new_token
 from .errors import add_error_handlers
 from .guard import OPEN_PATHS, Guard
@@ -53,7 +53,7 @@ def create_app(runtime: RuntimeAPI, *, token: str | None = None, authenticate: b
                                       retry_after_s=retry_after_s, sweep_interval_s=sweep_interval_s)
     gw.token = token
     gw.results_dirs = results_dirs if results_dirs is not None else \
-        (dashboard.results_dirs_from_env() or dashboard.default_results_dirs())
+        (result_files.results_dirs_from_env() or result_files.default_results_dirs())
     app.add_middleware(Guard, max_body_bytes=max_body_bytes, limits=limits, token=token, retry_after_s=retry_after_s)
     add_error_handlers(app)
     app.include_router(ops.router)

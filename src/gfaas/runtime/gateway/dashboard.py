@@ -20,17 +20,14 @@ import html
 import json
 import logging
 import mimetypes
-import os
 import time
 from collections.abc import AsyncIterator
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import (
-    FileResponse,
     HTMLResponse,
     JSONResponse,
     Response,
@@ -38,6 +35,8 @@ from fastapi.responses import (
 )
 
 from ...errors import NotFound
+from .result_files import find_result as _find
+from .result_files import list_results, read_inside
 from .schemas import _responses
 from .state import GatewayDep, _Gateway
 
@@ -46,9 +45,6 @@ log = logging.getLogger("gfaas.gateway.dashboard")
 #: Paths the guard serves without a token to loopback clients (GET only).
 READ_ONLY_PREFIXES = ("/dashboard", "/v1/dashboard/", "/v1/results", "/v1/nodes")
 # Committed results whose figure lives under docs/ (local runs keep theirs beside the JSON).
-_DOC_FIGURES = {"dedup.json": "docs/dedup.png", "scale-netns.json": "docs/scaling-ramp.png",
-                "keepalive.json": "docs/autoscaling.png", "cluster-day.json": "docs/results/cluster-day.png",
-                "accel-dse.json": "docs/accel-dse.png", "dscs-experiments.json": "docs/results/dscs-platforms.png"}
 MAX_RESULT_BYTES = 32 << 20  # a result document larger than this is listed but not served
 
 
@@ -112,15 +108,20 @@ async def results(gw: GatewayDep) -> JSONResponse:
     return JSONResponse(await run_in_threadpool(list_results, gw.results_dirs))
 
 
-@router.get("/v1/results/{rid:path}/figure", tags=["dashboard"], response_class=FileResponse,
+@router.get("/v1/results/{rid:path}/figure", tags=["dashboard"], response_class=Response,
             responses={**_responses(404), 200: {"description": "the figure", "content": {
                 "image/png": {"schema": {"type": "string", "format": "binary"}}}}})
-def result_figure(rid: str, gw: GatewayDep) -> FileResponse:
+def result_figure(rid: str, gw: GatewayDep) -> Response:
     """The figure drawn from a result, if there is one."""
     entry = _find(gw.results_dirs, rid)
     if not entry.get("figure"):
         raise NotFound(f"result {rid!r} has no figure")
-    return FileResponse(entry["figure"], media_type="image/png")
+    base, rel = entry["_figure"]
+    try:
+        data = read_inside(base, rel, MAX_RESULT_BYTES)
+    except OSError as exc:
+        raise NotFound(f"the figure of result {rid!r} cannot be read ({exc})") from None
+    return Response(data, media_type="image/png")
 
 
 @router.get("/v1/results/{rid:path}", tags=["dashboard"],
@@ -132,7 +133,12 @@ def result(rid: str, gw: GatewayDep) -> Response:
     if entry["bytes"] > MAX_RESULT_BYTES:
         raise NotFound(f"result {rid!r} is {entry['bytes']} bytes, over the dashboard's {MAX_RESULT_BYTES}; "
                        f"open {entry['path']} directly")
-    return Response(Path(entry["path"]).read_bytes(), media_type="application/json")
+    base, rel = entry["_at"]
+    try:
+        data = read_inside(base, rel, MAX_RESULT_BYTES)
+    except OSError as exc:
+        raise NotFound(f"result {rid!r} cannot be read ({exc})") from None
+    return Response(data, media_type="application/json")
 
 
 # -- the live snapshot
@@ -205,92 +211,3 @@ def _memory_report(gw: _Gateway) -> dict[str, Any] | None:
         gw._dashboard_report = cached  # type: ignore[attr-defined]
     report: dict[str, Any] | None = cached[1]
     return report
-
-
-# -- the results browser
-
-def default_results_dirs() -> list[tuple[str, str]]:
-    """(label, directory): the checkout's committed results, then ``./out`` (local runs), where they exist."""
-    from ...provenance import source_root
-
-    out = []
-    committed = source_root() / "benchmarks" / "results"
-    if committed.is_dir():
-        out.append(("committed", str(committed)))
-    local = Path.cwd() / "out"
-    if local.is_dir():
-        out.append(("local", str(local)))
-    return out
-
-
-def _summary(path: Path) -> dict[str, Any]:
-    """The commit and command a result names, read cheaply (files over 4 MiB are not parsed)."""
-    info: dict[str, Any] = {"commit": None, "utc": None, "command": None, "kind": None}
-    if path.stat().st_size > 4 << 20:
-        return info
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return info
-    if not isinstance(doc, dict):
-        return info
-    prov = doc.get("provenance") or {}
-    info.update(commit=prov.get("commit"), utc=prov.get("utc") or doc.get("started_utc"),
-                command=prov.get("command"), dirty=prov.get("dirty"))
-    info["kind"] = "experiments" if "experiments" in doc else "targets" if "targets" in doc else \
-        "rows" if "rows" in doc else "document"
-    return info
-
-
-def _entries(dirs: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Every ``*.json`` under the result directories (three levels deep at most): id, path, size, figure."""
-    found = []
-    for label, root in dirs:
-        base = Path(root)
-        for path in sorted(base.glob("**/*.json")):
-            rel = path.relative_to(base)
-            if len(rel.parts) > 3 or not path.is_file():
-                continue
-            st = path.stat()
-            found.append({"id": f"{label}/{rel.as_posix()}", "source": label, "path": str(path),
-                          "bytes": st.st_size, "mtime": st.st_mtime, "figure": _figure(label, base, path)})
-    return found
-
-
-def list_results(dirs: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """:func:`_entries` with the commit each names, newest measurement first (a checkout gives every
-    file the same mtime: the provenance's UTC stamp is what orders them)."""
-    found = [{**e, **_summary(Path(e["path"]))} for e in _entries(dirs)]
-    found.sort(key=lambda e: (e.get("utc") or "", e["mtime"]), reverse=True)
-    return found
-
-
-def _figure(label: str, base: Path, path: Path) -> str | None:
-    if label == "committed":
-        doc = _DOC_FIGURES.get(path.name)
-        if doc:
-            fig = base.parent.parent / doc
-            return str(fig) if fig.is_file() else None
-        return None
-    pngs = sorted(path.parent.glob("*.png"))
-    return str(pngs[0]) if pngs else None
-
-
-def _find(dirs: list[tuple[str, str]], rid: str) -> dict[str, Any]:
-    for entry in _entries(dirs):  # by the listing's ids only: no path from the client is opened
-        if entry["id"] == rid:
-            return entry
-    raise NotFound(f"no result {rid[:200]!r}; GET /v1/results lists them")
-
-
-def results_dirs_from_env() -> list[tuple[str, str]] | None:
-    """``GFAAS_RESULTS_DIRS=label=dir:label=dir`` overrides the defaults (None when unset)."""
-    text = os.environ.get("GFAAS_RESULTS_DIRS")
-    if not text:
-        return None
-    out = []
-    for part in text.split(os.pathsep):
-        label, _, d = part.partition("=")
-        if label and d:
-            out.append((label, d))
-    return out

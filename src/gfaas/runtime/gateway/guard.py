@@ -48,6 +48,7 @@ from .dashboard import READ_ONLY_PREFIXES
 from .errors import error_response
 from .fastpath import fast_invoke, parse_query
 from .limits import CODE_TYPES, GatewayLimits
+from .linger import LINGER_BYTES, LINGER_S, drain_body, proven_clients
 from .peer import same_user_on_loopback
 from .ratelog import RateLimitedLog
 
@@ -149,8 +150,12 @@ class Guard:
         lim: Any = None
         refusal = self._refusal(scope, path)
         if refusal is None:
+            if self.token is not None and path not in OPEN_PATHS and client is not None:
+                proven_clients(scope).add(tuple(client))  # authenticated: kept at the connection cap (protocol.py)
             refusal, gw, lim = await self._admission(scope, path)
         if refusal is not None:
+            if refusal.headers.get("connection") == "close":  # kept alive, the server reads the rest itself
+                await drain_body(scope, receive, LINGER_BYTES, min(LINGER_S, self.limits.body_timeout_s))
             await refusal(scope, receive, send)
             after = refusal.headers.get("retry-after")
             if after is not None and client is not None and self.limits.hold_refused:

@@ -7,6 +7,11 @@ byte at a time stays open for ever; a thousand of them made the gateway unrespon
 (or of the request's first byte on a kept-alive connection), or the connection is closed; and a
 connection beyond ``max_connections`` open ones is closed as soon as it is accepted, so the slots for
 requests in progress (the guard's ``max_requests``) are never taken by connections that send nothing.
+
+Which connection goes at the cap matters (issue 37, row 6): closing the newest let 2,100 connections
+that never authenticated keep every client with the token out. So at the cap the oldest connection
+that is idle (no request in progress) and has never sent an authenticated request is closed to make
+room; only when every connection is busy or proven is the new one refused.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class _Bounds(asyncio.Protocol):
 
     header_timeout_s = 10.0
     max_connections = 2048
+    proven: set[tuple[Any, ...]] = set()  # the clients that authenticated (the guard adds, bounded() sets)
     max_header_bytes = 16 * 1024  # h11 enforces it itself; httptools does not, so it is counted here
     # what the protocol classes below provide (for the type checker)
     cycle: Any
@@ -40,15 +46,33 @@ class _Bounds(asyncio.Protocol):
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
         self._header_bytes = 0
+        self._opened = 0.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._opened = self.loop.time()
         if len(self.connections) > self.max_connections:
-            log.warning("refusing a connection from %s: %d are open (max_connections=%d)", self.client,
-                        len(self.connections) - 1, self.max_connections)
-            transport.close()
-            return
+            victim = self._idle_unproven()
+            if victim is None:
+                log.warning("refusing a connection from %s: %d are open (max_connections=%d), all busy or "
+                            "authenticated", self.client, len(self.connections) - 1, self.max_connections)
+                transport.close()
+                return
+            log.warning("closing an idle connection from %s that never authenticated to take one from %s "
+                        "(max_connections=%d)", victim.client, self.client, self.max_connections)
+            victim.transport.close()
         self._arm()
+
+    def _idle_unproven(self) -> _Bounds | None:
+        """The oldest other connection with no request in progress that never authenticated."""
+        best: _Bounds | None = None
+        for c in self.connections:
+            if c is self or not isinstance(c, _Bounds) or c._in_request() or c.transport is None \
+                    or c.transport.is_closing() or (c.client and tuple(c.client) in self.proven):
+                continue
+            if best is None or c._opened < best._opened:
+                best = c
+        return best
 
     def _in_request(self) -> bool:
         return self.cycle is not None and not self.cycle.response_complete
@@ -82,6 +106,8 @@ class _Bounds(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self.client:
+            self.proven.discard(tuple(self.client))
         super().connection_lost(exc)
 
 
@@ -98,9 +124,11 @@ def _httptools() -> type | None:
                 {"__doc__": "uvicorn's httptools protocol (a C parser) with the bounds."})
 
 
-def bounded(header_timeout_s: float, max_connections: int) -> type:
+def bounded(header_timeout_s: float, max_connections: int, proven: set[tuple[Any, ...]] | None = None) -> type:
     """A protocol class with these bounds (uvicorn's ``http=`` takes a class): httptools's C parser
     where it is installed (a request costs the event loop less, which is what keeps refusals cheap
-    under overload, docs/performance.md), else h11."""
+    under overload, docs/performance.md), else h11. ``proven``: the set of authenticated clients the
+    gateway's guard fills (the app's ``state.gateway.proven_clients``)."""
     base = _httptools() or BoundedH11Protocol
-    return type(base.__name__, (base,), {"header_timeout_s": header_timeout_s, "max_connections": max_connections})
+    return type(base.__name__, (base,), {"header_timeout_s": header_timeout_s, "max_connections": max_connections,
+                                         "proven": proven if proven is not None else set()})

@@ -141,6 +141,10 @@ class _Gateway:
         self.limits = limits or GatewayLimits()
         self.token: str | None = None  # the bearer token (None: no authentication)
         self.results_dirs: list[tuple[str, str]] = []  # (label, directory) the results browser lists
+        # Client addresses (host, port) of the connections that sent an authenticated request: at the
+        # connection cap, the server closes an idle connection not among them to take a new one
+        # (protocol.py), so connections that never authenticate cannot lock clients out.
+        self.proven_clients: set[tuple[Any, ...]] = set()
         self.deploying = 0  # deploys in progress (they count against max_workflows); under deploy_lock
         self.deploy_lock = threading.Lock()
         self.default_timeout_s = default_timeout_s
