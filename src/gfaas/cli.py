@@ -37,6 +37,7 @@ def _node_config(a: argparse.Namespace) -> NodeConfig:
         redis_password_file=a.redis_password_file or "",
         redis_ca_file=a.redis_ca_file or "",
         dedup=not a.no_dedup,
+        socket_group=a.socket_group,
     )
 
 
@@ -44,6 +45,10 @@ def _add_node_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-id", default="node0", help="name of this node (default node0)")
     p.add_argument("--socket", help="Unix socket path (default $GFAAS_RUN_DIR/<node>.sock)")
     p.add_argument("--state-dir", help="state directory (default $GFAAS_RUN_DIR/<node>.state)")
+    p.add_argument("--socket-group", type=int, metavar="GID",
+                   help="members of this group may connect to the socket (0660; its directory 0710): Ray actors "
+                        "running as another user, each still presenting its task's token. Default: the daemon's "
+                        "user only")
     p.add_argument("--backend", default="host", choices=["host", "null"])
     p.add_argument("--devices", default="", help="GPU memory pools the daemon owns: cuda (every CUDA GPU), "
                    "cuda:0,1, or null:0,1 (modelled GPUs); default none")

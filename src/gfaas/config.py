@@ -102,6 +102,10 @@ class NodeConfig:
             of allocated, unsealed objects and open slabs; ``None``: half of ``capacity_bytes``).
         quota_unsealed_objects: per invocation, the most objects allocated and not yet sealed.
         quota_issued_ids: per invocation, the most IDs for small puts handed out and not used yet.
+        socket_group: a group whose members may connect to the socket (mode 0660, its directory
+            0710, both given that group): clients running as another user, such as non-root Ray
+            actors (deploy/k8s). Connecting grants nothing by itself: every request needs a token.
+            ``None``: the daemon's user only (0600).
         quota_segments: per invocation, the most host shared-memory segments held at once (each
             is one of the daemon's file descriptors; default a quarter of its descriptor limit).
         quota_spill_bytes: per invocation, bytes on disk above which it may not allocate more
@@ -163,6 +167,7 @@ class NodeConfig:
     quota_issued_ids: int = 65536
     quota_spill_bytes: int | None = None
     quota_segments: int | None = None
+    socket_group: int | None = None
     seal_writes: bool = False
     # ---- peers (issue 14, docs/security/peers.md) ----
     cluster_key_file: str = ""
@@ -264,6 +269,8 @@ class NodeConfig:
             _positive("quota_spill_bytes", self.quota_spill_bytes, 0)
         if self.quota_segments is not None:
             _positive("quota_segments", self.quota_segments)
+        if self.socket_group is not None:
+            _positive("socket_group", self.socket_group, 0)
 
     def storage_options(self) -> StorageOptions:
         """The :class:`~gfaas.policy.storage.StorageOptions` named by :attr:`storage_policy`."""

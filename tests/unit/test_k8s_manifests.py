@@ -268,8 +268,13 @@ def test_node_daemonset() -> None:
     assert _arg(cmd, "--transfer-host") == "$(POD_IP)"
     assert _arg(cmd, "--join") == f"redis://gfaas-redis.{NAMESPACE}.svc:6379/0"
     assert int(_arg(cmd, "--transfer-port")) in {p["containerPort"] for p in node["ports"]}
-    assert _arg(cmd, "--socket").startswith("/run/gfaas/") and _arg(cmd, "--state-dir").startswith("/run/gfaas/")
+    assert _arg(cmd, "--socket").startswith("/run/gfaas/")
     assert _mount_of(tpl, node, "/run/gfaas")["hostPath"]["path"] == "/run/gfaas"
+    # The state (admin token) stays in the daemon's pod, outside what the Ray workers mount (issue 37 row 1).
+    state = _arg(cmd, "--state-dir")
+    assert not state.startswith("/run/gfaas")
+    assert "emptyDir" in _mount_of(tpl, node, state)
+    int(_arg(cmd, "--socket-group"))
     for flag in ("--cluster-key-file", "--redis-password-file"):
         _check_secret_file(tpl, node, _arg(cmd, flag))
 
@@ -303,6 +308,16 @@ def test_ray_workers_advertise_their_node() -> None:
         assert json.loads(value) == {f"gfaas_node_{SAMPLE_NODE}": 1000}
         assert _mount_of(tpl, worker, "/run/gfaas")["hostPath"]["path"] == "/run/gfaas"
         assert 0 <= group["minReplicas"] <= group.get("replicas", 0) <= group["maxReplicas"]
+        # Function code runs here without gfaas's sandbox: not as root, reaching the daemon's socket
+        # through its group only, mounting nothing of the daemon's state (issue 37 row 1).
+        ctx = tpl["spec"]["securityContext"]
+        assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] > 0 and ctx["runAsGroup"] > 0
+        socket_group = int(_arg(_container(node_tpl, "node")["command"], "--socket-group"))
+        assert socket_group in ctx["supplementalGroups"]
+        assert worker["securityContext"]["allowPrivilegeEscalation"] is False
+        assert worker["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        state = _arg(_container(node_tpl, "node")["command"], "--state-dir")
+        assert not any(state.startswith(m["mountPath"]) for m in worker["volumeMounts"])
 
 
 def test_gateway_runs_beside_the_ray_head() -> None:

@@ -287,7 +287,7 @@ class Daemon:
             ls.bind(path)
         finally:
             os.umask(old)
-        os.chmod(path, 0o600)
+        self._share_socket(path)
         ls.listen(256)
         ls.setblocking(False)
         self._reserve_fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
@@ -302,6 +302,23 @@ class Daemon:
             self.remote.start(self)
         log.info("node %s serving %s (%s backend, %d bytes)", self.config.node_id, path,
                  self.config.backend, self.config.capacity_bytes)
+
+    def _share_socket(self, path: str) -> None:
+        """0600, or with ``socket_group`` 0660 and its directory 0710, both that group's: its members
+        pass through to the socket and list nothing (the state directory stays the daemon's alone)."""
+        gid = self.config.socket_group
+        if gid is None:
+            os.chmod(path, 0o600)
+            return
+        folder = os.path.dirname(os.path.abspath(path))
+        try:
+            os.chown(folder, -1, gid)
+            os.chmod(folder, 0o710)
+            os.chown(path, -1, gid)
+            os.chmod(path, 0o660)
+        except PermissionError as exc:
+            raise ConfigError(f"socket_group={gid}: the daemon cannot give its socket to group {gid} ({exc.strerror});"
+                              " run it as root or as a member of that group") from None
 
     def stop(self) -> None:
         self._stopping = True

@@ -296,6 +296,13 @@ class Deployments:
         workers, then makes it current: invocations submitted before finish on the old version,
         whose workers stop once they have. The same spec and code as the current version: nothing
         changes. A failure leaves the current version as it was."""
+        if code is not None and self.config.executor == "ray":
+            # Ray's actors run as Ray's user, without the uid-per-workflow sandbox: code from a client
+            # would run with whatever that user reaches (issue 37, row 1; docs/security.md).
+            raise SpecError("code packages are not accepted with the ray executor: its actors run functions as "
+                            "Ray's own user, without the per-workflow sandbox. Deploy the package to a runtime with "
+                            "the process executor (as root, for a uid per workflow), or install the handlers on "
+                            "every machine and name them in the spec (docs/deploy.md)")
         # A package's handlers are imported by its workers only, inside the sandbox: never here.
         spec = loads(spec_text, check_handlers=code is None)
         package = None
