@@ -43,6 +43,8 @@ def test_the_ray_executor_refuses_code_packages(tmp_path: Any) -> None:
 
 _PROBE = """
 import os, socket, sys
+groups = [int(g) for g in sys.argv[3].split(",") if g]
+os.setgroups(groups); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
 out = []
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 try:
@@ -74,8 +76,9 @@ def test_a_socket_group_lets_its_members_connect_and_nothing_more(make_config: A
         assert stat.S_IMODE(state.st_mode) == 0o700
 
         def probe(groups: list[int]) -> str:
-            r = subprocess.run([sys.executable, "-I", "-c", _PROBE, sock, cfg.state_dir], user=NOBODY, group=NOBODY,
-                               extra_groups=groups, capture_output=True, text=True, timeout=30, cwd="/")
+            # started as root (the interpreter may sit where nobody cannot reach), dropped before probing
+            r = subprocess.run([sys.executable, "-I", "-c", _PROBE, sock, cfg.state_dir, ",".join(map(str, groups))],
+                               capture_output=True, text=True, timeout=30, cwd="/")
             return r.stdout.strip() or r.stderr
 
         assert probe([GROUP]) == "connect:ok token:13"
