@@ -10,6 +10,7 @@ import pytest
 from test_runtime_local import CRASH, FANS, SEQ  # pytest puts this directory on sys.path
 
 from gfaas import workflows as W
+from gfaas.errors import SpecError
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gfaas[ray]')")
@@ -80,15 +81,14 @@ def test_reference_workflows_on_ray_match_the_reference_executor(rt: LocalRuntim
     assert all("@ray:" in r.worker for r in res.functions if not r.skipped)
 
 
-def test_ray_actors_import_a_versions_code_package(rt: LocalRuntime, tmp_path: Path) -> None:
-    """On Ray (one machine), a version's actors import its package from the runtime's store."""
+def test_a_code_package_is_refused_on_ray_and_nothing_is_deployed(rt: LocalRuntime, tmp_path: Path) -> None:
+    """Ray's actors have no per-workflow sandbox, so a code package (code from a client) is refused
+    on a real Ray runtime, before anything is stored; the runtime serves on (issue 37, row 1)."""
     from test_runtime_code import package, spec
 
-    rt.deploy(spec("raycode"), code=package(tmp_path, 4))
-    res = rt.invoke("raycode", {"x": np.zeros(2)}, timeout=120)
-    assert res.ok, res.error
-    assert float(res.outputs["y"][0]) == 4.0 and all("@ray:" in r.worker for r in res.functions)
-    rt.undeploy("raycode")
+    with pytest.raises(SpecError, match="code packages are not accepted with the ray executor"):
+        rt.deploy(spec("raycode"), code=package(tmp_path, 4))
+    assert "raycode" not in rt.workflows()
 
 
 def test_ray_actors_carry_their_logs_like_worker_processes(rt: LocalRuntime) -> None:

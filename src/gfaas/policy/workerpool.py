@@ -74,7 +74,8 @@ keeps the median of the last :data:`COST_SAMPLES` of each. Two rules follow from
   the waiting these rules add to a request is about one start, so this bounds it at half a
   service), the pool reacts to each
   waiting request instead of provisioning for an average: the concurrency scaler's count (whose
-  headroom and stable window exist to hide slow starts) holds no worker, and a waiting request gets
+  headroom and stable window exist to hide slow starts) holds no worker beyond the last one (which
+  it keeps until ``scale_to_zero_grace_s`` passes without a request, as before), and a waiting request gets
   a start only if no busy or starting worker is expected to free up sooner than a new one would be
   ready (each busy worker is expected to free at its start of service plus the median service; one
   that ran past that, a median service from now). When it is left to a busy worker, the pool
@@ -290,7 +291,9 @@ class WorkerPoolPolicy:
         cheap = costs is not None and costs[0] <= CHEAP_START_SHARE * costs[1]
         recheck: float | None = None
         scaled = self.scaler.desired(now, live)  # called either way: it keeps its panic state
-        want = max(s.min, floor, 0 if cheap else scaled)
+        # Cheap starts: the scaler's count holds no headroom, but still the last worker until no
+        # request has come for scale_to_zero_grace_s (a function goes to zero as it did).
+        want = max(s.min, floor, min(scaled, 1) if cheap else scaled)
         if queued > 0:  # never zero while a request waits (from zero, the start comes at once)
             want = max(want, 1)
         changes = [floor_change]
