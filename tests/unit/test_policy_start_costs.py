@@ -158,3 +158,24 @@ def test_the_replay_trades_worker_seconds_for_latency_as_the_bench_reports() -> 
     slow = replay(arr, spec, service_s=0.1, start_s=0.3, end_s=30.0)
     slow_before = replay(arr, spec, service_s=0.1, start_s=0.3, end_s=30.0, costs=False)
     assert slow.as_dict() == slow_before.as_dict()
+
+
+def test_with_cheap_starts_the_last_worker_stays_for_the_scale_to_zero_grace() -> None:
+    """The cost rules take away the scaler's headroom, not its hold on the last worker: with a
+    keep-alive that lets the last worker go at once (0.06 s), it is still kept while the scaler sees
+    demand (its 60 s stable window, then ``scale_to_zero_grace_s``), as without the cost rules, and
+    stops after (before the fix it stopped half a second after its last call, and the next call
+    waited for a start)."""
+    spec = ScalingSpec(max=4, keep_alive="fixed:0.001", scale_to_zero_grace_s=30.0)
+    p = measured(WorkerPoolPolicy(spec), 0.02, 0.1)
+    p.arrival(0.0)
+    p.decide(0.0, 0, busy(1, 0.0), sample=True)
+    p.done(0.1, 0.1)
+    idle = [WorkerView(0, "idle", 0.1)]
+    before = WorkerPoolPolicy(spec, costs=False)
+    before.arrival(0.0)
+    before.decide(0.0, 0, busy(1, 0.0), sample=True)
+    before.done(0.1, 0.1)
+    for t in (0.5, 1.0, 2.0, 10.0, 29.5, 45.0, 59.5):
+        assert p.decide(t, 0, idle, sample=True).stop == before.decide(t, 0, idle, sample=True).stop == (), t
+    assert p.decide(61.0, 0, idle, sample=True).stop == before.decide(61.0, 0, idle, sample=True).stop == (0,)
