@@ -510,3 +510,39 @@ def test_connections_that_never_authenticate_cannot_lock_out_clients_with_the_to
                 closed += 1
             s.close()
         assert closed >= 10
+
+
+def test_a_413_reads_the_refused_body_before_it_answers() -> None:
+    """Row 10 where it can be seen on any machine: the order of the ASGI events. A request over the
+    body limit is refused with 413 and ``connection: close``; the guard takes every body message the
+    client sends before it starts the answer (before the change: none), so the server closes a socket
+    with nothing unread. A refusal on a kept-alive connection (401) reads nothing: the server does."""
+    import asyncio
+
+    from gfaas.runtime.gateway.guard import Guard
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # never reached: refused on headers
+        raise AssertionError("the app was called")
+
+    def events(headers: list[tuple[bytes, bytes]]) -> list[str]:
+        guard = Guard(app, max_body_bytes=1 << 20, limits=GatewayLimits(), token=TOKEN)
+        chunks = [{"type": "http.request", "body": b"x" * (1 << 20), "more_body": k < 3} for k in range(4)]
+        log: list[str] = []
+
+        async def receive() -> dict[str, Any]:
+            log.append("body")
+            return chunks.pop(0) if chunks else {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            log.append(message["type"])
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/workflows/w/invocations", "root_path": "",
+                 "headers": headers, "query_string": b"", "client": ("127.0.0.1", 5)}
+        asyncio.run(guard(scope, receive, send))
+        return log
+
+    auth = [(b"authorization", f"Bearer {TOKEN}".encode())]
+    over = events([(b"content-length", str(4 << 20).encode()), *auth])
+    assert over == ["body"] * 4 + ["http.response.start", "http.response.body"]
+    unauth = events([(b"content-length", str(4 << 20).encode())])
+    assert unauth == ["http.response.start", "http.response.body"]

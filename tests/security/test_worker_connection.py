@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,17 @@ def test_a_worker_cannot_use_a_finished_tasks_credentials_on_its_long_lived_conn
     assert report == {"after_task": 0.0, "cross": 0.0, "token_seen": 0.0, "same_conn": 1.0}, report
 
 
+
+@contextmanager
+def _attack_runtime() -> Iterator[LocalRuntime]:
+    """A runtime whose workers import the hostile handlers of tests/support (attack_handlers)."""
+    support = os.path.join(os.path.dirname(__file__), "..", "support")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.path.abspath(support))
+        with LocalRuntime(RuntimeConfig(queue_hints=False)) as rt:
+            yield rt
+
+
 FORGER = """
 name: forger
 inputs: {x: null}
@@ -85,17 +97,14 @@ def test_a_forged_reply_with_bad_values_is_refused(forge: str, words: str, rt_ha
     its shape, fails its own invocation with what is wrong, and the runtime keeps serving."""
     import time
 
-    support = os.path.join(os.path.dirname(__file__), "..", "support")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONPATH", os.path.abspath(support))
-        with LocalRuntime(RuntimeConfig(queue_hints=False)) as rt:
-            rt.deploy(FORGER.replace("FORGE", forge))
-            res = rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
-            assert res.status == "failed" and words in (res.error or ""), res.error
-            time.sleep(0.3)  # the worker's real reply comes after the forged one: it finds no task
-            assert rt.status(res.invocation_id) == "failed"
-            again = rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
-            assert again.status == "failed" and words in (again.error or "")  # the same refusal, nothing worse
+    with _attack_runtime() as rt:
+        rt.deploy(FORGER.replace("FORGE", forge))
+        res = rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
+        assert res.status == "failed" and words in (res.error or ""), res.error
+        time.sleep(0.3)  # the worker's real reply comes after the forged one: it finds no task
+        assert rt.status(res.invocation_id) == "failed"
+        again = rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
+        assert again.status == "failed" and words in (again.error or "")  # the same refusal, nothing worse
 
 
 def test_a_worker_cannot_get_the_data_plane_for_another_invocation(rt_handlers: str) -> None:
@@ -109,12 +118,9 @@ functions:
   - {name: f, kind: cpu, handler: "attack_handlers:ask_for_another", params: {other: OTHER}, inputs: {x: input.x},
      outputs: {y: {shape: []}}}
 """
-    support = os.path.join(os.path.dirname(__file__), "..", "support")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONPATH", os.path.abspath(support))
-        with LocalRuntime(RuntimeConfig(queue_hints=False)) as rt:
-            rt.deploy(spec.replace("OTHER", '"0123456789abcdef0123456789abcdef"'))
-            res = rt.invoke("asker", {"x": np.arange(3.0)}, timeout=60)
+    with _attack_runtime() as rt:
+        rt.deploy(spec.replace("OTHER", '"0123456789abcdef0123456789abcdef"'))
+        res = rt.invoke("asker", {"x": np.arange(3.0)}, timeout=60)
     assert res.ok, res.error
     assert float(res.outputs["granted"]) == 0.0
 
@@ -140,15 +146,12 @@ def test_a_control_channel_out_of_step_fails_the_call_and_replaces_the_worker(se
     the runtime before its reply. The invocation fails at once with what came (before: a Stop left it
     running for ever, and the worker that sent a Ready was kept, its real reply still on the way), the
     worker is replaced, and the next call runs on a new worker."""
-    support = os.path.join(os.path.dirname(__file__), "..", "support")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONPATH", os.path.abspath(support))
-        with LocalRuntime(RuntimeConfig(queue_hints=False)) as rt:
-            rt.deploy(DESYNC.replace("SEND", send))
-            first = rt.invoke("desync", {"x": np.zeros(1)}, timeout=60)
-            assert first.ok, first.error
-            bad = rt.invoke("desync", {"x": np.ones(1)}, timeout=20)
-            assert bad.status == "failed" and words in (bad.error or ""), bad.error
-            again = rt.invoke("desync", {"x": np.zeros(1)}, timeout=60)
-            assert again.ok, again.error
+    with _attack_runtime() as rt:
+        rt.deploy(DESYNC.replace("SEND", send))
+        first = rt.invoke("desync", {"x": np.zeros(1)}, timeout=60)
+        assert first.ok, first.error
+        bad = rt.invoke("desync", {"x": np.ones(1)}, timeout=20)
+        assert bad.status == "failed" and words in (bad.error or ""), bad.error
+        again = rt.invoke("desync", {"x": np.zeros(1)}, timeout=60)
+        assert again.ok, again.error
     assert float(again.outputs["pid"]) != float(first.outputs["pid"])

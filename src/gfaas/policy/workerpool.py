@@ -204,9 +204,10 @@ class WorkerPoolPolicy:
             return None
         return statistics.median(self.start_samples), statistics.median(self.busy_samples)
 
-    def idle_stop_s(self) -> float:
-        """How long an extra worker stays idle before it stops."""
-        c = self.costs()
+    def idle_stop_s(self, costs: tuple[float, float] | None = None) -> float:
+        """How long an extra worker stays idle before it stops (``costs``: :meth:`costs`, if the
+        caller has them already)."""
+        c = self.costs() if costs is None else costs
         if c is None:
             return self.spec.panic_window_s
         return min(self.spec.panic_window_s, max(self.tick_s, BREAK_EVEN_STARTS * c[0]))
@@ -324,7 +325,7 @@ class WorkerPoolPolicy:
         if live > want:
             # Ahead of the burst, an extra worker stops only once idle for a panic window: one that
             # went idle a moment ago is part of the burst still running (else starts and stops flap).
-            hold_s = self.idle_stop_s()
+            hold_s = self.idle_stop_s(costs)
             quiet = idle if not self.ahead else [w for w in idle if now - w.since >= hold_s]
             stop = tuple(w.id for w in quiet[:live - want])
         # Keep sampling while anything is up or waiting (the scaler's windows move with time); else

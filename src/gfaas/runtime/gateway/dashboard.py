@@ -116,12 +116,7 @@ def result_figure(rid: str, gw: GatewayDep) -> Response:
     entry = _find(gw.results_dirs, rid)
     if not entry.get("figure"):
         raise NotFound(f"result {rid!r} has no figure")
-    base, rel = entry["_figure"]
-    try:
-        data = read_inside(base, rel, MAX_RESULT_BYTES)
-    except OSError as exc:
-        raise NotFound(f"the figure of result {rid!r} cannot be read ({exc})") from None
-    return Response(data, media_type="image/png")
+    return Response(_read(entry["_figure"], f"the figure of result {rid!r}"), media_type="image/png")
 
 
 @router.get("/v1/results/{rid:path}", tags=["dashboard"],
@@ -133,12 +128,15 @@ def result(rid: str, gw: GatewayDep) -> Response:
     if entry["bytes"] > MAX_RESULT_BYTES:
         raise NotFound(f"result {rid!r} is {entry['bytes']} bytes, over the dashboard's {MAX_RESULT_BYTES}; "
                        f"open {entry['path']} directly")
-    base, rel = entry["_at"]
+    return Response(_read(entry["_at"], f"result {rid!r}"), media_type="application/json")
+
+
+def _read(at: tuple[str, str], what: str) -> bytes:
+    """The file at ``(folder, path inside it)``, read without following links (result_files), or 404."""
     try:
-        data = read_inside(base, rel, MAX_RESULT_BYTES)
+        return read_inside(at[0], at[1], MAX_RESULT_BYTES)
     except OSError as exc:
-        raise NotFound(f"result {rid!r} cannot be read ({exc})") from None
-    return Response(data, media_type="application/json")
+        raise NotFound(f"{what} cannot be read ({exc})") from None
 
 
 # -- the live snapshot

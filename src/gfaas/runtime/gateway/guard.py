@@ -150,8 +150,9 @@ class Guard:
         lim: Any = None
         refusal = self._refusal(scope, path)
         if refusal is None:
-            if self.token is not None and path not in OPEN_PATHS and client is not None:
-                proven_clients(scope).add(tuple(client))  # authenticated: kept at the connection cap (protocol.py)
+            proven = proven_clients(scope) if self.token is not None and path not in OPEN_PATHS else None
+            if proven is not None and client is not None:
+                proven.add(tuple(client))  # authenticated: kept at the connection cap (protocol.py)
             refusal, gw, lim = await self._admission(scope, path)
         if refusal is not None:
             if refusal.headers.get("connection") == "close":  # kept alive, the server reads the rest itself

@@ -19,17 +19,10 @@ LINGER_BYTES = 64 << 20
 LINGER_S = 5.0
 
 
-_NO_SET: set[tuple[Any, ...]] = set()
-
-
-def proven_clients(scope: Scope) -> set[tuple[Any, ...]]:
-    """The gateway's set of authenticated clients (a throwaway set for an app without the state)."""
+def proven_clients(scope: Scope) -> set[tuple[Any, ...]] | None:
+    """The gateway's set of authenticated clients (None for an app without the gateway's state)."""
     gw = getattr(getattr(scope.get("app"), "state", None), "gateway", None)
-    proven: set[tuple[Any, ...]] | None = getattr(gw, "proven_clients", None)
-    if proven is None:
-        _NO_SET.clear()
-        return _NO_SET
-    return proven
+    return getattr(gw, "proven_clients", None)
 
 
 async def drain_body(scope: Scope, receive: Receive, max_bytes: int, max_s: float) -> None:
