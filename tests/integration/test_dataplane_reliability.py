@@ -197,7 +197,7 @@ def test_daemon_restart_reports_lost_objects(node) -> None:  # type: ignore[no-u
     unsealed = f.allocate(10)
     view = g.get(refs[1])
     sock = node.config.socket_path
-    inode = os.stat(sock).st_ino
+    before = os.stat(sock)
     old_pid = node.pid
     node.kill()
     with pytest.raises(DaemonUnavailable):
@@ -206,7 +206,10 @@ def test_daemon_restart_reports_lost_objects(node) -> None:  # type: ignore[no-u
     assert os.path.exists(sock) and not is_serving(sock)  # the stale socket is left behind
     node.restart()
     assert node.pid != old_pid and is_serving(sock)
-    assert os.stat(sock).st_ino != inode
+    # a new socket in place of the stale one: tmpfs may give it the freed inode number (a CI run
+    # saw it), so the change time tells them apart too
+    after = os.stat(sock)
+    assert (after.st_ino, after.st_ctime_ns) != (before.st_ino, before.st_ctime_ns)
     with open(os.path.join(node.config.state_dir, "daemon.pid")) as fh:
         assert int(fh.read()) == node.pid
     assert glob.glob("/dev/shm/gfaas*") == []
