@@ -231,6 +231,27 @@ def test_many_concurrent_invocations_none_lost_or_duplicated(rt: LocalRuntime) -
     wait_for(lambda: objects(rt) == 0, what="all objects to be freed")
 
 
+def test_a_finished_invocation_keeps_only_its_result(rt: LocalRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once finished and its data freed, an invocation's state (DAG, records, values) is let go and
+    only its result stays fetchable, for the most recent ones only: what a loaded gateway keeps is
+    then a few objects per invocation for the collector to walk (gcpause)."""
+    import gfaas.runtime.invoker as invoker_mod
+
+    monkeypatch.setattr(invoker_mod, "KEEP_RESULTS", 3)
+    done = [rt.invoke("seq", {"x": np.full(2, float(k))}, timeout=30) for k in range(5)]
+    assert all(r.ok for r in done)
+    wait_for(lambda: not any(r.invocation_id in rt.invoker._invs for r in done), what="the invocations to retire")
+    for r in done[-3:]:  # kept: status, result and a late done-callback all answer from the result
+        assert rt.status(r.invocation_id) == "done"
+        assert rt.result(r.invocation_id, timeout=0) is r
+        seen: list[Any] = []
+        rt.invoker.add_done_callback(r.invocation_id, seen.append)
+        assert seen == [r] and rt.invoker.queue_positions(r.invocation_id) == {}
+    for r in done[:2]:  # past the bound: gone, with the usual error
+        with pytest.raises(NotFound, match="finished ones are kept for a while"):
+            rt.status(r.invocation_id)
+
+
 def test_redis_baseline_gives_the_same_outputs(rt: LocalRuntime, rt_handlers: str) -> None:
     """The host-centric transport runs the same workflows to the same results."""
     with LocalRuntime(RuntimeConfig(transport="redis", executor="inproc")) as base:
@@ -323,10 +344,11 @@ def test_ending_an_invocations_data_never_holds_up_the_next_submit(rt_handlers: 
 
             monkeypatch.setattr(Admin, name, stalled)
     with LocalRuntime(RuntimeConfig(executor="inproc")) as r:
+        r.invoker.keep_retired = {}  # the first invocation's token is read after it finished
         r.deploy(TWO)
         first = r.invoke("two-outputs", {"x": np.ones(3)}, timeout=30)
         assert first.ok
-        creds = Credentials(r.nodes.transport_settings()["socket_path"], r.invoker._inv(first.invocation_id).tokens["f"])
+        creds = Credentials(r.nodes.transport_settings()["socket_path"], r.invoker.keep_retired[first.invocation_id].tokens["f"])
         later: list[Any] = []
         t = threading.Thread(target=lambda: later.append(r.invoke("two-outputs", {"x": np.ones(4)}, timeout=30)))
         t.start()

@@ -56,6 +56,7 @@ def rt() -> Iterator[LocalRuntime]:
     support = os.path.join(os.path.dirname(__file__), "..", "support")
     mp.syspath_prepend(support)
     r = LocalRuntime(RuntimeConfig(executor="inproc", node_capacity_bytes=64 << 20))
+    r.invoker.keep_retired = {}  # the finished invocations' DAG events are compared
     try:
         yield r
     finally:
@@ -75,7 +76,7 @@ def run_runtime(rt: LocalRuntime, name: str, label: str, scalars: Scalars) -> tu
     inv = rt.submit(wf, inputs)
     res = rt.result(inv, timeout=60)
     assert res.ok, res.error
-    return list(rt.invoker._inv(inv).dag.events), res
+    return list(rt.invoker.keep_retired[inv].dag.events), res
 
 
 def run_sim(name: str, scalars: Scalars, profile: Any = None) -> tuple[list[tuple[str, str]], Any]:

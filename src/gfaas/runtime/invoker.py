@@ -62,6 +62,8 @@ from .worker import (
 
 log = logging.getLogger("gfaas.runtime")
 
+KEEP_RESULTS = 10_000  # finished invocations whose results stay fetchable by ID (the most recent)
+
 InputGenerator = Callable[[str, int, str], dict[str, np.ndarray]]
 
 
@@ -189,8 +191,15 @@ class Invoker:
         self.dedup = dedup
         self._input_generator = input_generator
         self._lock = threading.Lock()  # the invocations' state
-        self._invs: dict[str, _Invocation] = {}
-        self._finished: deque[str] = deque()
+        self._invs: dict[str, _Invocation] = {}  # live: unfinished, or finished with data still held
+        # The results of retired invocations (finished, their data freed), kept fetchable: only the
+        # result is kept, not the invocation's state (its DAG, records, values), so the collector walks
+        # a few objects per kept invocation, not tens (gcpause; docs/performance.md).
+        self._results: dict[str, InvocationResult] = {}
+        self._finished: deque[str] = deque()  # retirement order: the oldest results go first
+        # Set to a dict to keep retired invocations' whole state there too (tests that read a finished
+        # invocation's DAG events or tokens); None in service.
+        self.keep_retired: dict[str, _Invocation] | None = None
         self._seq = 0  # invocations submitted: which drive stores an invocation's inputs
         self._running: dict[int, _Running] = {}  # id(worker) -> its task in flight
         self._steps: dict[tuple[int, str], _Step] = {}
@@ -311,6 +320,8 @@ class Invoker:
 
     def result(self, invocation_id: str, timeout: float | None = None) -> InvocationResult:
         inv = self._inv(invocation_id)
+        if isinstance(inv, InvocationResult):
+            return inv
         if not inv.done.wait(timeout):
             raise TimeoutError(f"invocation {invocation_id} still {inv.status} after {timeout} s")
         assert inv.result is not None
@@ -321,6 +332,9 @@ class Invoker:
         thread that finishes it: keep it short and non-blocking (the gateway wakes an asyncio future
         with it, so no thread waits per request). ``NotFound`` for unknown IDs."""
         inv = self._inv(invocation_id)
+        if isinstance(inv, InvocationResult):
+            callback(inv)
+            return
         with self._lock:
             if inv.result is None:
                 inv.callbacks.append(callback)
@@ -344,6 +358,8 @@ class Invoker:
         This is what queue-aware eviction reads: an object whose consumers are far back can go first.
         """
         inv = self._inv(invocation_id)
+        if isinstance(inv, InvocationResult):
+            return {}  # retired: it waits nowhere
         out = {}
         for f in inv.spec.functions:
             pool = self.deployments.pool(inv.spec.name, inv.version, f.name)
@@ -359,7 +375,8 @@ class Invoker:
         done. With ``queue_hints`` on (the default) the runtime does this by itself as queues
         change. Returns the invocations hinted."""
         if invocation_id is not None:
-            ids = {self._inv(invocation_id).id}
+            self._inv(invocation_id)  # NotFound for an unknown one; a retired one has nothing left to hint
+            ids = {invocation_id}
         else:
             with self._lock:
                 ids = {i.id for i in self._invs.values() if i.kind == "gfaas" and not i.ended}
@@ -391,9 +408,10 @@ class Invoker:
         heads = {q: pool.left for q in queues if (pool := pools.get(q)) is not None}
         return entries, heads
 
-    def _inv(self, invocation_id: str) -> _Invocation:
+    def _inv(self, invocation_id: str) -> _Invocation | InvocationResult:
+        """The live invocation, or the result of a retired one."""
         with self._lock:
-            inv = self._invs.get(invocation_id)
+            inv = self._invs.get(invocation_id) or self._results.get(invocation_id)
         if inv is None:
             raise NotFound(f"no invocation {invocation_id!r} is known here (finished ones are kept for a while)")
         return inv
@@ -731,9 +749,20 @@ class Invoker:
             except Exception:  # noqa: BLE001 - a waiter's failure must not fail the invocation
                 log.exception("a done-callback of invocation %s failed", inv.id)
         inv.callbacks.clear()
+        self._retire(inv)
+
+    def _retire(self, inv: _Invocation) -> None:
+        """Once finished and its data freed (under the lock): keep only its result, and only the most
+        recent results (the invocation's state goes with the last reference to it)."""
+        if inv.result is None or not inv.ended or self._invs.get(inv.id) is not inv:
+            return
+        del self._invs[inv.id]
+        self._results[inv.id] = inv.result
+        if self.keep_retired is not None:
+            self.keep_retired[inv.id] = inv
         self._finished.append(inv.id)
-        while len(self._finished) > 10_000:  # keep recent results fetchable, not all forever
-            self._invs.pop(self._finished.popleft(), None)
+        while len(self._finished) > KEEP_RESULTS:  # keep recent results fetchable, not all forever
+            self._results.pop(self._finished.popleft(), None)
 
     def _end_data(self, inv: _Invocation) -> None:
         """Free everything the invocation stored, once no task of it is in flight (called under the
@@ -742,6 +771,7 @@ class Invoker:
         if inv.ended:
             return
         inv.ended = True
+        self._retire(inv)
         if inv.kind == "gfaas" and not inv.opened:
             return  # nothing of it was ever on a node
         self.nodes.end(inv)
