@@ -150,7 +150,7 @@ def _serve_args(s: Any, workflows: str) -> None:
 
 def cmd_serve(a: argparse.Namespace) -> int:
     from . import workflows
-    from .gcpause import freeze_startup
+    from .gcpause import QuietCollector, freeze_startup
     from .runtime.gateway import DEFAULT_HANDLER_PACKAGES, GatewayLimits, serve
     from .runtime.local import LocalRuntime, RuntimeConfig
 
@@ -185,6 +185,11 @@ def cmd_serve(a: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
             print(f"dashboard: {gw.url}/dashboard", file=sys.stderr, flush=True)
             freeze_startup()  # the app, the runtime and their imports: out of the collector's full walks
-            stop.wait()
+            collector = QuietCollector(gw.app.state.gateway.admissions.idle).start()
+            try:
+                while not stop.wait(1.0):
+                    collector.tick()  # full collections when nothing is in flight (gcpause)
+            finally:
+                collector.stop()
     print("stopped", file=sys.stderr)
     return 0

@@ -115,6 +115,11 @@ class Admissions:
                 gate.waiting.popleft()
                 fut.get_loop().call_soon_threadsafe(_admit_waiter, fut, lim, self)
 
+    def idle(self) -> bool:
+        """Whether no admitted invocation is in flight and none waits (a quiet moment: gcpause)."""
+        with self._lock:
+            return all(g.lim.in_flight == 0 and not g.waiting for g in self._gates.values())
+
     def describe(self) -> dict[str, dict[str, float]]:
         with self._lock:
             return {w: {"limit": round(g.lim.limit, 1), "in_flight": g.lim.in_flight, "waiting": len(g.waiting),
