@@ -8,7 +8,8 @@ In this order, before the app reads anything of the body:
   whose socket the gateway's own user owns (:mod:`.peer`): not to function code under a tenant uid.
 * **requests in progress**: at most ``max_requests`` (``/healthz`` aside); more are 503 with ``Retry-After``.
 * **refused connections wait**: the next request on a connection refused with ``Retry-After`` (429,
-  503) is not looked at before that time is up, or :data:`MAX_HOLD_S`, whichever is sooner. A client
+  503) is not looked at before that time is up, or :data:`MAX_HOLD_S`, whichever is sooner (the
+  server's protocol holds it before it is parsed, :mod:`.protocol`; the guard itself otherwise). A client
   that honours it never notices; one that retries at once makes at most one request a second, so
   refusals cannot crowd out admitted work (and a request held is never held past its client's patience).
 * **admission** (issue 23): an invocation (``POST /v1/workflows/NAME/invocations``) is admitted by
@@ -77,15 +78,16 @@ class Guard:
     """The ASGI middleware described in the module docstring; ``token=None`` turns authentication off."""
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, limits: GatewayLimits, token: str | None,
-                 retry_after_s: int = 1) -> None:
+                 retry_after_s: int = 1, held: dict[Any, float] | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.limits = limits
         self.token = None if token is None else token.encode()
         self.retry_after_s = retry_after_s
         self.active = 0  # requests in progress (one event loop: no lock needed)
-        # a refused connection (client address and port) -> when its next request may be looked at
-        self._slowed: dict[Any, float] = {}
+        # a refused connection (client address and port) -> when its next request may be looked at; the
+        # gateway's own dict (held_clients), which its server's protocol reads first (protocol.py)
+        self._slowed: dict[Any, float] = held if held is not None else {}
 
     @staticmethod
     def _read_only_local(scope: Scope, path: str, headers: dict[bytes, bytes]) -> bool:
@@ -143,8 +145,8 @@ class Guard:
         client = scope.get("client")
         if self._slowed and client is not None:
             until = self._slowed.pop(tuple(client), None)
-            if until is not None and until > time.monotonic():
-                await asyncio.sleep(until - time.monotonic())  # it came back before its Retry-After
+            if until is not None and until > time.monotonic():  # early, and no protocol held it (a test client)
+                await self._hold(until)
         path = scope["path"].removeprefix(scope.get("root_path", "")) or "/"
         gw: Any = None
         lim: Any = None
@@ -174,6 +176,10 @@ class Guard:
             self.active -= 1
             if lim is not None and not scope["state"].get("watched"):
                 gw.admissions.finished(lim, None)  # it never reached the runtime: its place is free again
+
+    @staticmethod
+    async def _hold(until: float) -> None:
+        await asyncio.sleep(until - time.monotonic())
 
     def _slow(self, client: Any, after_s: float) -> None:
         """Hold ``client``'s next request until ``after_s`` from now (see the module docstring)."""

@@ -145,6 +145,9 @@ class _Gateway:
         # connection cap, the server closes an idle connection not among them to take a new one
         # (protocol.py), so connections that never authenticate cannot lock clients out.
         self.proven_clients: set[tuple[Any, ...]] = set()
+        # Refused clients (address, port) -> when their next request may be read: the guard fills it, the
+        # server's protocol holds an early request below the framework (protocol.py), the guard otherwise.
+        self.held_clients: dict[Any, float] = {}
         self.deploying = 0  # deploys in progress (they count against max_workflows); under deploy_lock
         self.deploy_lock = threading.Lock()
         self.default_timeout_s = default_timeout_s
