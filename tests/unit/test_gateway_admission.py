@@ -210,6 +210,7 @@ def test_over_the_limit_requests_wait_without_a_thread_and_are_admitted_one_per_
             await asyncio.sleep(0.1)
             adm = app.state.gateway.admissions
             assert adm.describe()["held"]["waiting"] == 2 and rt.submits == 1  # waiting, not submitted
+            assert not adm.idle()  # what gfaas serve's collector asks before a full collection (gcpause)
             full = await c.post(url, json={"seed": 3}, params={"timeout": 30})
             assert full.status_code == 429 and "max_waiting=2" in full.json()["message"]
             await asyncio.to_thread(rt.release)  # the first ends: exactly one waiter is admitted
@@ -222,6 +223,7 @@ def test_over_the_limit_requests_wait_without_a_thread_and_are_admitted_one_per_
                 await asyncio.to_thread(rt.release)
                 await asyncio.sleep(0.1)
             assert [(await q).status_code for q in queued] == [200, 200]
+            assert adm.idle()
             assert adm.describe()["held"] | {} == {"limit": 1, "in_flight": 0, "waiting": 0, "admitted": 3,
                                                    "refused": 1}
 
@@ -289,5 +291,78 @@ def test_a_connection_that_retries_at_once_is_held_until_its_retry_after(hold: b
             await asyncio.to_thread(rt.release)
             assert (await running).status_code == 200
             assert rt.submits == 1  # the refused were never submitted
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_the_servers_protocol_holds_an_early_retry_before_parsing_it(parser: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Served for real, the early retry of a refused connection is held by the server's protocol (its
+    reading paused), not by a coroutine in the guard: with the guard's own hold made to fail, the retry
+    still waits its second and is answered 429, while another connection is answered at once."""
+    import socket
+    import time
+
+    from gfaas.runtime.gateway import guard, protocol, serve
+
+    if parser == "h11":
+        monkeypatch.setattr(protocol, "_httptools", lambda: None)
+    elif protocol._httptools() is None:
+        pytest.skip("httptools is not installed")
+
+    async def no_guard_hold(_: float) -> None:
+        raise AssertionError("the guard held a request the protocol should have held")
+
+    monkeypatch.setattr(guard.Guard, "_hold", staticmethod(no_guard_hold))
+    rt = CallbackRuntime()
+    rt.deploy("name: held\ninputs: [x]\nkind: hold\n")
+    request = (b"POST /v1/workflows/held/invocations?mode=async HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+               + TOKEN.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{\"seed\":1}")
+
+    def answer(s: socket.socket) -> bytes:
+        got = b""
+        while b"\r\n\r\n" not in got or not got.endswith(b"}"):
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+        return got.split(b" ", 2)[1]
+
+    with serve(rt, token=TOKEN, sweep_interval_s=3600, access_log=False) as gw:
+        gw.app.state.gateway.admissions = Admissions(rt.workflows, initial=1, min_limit=1, max_limit=1, max_waiting=0)
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as first, \
+                socket.create_connection(("127.0.0.1", gw.port), timeout=10) as eager, \
+                socket.create_connection(("127.0.0.1", gw.port), timeout=10) as other:
+            first.sendall(request)
+            assert answer(first) == b"202"  # takes the only place
+            eager.sendall(request)
+            assert answer(eager) == b"429"
+            t0 = time.monotonic()
+            eager.sendall(request)  # at once: held
+            other.sendall(request)
+            assert answer(other) == b"429" and time.monotonic() - t0 < 0.5  # answered meanwhile
+            assert answer(eager) == b"429"
+            assert 0.9 <= time.monotonic() - t0 < 3.0
+        rt.release()
+
+
+def test_refusals_are_answered_in_front_of_fastapis_own_middleware() -> None:
+    """The guard is the application's outermost layer: a 401 or a 429 is answered without FastAPI's
+    middleware stack ever being built, let alone run; an admitted request goes through it."""
+    rt = CallbackRuntime()
+    rt.deploy("name: held\ninputs: [x]\nkind: hold\n")
+    app = _app(rt, 1)
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
+            url = "/v1/workflows/held/invocations"
+            assert (await c.post(url, json={"seed": 1})).status_code == 401
+            assert app.middleware_stack is None
+            assert (await c.post(url, json={"seed": 1}, params={"mode": "async"}, headers=AUTH)).status_code == 202
+            assert app.middleware_stack is not None  # an asynchronous invocation goes to its route
+            app.middleware_stack = None
+            assert (await c.post(url, json={"seed": 1}, params={"mode": "async"}, headers=AUTH)).status_code == 429
+            assert app.middleware_stack is None  # the limit is full: refused in front
+            await asyncio.to_thread(rt.release)
 
     asyncio.run(go())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
+from starlette.middleware.errors import ServerErrorMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...errors import ConfigError
 from ...units import MiB
@@ -14,6 +16,32 @@ from .guard import OPEN_PATHS, Guard
 from .limits import GatewayLimits
 from .schemas import document_security
 from .state import _Gateway, lifespan
+
+
+class GatewayApp(FastAPI):
+    """The FastAPI application with the guard (:mod:`.guard`) in front of FastAPI's own middleware
+    stack rather than inside it: a refusal (401, 413, 429) and the invoke fast path then cost the
+    event loop the guard alone, not five layers of wrappers first (their error handling is for
+    the routes behind the guard, which still have it)."""
+
+    guard: Guard | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.guard is None or scope["type"] == "lifespan":
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self  # what Starlette sets, and the guard reads (the gateway's state)
+        await self.guard(scope, receive, send)
+
+    async def behind_guard(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
+
+    def build_middleware_stack(self) -> ASGIApp:
+        # Without Starlette's outermost error middleware: an exception a route lets out reaches the
+        # guard, whose 500 is JSON and names the log's reference (that middleware answered plain text
+        # first, and the guard could only log).
+        stack = super().build_middleware_stack()
+        return stack.app if self.guard is not None and isinstance(stack, ServerErrorMiddleware) else stack
 
 
 def create_app(runtime: RuntimeAPI, *, token: str | None = None, authenticate: bool = True,
@@ -46,7 +74,7 @@ def create_app(runtime: RuntimeAPI, *, token: str | None = None, authenticate: b
         raise ConfigError("create_app: sizes and timeouts must be non-negative, max_timeout_s >= default_timeout_s, "
                           "max_waiters >= 1 and sweep_interval_s > 0")
     token = (token or new_token()) if authenticate else None
-    app = FastAPI(title="gfaas gateway", version="1", lifespan=lifespan,
+    app = GatewayApp(title="gfaas gateway", version="1", lifespan=lifespan,
                   description="Deploy and invoke gfaas workflows; see docs/gateway.md.")
     app.state.gateway = gw = _Gateway(runtime, max_waiters=max_waiters, max_pending=max_pending, limits=limits,
                                       default_timeout_s=default_timeout_s, max_timeout_s=max_timeout_s,
@@ -54,7 +82,8 @@ def create_app(runtime: RuntimeAPI, *, token: str | None = None, authenticate: b
     gw.token = token
     gw.results_dirs = results_dirs if results_dirs is not None else \
         (result_files.results_dirs_from_env() or result_files.default_results_dirs())
-    app.add_middleware(Guard, max_body_bytes=max_body_bytes, limits=limits, token=token, retry_after_s=retry_after_s)
+    app.guard = Guard(app.behind_guard, max_body_bytes=max_body_bytes, limits=limits, token=token,
+                      retry_after_s=retry_after_s, held=gw.held_clients)
     add_error_handlers(app)
     app.include_router(ops.router)
     app.include_router(workflows.router)
