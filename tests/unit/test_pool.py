@@ -151,3 +151,46 @@ def test_live_blocks_never_overlap_and_accounting_holds(script: list[tuple[bool,
     for b in live:
         p.free(b)
     assert p.used == 0 and p.held <= 64 * MiB
+
+
+def test_an_arena_holds_one_owners_blocks_and_keeps_its_owner_until_it_goes_back() -> None:
+    """Opening an arena's handle maps all of it, so two tenants never share one (issue 37, row 2): a
+    second owner gets a prewarmed (unowned) arena or a new one, never room in the first owner's,
+    even once that arena is empty again (its handle may still be open in the first owner's processes)."""
+    raw = Raw()
+    p = pool(raw, target_bytes=128 * MiB)
+    assert p.prewarm() == 128 * MiB and len(raw.calls) == 2
+    a1 = p.alloc(MiB, owner="wf-a")
+    b1 = p.alloc(MiB, owner="wf-b")
+    assert a1.arena != b1.arena and len(raw.calls) == 2  # each claimed a prewarmed arena: no raw alloc
+    a2 = p.alloc(MiB, owner="wf-a")
+    assert a2.arena == a1.arena  # its own arena still has room
+    p.free(a1)
+    p.free(a2)  # wf-a's arena is empty, kept (target), still wf-a's
+    c1 = p.alloc(MiB, owner="wf-c")
+    assert c1.arena not in (a1.arena, b1.arena) and raw.calls[-1] == ("alloc", 64 * MiB)
+    assert p.alloc(MiB, owner="wf-a").arena == a1.arena
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c", "free"]), st.integers(1, 24 * MiB)), min_size=1,
+                max_size=60))
+def test_no_arena_ever_holds_two_owners_blocks(script: list[tuple[str, int]]) -> None:
+    raw = Raw()
+    p = pool(raw, cap_bytes=512 * MiB, target_bytes=128 * MiB)
+    p.prewarm()
+    live: list[tuple[str, Block]] = []
+    owner_of: dict[int, str] = {}  # arena serial -> the owner of the blocks it has held since it came
+    for op, n in script:
+        if op == "free" and live:
+            p.free(live.pop(n % len(live))[1])
+        elif op != "free":
+            try:
+                b = p.alloc(n, owner=op)
+            except CapacityError:
+                continue
+            assert owner_of.setdefault(b.arena, op) == op, (b.arena, owner_of[b.arena], op)
+            live.append((op, b))
+        owner_of = {s: o for s, o in owner_of.items() if s in p.arenas}  # a returned arena's serial never comes back
+        spans = sorted((b.address, b.address + b.size) for _, b in live)
+        assert all(e <= s for (_, e), (s, _) in zip(spans, spans[1:], strict=False))
+        assert p.used == sum(b.size for _, b in live)

@@ -257,7 +257,8 @@ class Store:
         if device >= 0:
             # A GPU pool enforces its own cap; its memory is reused by the pool, not the warm list.
             self.check_device(device)
-            handle = self.tiers._device_alloc(device, nbytes)
+            tenant = self.registry.get(invocation).workflow if invocation in self.registry else ""
+            handle = self.tiers._device_alloc(device, nbytes, tenant)  # its own arenas (policy.pool)
             size = self.devices[device].size_of(handle)
         else:
             charged = invocation in self.registry

@@ -154,13 +154,13 @@ class Tiers:
         return (f"{stuck} bytes cannot be evicted: readers hold views of them, they are being written,"
                 " or they are slabs still open for small puts")
 
-    def _device_alloc(self, device: int, nbytes: int) -> Any:
+    def _device_alloc(self, device: int, nbytes: int, owner: str = "") -> Any:
         """A block of GPU ``device``'s pool; when the pool is at its cap, victims of
         :func:`plan_eviction` move to a peer GPU or to host memory (:func:`migration_target`) one
         at a time until the block fits (freed bytes need not be contiguous)."""
         dev = self.core.devices[device]
         try:
-            return dev.alloc(nbytes)
+            return dev.alloc(nbytes, owner)
         except CapacityError:
             if nbytes > dev.pool.cap:
                 raise
@@ -170,11 +170,11 @@ class Tiers:
             if seg is None or not self._evict_device(seg):
                 continue
             try:
-                return dev.alloc(nbytes)
+                return dev.alloc(nbytes, owner)
             except CapacityError:
                 pass
         try:
-            return dev.alloc(nbytes)
+            return dev.alloc(nbytes, owner)
         except CapacityError as exc:
             stuck = sum(r.nbytes for r in self._device_residents(device) if r.pinned)
             raise CapacityError(
@@ -647,7 +647,7 @@ class Tiers:
         new: Segment | None = None
         if dest is not None:
             try:
-                handle = self.core.devices[int(dest)].alloc(seg.size)
+                handle = self.core.devices[int(dest)].alloc(seg.size, seg.workflow)
             except CapacityError:
                 pass  # fragmented: host memory instead
             else:
@@ -670,7 +670,7 @@ class Tiers:
         """Bring a segment evicted from its GPU back there if the pool has room as it is."""
         k = seg.home
         try:
-            handle = self.core.devices[k].alloc(seg.size)
+            handle = self.core.devices[k].alloc(seg.size, seg.workflow)
         except CapacityError:
             return False
         new = self.core._add_segment(seg.invocation, None, handle, self.core.devices[k].size_of(handle), k)

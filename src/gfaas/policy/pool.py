@@ -12,9 +12,15 @@ many bytes of arenas to keep while they are empty (the elastic-storage policy of
 it; until then a fixed floor), :meth:`SegmentPool.prewarm` grows up to it ahead of demand, and the
 cap bounds everything. Empty arenas above the target are returned as soon as they empty.
 
-Free space is kept as a list sorted by ``(size, arena, offset)`` (best fit by one bisection) plus,
-per arena, maps from a free block's start and end to the block, so a freed block merges with its
-free neighbours at once. No clock, no threads: the caller serialises calls.
+*One owner per arena.* Since opening an arena's handle maps all of it, read and write, an arena
+holds the blocks of one owner only (the daemon passes the workflow: a tenant), so a function that
+opens the handle of its own object cannot reach another tenant's. An arena is unowned until its
+first block (prewarmed arenas are), and keeps its owner until it goes back: its handle may still be
+open in the owner's processes, so it is never handed to another owner.
+
+Free space is kept per owner as a list sorted by ``(size, arena, offset)`` (best fit by one
+bisection) plus, per arena, maps from a free block's start and end to the block, so a freed block
+merges with its free neighbours at once. No clock, no threads: the caller serialises calls.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class Arena:
     serial: int  # never reused: consumers cache opened handles by it
     base: int
     size: int
+    owner: str | None = None  # whose blocks it holds (None: nobody's yet)
     used: int = 0
     live: dict[int, int] = field(default_factory=dict)  # offset -> size of each live block
     free_by_start: dict[int, int] = field(default_factory=dict)  # offset -> size
@@ -101,7 +108,8 @@ class SegmentPool:
         self.target = 0
         self.on_arena_freed = on_arena_freed
         self.arenas: dict[int, Arena] = {}
-        self._free: list[tuple[int, int, int]] = []  # (size, arena serial, offset), sorted
+        # owner (None: unowned arenas) -> its free blocks as (size, arena serial, offset), sorted
+        self._free: dict[str | None, list[tuple[int, int, int]]] = {}
         self._serial = serial_base  # arena serials are unique across pools that use distinct bases
         self.held = 0
         self.used = 0
@@ -142,13 +150,17 @@ class SegmentPool:
         return freed
 
     # ---- blocks ----------------------------------------------------------------------------
-    def alloc(self, nbytes: int) -> Block:
-        """A block of at least ``nbytes`` (rounded up to the alignment)."""
+    def alloc(self, nbytes: int, owner: str = "") -> Block:
+        """A block of at least ``nbytes`` (rounded up to the alignment) in an arena of ``owner``'s
+        (one of its own, else an unowned one it then owns, else a new one)."""
         if nbytes <= 0:
             raise CapacityError(f"{self.name}: cannot allocate {nbytes} bytes; the size must be > 0")
         need = -(-nbytes // self.align) * self.align
-        i = bisect.bisect_left(self._free, (need, -1, -1))
-        if i == len(self._free):
+        free = self._free.setdefault(owner, [])
+        i = bisect.bisect_left(free, (need, -1, -1))
+        if i == len(free) and self._claim(need, owner):
+            i = bisect.bisect_left(free, (need, -1, -1))
+        if i == len(free):
             if need > self.cap:
                 raise CapacityError(
                     f"{self.name}: an object of {nbytes} bytes exceeds the pool's cap of {self.cap} bytes;"
@@ -162,9 +174,10 @@ class SegmentPool:
                     f"{self.name}: no room for {nbytes} bytes: {self.used} of {self.cap} bytes in use"
                     f" ({self.held} held in {len(self.arenas)} arenas); free objects or raise the cap"
                 )
-            self._grow(size)
-            i = bisect.bisect_left(self._free, (need, -1, -1))
-        size, serial, off = self._free.pop(i)
+            self._grow(size, owner)
+            free = self._free[owner]
+            i = bisect.bisect_left(free, (need, -1, -1))
+        size, serial, off = free.pop(i)
         a = self.arenas[serial]
         del a.free_by_start[off], a.free_by_end[off + size]
         if size > need:
@@ -208,11 +221,28 @@ class SegmentPool:
             self._drop(a)
 
     # ---- internals -------------------------------------------------------------------------
-    def _grow(self, size: int) -> Arena:
+    def _claim(self, need: int, owner: str) -> bool:
+        """Give ``owner`` the smallest unowned arena with a free block of ``need`` bytes."""
+        unowned = self._free.get(None)
+        if not unowned:
+            return False
+        i = bisect.bisect_left(unowned, (need, -1, -1))
+        if i == len(unowned):
+            return False
+        a = self.arenas[unowned[i][1]]
+        blocks = list(a.free_by_start.items())
+        for off, size in blocks:
+            self._take_free(a, off, size)
+        a.owner = owner
+        for off, size in blocks:
+            self._add_free(a, off, size)
+        return True
+
+    def _grow(self, size: int, owner: str | None = None) -> Arena:
         base = self._raw_alloc(size)
         self.raw_allocs += 1
         self._serial += 1
-        a = Arena(self._serial, base, size)
+        a = Arena(self._serial, base, size, owner)
         self.arenas[a.serial] = a
         self.held += size
         self._add_free(a, 0, size)
@@ -240,10 +270,11 @@ class SegmentPool:
     def _add_free(self, a: Arena, off: int, size: int) -> None:
         a.free_by_start[off] = size
         a.free_by_end[off + size] = off
-        bisect.insort(self._free, (size, a.serial, off))
+        bisect.insort(self._free.setdefault(a.owner, []), (size, a.serial, off))
 
     def _take_free(self, a: Arena, off: int, size: int) -> None:
         del a.free_by_start[off], a.free_by_end[off + size]
-        i = bisect.bisect_left(self._free, (size, a.serial, off))
-        del self._free[i]
+        free = self._free[a.owner]
+        i = bisect.bisect_left(free, (size, a.serial, off))
+        del free[i]
 

@@ -3,7 +3,8 @@
 A backend owns the bytes of stored objects. The store calls five small hooks; the public wrappers
 around them check arguments once, so each backend only implements the mechanics:
 
-``_alloc(nbytes) -> handle``          reserve a segment of storage
+``_alloc(nbytes, owner) -> handle``   reserve a segment of storage (``owner``: the tenant, for
+                                      backends whose exports map more than the segment)
 ``_free(handle)``                     give it back
 ``_copy_in(handle, offset, src)``     write bytes from the daemon's address space into a segment
 ``_copy_out(handle, offset, n, dst)`` read bytes of a segment into ``dst``
@@ -29,10 +30,10 @@ class Backend(ABC):
     name: str = "?"
 
     # ---- public wrappers: validate once, then call the hook --------------------------------
-    def alloc(self, nbytes: int) -> Any:
+    def alloc(self, nbytes: int, owner: str = "") -> Any:
         if nbytes <= 0:
             raise CapacityError(f"cannot allocate a segment of {nbytes} bytes on {self.name}; size must be > 0")
-        return self._alloc(nbytes)
+        return self._alloc(nbytes, owner)
 
     def free(self, handle: Any) -> None:
         self._free(handle)
@@ -79,7 +80,7 @@ class Backend(ABC):
 
     # ---- hooks ------------------------------------------------------------------------------
     @abstractmethod
-    def _alloc(self, nbytes: int) -> Any: ...
+    def _alloc(self, nbytes: int, owner: str = "") -> Any: ...
 
     @abstractmethod
     def _free(self, handle: Any) -> None: ...

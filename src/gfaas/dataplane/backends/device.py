@@ -100,8 +100,9 @@ class DeviceBackend(Backend):
             return self.bytes_h2d, self.bytes_d2h, dict(self.bytes_peer_in)
 
     # ---- Backend hooks -----------------------------------------------------------------------
-    def _alloc(self, nbytes: int) -> Any:
-        block = self.pool.alloc(nbytes)
+    def _alloc(self, nbytes: int, owner: str = "") -> Any:
+        # An IPC handle maps its whole arena: the pool keeps each arena to one owner (policy.pool).
+        block = self.pool.alloc(nbytes, owner)
         return DeviceSegment(self.device, block, block.size)
 
     def _free(self, handle: Any) -> None:

@@ -48,7 +48,7 @@ class NullBackend(Backend):
         self._next = 0
         self.live: dict[int, NullSegment] = {}
 
-    def _alloc(self, nbytes: int) -> Any:
+    def _alloc(self, nbytes: int, owner: str = "") -> Any:
         self._next += 1
         seg = NullSegment(self._next, nbytes)
         self.live[seg.id] = seg
