@@ -256,3 +256,35 @@ def desync(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
         sock.send(payload)
         sock.close()
     return {"y": np.float64(os.getpid())}
+
+
+def mark_mergeable(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Issue 37 row 3: mark guessed pages mergeable behind the runtime's back, from the worker itself
+    and from a child it forks, and make the whole process mergeable; 1 where the kernel refused."""
+    import ctypes
+    import mmap
+
+    ctx.get(inputs["x"])
+    libc = ctypes.CDLL(None, use_errno=True)
+    region = mmap.mmap(-1, 2048 * 4096)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(region))
+
+    def madvise() -> None:
+        if libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(2048 * 4096), 12) != 0:
+            raise OSError(ctypes.get_errno(), "madvise(MADV_MERGEABLE)")
+
+    def prctl() -> None:
+        if libc.prctl(67, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_MEMORY_MERGE)")
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a process the runtime never registered
+        os.write(w, bytes([_refused(madvise)]))
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(r, 1)[0]
+    os.close(r)
+    os.close(w)
+    return {"y": np.zeros(1), "madvise": np.float64(_refused(madvise)), "prctl": np.float64(_refused(prctl)),
+            "child_madvise": np.float64(child), "merge_hint": np.float64(ctx.merge(np.ones(1 << 20)))}

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from .seccomp import deny_merging  # imported as root: after the drop the package may be unreadable
 
 log = logging.getLogger("gfaas.runtime")
 
@@ -143,8 +144,10 @@ def _private_home() -> str:
     return home
 
 
-def drop_privileges(identity: Identity) -> None:
-    """Become ``identity`` for good (in the worker, before it serves any task).
+def drop_privileges(identity: Identity, *, merge_hints: bool = False) -> None:
+    """Become ``identity`` for good (in the worker, before it serves any task), under the seccomp
+    filter that keeps page merging the runtime's (:mod:`.seccomp`; ``merge_hints``: the runtime
+    hints pages for ``ctx.merge``, so ``madvise(MADV_MERGEABLE)`` stays allowed).
 
     The worker was started with no descriptor but stdio and its control socket (``close_fds``);
     what it opened since is its libraries' own (thread pools' event descriptors, model files), and
@@ -155,6 +158,7 @@ def drop_privileges(identity: Identity) -> None:
     os.setresgid(identity.gid, identity.gid, identity.gid)
     os.setresuid(identity.uid, identity.uid, identity.uid)
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)  # no setuid binary gives root back
+    deny_merging(allow_madvise_mergeable=merge_hints)
     # A uid change makes the process non-dumpable, which hands its /proc entries to root; the tenant
     # may see its own process (libraries read /proc/self), other uids still may not.
     _prctl(_PR_SET_DUMPABLE, 1)

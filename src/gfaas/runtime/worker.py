@@ -968,7 +968,7 @@ def _enter_sandbox(init: Init, keep: set[int] | None = None) -> None:
             importlib.import_module(name)
     if keep is not None:
         _close_others(keep)
-    drop_privileges(Identity(init.sandbox_uid, init.sandbox_gid))
+    drop_privileges(Identity(init.sandbox_uid, init.sandbox_gid), merge_hints=init.dedup in ("merge", "on"))
 
 
 def serve_fd(fd: int) -> int:
