@@ -195,12 +195,37 @@ def test_audit_stops_burst_on_foreign_mergeable(w: World) -> None:
     w.step()
     assert w.ctl.status()["burst"] is not None
     w.pid(303, mergeable=True)
+    writes = len(w.ksm.writes)
     w.step()
-    assert list(w.ctl.events)[-3:] == [("audit", (303,)), ("burst_end", "foreign_mergeable"), ("restored", SAVED)]
+    assert list(w.ctl.events)[-4:] == [("audit", (303,)), ("unmerged", (303,)), ("burst_end", "foreign_mergeable"),
+                                       ("restored", SAVED)]
+    # KSM unmerges everything (run = 2: the pages the foreign process got merged are copied back) before
+    # the saved settings come back
+    assert w.ksm.writes[writes:] == [("run", "2"), ("run", "0"), ("pages_to_scan", "100"), ("sleep_millisecs", "20"),
+                                     ("smart_scan", "1")]
     assert w.settings() == SAVED and not w.state.exists()
     w.ctl.hint(101, domain="a", workflow="wf", function="f", nbytes=PAGE)
     assert list(w.ctl.events)[-2:] == [("hint", 101, "a"), ("audit", (303,))]
     assert w.ctl.status()["burst"] is None and w.settings() == SAVED
+
+
+def test_a_burst_shorter_than_the_audit_interval_is_audited_before_it_ends(tmp_path: Path) -> None:
+    """Issue 37 row 3: a burst settled in 0.09 s, before its first 100 ms audit, with a foreign
+    process's guessed pages merged. Now the step that would end it audits first: the foreign
+    process stops it and KSM unmerges, whatever the audit interval."""
+    w = World(tmp_path, audit_s=10.0)
+    w.ctl.start(watch=False)
+    w.pid(101)
+    w.ctl.hint(101, domain="a", workflow="wf", function="f", nbytes=400 * PAGE)
+    w.pid(101, 400)
+    w.step(0.03)
+    w.pid(666, merging=2048)  # marked its guesses when the burst started; KSM merged them
+    w.step(0.03)
+    w.step(0.3)  # the hinted process leveled off: this step would have ended the burst as settled
+    assert [e[0] for e in w.ctl.events] == ["hint", "burst_start", "settled", "audit", "unmerged", "burst_end",
+                                            "restored"]
+    assert w.ctl.events[5] == ("burst_end", "foreign_mergeable") and ("run", "2") in w.ksm.writes
+    assert w.settings() == SAVED
 
 
 def test_max_burst_and_full_scan_settling(tmp_path: Path) -> None:

@@ -9,7 +9,12 @@ from it. So ksmd costs nothing while nobody hinted.
 
 Sharing domains: KSM has one global tree, so merging is granted to one domain at a time per node
 (:func:`gfaas.policy.dedup.admit`), and during a burst the controller audits ``/proc/*/ksm_stat``: a
-process with mergeable memory that is not a registered process of the active domain stops the burst.
+process with mergeable memory that is not a registered process of the active domain stops the burst,
+and KSM unmerges every page it merged (``run`` = 2) before its settings are restored, so what such a
+process got merged is copied back before it can time writes to it for long. A burst ends (settled or
+at ``max_burst_s``) only after an audit in that same step: a burst shorter than ``audit_s`` is audited
+too (a 0.09 s burst once settled before its first audit, issue 37 row 3). Sandboxed workers cannot
+mark memory mergeable at all unless their runtime hints pages (:mod:`gfaas.runtime.seccomp`).
 
 Without root or without KSM the controller still records hints (status says why it cannot control
 KSM); it never raises for that.
@@ -262,6 +267,11 @@ class MergeController:
         if not foreign:
             return True
         self._event("audit", tuple(foreign))
+        try:
+            self.ksm.write_settings({"run": "2"})  # unmerge every merged page (and stop ksmd) first
+            self._event("unmerged", tuple(foreign))
+        except Exception:  # noqa: BLE001 - the restore below must still run; the audit is reported
+            log.exception("KSM unmerge after a foreign mergeable process (%s) failed", foreign)
         self._end_burst("foreign_mergeable")
         return False
 
@@ -348,10 +358,15 @@ class MergeController:
                     self._event("settled", p.pid)
             if not self._procs:
                 self._active_domain = None
-            if not any(p.pending for p in self._procs.values()):
-                self._end_burst("settled")
-            elif now - burst.started_at >= self.max_burst_s:
-                self._end_burst("max_burst_s")
+            ending = "settled" if not any(p.pending for p in self._procs.values()) else \
+                "max_burst_s" if now - burst.started_at >= self.max_burst_s else None
+            if ending is None:
+                return
+            if burst.last_audit_at != now:  # no burst ends before an audit covered all of it
+                burst.last_audit_at = now
+                if not self._audit():
+                    return
+            self._end_burst(ending)
 
     def _watch(self) -> None:
         while not self._stop.is_set():
