@@ -69,6 +69,7 @@ MACHINE_WIDE = {
     "integration/test_runtime_netns.py": "network namespaces",
     "integration/test_scaling_netns.py": "network namespaces and their rate limits",
     "security/test_peers_netns.py": "network namespaces",
+    "security/test_dedup_seccomp.py": "KSM's settings (a hint starts a burst)",
 }
 
 

@@ -16,6 +16,7 @@ page of the process mergeable, hinted or not.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 from typing import Any
 
@@ -123,6 +124,10 @@ def advise(start: int, length: int, mergeable: bool = True) -> None:
     if _libc.madvise(start, length, advice) != 0:
         err = ctypes.get_errno()
         name = "MADV_MERGEABLE" if mergeable else "MADV_UNMERGEABLE"
+        if err == errno.EPERM:
+            raise DedupError(f"madvise({start:#x}, {length}, {name}) was refused (EPERM): the node merges "
+                             "another sharing domain's pages now, or this process is not a worker the "
+                             "runtime supervises (gfaas.runtime.seccomp)")
         raise DedupError(
             f"madvise({start:#x}, {length}, {name}) failed: {os.strerror(err)} (errno {err}); "
             "the range must be mapped private memory of this process (ENOMEM: not mapped, "

@@ -12,6 +12,7 @@ not the function, names the domain when it relays a worker's hint to the node da
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -69,6 +70,7 @@ class RuntimeDedup:
         self._pids: dict[int, tuple[str, str]] = {}  # worker pid -> (workflow, function)
         self.refused: list[str] = []  # hints the node refused (another domain holds KSM), newest last
         self.store_dir: Path | None = None
+        self._supervisor: Any = None  # MergeSupervisor, once a worker hands its seccomp listener over
         if self.mode in ("shared", "on"):
             # In RAM beside the pool, removed with the runtime: the weights of its workers only.
             base = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -84,17 +86,46 @@ class RuntimeDedup:
         return {"dedup": self.mode, "dedup_domain": self.domain_of(workflow),
                 "shared_dir": str(self.store_dir) if self.store_dir else ""}
 
-    def started(self, worker: Any, workflow: str, function: str, admin: Any) -> None:
+    def started(self, worker: Any, workflow: str, function: str, admin: Any, lock: Any = None) -> None:
+        """A worker is ready: relay its model load's hint; a sandboxed worker's later hints are
+        supervised (runtime.merge_supervisor): each ``madvise`` waits until the node admitted it.
+        ``lock``: what guards ``admin`` (the supervisor's thread takes it for each decision)."""
         with self._lock:
             self._pids[int(worker.pid)] = (workflow, function)
         self.hinted(worker, workflow, function, admin, int(getattr(worker, "hinted_bytes", 0)))
+        listener = getattr(worker, "merge_listener", None)
+        if listener is None or admin is None:
+            return
+        worker.merge_listener = None  # the supervisor owns it now
+        with self._lock:
+            if self._supervisor is None:
+                from .merge_supervisor import MergeSupervisor
+
+                self._supervisor = MergeSupervisor()
+            sup = self._supervisor
+
+        def decide(nbytes: int) -> bool:
+            with lock if lock is not None else contextlib.nullcontext():
+                return self._relay(worker, workflow, function, admin, nbytes)
+
+        sup.watch(listener, int(worker.pid), decide)
 
     def hinted(self, worker: Any, workflow: str, function: str, admin: Any, nbytes: int) -> None:
-        """Relay a worker's hint (its model load, or ``ctx.merge`` during a call) to its node."""
+        """Relay a worker's hint (its model load, or ``ctx.merge`` during a call) to its node; a
+        supervised worker's ``ctx.merge`` was registered call by call already."""
         if nbytes <= 0 or admin is None:
             return
+        sup = self._supervisor
+        if sup is not None and sup.watching(int(worker.pid)):
+            return
+        self._relay(worker, workflow, function, admin, nbytes)
+
+    def _relay(self, worker: Any, workflow: str, function: str, admin: Any, nbytes: int) -> bool:
+        if nbytes <= 0 or admin is None:
+            return False
         try:
             admin.dedup_hint(int(worker.pid), workflow, function, self.domain_of(workflow), nbytes)
+            return True
         except GfaasError as exc:  # a refused hint costs memory, never the invocation
             log.warning("page merging: the node refused %s/%s's hint of %d bytes: %s", workflow, function, nbytes, exc)
             with self._lock:
@@ -102,8 +133,9 @@ class RuntimeDedup:
             # Left mergeable, its pages would be merged by the active domain's next burst (and they
             # would stop it, as foreign mergeable memory): the worker takes its hints back.
             unmerge = getattr(worker, "unmerge", None)
-            if unmerge is not None:
-                unmerge()
+            if unmerge is not None and not (self._supervisor is not None and self._supervisor.watching(int(worker.pid))):
+                unmerge()  # (a supervised worker's refused madvise marked nothing: nothing to take back)
+            return False
 
     def memory(self) -> list[WorkerMemory]:
         """What each live worker uses now (root or the workers' own uid can read it)."""
@@ -147,6 +179,8 @@ class RuntimeDedup:
                 "saved_bytes": sum(sizes[p] * (len(v) - 1) for p, v in mappers.items())}
 
     def close(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.close()
         if self.store_dir is not None:
             shutil.rmtree(self.store_dir, ignore_errors=True)  # mapped pages live on until their workers exit
 

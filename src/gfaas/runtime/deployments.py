@@ -174,7 +174,8 @@ class Deployments:
         self.logstore.add(init.workflow, init.function, "", getattr(worker, "start_logs", ()), str(init.version))
         if init.dedup != "off":
             with self.nodes.lock:
-                self.dedup.started(worker, init.workflow, init.function, self.nodes.admins.get(node) or self.nodes.admin)
+                self.dedup.started(worker, init.workflow, init.function, self.nodes.admins.get(node) or self.nodes.admin,
+                                   self.nodes.lock)
         return worker
 
     def _new_worker(self, init: Init, node: str) -> Any:

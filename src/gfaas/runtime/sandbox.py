@@ -144,10 +144,11 @@ def _private_home() -> str:
     return home
 
 
-def drop_privileges(identity: Identity, *, merge_hints: bool = False) -> None:
+def drop_privileges(identity: Identity, *, merge_hints: bool = False) -> int | None:
     """Become ``identity`` for good (in the worker, before it serves any task), under the seccomp
-    filter that keeps page merging the runtime's (:mod:`.seccomp`; ``merge_hints``: the runtime
-    hints pages for ``ctx.merge``, so ``madvise(MADV_MERGEABLE)`` stays allowed).
+    filter that keeps page merging the runtime's (:mod:`.seccomp`). ``merge_hints``: the runtime
+    hints pages for ``ctx.merge``, so ``madvise(MADV_MERGEABLE)`` is supervised, not refused; the
+    listener descriptor for the runtime's supervisor is returned then (None otherwise).
 
     The worker was started with no descriptor but stdio and its control socket (``close_fds``);
     what it opened since is its libraries' own (thread pools' event descriptors, model files), and
@@ -158,7 +159,7 @@ def drop_privileges(identity: Identity, *, merge_hints: bool = False) -> None:
     os.setresgid(identity.gid, identity.gid, identity.gid)
     os.setresuid(identity.uid, identity.uid, identity.uid)
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)  # no setuid binary gives root back
-    deny_merging(allow_madvise_mergeable=merge_hints)
+    listener = deny_merging(madvise_mergeable="notify" if merge_hints else "deny")
     # A uid change makes the process non-dumpable, which hands its /proc entries to root; the tenant
     # may see its own process (libraries read /proc/self), other uids still may not.
     _prctl(_PR_SET_DUMPABLE, 1)
@@ -173,5 +174,5 @@ def drop_privileges(identity: Identity, *, merge_hints: bool = False) -> None:
     try:
         os.setuid(0)
     except PermissionError:
-        return
+        return listener
     raise OSError("the worker could become root again after dropping its privileges")

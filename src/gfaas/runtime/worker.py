@@ -624,8 +624,13 @@ def _load_model(name: str, init: Init) -> Any:
 
 def _merge(obj: Any) -> int:
     from ..dedup.hint import merge
+    from ..errors import DedupError
 
-    return merge(obj).length
+    try:
+        return merge(obj).length
+    except DedupError as exc:  # refused (another sharing domain merges on this node now): advice only
+        log.warning("ctx.merge: not marked: %s", exc)
+        return 0
 
 
 # ---- worker handles: what the invoker holds ---------------------------------------------------------
@@ -685,6 +690,7 @@ class ProcessWorker:
             init = msgspec.structs.replace(init, daemon=dp.encode(binder.welcome))
         self._init = init
         self.sandboxed = init.sandbox_uid >= 0
+        self.merge_listener: int | None = None  # its seccomp listener, for the runtime's merge supervisor
         ident = Identity(init.sandbox_uid, init.sandbox_gid) if self.sandboxed else None
         child_env = worker_env({**os.environ, **(env or {})}, ident)
         child_env.update(WORKER_ENV)
@@ -710,7 +716,7 @@ class ProcessWorker:
                 self._sock.send(_enc.encode(init))
             else:
                 socket.send_fds(self._sock, [_enc.encode(init)], [binder.fileno()])
-            first = self._recv()
+            first = self._recv_first()
         except (WorkerDied, TimeoutError, OSError) as exc:
             self.stop()
             raise FunctionFailed(f"worker for function {init.function!r} did not start: {exc}") from None
@@ -733,6 +739,23 @@ class ProcessWorker:
         self.load_s = first.load_s
         self.hinted_bytes = first.hinted_bytes
         self._sock.settimeout(None)
+
+    def _recv_first(self) -> Any:
+        """The worker's first message (Ready or Failed); a sandboxed worker whose merge hints are
+        supervised sends its seccomp listener with it (``merge_listener``, runtime.merge_supervisor)."""
+        data, fds = recv_message_fds(self._sock, 1)
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            code = self.proc.wait(5) if self.proc.poll() is None else self.proc.returncode
+            raise WorkerDied(f"worker {self.name} exited (status {code}) before it was ready")
+        msg = _dec.decode(data)
+        if fds and isinstance(msg, Ready):
+            self.merge_listener = fds[0]
+        else:
+            for fd in fds:
+                os.close(fd)
+        return msg
 
     def _recv(self, timeout_s: float | None = None) -> Any:
         """The worker's next message; with ``timeout_s``, a worker silent that long is killed
@@ -909,6 +932,9 @@ class ProcessWorker:
         self._sock.close()
         if self._binder is not None:
             self._binder.close()  # the worker's copy went with it: the daemon drops the connection
+        if self.merge_listener is not None:  # never handed to a supervisor
+            os.close(self.merge_listener)
+            self.merge_listener = None
 
 
 def _daemon_connection(socket_path: str) -> socket.socket:
@@ -946,7 +972,7 @@ def _close_others(keep: set[int]) -> None:
                 pass
 
 
-def _enter_sandbox(init: Init, keep: set[int] | None = None) -> None:
+def _enter_sandbox(init: Init, keep: set[int] | None = None) -> int | None:
     """Drop to the tenant's uid once the platform's model is loaded and before the function's code is
     imported (runtime.sandbox), keeping no descriptor but stdio and ``keep``."""
     # What a task needs later must be imported now: the interpreter's and the project's files may be
@@ -968,7 +994,8 @@ def _enter_sandbox(init: Init, keep: set[int] | None = None) -> None:
             importlib.import_module(name)
     if keep is not None:
         _close_others(keep)
-    drop_privileges(Identity(init.sandbox_uid, init.sandbox_gid), merge_hints=init.dedup in ("merge", "on"))
+    # the seccomp listener when the runtime supervises merge hints (runtime.merge_supervisor)
+    return drop_privileges(Identity(init.sandbox_uid, init.sandbox_gid), merge_hints=init.dedup in ("merge", "on"))
 
 
 def serve_fd(fd: int) -> int:
@@ -1036,13 +1063,17 @@ def _attached_client(init: Init, fds: list[int]) -> Any:
 
 
 def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = None, entry: float = 0.0) -> int:
+    listener: list[int] = []  # the seccomp listener, sent to the runtime with Ready (runtime.merge_supervisor)
+
     def sandbox() -> None:
         keep = {sock.fileno(), *(cap.pipe_fds() if cap is not None else ())}
         if link is not None:
             keep.add(link.fileno())
         if cap is not None:
             cap.console = -1  # closed below: a worker's fatal error now goes to its own log
-        _enter_sandbox(init, keep)
+        fd = _enter_sandbox(init, keep)
+        if fd is not None:
+            listener.append(fd)
 
     try:
         sandboxed = init.sandbox_uid >= 0
@@ -1056,8 +1087,13 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
                                      _take(cap))))
         return 1
     freeze_startup()  # the handler and its model live as long as the worker: out of the collector's walks
-    sock.send(_enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes, _take(cap),
-                                {"entry": entry, **host.phases})))
+    ready = _enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes, _take(cap),
+                              {"entry": entry, **host.phases}))
+    if listener:
+        socket.send_fds(sock, [ready], listener)
+        os.close(listener[0])  # the runtime holds it now; function code must not answer its own calls
+    else:
+        sock.send(ready)
     while True:
         data, fds = recv_message_fds(sock, 1)
         if not data:
