@@ -156,7 +156,9 @@ class SegmentPool:
         if nbytes <= 0:
             raise CapacityError(f"{self.name}: cannot allocate {nbytes} bytes; the size must be > 0")
         need = -(-nbytes // self.align) * self.align
-        free = self._free.setdefault(owner, [])
+        free = self._free.get(owner)
+        if free is None:  # (not setdefault: that would build a list on every call)
+            free = self._free[owner] = []
         i = bisect.bisect_left(free, (need, -1, -1))
         if i == len(free) and self._claim(need, owner):
             i = bisect.bisect_left(free, (need, -1, -1))
@@ -270,7 +272,10 @@ class SegmentPool:
     def _add_free(self, a: Arena, off: int, size: int) -> None:
         a.free_by_start[off] = size
         a.free_by_end[off + size] = off
-        bisect.insort(self._free.setdefault(a.owner, []), (size, a.serial, off))
+        free = self._free.get(a.owner)
+        if free is None:
+            free = self._free[a.owner] = []
+        bisect.insort(free, (size, a.serial, off))
 
     def _take_free(self, a: Arena, off: int, size: int) -> None:
         del a.free_by_start[off], a.free_by_end[off + size]
