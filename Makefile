@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results ray-serve-results profile-results cluster-results
+.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results isolation-ab-results ray-serve-results profile-results cluster-results
 
 $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): gfaas and its test dependencies (first time: 1-2 minutes, about 1 GB; then seconds)"
@@ -154,6 +154,14 @@ autoscale-results: $(STAMP)
 # Retry-After the server asks (up to 30 s).
 # The pipeline against Ray Serve (about 2 minutes; needs the ray extra): issue 23's 64 MiB target.
 # goodput of this checkout against the commit before the one-message-per-step runtime, interleaved (about 5 min)
+# Issue 37's changes against the commit before them, in the same minutes (about 6 minutes): the
+# device pool's allocation and the data plane, interleaved A/B (benchmarks/ab_*.py).
+ISOLATION_AB_BASE := 8cc1143
+isolation-ab-results: $(STAMP)
+	@git diff --quiet -- src benchmarks/*.py || { echo "make isolation-ab-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/python benchmarks/ab_pool_alloc.py --base $(ISOLATION_AB_BASE) --pairs 7 --json $(R)/pool-alloc-ab-issue37-cpu.json
+	$(BIN)/python benchmarks/ab_dataplane.py --base $(ISOLATION_AB_BASE) --pairs 6 --json $(R)/dataplane-ab-issue37-cpu.json
+
 OVERLOAD_AB_BASE := 75b7b63
 overload-ab-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-ab-results: commit your changes first (results record the commit)"; exit 1; }

@@ -34,7 +34,8 @@ def bench(src: str) -> dict[int, tuple[float, float]]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         subprocess.run([sys.executable, SCRIPT, "--json", out.name], env=env, capture_output=True, text=True,
                        check=True, timeout=600)
-        doc = json.load(open(out.name))
+        with open(out.name) as f:
+            doc = json.load(f)
     return {r["size_mib"]: (r["pool_p50_us"], r["pool_p99_us"]) for r in doc["rows"]}
 
 
@@ -65,12 +66,16 @@ def run(base: str, pairs: int) -> dict[str, Any]:
     return {"base_commit": sha, "pairs": pairs, "rows": rows}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="the commit to compare against (e.g. the one before a change)")
     ap.add_argument("--pairs", type=int, default=7, help="base/new runs, interleaved (default 7)")
     ap.add_argument("--json", help="write the result (with provenance) to this file")
-    a = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    a = build_parser().parse_args()
     doc = {"provenance": provenance(["benchmarks/ab_pool_alloc.py", *sys.argv[1:]], settings=cli_settings(a)),
            **run(a.base, a.pairs)}
     print(f"{'size':>6s} {'base p50 us':>12s} {'new p50 us':>11s} {'p50 new/base':>13s} {'p99 new/base':>13s}")
