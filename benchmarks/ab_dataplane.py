@@ -20,13 +20,14 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from typing import Any
 
-from gfaas.cli_bench import cli_settings
-from gfaas.provenance import provenance
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling ab_common, however it is loaded
+from ab_common import base_tree, interleaved, write_json  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from gfaas.cli_bench import cli_settings  # noqa: E402
+from gfaas.provenance import provenance  # noqa: E402
+
 SYSTEMS = "gfaas-zero-copy,gfaas-copy,pipe"
 
 
@@ -39,27 +40,9 @@ def bench(src: str, systems: str) -> dict[tuple[str, int], float]:
 
 
 def run(base: str, pairs: int, systems: str) -> dict[str, Any]:
-    sha = subprocess.run(["git", "-C", ROOT, "rev-parse", base], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    tmp = tempfile.mkdtemp(prefix="gfaas-ab-")
-    wt = os.path.join(tmp, "base")
-    subprocess.run(["git", "-C", ROOT, "worktree", "add", "-q", "--detach", wt, sha], check=True)
-    runs: list[tuple[dict[tuple[str, int], float], dict[tuple[str, int], float]]] = []
-    try:
-        for k in range(pairs):
-            # Alternate which half runs first (ABBA): the second run of a pair is systematically
-            # slower or faster on this VM, the pipe peer included, whose code is the same in both.
-            if k % 2 == 0:
-                b = bench(os.path.join(wt, "src"), systems)
-                n = bench(os.path.join(ROOT, "src"), systems)
-            else:
-                n = bench(os.path.join(ROOT, "src"), systems)
-                b = bench(os.path.join(wt, "src"), systems)
-            runs.append((b, n))
-            print(f"pair {k + 1}/{pairs} done", file=sys.stderr, flush=True)
-    finally:
-        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", wt], check=False)
-        os.rmdir(tmp)
+    with base_tree(base) as (sha, base_src):
+        runs = interleaved(pairs, lambda src: bench(src, systems), base_src,
+                           lambda k, b, n: print(f"pair {k + 1}/{pairs} done", file=sys.stderr, flush=True))
     rows = []
     for key in sorted(runs[0][0], key=lambda k: (k[0], k[1])):
         system, size = key
@@ -93,10 +76,7 @@ def main() -> None:
     for r in doc["rows"]:
         print(f"{r['system']:16s} {r['size_bytes']:>10d} {r['base_p50_us']:>12.1f} {r['new_p50_us']:>11.1f}"
               f" {r['ratio_new_to_base']:>9.3f} {r.get('ratio_vs_pipe_new_to_base', float('nan')):>8.3f}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+    write_json(a.json, doc)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from typing import Any
 
-from gfaas.cli_bench import cli_settings
-from gfaas.provenance import provenance
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling ab_common, however it is loaded
+from ab_common import base_tree, interleaved, write_json  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from gfaas.cli_bench import cli_settings  # noqa: E402
+from gfaas.provenance import provenance  # noqa: E402
 
 
 def bench(src: str, connections: str, duration: float) -> dict[str, Any]:
@@ -45,25 +45,12 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(base: str, pairs: int, connections: str, duration: float) -> dict[str, Any]:
-    sha = subprocess.run(["git", "-C", ROOT, "rev-parse", base], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    tmp = tempfile.mkdtemp(prefix="gfaas-ab-")
-    wt = os.path.join(tmp, "base")
-    subprocess.run(["git", "-C", ROOT, "worktree", "add", "-q", "--detach", wt, sha], check=True)
-    runs: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    try:
-        for k in range(pairs):
-            halves = [("base", os.path.join(wt, "src")), ("new", os.path.join(ROOT, "src"))]
-            got = {}
-            for name, src in (halves if k % 2 == 0 else halves[::-1]):
-                got[name] = _summary(bench(src, connections, duration))
-            runs.append((got["base"], got["new"]))
-            g = ", ".join(f"{n}: {got['new']['goodput'][n] / max(got['base']['goodput'][n], 1e-9):.2f}x"
-                          for n in got["new"]["goodput"])
-            print(f"pair {k + 1}/{pairs}: goodput new/base {g}", file=sys.stderr, flush=True)
-    finally:
-        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", wt], check=False)
-        os.rmdir(tmp)
+    def done(k: int, b: dict[str, Any], n: dict[str, Any]) -> None:
+        g = ", ".join(f"{c}: {n['goodput'][c] / max(b['goodput'][c], 1e-9):.2f}x" for c in n["goodput"])
+        print(f"pair {k + 1}/{pairs}: goodput new/base {g}", file=sys.stderr, flush=True)
+
+    with base_tree(base) as (sha, base_src):
+        runs = interleaved(pairs, lambda src: _summary(bench(src, connections, duration)), base_src, done)
 
     def med(values: list[float]) -> float:
         return round(statistics.median(values), 3)
@@ -106,10 +93,7 @@ def main() -> None:
         if key in doc:
             d = doc[key]
             print(f"{label}: base {d['base']:g}, new {d['new']:g} (new/base {d['ratio_new_to_base']:.3f})")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+    write_json(a.json, doc)
 
 
 if __name__ == "__main__":

@@ -22,10 +22,12 @@ import sys
 import tempfile
 from typing import Any
 
-from gfaas.cli_bench import cli_settings
-from gfaas.provenance import provenance
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling ab_common, however it is loaded
+from ab_common import ROOT, base_tree, interleaved, write_json  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from gfaas.cli_bench import cli_settings  # noqa: E402
+from gfaas.provenance import provenance  # noqa: E402
+
 SCRIPT = os.path.join(ROOT, "benchmarks", "pool_alloc.py")  # this checkout's driver for both halves
 
 
@@ -40,22 +42,8 @@ def bench(src: str) -> dict[int, tuple[float, float]]:
 
 
 def run(base: str, pairs: int) -> dict[str, Any]:
-    sha = subprocess.run(["git", "-C", ROOT, "rev-parse", base], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    tmp = tempfile.mkdtemp(prefix="gfaas-ab-")
-    wt = os.path.join(tmp, "base")
-    subprocess.run(["git", "-C", ROOT, "worktree", "add", "-q", "--detach", wt, sha], check=True)
-    runs: list[tuple[dict[int, tuple[float, float]], dict[int, tuple[float, float]]]] = []
-    try:
-        for k in range(pairs):
-            if k % 2 == 0:  # ABBA: the second run of a pair is systematically slower or faster here
-                b, n = bench(os.path.join(wt, "src")), bench(os.path.join(ROOT, "src"))
-            else:
-                n, b = bench(os.path.join(ROOT, "src")), bench(os.path.join(wt, "src"))
-            runs.append((b, n))
-    finally:
-        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", wt], check=False)
-        os.rmdir(tmp)
+    with base_tree(base) as (sha, base_src):
+        runs = interleaved(pairs, bench, base_src)
     rows = []
     for size in sorted(runs[0][0]):
         rows.append({"size_mib": size,
@@ -82,10 +70,7 @@ def main() -> None:
     for r in doc["rows"]:
         print(f"{r['size_mib']:>4d}Mi {r['base_p50_us']:>12.2f} {r['new_p50_us']:>11.2f}"
               f" {r['ratio_p50_new_to_base']:>13.3f} {r['ratio_p99_new_to_base']:>13.3f}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+    write_json(a.json, doc)
 
 
 if __name__ == "__main__":

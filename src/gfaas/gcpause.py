@@ -9,7 +9,8 @@ into the permanent generation, so later collections walk only what requests crea
 
 That was not enough under sustained load: what requests leave behind for a while (the last 10,000
 finished invocations kept fetchable, the dashboard's records) fills the oldest generation, and the
-collector's own rule (a full collection once it has grown by a quarter) walked 60-190 ms of it every
+collector's own rule (a full collection once it has grown by a quarter) walked it, pausing tens to
+hundreds of milliseconds (timed with ``gc.callbacks`` under load), every
 few seconds while finding nothing to free; the refusals' p99 at 2,000 connections was those pauses.
 :class:`QuietCollector` takes full collections off the collector's rule and runs them where they cost
 no one: when the server has nothing in flight, or, as a backstop against cyclic garbage that lives
@@ -17,7 +18,8 @@ long enough to reach the oldest generation, when that generation has grown far p
 the last full collection, or when none has run for ``max_interval_s``. It also makes the young
 generations smaller than CPython's default (400 and 4 in place of 700 and 10): requests waiting for a
 place hold tens of objects each (their coroutines, futures, timers), which the young collections walk
-until they are promoted, and the default sizes let one young collection walk 60,000 of them (13-40 ms).
+until they are promoted, and at the default sizes one young collection walked tens of thousands of
+them, for tens of milliseconds.
 """
 
 from __future__ import annotations

@@ -12,10 +12,6 @@ the sandbox the same handler marks its pages, so the probe can tell.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from typing import Any
-
 import numpy as np
 import pytest
 
@@ -51,12 +47,8 @@ def test_the_filter_is_well_formed_and_checks_the_abi_first(machine: str, rule: 
 
 
 @pytest.fixture
-def node(make_config: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalNode]:
-    support = os.path.join(os.path.dirname(__file__), "..", "support")
-    monkeypatch.syspath_prepend(support)
-    monkeypatch.setenv("PYTHONPATH", os.path.abspath(support))
-    with LocalNode(make_config()) as n:
-        yield n
+def node(support_node: LocalNode) -> LocalNode:
+    return support_node  # tests/security/conftest.py
 
 
 def _probe(node: LocalNode, sandbox: str, dedup: str, names: tuple[str, ...] = ("marker",)) -> list[dict[str, float]]:

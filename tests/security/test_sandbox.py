@@ -9,8 +9,6 @@ probe can tell the two apart.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -46,12 +44,8 @@ functions:
 
 
 @pytest.fixture
-def node(make_config: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalNode]:
-    support = os.path.join(os.path.dirname(__file__), "..", "support")
-    monkeypatch.syspath_prepend(support)
-    monkeypatch.setenv("PYTHONPATH", os.path.abspath(support))
-    with LocalNode(make_config()) as n:
-        yield n
+def node(support_node: LocalNode) -> LocalNode:
+    return support_node  # tests/security/conftest.py
 
 
 def run_attack(node: LocalNode, sandbox: str) -> tuple[dict[str, float], tuple[int, int], tuple[int, int]]:

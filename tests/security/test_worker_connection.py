@@ -12,7 +12,6 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 import pytest
@@ -35,12 +34,8 @@ functions:
 
 
 @pytest.fixture
-def node(make_config: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalNode]:
-    support = os.path.join(os.path.dirname(__file__), "..", "support")
-    monkeypatch.syspath_prepend(support)
-    monkeypatch.setenv("PYTHONPATH", os.path.abspath(support))
-    with LocalNode(make_config()) as n:
-        yield n
+def node(support_node: LocalNode) -> LocalNode:
+    return support_node  # tests/security/conftest.py
 
 
 @pytest.mark.parametrize("sandbox", ["auto", "none"])

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import platform
 import struct
@@ -103,8 +104,7 @@ def deny_merging(*, madvise_mergeable: str) -> int | None:
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
     fprog = _Fprog(len(prog), ctypes.addressof(buf))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
+    libc = _libc()
     notify = madvise_mergeable == "notify"
     flags = _SECCOMP_FILTER_FLAG_TSYNC | (_SECCOMP_FILTER_FLAG_NEW_LISTENER | _SECCOMP_FILTER_FLAG_TSYNC_ESRCH
                                           if notify else 0)
@@ -150,7 +150,9 @@ def respond(listener: int, n: Notification, allow: bool) -> None:
             raise OSError(err, f"seccomp notification answer: {os.strerror(err)}")
 
 
-def _libc() -> ctypes.CDLL:
+@functools.cache
+def _libc() -> ctypes.CDLL:  # once per process: the supervisor asks for it on every notification
     libc = ctypes.CDLL(None, use_errno=True)
     libc.ioctl.restype = ctypes.c_int
+    libc.syscall.restype = ctypes.c_long
     return libc
