@@ -48,6 +48,14 @@ def block(doc: dict[str, Any]) -> str:
                      f"{_ms(r['p50_ms'])} | {_ms(r['p99_ms'])} | {r['rejected']:,} | {_ms(r['reject_p99_ms'])} | "
                      f"{_ms(r.get('reject_p99_after_1s_ms'))} | "
                      f"{r['failed']} | {r['lost']} / {r['duplicated']} | {r['loadgen_cpu_frac']:.2f} core |")
+    cost = doc.get("refusal_cost")
+    if cost:
+        lines += ["", f"CPU of the gateway per refusal, all requests refused from {cost['connections']} connections "
+                  f"that retry at once (median of {cost['pairs']} interleaved runs each): "
+                  f"{cost['early']['cpu_us_per_refusal']:.0f} us answered by the server's protocol "
+                  f"({cost['early']['refusals_per_s']:,.0f}/s), {cost['guard']['cpu_us_per_refusal']:.0f} us "
+                  f"through the guard ({cost['guard']['refusals_per_s']:,.0f}/s): "
+                  f"{cost['ratio_guard_to_early']:.2f}x."]
     lines += ["", "| target | value | bound | met |", "|---|---:|---:|---|"]
     for t in doc.get("targets", []):
         v = t["value"]

@@ -6,7 +6,8 @@ one run with generous bounds (the targets and the measured values are in docs/pe
 goodput at 200 connections at least 70% of goodput at 8; the embedded tiny invocation at most 150
 times the same run's two-hop pipe floor (488 times before the admission work, 46 after it, about 25
 with one message per step; the target is 10); and its CPU, every process summed, at most 100 times
-that floor in microseconds (about 26 with one message per step, some 300 before it).
+that floor in microseconds (about 26 with one message per step, some 300 before it); a refusal made by
+the server's protocol no dearer than one made by the guard (by 25%).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def test_quick_run_shape_and_accounting(run: tuple[dict[str, Any], str, Path]) -
         assert r["ok"] > 0 and r["lost"] == 0 and r["duplicated"] == 0, r
         assert r["server_settled"] and r["server_unanswered"] == 0, r
         assert r["connects"] >= r["connections"] and r["connect_failures"] == 0
+    cost = doc["refusal_cost"]
+    assert cost["pairs"] == 1 and {m: len(cost[m]["runs"]) for m in ("early", "guard")} == {"early": 1, "guard": 1}
+    assert all(cost[m]["cpu_us_per_refusal"] > 0 and cost[m]["refusals_per_s"] > 0 for m in ("early", "guard"))
     cap = doc["loadgen_capacity"]
     assert cap["connections"] == 200 and cap["ok"] == cap["sent"] > 0
     assert {t["id"] for t in doc["targets"]} == {"invoke", "cpu", "goodput_256", "goodput_2000", "reject_p99",
@@ -79,3 +83,7 @@ def test_regression_guards_goodput_holds_and_the_invocation_stays_near_the_floor
     assert high["goodput_rps"] >= 0.7 * low["goodput_rps"], (low["goodput_rps"], high["goodput_rps"])
     assert doc["invoke_p50_us"] <= 150 * doc["floor_us"], (doc["invoke_p50_us"], doc["floor_us"])
     assert doc["cpu_ms_per_invocation"] * 1e3 <= 100 * doc["floor_us"], (doc["cpu_ms_per_invocation"], doc["floor_us"])
+    # A refusal answered by the server's protocol costs less than one made by the guard (about 1.2-1.5x
+    # less here); generous, as one quick pair is noisy: it must at least not cost more.
+    cost = doc["refusal_cost"]
+    assert cost["early"]["cpu_us_per_refusal"] <= 1.25 * cost["guard"]["cpu_us_per_refusal"], cost

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,14 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_gateway import AUTH, TOKEN, FakeRuntime, _Inv  # pytest puts this directory on sys.path
+from test_gateway import (  # pytest puts this directory on sys.path
+    AUTH,
+    TOKEN,
+    FakeRuntime,
+    _Inv,
+    metric,
+    parse_metrics,
+)
 
 from gfaas.errors import ConfigError
 from gfaas.policy.admission import AdaptiveLimit
@@ -366,3 +374,110 @@ def test_refusals_are_answered_in_front_of_fastapis_own_middleware() -> None:
             await asyncio.to_thread(rt.release)
 
     asyncio.run(go())
+
+
+def _read_answer(f: Any) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response from a socket's file (status, headers, body by Content-Length)."""
+    status = int(f.readline().split(b" ", 2)[1])
+    headers: dict[str, str] = {}
+    while (line := f.readline()) not in (b"\r\n", b""):
+        k, v = line.decode("latin-1").split(":", 1)
+        headers[k.strip().lower()] = v.strip()
+    return status, headers, f.read(int(headers.get("content-length", "0")))
+
+
+def test_the_servers_protocol_refuses_before_it_builds_the_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Served for real with httptools, an invocation the limit refuses is answered by the protocol as its
+    headers arrive: the guard never runs for it, the answer is the guard's own 429 (body, Retry-After),
+    it is counted once and its client held; the rest of its body, however it arrives and however long,
+    is skipped, and the next request on the connection is served. Without a token it is the guard's 401."""
+    import json
+    import socket
+
+    from gfaas.runtime.gateway import guard, protocol, serve
+
+    if protocol._httptools() is None:
+        pytest.skip("httptools is not installed")
+    seen: list[tuple[str, str]] = []
+    real_call = guard.Guard.__call__
+
+    async def spy(self: Any, scope: Any, receive: Any, send: Any) -> None:
+        seen.append((scope.get("method", ""), scope.get("path", "")))
+        await real_call(self, scope, receive, send)
+
+    monkeypatch.setattr(guard.Guard, "__call__", spy)
+    rt = CallbackRuntime()
+    rt.deploy("name: held\ninputs: [x]\nkind: hold\n")
+
+    def request(body: bytes, auth: bool = True, length: int | None = None) -> bytes:
+        return (b"POST /v1/workflows/held/invocations?timeout=30 HTTP/1.1\r\nHost: x\r\n"
+                + (b"Authorization: Bearer " + TOKEN.encode() + b"\r\n" if auth else b"")
+                + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (len(body) if length is None else length)
+                + body)
+
+    health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with serve(rt, token=TOKEN, sweep_interval_s=3600, access_log=False) as gw:
+        state = gw.app.state.gateway
+        state.admissions = Admissions(rt.workflows, initial=1, min_limit=1, max_limit=1, max_waiting=0)
+        assert httpx.post(f"{gw.url}/v1/workflows/held/invocations", params={"mode": "async"}, json={"seed": 1},
+                          headers=AUTH).status_code == 202  # takes the only place
+        seen.clear()
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+            f = s.makefile("rb")
+            s.sendall(request(b'{"seed": 2}'))
+            status, headers, body = _read_answer(f)
+            assert (status, headers["retry-after"], headers["content-type"]) == (429, "1", "application/json")
+            doc = json.loads(body)
+            assert doc["error"] == "overloaded" and doc["retry_after_s"] == 1
+            assert "'held' takes no more invocations now" in doc["message"] and "limit now is 1" in doc["message"]
+            assert seen == []  # the guard never saw it
+            assert tuple(s.getsockname()) in state.held_clients  # its client held, as the guard holds it
+            s.sendall(request(b'{"seed": 2}') + health)  # back at once, with a request pipelined after it
+            t0 = time.monotonic()
+            assert _read_answer(f)[0] == 429 and time.monotonic() - t0 >= 0.9  # held until its Retry-After
+            assert _read_answer(f)[0] == 200  # the body was skipped, the next request parsed
+            assert ("GET", "/healthz") in seen and ("POST", "/v1/workflows/held/invocations") not in seen
+            assert state.admissions.describe()["held"]["refused"] == 2
+            assert metric(parse_metrics(httpx.get(f"{gw.url}/metrics", headers=AUTH).text),
+                          "gfaas_invocations_rejected_total", workflow="held", reason="admission") == 2
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+            f = s.makefile("rb")
+            big = b'{"seed": 3, "pad": "' + b"x" * (100 << 10) + b'"}'  # more than a header block may be
+            s.sendall(request(b"", length=len(big)))  # the headers alone: refused at once
+            assert _read_answer(f)[0] == 429
+            del state.held_clients[tuple(s.getsockname())]  # (as with hold_refused off: read at once)
+            s.sendall(big[:10])
+            time.sleep(0.05)
+            s.sendall(big[10:])  # the rest of the body: not taken for a header block (16 KiB at most)
+            time.sleep(0.05)
+            s.sendall(health)  # then the next request
+            assert _read_answer(f)[0] == 200
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+            s.sendall(request(b'{"seed": 4}', auth=False))
+            assert _read_answer(s.makefile("rb"))[0] == 401  # authentication first: the guard answers
+        assert ("POST", "/v1/workflows/held/invocations") in seen
+        assert state.admissions.describe()["held"]["refused"] == 3
+        rt.release()
+
+
+@given(st.integers(1, 8), st.integers(0, 12), st.integers(0, 4), st.integers(0, 6),
+       st.one_of(st.none(), st.floats(0.001, 5.0)), st.integers(0, 40))
+@settings(max_examples=200, deadline=None)
+def test_properties_refusal_is_admits_refusal_without_taking_a_place(
+        limit: int, in_flight: int, max_waiting: int, waiting: int, timeout_s: float | None, done: int) -> None:
+    """``refusal`` answers exactly the refusals ``admit`` answers, with the same Retry-After, and
+    never admits: what it changes is the refusal count alone."""
+    import copy
+
+    lim = AdaptiveLimit(initial=limit, min_limit=limit, max_limit=limit, max_waiting=max_waiting)
+    for k in range(done):  # a completion rate and latencies to predict waits from
+        lim.finished(k * 0.05, 0.2, 0.1)
+    lim.in_flight = in_flight
+    twin = copy.deepcopy(lim)
+    now = done * 0.05
+    r, a = lim.refusal(now, timeout_s, waiting), twin.admit(now, timeout_s, waiting)
+    if a.ok or a.wait:
+        assert r is None and lim.refused == twin.refused
+    else:
+        assert r == a and lim.refused == twin.refused
+    assert (lim.in_flight, lim.admitted) == (in_flight, 0)

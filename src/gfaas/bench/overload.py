@@ -49,6 +49,7 @@ from ..errors import ConfigError
 from ..proctree import descendants
 from .loadgen import LoadSpec, raise_fd_limit
 from .overload_handlers import SPEC, expected_total
+from .refusals import refusal_cost
 
 WORKFLOW = "overload"
 #: gen's array size (float32 elements): 1 KiB, the "tiny data" of issue 23.
@@ -60,6 +61,10 @@ DEFINITION = {
     "cpu_ms_per_invocation": "CPU time (user+sys, from /proc) of the benchmark's process and all its descendants "
                              "(the runtime, its node daemon, the workers) over the embedded invocations, per "
                              "invocation",
+    "refusal_cost": "CPU of the gateway's process per 429 (all requests refused: the admission limit held full, "
+                    "clients retrying at once, nothing held) when the server's protocol answers it (early, the "
+                    "default) and when the guard does behind uvicorn's ASGI cycle (guard); median of interleaved "
+                    "runs (gfaas/bench/refusals.py)",
     "loadgen_capacity": "the same load generator against a null server (answers at once, in a process of its own) "
                         "with the most connections: what it can drive here, and its CPU per request",
     "invoke_p50_us": "p50 wall time of LocalRuntime(RuntimeConfig()).invoke on the overload workflow (n=256: a 1 KiB "
@@ -434,6 +439,11 @@ def measure(connections: list[int], duration_s: float, *, quick: bool = False, e
             server.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    say("the cost of a refusal: the server's protocol vs the guard ...")
+    refusal = refusal_cost(connections=64, duration_s=1.5 if quick else 3.0, pairs=1 if quick else 2,
+                           run_loadgen=_run_loadgen)
+    say(f"  {refusal['early']['cpu_us_per_refusal']:.0f} us vs {refusal['guard']['cpu_us_per_refusal']:.0f} us "
+        f"of CPU per refusal ({refusal['ratio_guard_to_early']:.2f}x)")
     cal_s = 1.0 if quick else 3.0
     say(f"load generator alone: {max(connections)} connections against a null server for {cal_s:g} s ...")
     capacity = loadgen_capacity(max(connections), cal_s)
@@ -453,6 +463,7 @@ def measure(connections: list[int], duration_s: float, *, quick: bool = False, e
         "invoke_breakdown_p50_ms": inv["breakdown_p50_ms"],
         "server": server_info,
         "loadgen_capacity": capacity,
+        "refusal_cost": refusal,
         "config": {"connections": connections, "duration_s": duration_s, "quick": quick, "elements": elements,
                    "request_timeout_s": request_timeout_s, "drain_s": request_timeout_s + 10,
                    "honor_retry_after": True, "retry_after_cap_s": retry_after_cap_s, "retry_jitter": retry_jitter,

@@ -91,6 +91,19 @@ class AdaptiveLimit:
     def admit(self, now: float, timeout_s: float | None = None, waiting: int = 0) -> Admission:
         """Take one more invocation now (counted in flight until :meth:`finished`), let it wait
         behind the ``waiting`` ones, or refuse it."""
+        refused = self.refusal(now, timeout_s, waiting)
+        if refused is not None:
+            return refused
+        if self.in_flight < self.cap and waiting == 0:
+            self.in_flight += 1
+            self.admitted += 1
+            return Admission(True)
+        return Admission(False, wait=True)
+
+    def refusal(self, now: float, timeout_s: float | None = None, waiting: int = 0) -> Admission | None:
+        """The refusal :meth:`admit` would answer now (counted as one), or None when it would admit
+        the request or let it wait; takes no place. A server can answer refusals with this before
+        it has built anything for the request, and hand the rest to :meth:`admit`."""
         cap = self.cap
         rate = self.rate(now)
         ahead = self.in_flight + waiting
@@ -101,16 +114,12 @@ class AdaptiveLimit:
                 return Admission(False, self._drain(ahead, rate),
                                  f"it would finish in about {expected:.2f} s ({ahead} ahead at "
                                  f"{rate:.0f}/s), after its timeout of {timeout_s:g} s")
-        if self.in_flight < cap and waiting == 0:
-            self.in_flight += 1
-            self.admitted += 1
-            return Admission(True)
-        if waiting >= self.max_waiting:
+        if (self.in_flight >= cap or waiting > 0) and waiting >= self.max_waiting:
             self.refused += 1
             return Admission(False, self._drain(ahead - cap + 1, rate),
                              f"{self.in_flight} invocations in flight (the limit now is {cap}) and {waiting} "
                              f"waiting (max_waiting={self.max_waiting})")
-        return Admission(False, wait=True)
+        return None
 
     def release(self) -> bool:
         """Whether one waiter may be admitted now (then it counts in flight)."""

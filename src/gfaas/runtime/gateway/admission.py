@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import parse_qs
 
 from ...policy.admission import AdaptiveLimit, Admission
 from ..result import InvocationResult
+from .errors import error_response
 
-__all__ = ["Admissions", "watch"]
+__all__ = ["Admissions", "invoke_wait", "overloaded", "watch"]
 
 MAX_TRACKED = 4096  # workflows whose limits are kept (idle ones are dropped past this)
 
@@ -98,6 +101,16 @@ class Admissions:
                 with contextlib.suppress(ValueError):
                     gate.waiting.remove(fut)
 
+    def refused_now(self, workflow: str, timeout_s: float | None) -> Admission | None:
+        """The refusal :meth:`enter` would answer now (counted), or None: it would admit the request
+        or let it wait, and takes no place here (the server's protocol asks this before it builds a
+        request, and hands the rest to :meth:`enter`)."""
+        gate = self._gate(workflow)
+        if gate is None:
+            return None
+        with self._lock:
+            return gate.lim.refusal(time.monotonic(), timeout_s, len(gate.waiting))
+
     def finished(self, lim: AdaptiveLimit | None, latency_s: float | None, service_s: float | None = None) -> None:
         """An admitted invocation ended: free its place and admit the oldest waiter if there is room."""
         if lim is None:
@@ -158,3 +171,27 @@ def watch(runtime: Any, invocation_id: str, on_loop: Callable[[InvocationResult]
 
     add(invocation_id, callback)
     return fut
+
+
+def invoke_wait(scope: Mapping[str, Any], default_s: float) -> float | None:
+    """How long an invocation request says it waits: its ``timeout`` (the default without one, or
+    with one that is not a number, which its endpoint answers 422), None for ``mode=async``."""
+    qs = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    wait: float | None = default_s
+    try:
+        if "timeout" in qs:
+            wait = float(qs["timeout"][-1])
+    except ValueError:
+        pass  # the endpoint answers 422 for it
+    if qs.get("mode", ["sync"])[-1] == "async":
+        wait = None
+    return wait
+
+
+def overloaded(gw: Any, name: str, decision: Admission) -> Any:
+    """The 429 of a refused invocation of ``name`` (counted in the gateway's metrics)."""
+    gw.tracker.rejected.inc(workflow=name, reason="admission")
+    after = max(1, math.ceil(decision.retry_after_s))
+    return error_response(429, "overloaded", f"workflow {name!r} takes no more invocations now: "
+                          f"{decision.reason}; retry after {after} s", {"retry-after": str(after)},
+                          retry_after_s=after)

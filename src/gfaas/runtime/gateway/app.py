@@ -83,7 +83,7 @@ def create_app(runtime: RuntimeAPI, *, token: str | None = None, authenticate: b
     gw.results_dirs = results_dirs if results_dirs is not None else \
         (result_files.results_dirs_from_env() or result_files.default_results_dirs())
     app.guard = Guard(app.behind_guard, max_body_bytes=max_body_bytes, limits=limits, token=token,
-                      retry_after_s=retry_after_s, held=gw.held_clients)
+                      retry_after_s=retry_after_s, held=gw.held_clients, gateway=gw)
     add_error_handlers(app)
     app.include_router(ops.router)
     app.include_router(workflows.router)

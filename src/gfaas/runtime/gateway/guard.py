@@ -33,17 +33,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import re
 import secrets
 import time
 from typing import Any
-from urllib.parse import parse_qs
 
 import anyio
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .admission import invoke_wait, overloaded
 from .auth import token_matches
 from .dashboard import READ_ONLY_PREFIXES
 from .errors import error_response
@@ -78,8 +77,9 @@ class Guard:
     """The ASGI middleware described in the module docstring; ``token=None`` turns authentication off."""
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, limits: GatewayLimits, token: str | None,
-                 retry_after_s: int = 1, held: dict[Any, float] | None = None) -> None:
+                 retry_after_s: int = 1, held: dict[Any, float] | None = None, gateway: Any = None) -> None:
         self.app = app
+        self.gateway = gateway  # the app's state.gateway: what early_refusal asks (the protocol has no app)
         self.max_body_bytes = max_body_bytes
         self.limits = limits
         self.token = None if token is None else token.encode()
@@ -191,6 +191,31 @@ class Guard:
                 del self._slowed[next(iter(self._slowed))]
         self._slowed[client] = now + min(after_s, MAX_HOLD_S)
 
+    def early_refusal(self, scope: Scope) -> JSONResponse | None:
+        """The 429 of an invocation its workflow's limit refuses now, decided on the request line and
+        headers alone, or None: anything else (another route, a request the guard itself would
+        refuse, one that would be admitted or wait) goes through the guard as usual. The server's
+        protocol asks this before it builds anything for the request (:mod:`.protocol`): a refusal
+        then costs no task, no ASGI call and no response object of the framework's, so refused
+        clients cannot take the event loop from admitted work. Its answer is the guard's own, and
+        it is counted, and the connection held, as the guard does."""
+        gw = self.gateway
+        path = scope["path"].removeprefix(scope.get("root_path", "")) or "/"
+        m = _INVOKE.match(path)
+        if gw is None or m is None or scope.get("method") != "POST" or self._refusal(scope, path) is not None:
+            return None
+        name = m.group(1)
+        decision = gw.admissions.refused_now(name, invoke_wait(scope, gw.default_timeout_s))
+        if decision is None:
+            return None
+        client = scope.get("client")
+        if self.token is not None and client is not None:
+            gw.proven_clients.add(tuple(client))  # authenticated (as the guard notes it)
+        answer = overloaded(gw, name, decision)
+        if client is not None and self.limits.hold_refused:
+            self._slow(tuple(client), float(answer.headers["retry-after"]))
+        return answer
+
     @staticmethod
     async def _admission(scope: Scope, path: str) -> tuple[JSONResponse | None, Any, Any]:
         """(a 429, or None; the gateway; the admitted place, handed to the endpoint in the request's state)."""
@@ -199,23 +224,10 @@ class Guard:
         gw = getattr(getattr(app, "state", None), "gateway", None)
         if m is None or gw is None:
             return None, gw, None
-        qs = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        wait: float | None = gw.default_timeout_s
-        try:
-            if "timeout" in qs:
-                wait = float(qs["timeout"][-1])
-        except ValueError:
-            pass  # the endpoint answers 422 for it
-        if qs.get("mode", ["sync"])[-1] == "async":
-            wait = None
         name = m.group(1)
-        decision, lim = await gw.admissions.enter(name, wait, gw.default_timeout_s)
+        decision, lim = await gw.admissions.enter(name, invoke_wait(scope, gw.default_timeout_s), gw.default_timeout_s)
         if not decision.ok:
-            gw.tracker.rejected.inc(workflow=name, reason="admission")
-            after = max(1, math.ceil(decision.retry_after_s))
-            return error_response(429, "overloaded", f"workflow {name!r} takes no more invocations now: "
-                                  f"{decision.reason}; retry after {after} s", {"retry-after": str(after)},
-                                  retry_after_s=after), gw, None
+            return overloaded(gw, name, decision), gw, None
         scope.setdefault("state", {})["admission"] = lim
         return None, gw, lim
 

@@ -13,6 +13,12 @@ that never authenticated keep every client with the token out. So at the cap the
 that is idle (no request in progress) and has never sent an authenticated request is closed to make
 room; only when every connection is busy or proven is the new one refused.
 
+An invocation its workflow's limit refuses is answered here too, with the httptools parser, as soon
+as its headers are in (the guard's ``early_refusal`` decides and makes the answer): no task, no ASGI
+call, no framework response per refusal, and its body is skipped as it arrives. Overloaded, most
+requests are refusals, and answering them through the framework took event-loop time from the admitted
+ones (docs/performance.md). Anything else, and every request with h11, goes through the guard.
+
 A connection refused with ``Retry-After`` that sends its next request before that time is held here,
 below the web framework (the guard marks it in ``held``, :mod:`.guard`): its transport stops reading and
 the bytes already in wait with one timer until the time is up, then go through as usual. Holding the
@@ -25,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -83,8 +90,12 @@ class _Bounds(asyncio.Protocol):
                 best = c
         return best
 
+    _parsing = False  # inside a request's body (httptools: from the end of its headers to its end)
+
     def _in_request(self) -> bool:
-        return self.cycle is not None and not self.cycle.response_complete
+        # A request answered before its body was in (a refusal) is still being read: what comes
+        # next is the rest of its body, not the headers of another request.
+        return self._parsing or (self.cycle is not None and not self.cycle.response_complete)
 
     def _arm(self) -> None:
         if self._header_timer is None:
@@ -142,23 +153,92 @@ class BoundedH11Protocol(_Bounds, H11Protocol):
     """uvicorn's h11 protocol (pure Python) with the bounds."""
 
 
+class _EarlyRefusal:
+    """Answers what ``refuse(scope)`` returns a response for, in place of starting the request's ASGI
+    task (uvicorn's httptools protocol calls ``_start_asgi_task`` once a request's headers are in,
+    for a pipelined one once the one before it was answered)."""
+
+    refuse: Callable[[dict[str, Any]], Any] | None = None  # Guard.early_refusal, set by bounded()
+    _parsing: bool
+    _header_bytes: int
+    _disarm: Callable[[], None]
+    # what uvicorn's httptools protocol provides
+    cycle: Any
+    loop: Any
+    pipeline: Any
+    timeout_keep_alive: float
+    timeout_keep_alive_task: Any
+    timeout_keep_alive_handler: Any
+    transport: Any
+    access_logger: Any
+    access_log: bool
+    client: Any
+
+    def on_headers_complete(self) -> None:
+        # The header block is in: its deadline and byte count end here, not when a response starts,
+        # since a refusal made here ends the request inside the chunk that brought it.
+        self._parsing = True
+        self._header_bytes = 0
+        self._disarm()
+        super().on_headers_complete()  # type: ignore[misc]
+
+    def on_message_complete(self) -> None:
+        self._parsing = False
+        super().on_message_complete()  # type: ignore[misc]
+        cycle = self.cycle
+        if cycle is not None and cycle.response_complete and self.timeout_keep_alive_task is None \
+                and not self.pipeline and not self.transport.is_closing():
+            # Answered before its body was in (each chunk of which stopped the idle timer): the
+            # connection is idle from here, so its keep-alive time starts now, as after any answer.
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive,
+                                                                self.timeout_keep_alive_handler)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        answer = self.refuse(cycle.scope) if self.refuse is not None else None
+        if answer is None:
+            super()._start_asgi_task(cycle, app)  # type: ignore[misc]
+            return
+        head = [b"HTTP/1.1 %d %s\r\n" % (answer.status_code, _REASONS.get(answer.status_code, b""))]
+        head += [b"%s: %s\r\n" % kv for kv in cycle.default_headers]
+        head += [b"%s: %s\r\n" % kv for kv in answer.raw_headers]
+        if not cycle.keep_alive:
+            head.append(b"connection: close\r\n")
+        self.transport.write(b"".join(head) + b"\r\n" + answer.body)
+        # The request is answered: uvicorn's parser callbacks drop the rest of its body as it comes.
+        cycle.response_started = cycle.response_complete = True
+        if self.access_log:
+            scope = cycle.scope
+            self.access_logger.info('%s - "%s %s HTTP/%s" %d', "{}:{}".format(*self.client) if self.client else "-",
+                                    scope["method"], scope["path"], scope.get("http_version", "1.1"),
+                                    answer.status_code)
+        if not cycle.keep_alive:
+            self.transport.close()
+            return
+        self.on_response_complete()  # type: ignore[attr-defined]
+
+
+_REASONS = {429: b"Too Many Requests"}
+
+
 def _httptools() -> type | None:
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # httptools is not installed: h11 it is
         return None
-    return type("BoundedHttpToolsProtocol", (_Bounds, HttpToolsProtocol),
-                {"__doc__": "uvicorn's httptools protocol (a C parser) with the bounds."})
+    return type("BoundedHttpToolsProtocol", (_EarlyRefusal, _Bounds, HttpToolsProtocol),
+                {"__doc__": "uvicorn's httptools protocol (a C parser) with the bounds and early refusals."})
 
 
 def bounded(header_timeout_s: float, max_connections: int, proven: set[tuple[Any, ...]] | None = None,
-            held: dict[Any, float] | None = None) -> type:
+            held: dict[Any, float] | None = None, refuse: Callable[[dict[str, Any]], Any] | None = None) -> type:
     """A protocol class with these bounds (uvicorn's ``http=`` takes a class): httptools's C parser
     where it is installed (a request costs the event loop less, which is what keeps refusals cheap
     under overload, docs/performance.md), else h11. ``proven``: the set of authenticated clients the
     gateway's guard fills (the app's ``state.gateway.proven_clients``); ``held``: the refused clients
-    whose next request waits (the app's ``state.gateway.held_clients``, which the guard fills)."""
+    whose next request waits (the app's ``state.gateway.held_clients``, which the guard fills);
+    ``refuse``: what answers refusals before a request is built (the guard's ``early_refusal``; httptools only)."""
     base = _httptools() or BoundedH11Protocol
     return type(base.__name__, (base,), {"header_timeout_s": header_timeout_s, "max_connections": max_connections,
                                          "proven": proven if proven is not None else set(),
-                                         "held": held if held is not None else {}})
+                                         "held": held if held is not None else {},
+                                         "refuse": staticmethod(refuse) if refuse is not None else None})
