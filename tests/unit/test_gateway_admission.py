@@ -481,3 +481,38 @@ def test_properties_refusal_is_admits_refusal_without_taking_a_place(
     else:
         assert r == a and lim.refused == twin.refused
     assert (lim.in_flight, lim.admitted) == (in_flight, 0)
+
+
+def test_a_waiter_that_leaves_as_its_place_comes_gives_it_back_and_one_that_expires_leaves_the_queue() -> None:
+    """One future and one timer per waiter (no wait_for over a shield): a waiter cancelled (its client
+    left) after a place was handed to it gives the place back, instead of holding it for ever; one
+    whose time is up is refused and leaves the queue; ``wait_until`` never cancels what it waits for."""
+    from gfaas.runtime.gateway.admission import wait_until
+
+    async def go() -> None:
+        adm = Admissions(lambda: ["w"], initial=1, min_limit=1, max_limit=1, max_waiting=4)
+        first, lim = await adm.enter("w", 10, 10)
+        assert first.ok
+        leaving = asyncio.create_task(adm.enter("w", 10, 10))
+        await asyncio.sleep(0)
+        assert adm.describe()["w"]["waiting"] == 1
+        adm.finished(lim, 0.01)  # the place goes to the waiter (on the loop, soon)
+        await asyncio.sleep(0)  # handed over; the waiter has not run since
+        leaving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+        assert adm.describe()["w"] | {} == {"limit": 1, "in_flight": 0, "waiting": 0, "admitted": 2, "refused": 0}
+        again, lim = await adm.enter("w", 10, 10)  # the place is free: admitted at once
+        assert again.ok
+        t0 = time.monotonic()
+        late, _ = await adm.enter("w", 0.05, 10)
+        assert not late.ok and "no place came free within 0.05 s" in late.reason and time.monotonic() - t0 < 1
+        assert adm.describe()["w"]["waiting"] == 0 and adm.describe()["w"]["in_flight"] == 1
+
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        assert not await wait_until(fut, 0.01) and not fut.cancelled()
+        loop.call_later(0.01, fut.set_result, 7)
+        assert await wait_until(fut, 5) and fut.result() == 7
+
+    asyncio.run(go())

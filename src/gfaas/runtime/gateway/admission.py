@@ -26,7 +26,7 @@ from ...policy.admission import AdaptiveLimit, Admission
 from ..result import InvocationResult
 from .errors import error_response
 
-__all__ = ["Admissions", "invoke_wait", "overloaded", "watch"]
+__all__ = ["Admissions", "invoke_wait", "overloaded", "wait_until", "watch"]
 
 MAX_TRACKED = 4096  # workflows whose limits are kept (idle ones are dropped past this)
 
@@ -85,21 +85,25 @@ class Admissions:
             fut: asyncio.Future[bool] = loop.create_future()
             gate.waiting.append(fut)
         budget = max_wait_s if timeout_s is None else min(timeout_s, max_wait_s)
+        # The waiter's future is its answer: True from _admit_waiter (a place), False from the timer.
+        # Both run on this loop, so whichever comes first decides (a place given to an expired waiter
+        # goes back, _admit_waiter). One future and one timer per waiter: wait_for over a shield made
+        # a task's worth of futures and callbacks for each of the thousand that may wait.
+        timer = loop.call_later(budget, _expire, fut)
+        admitted = False
         try:
-            await asyncio.wait_for(asyncio.shield(fut), budget)
-            return Admission(True), gate.lim
-        except TimeoutError:
-            with self._lock:
-                if fut.done() and fut.result():  # admitted just as the wait ended: take the place
-                    return Admission(True), gate.lim
-                fut.cancel()
-            return Admission(False, 1.0, f"no place came free within {budget:g} s"), None
+            admitted = await fut
         finally:
-            with self._lock:
-                if not fut.done():  # cancelled (the client left): a place given later goes to the next
-                    fut.cancel()
-                with contextlib.suppress(ValueError):
-                    gate.waiting.remove(fut)
+            timer.cancel()
+            if not admitted:  # timed out, or cancelled (the client left)
+                if fut.done() and not fut.cancelled() and fut.result():
+                    self.finished(gate.lim, None)  # a place came just as its client left: it goes back
+                else:  # out of the queue (an admitted waiter has left it already: finished pops it)
+                    with self._lock, contextlib.suppress(ValueError):
+                        gate.waiting.remove(fut)
+        if admitted:
+            return Admission(True), gate.lim
+        return Admission(False, 1.0, f"no place came free within {budget:g} s"), None
 
     def refused_now(self, workflow: str, timeout_s: float | None) -> Admission | None:
         """The refusal :meth:`enter` would answer now (counted), or None: it would admit the request
@@ -137,6 +141,33 @@ class Admissions:
         with self._lock:
             return {w: {"limit": round(g.lim.limit, 1), "in_flight": g.lim.in_flight, "waiting": len(g.waiting),
                         "admitted": g.lim.admitted, "refused": g.lim.refused} for w, g in self._gates.items()}
+
+
+def _expire(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)
+
+
+async def wait_until(fut: asyncio.Future[Any], timeout_s: float) -> bool:
+    """Wait for ``fut`` for at most ``timeout_s`` without ever cancelling it; whether it is done. (What
+    ``wait_for(shield(fut), timeout_s)`` does, with one future and one timer instead of a task's worth.)"""
+    if fut.done():
+        return True
+    loop = asyncio.get_running_loop()
+    wake: asyncio.Future[None] = loop.create_future()
+
+    def up(_: Any = None) -> None:
+        if not wake.done():
+            wake.set_result(None)
+
+    fut.add_done_callback(up)
+    timer = loop.call_later(timeout_s, up)
+    try:
+        await wake
+    finally:
+        timer.cancel()
+        fut.remove_done_callback(up)
+    return fut.done()
 
 
 def _admit_waiter(fut: asyncio.Future[bool], lim: AdaptiveLimit, adm: Admissions) -> None:

@@ -8,7 +8,6 @@ with :func:`functools.partial`; everything else reaches the app through :data:`~
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
@@ -24,7 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from ...errors import GfaasError, NotFound, Overloaded
 from ..result import InvocationResult
 from ..wire import WireError, decode_array, result_document
-from .admission import watch
+from .admission import wait_until, watch
 from .errors import error_response
 from .schemas import (
     ErrorBody,
@@ -159,7 +158,9 @@ async def run_invocation(request: Request, name: str, body: InvocationBody, gw: 
                             headers={"location": urls["status_url"]})
     try:
         if fut is not None:
-            res = await asyncio.wait_for(asyncio.shield(fut), wait_s)
+            if not await wait_until(fut, wait_s):
+                raise TimeoutError
+            res = fut.result()
         else:
             res = await gw.wait(functools.partial(runtime.result, inv, timeout=wait_s))
     except TimeoutError:
@@ -186,8 +187,9 @@ async def invocation_result(request: Request, invocation_id: str, gw: GatewayDep
         try:
             fut = watch(gw.runtime, invocation_id, lambda res: None)
             assert fut is not None
-            res = await asyncio.wait_for(asyncio.shield(fut), wait)
-            return await _result_response(gw, res, outputs)
+            if not await wait_until(fut, wait):
+                raise TimeoutError
+            return await _result_response(gw, fut.result(), outputs)
         except TimeoutError:
             wait = 0.0  # not finished within the wait: answered below without waiting again
     for _ in range(2):
