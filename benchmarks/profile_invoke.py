@@ -20,8 +20,9 @@ strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a tim
   Prints messages per invocation (and the connections the daemon accepted); ``--concurrency K`` keeps K
   invocations in flight.
 * ``timeline``: the moments one invocation passes on its critical path, noted by wrappers around the
-  runtime's own steps (this process; a worker's share comes from the timings its reply carries).
-  Prints the median time between consecutive moments.
+  invoker's own steps (submit, each task sent, each reply read, the result set; this process; a
+  worker's share comes from the timings its reply carries). Prints the median time between
+  consecutive moments.
 * ``registry``: the data-plane open + end of one invocation against a daemon process while 0, 100,
   500 and 1,000 others stay open.
 
@@ -220,130 +221,58 @@ def count(n: int, concurrency: int = 1) -> dict[str, Any]:
 # ---- timeline -------------------------------------------------------------------------------------
 #: The steps of one invocation on its critical path, in order; each is a moment the wrappers note.
 STEPS = [
-    ("submit", "submit called"),
-    ("locked", "runtime lock taken (waits for the previous invocation's end)"),
-    ("opened", "Admin.open_invocation round trip"),
-    ("gw_connected", "gateway transport: connect + Hello round trip (a pooled attached connection: none)"),
-    ("input_put", "put of the request's input (Lease round trip on a new connection; Bind with its slab)"),
-    ("gw_closed", "gateway transport close (Sync round trip; a one-way Unbind)"),
-    ("gen_queued", "DagState.start, gen queued"),
-    ("gen_dispatched", "hand-off: gen's dispatcher thread wakes"),
-    ("gen_conn", "daemon connection opened for the sandboxed worker (absent with an attached one)"),
-    ("gen_reply", "gen: Task -> worker -> Done (see the worker's share below)"),
-    ("red_queued", "reply recorded, DagState.finished, red queued"),
-    ("red_dispatched", "hand-off: red's dispatcher thread wakes"),
-    ("red_conn", "daemon connection opened for the sandboxed worker (absent with an attached one)"),
-    ("red_reply", "red: Task -> worker -> Done"),
-    ("complete", "reply recorded, DagState.finished, _complete starts"),
-    ("out_connected", "gateway transport: connect + Hello round trip (a pooled attached connection: none)"),
-    ("out_got", "get of the output (Get round trip; with an attached connection the Bind's reply too)"),
-    ("result_set", "result built, done.set()"),
-    ("woke", "the caller thread wakes with the result"),
+    ("submit", "submit called (the caller's thread)"),
+    ("gen_sent", "inputs checked, invocation and DAG made, gen's worker claimed, its Task sent"),
+    ("gen_reply", "gen: Task -> worker -> Done, read by the invoker's thread (the worker's share below)"),
+    ("red_sent", "Done checked and recorded, DagState.finished, red's Task sent"),
+    ("red_reply", "red: Task -> worker -> Done, read by the invoker's thread"),
+    ("result_set", "Done checked and recorded, outputs copied, result built, the latch set"),
+    ("woke", "the caller's thread wakes with the result"),
 ]
 
 
-class _TimedLock:
-    """The runtime's lock, noting when the caller thread first takes it after ``submit`` starts."""
-
-    def __init__(self, lock: Any, note: Callable[[], None]) -> None:
-        self._lock, self._note = lock, note
-
-    def __enter__(self) -> Any:
-        self._lock.acquire()
-        self._note()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-
-
 def timeline(n: int) -> dict[str, Any]:
-    from gfaas.dataplane import client as cmod
-    from gfaas.runtime import local as lmod
-    from gfaas.runtime import transport as tmod
+    """The moments one invocation passes on its critical path (see the module docstring)."""
+    from gfaas.runtime import invoker as imod
     from gfaas.runtime import worker as wmod
 
     ev: dict[str, float] = {}
     rows: list[dict[str, float]] = []
-    ended: list[float] = []
     worker_parts: defaultdict[str, list[float]] = defaultdict(list)
-    main = threading.main_thread()
     now = time.perf_counter
 
     def mark(key: str) -> None:
         ev.setdefault(key, now())
 
-    def on_main(key: str) -> Callable[..., None]:
-        def f(*a: Any, **k: Any) -> None:
-            if threading.current_thread() is main:
-                mark(key)
-        return f
+    def sent(_dt: float, self: Any, task: Any) -> None:
+        mark(f"{self.name.split('@')[0]}_sent")
 
-    task = threading.local()  # the function whose task this dispatcher thread is running
+    def replied(self: Any, worker: Any, msg: Any) -> None:
+        run = self._running.get(id(worker))
+        if run is not None and isinstance(msg, wmod.Done):
+            mark(f"{run.fn}_reply")
+            for f in ("compute_s", "fn_get_s", "put_s"):
+                worker_parts[f"{run.fn} {f.removesuffix('_s')}"].append(getattr(msg, f))
 
-    def dispatched(self: Any, inv: Any, fn: str, *a: Any, **k: Any) -> None:
-        task.fn = fn
-        mark(f"{fn}_dispatched")
-
-    def fn_mark(suffix: str) -> Callable[..., None]:
-        def f(*a: Any, **k: Any) -> None:
-            mark(f"{getattr(task, 'fn', '?')}_{suffix}")
-        return f
-
-    def gw_connected(*a: Any, **k: Any) -> None:
-        mark("gw_connected" if "input_put" not in ev else "out_connected")
-
-    def end_timed(dt: float, *a: Any, **k: Any) -> None:
-        ended.append(dt)
-
-    orig_run = wmod.ProcessWorker.run
-
-    def worker_run(self: Any, task: Any) -> Any:
-        reply = orig_run(self, task)
-        if isinstance(reply, wmod.Done):
-            fn = self.name.split("@")[0]
-            for f in ("host_get_s", "fn_get_s", "compute_s", "put_s", "host_put_s"):
-                worker_parts[f"{fn} {f.removesuffix('_s')}"].append(getattr(reply, f))
-        return reply
-
-    wmod.ProcessWorker.run = worker_run
     undo = [
-        lambda: setattr(wmod.ProcessWorker, "run", orig_run),
-        _wrap(lmod.LocalRuntime, "submit", before=lambda *a, **k: mark("submit")),
-        _wrap(cmod.Admin, "open_invocation", after=on_main("opened")),
-        _wrap(lmod.LocalRuntime, "_gateway_transport", after=gw_connected),
-        _wrap(tmod.GfaasTransport, "put", after=on_main("input_put")),
-        _wrap(tmod.GfaasTransport, "close", after=on_main("gw_closed")),
-        *([_wrap(tmod.BoundTransport, "close", after=on_main("gw_closed"))] if hasattr(tmod, "BoundTransport")
-          else []),
-        _wrap(_pool_class(), "submit", before=lambda pool, inv, fn: mark(f"{fn}_queued")),
-        _wrap(lmod.LocalRuntime, "run_task", before=dispatched),
-        _wrap(wmod, "_daemon_connection", after=fn_mark("conn")),
-        _wrap(wmod.ProcessWorker, "run", after=fn_mark("reply")),
-        _wrap(lmod.LocalRuntime, "_complete", before=lambda *a, **k: mark("complete")),
-        _wrap(tmod.GfaasTransport, "get", after=lambda *a, **k: mark("out_got")),
-        _wrap(lmod.LocalRuntime, "_set_result", after=lambda *a, **k: mark("result_set")),
-        # the ender's batched end after issue 23's item 1 (Admin.end_invocations), one end per call before
-        _wrap(cmod.Admin, "end_invocations" if hasattr(cmod.Admin, "end_invocations") else "end_invocation",
-              after=end_timed),
+        _wrap(imod.Invoker, "submit", before=lambda *a, **k: mark("submit")),
+        _wrap(wmod.ProcessWorker, "send_task", after=sent),
+        _wrap(imod.Invoker, "_on_message", before=replied),
+        _wrap(imod.Invoker, "_set_result", after=lambda *a, **k: mark("result_set")),
     ]
     try:
         with LocalRuntime(RuntimeConfig()) as rt:
-            rt.invoker._lock = _TimedLock(rt.invoker._lock, on_main("locked"))
             rt.deploy(SPEC)
             for k in range(30 + n):
                 ev.clear()
-                inv = rt.submit("tiny", INPUTS)
-                res = rt.result(inv, timeout=60)
+                res = rt.invoke("tiny", INPUTS, timeout=60)
                 mark("woke")
                 assert res.status == "done", res.error
                 if k >= 30:
                     rows.append(dict(ev))
-            time.sleep(0.05)
     finally:
         for u in reversed(undo):
             u()
-    # The moments this code passes every time (a worker with an attached connection opens none).
     seen = [(key, what) for key, what in STEPS if all(key in r for r in rows)]
     steps: list[dict[str, Any]] = []
     for (prev, _), (key, what) in zip(seen, seen[1:], strict=False):
@@ -356,11 +285,8 @@ def timeline(n: int) -> dict[str, Any]:
             "steps": steps,
             "sum_of_step_p50_ms": round(sum(s["p50_ms"] for s in steps), 3),
             "worker_reported_p50_ms": {k: round(float(np.median(v)) * 1e3, 3) for k, v in worker_parts.items()},
-            "end_invocation_p50_ms": round(float(np.median(ended)) * 1e3, 3) if ended else None,
             "note": "each step: the median time from the previous moment to this one (the wrappers add a few us); "
-                    "before issue 23's item 1 Admin.end_invocation ran after done.set() holding a lock the next "
-                    "submit needs (step 'locked'); after it, the ender thread ends invocations in batches on its own "
-                    "connections (end_invocation_p50_ms: one such batch)"}
+                    "a worker's share is what its Done reports (the handler's get, compute and put)"}
 
 
 # ---- registry -------------------------------------------------------------------------------------
