@@ -220,15 +220,16 @@ def count(n: int, concurrency: int = 1) -> dict[str, Any]:
 
 # ---- timeline -------------------------------------------------------------------------------------
 #: The steps of one invocation on its critical path, in order; each is a moment the wrappers note.
-STEPS = [
-    ("submit", "submit called (the caller's thread)"),
-    ("gen_sent", "inputs checked, invocation and DAG made, gen's worker claimed, its Task sent"),
-    ("gen_reply", "gen: Task -> worker -> Done, read by the invoker's thread (the worker's share below)"),
-    ("red_sent", "Done checked and recorded, DagState.finished, red's Task sent"),
-    ("red_reply", "red: Task -> worker -> Done, read by the invoker's thread"),
-    ("result_set", "Done checked and recorded, outputs copied, result built, the latch set"),
-    ("woke", "the caller's thread wakes with the result"),
-]
+STEPS = {
+    "submit": "submit called (the caller's thread)",
+    "gen_sent": "inputs checked, invocation and DAG made, gen's worker claimed, its Task sent",
+    "red_sent": "red's Task sent: with gen's when red's worker takes its input from gen's (a hand-off), else "
+                "after gen's Done was checked and recorded (DagState.finished)",
+    "gen_reply": "gen: Task -> worker -> Done, read by the invoker's thread (the worker's share below)",
+    "red_reply": "red: Task -> worker -> Done, read by the invoker's thread",
+    "result_set": "Done checked and recorded, outputs copied, result built, the latch set",
+    "woke": "the caller's thread wakes with the result",
+}
 
 
 def timeline(n: int) -> dict[str, Any]:
@@ -244,7 +245,7 @@ def timeline(n: int) -> dict[str, Any]:
     def mark(key: str) -> None:
         ev.setdefault(key, now())
 
-    def sent(_dt: float, self: Any, task: Any) -> None:
+    def sent(_dt: float, self: Any, task: Any, *_: Any) -> None:
         mark(f"{self.name.split('@')[0]}_sent")
 
     def replied(self: Any, worker: Any, msg: Any) -> None:
@@ -273,7 +274,10 @@ def timeline(n: int) -> dict[str, Any]:
     finally:
         for u in reversed(undo):
             u()
-    seen = [(key, what) for key, what in STEPS if all(key in r for r in rows)]
+    # in the order they come (a hand-off sends red's task before gen's reply)
+    keys = sorted((k for k in STEPS if all(k in r for r in rows)),
+                  key=lambda k: float(np.median([r[k] - r["submit"] for r in rows])))
+    seen = [(k, STEPS[k]) for k in keys]
     steps: list[dict[str, Any]] = []
     for (prev, _), (key, what) in zip(seen, seen[1:], strict=False):
         d = np.asarray([r[key] - r[prev] for r in rows]) * 1e3
