@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import socket
 import threading
 import time
 from collections import deque
@@ -37,7 +36,6 @@ from .config import RuntimeConfig
 from .dag import DagState
 from .dedup import RuntimeDedup
 from .deployments import Deployments, pool_key
-from .handoff import next_step
 from .hints import Batch as HintBatch
 from .hints import QueueHinter
 from .logs import LogStore, failure_lines
@@ -53,7 +51,6 @@ from .worker import (
     Done,
     Failed,
     NeedData,
-    Returned,
     Task,
     TaskTimedOut,
     Value,
@@ -74,8 +71,8 @@ class _Invocation:
     """One invocation's state (a slotted class: one is made per request)."""
 
     __slots__ = ("callbacks", "completing", "dag", "deadline", "done", "ended", "enqueued", "error", "failure",
-                 "handoffs", "homes", "host_s", "id", "inline_max", "kind", "opened", "prefer", "queued", "records",
-                 "refs", "result", "running", "spec", "stash", "status", "submitted", "tokens", "values", "version")
+                 "homes", "host_s", "id", "inline_max", "kind", "opened", "prefer", "queued", "records", "refs",
+                 "result", "running", "spec", "status", "submitted", "tokens", "values", "version")
 
     def __init__(self, inv_id: str, spec: WorkflowSpec, version: int, kind: str, deadline: float | None) -> None:
         self.id = inv_id
@@ -107,11 +104,6 @@ class _Invocation:
         self.failure: Failure | None = None  # the failing function's traceback and last lines
         self.queued: dict[str, tuple[str, int]] = {}  # function -> (queue, ticket) while queued
         self.prefer: dict[str, str] = {}  # function -> the node holding most of its inputs
-        # Hand-offs (Invoker._hand_off): next step -> "sent" (its task out, its inputs due from its
-        # upstream worker), "handed" (the upstream said they went), "returned", "not" (they did not);
-        # and a next step's reply that came before its upstream's, kept until that one is in.
-        self.handoffs: dict[str, str] | None = None
-        self.stash: dict[str, tuple[Any, _Running, Any]] | None = None
 
 
 class _Latch:
@@ -143,8 +135,8 @@ class _Latch:
 class _Running:
     """A task sent to a worker whose reply has not come yet (keyed by the worker)."""
 
-    __slots__ = ("bound", "cold_start_s", "deadline", "done", "fn", "inv", "node", "peer_of", "pool", "started",
-                 "timeout", "where", "worker")
+    __slots__ = ("bound", "cold_start_s", "deadline", "done", "fn", "inv", "node", "pool", "started", "timeout",
+                 "where", "worker")
 
     def __init__(self, inv: _Invocation, fn: str, pool: FunctionPool, worker: Any, started: float,
                  cold_start_s: float, where: Decision, node: str) -> None:
@@ -153,15 +145,13 @@ class _Running:
         self.done = False
         self.timeout = 0.0
         self.deadline = 0.0  # monotonic; 0: none enforced here (a blocking worker's own run does)
-        self.peer_of = ""  # the upstream function whose worker hands this task its inputs ("" none)
 
 
 class _Step:
     """What every call of one function of one workflow version needs, worked out once per spec
     (:meth:`Invoker._step`): the hot path reads these instead of walking the spec each time."""
 
-    __slots__ = ("accelerator", "consumers", "f", "first", "handoff_to", "host_inputs", "inputs", "peer", "spec",
-                 "timeout")
+    __slots__ = ("accelerator", "consumers", "f", "first", "host_inputs", "inputs", "spec", "timeout")
 
     def __init__(self, spec: WorkflowSpec, fn: str, default_timeout_s: float) -> None:
         f = spec.function(fn)
@@ -182,8 +172,6 @@ class _Step:
         self.first = (f.inputs[0].source, f.inputs[0].output)
         self.accelerator = bool(f.accelerator)
         self.timeout = f.timeout_s or default_timeout_s
-        self.handoff_to = next_step(spec, fn)  # whose worker may take this one's outputs straight
-        self.peer = {i.name: i.output for i in f.inputs if not i.from_workflow}  # when handed its inputs
 
 
 _NUMERIC = frozenset("biufc")  # the dtype kinds a value carried in a message may hold
@@ -511,11 +499,9 @@ class Invoker:
             where = self.drives.claim(home) if step.accelerator else Decision("", home)
         node = getattr(worker, "gfaas_node", "") or pool.node
         lazy = self.nodes.lazy and inv.kind == "gfaas" and len(values) == len(inputs) and hasattr(worker, "grant_data")
-        nxt = self._hand_off(inv, fn, step, node, where) if lazy and step.handoff_to and not step.accelerator \
-            and hasattr(worker, "send_task") else None
         task = Task(inv.id, "" if lazy else inv.tokens.get(fn, ""), inputs, step.host_inputs, step.consumers,
                     {} if lazy else self.nodes.transport_settings(node, inv.kind), deadline_s=pool.budget_s,
-                    accel=where.preset, values=values, inline_max=inv.inline_max, lazy=lazy, handoff=nxt is not None)
+                    accel=where.preset, values=values, inline_max=inv.inline_max, lazy=lazy)
         run = _Running(inv, fn, pool, worker, started, cold_start_s, where, node)
         self._running[id(worker)] = run
         timeout = step.timeout
@@ -524,62 +510,10 @@ class Invoker:
             return
         # Enforced by the loop's sweep (every TICK_S): no timer is set, and the loop is not woken, per task.
         run.timeout, run.deadline = timeout, time.monotonic() + timeout
-        if nxt is None:
-            try:
-                worker.send_task(task)
-            except WorkerDied as exc:
-                self._loop.post(functools.partial(self._on_message, worker, exc))
-            return
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:  # this task first (it is on the critical path), then the next one's, each with its end
-            for w, t, end in ((worker, task, ours), (nxt[0], nxt[1], theirs)):
-                try:
-                    w.send_task(t, end)
-                except WorkerDied as exc:  # the other end sees the socket close: it returns, or is told
-                    self._loop.post(functools.partial(self._on_message, w, exc))
-        finally:
-            ours.close()
-            theirs.close()
-
-    def _hand_off(self, inv: _Invocation, fn: str, step: _Step, node: str,
-                  where: Decision) -> tuple[Any, Task] | None:
-        """Claim an idle worker for the step after ``fn`` (runtime.handoff) and make its task, whose
-        inputs from ``fn`` its worker will take straight from ``fn``'s: ``(worker, task)``, or None
-        (no idle worker, or an input of it not carried), and then it goes the usual way."""
-        c = step.handoff_to
-        cstep = self._step(inv.spec, c)
-        values: dict[str, Value] = {}
-        for name, key, _ in cstep.inputs:
-            if name not in cstep.peer:
-                v = inv.values.get(key)
-                if v is None:
-                    return None
-                values[name] = v
-        pool = self.deployments.pools.get(pool_key(inv.spec.name, inv.version, c))
-        if pool is None:
-            return None
-        worker = pool.claim_idle(inv)
-        if worker is None:
-            return None
-        now = time.perf_counter()
-        task = Task(inv.id, "", {name: inline for name, _, inline in cstep.inputs}, cstep.host_inputs,
-                    cstep.consumers, deadline_s=pool.budget_s, values=values, inline_max=inv.inline_max, lazy=True,
-                    peer=cstep.peer, peer_wait_s=step.timeout + 1.0)
-        # Its home drive, as dispatch would find it (runtime.accel's rule: fn's outputs live where fn's
-        # first input does, which is fn's own home, not recorded before fn's reply).
-        home = where.drive if cstep.first[0] == fn else inv.homes.get(cstep.first, -1)
-        run = _Running(inv, c, pool, worker, now, 0.0, where if where is _NOWHERE else Decision("", home), node)
-        run.peer_of = fn
-        # its own time starts when its upstream's has run out at the latest
-        run.timeout, run.deadline = cstep.timeout, time.monotonic() + step.timeout + cstep.timeout
-        with self._lock:
-            inv.running += 1
-            inv.enqueued[c] = now
-            if inv.handoffs is None:
-                inv.handoffs = {}
-            inv.handoffs[c] = "sent"
-        self._running[id(worker)] = run
-        return worker, task
+        try:
+            worker.send_task(task)
+        except WorkerDied as exc:
+            self._loop.post(functools.partial(self._on_message, worker, exc))
 
     def _step(self, spec: WorkflowSpec, fn: str) -> _Step:
         """``fn``'s :class:`_Step` in ``spec``: the same for every call, so worked out once."""
@@ -606,18 +540,8 @@ class Invoker:
             if msg is None or isinstance(msg, BaseException):  # an idle worker died: its slot ends
                 self._replace_idle(worker)
             return
-        if run.peer_of and self._handed_reply(worker, run, msg):
-            return
         run.done = True
         self._running.pop(id(worker), None)
-        inv = run.inv
-        try:
-            self._reply(worker, run, msg)
-        finally:
-            if inv.stash:
-                self._drain(inv)
-
-    def _reply(self, worker: Any, run: _Running, msg: Any) -> None:
         inv, fn, pool = run.inv, run.fn, run.pool
         if hasattr(worker, "release_binding"):  # the worker knows whether the task was bound
             worker.release_binding(msg)
@@ -723,7 +647,7 @@ class Invoker:
                 inv.values[(fn, out)] = v
             if where is not _NOWHERE:  # where its outputs live (runtime.accel's rule)
                 home = where.drive if where.placement == DSCS else inv.homes.get(step.first, -1)
-                for out in (*reply.outputs, *reply.values, *(step.consumers if reply.handed else ())):
+                for out in (*reply.outputs, *reply.values):
                     inv.homes[(fn, out)] = home
             inv.running -= 1
             if inv.status == "failed":
@@ -731,7 +655,6 @@ class Invoker:
                 return
             try:
                 ready, skipped = inv.dag.finished(fn, reply.scalars)
-                ready = self._handed(inv, fn, step, reply, ready)
             except FunctionFailed as exc:
                 inv.running += 1  # _fail_locked counts one task as ending
                 self._fail_locked(inv, str(exc))
@@ -742,66 +665,6 @@ class Invoker:
             self._schedule(inv, ready, complete)
         except (Overloaded, NotFound) as exc:
             self._fail(inv, str(exc))
-
-    # -- hand-offs (runtime.handoff): the next step's task went out with this one's
-    @staticmethod
-    def _handed(inv: _Invocation, fn: str, step: _Step, reply: Done, ready: list[str]) -> list[str]:
-        """(Under the lock, ``fn`` done.) The functions to send now: the next step not, when ``fn``'s
-        worker handed it its inputs. A hand-off ``fn``'s worker claims that was not set up, or whose
-        taker returned its task already, fails the invocation (its outputs went nowhere)."""
-        c = step.handoff_to
-        state = inv.handoffs.get(c) if c and inv.handoffs else None
-        if not reply.handed:
-            if state == "sent":
-                inv.handoffs[c] = "not"  # type: ignore[index]  # its taker returns its task: sent anew below
-            return ready
-        if state != "sent":
-            raise FunctionFailed(f"function {fn!r} said its outputs went straight to {c or 'its next step'!r}, "
-                                 f"but {'that step returned its task' if state else 'none was waiting for them'}")
-        inv.handoffs[c] = "handed"  # type: ignore[index]
-        return [f for f in ready if f != c]
-
-    def _handed_reply(self, worker: Any, run: _Running, msg: Any) -> bool:
-        """A reply of a task whose inputs were to come from its upstream worker: True when dealt with
-        here (returned; or in before its upstream's reply, so kept until that one is in)."""
-        inv = run.inv
-        if type(msg) is Returned and msg.invocation == inv.id:
-            run.done = True
-            self._running.pop(id(worker), None)
-            with self._lock:
-                state = inv.handoffs.get(run.fn) if inv.handoffs else None
-                if inv.handoffs is not None:
-                    inv.handoffs[run.fn] = "returned"
-            if state == "handed" and inv.status != "failed":
-                self.failed(inv, run.fn, f"function {run.peer_of!r} handed its outputs to {run.fn!r}, whose worker "
-                                         f"refused them: {msg.reason}")
-            else:  # it is sent the usual way once its upstream's reply is in (or the invocation failed)
-                self.dropped(inv, run.fn)
-            nxt = run.pool.task_done(worker)
-            if nxt is not None:
-                self.dispatch(nxt[0], nxt[1], run.pool, worker, nxt[2])
-            return True
-        if type(msg) in (Done, Failed) and inv.status != "failed" and inv.dag.state.get(run.fn) == "waiting":
-            run.done = True
-            self._running.pop(id(worker), None)
-            if inv.stash is None:
-                inv.stash = {}
-            inv.stash[run.fn] = (worker, run, msg)
-            nxt = run.pool.task_done(worker)  # the worker is free; its reply waits for its upstream's
-            if nxt is not None:
-                self.dispatch(nxt[0], nxt[1], run.pool, worker, nxt[2])
-            return True
-        return False
-
-    def _drain(self, inv: _Invocation) -> None:
-        """Replies kept for their upstream's: handled once that one is in (or the invocation failed).
-        One whose upstream did not hand it its inputs ran on what function code sent: dropped."""
-        for c in [c for c in inv.stash or () if inv.status == "failed" or inv.dag.state.get(c) != "waiting"]:
-            worker, run, msg = inv.stash.pop(c)  # type: ignore[union-attr]
-            if inv.status != "failed" and (inv.handoffs or {}).get(c) != "handed":
-                self.dropped(inv, c)
-                continue
-            self._finish(worker, run, msg)
 
     def failed(self, inv: _Invocation, fn: str, message: str, failure: Failure | None = None) -> None:
         with self._lock:

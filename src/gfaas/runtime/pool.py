@@ -289,23 +289,6 @@ class FunctionPool:
         if d is not None:
             self.apply(d)
 
-    def claim_idle(self, inv: Any) -> Any:
-        """An idle worker claimed for a call of ``inv`` now (an arrival, as :meth:`submit` counts one),
-        or None when none is idle or calls wait: nothing is queued. The invoker claims one this way
-        for a step whose inputs its upstream worker hands over (runtime.invoker)."""
-        now = time.monotonic()
-        with self._mutex:
-            if self.closed or self.queue:
-                return None
-            slot = self._idle_for(None)
-            if slot is None:
-                return None
-            self.policy.arrival(now)
-            slot.state, slot.since = "busy", now
-            slot.tasks += 1
-        self.rt.queues_changed(inv, self.key)
-        return slot.worker
-
     def _idle_for(self, prefer: str | None) -> _Slot | None:  # under self.cv
         """An idle worker to take a call whose inputs are on ``prefer`` (None: anywhere): with locality,
         one on that node if there is one, else any (work-conserving, as :func:`pick_call` decides)."""

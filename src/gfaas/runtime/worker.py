@@ -182,28 +182,6 @@ class Task(_Ctl):
     # with NeedData on its control socket and waits for DataReady (the runtime binds its attached
     # connection meanwhile). So an invocation of small values costs the node daemon nothing.
     lazy: bool = False
-    # Hand-off (runtime.invoker: one hop from a step to the next): with ``handoff``, a socket comes
-    # with this task (SCM_RIGHTS) on which the carried outputs go straight to the worker of the one
-    # function that reads them; with ``peer`` (input name -> the upstream output it is), they come on
-    # such a socket, within ``peer_wait_s``, instead of in this message.
-    handoff: bool = False
-    peer: dict[str, str] = {}
-    peer_wait_s: float = 0.0
-
-
-class Handoff(_Ctl):
-    """Worker -> worker, on a hand-off socket: the upstream task's carried outputs (output -> value)."""
-
-    invocation: str
-    values: dict[str, Value]
-
-
-class Returned(_Ctl):
-    """Worker -> runtime: a task whose inputs were to come from its upstream worker ran not (they did
-    not come, or were not what was due: ``reason``); the runtime sends it again the usual way, or fails."""
-
-    invocation: str
-    reason: str
 
 
 class Done(_Ctl):
@@ -220,7 +198,6 @@ class Done(_Ctl):
     logs: list[LogLine] = []  # lines printed or logged since the last reply, bounded (runtime.logs)
     slab_used: bool = False  # a put packed an object into a slab (the next Bind leases one with it)
     values: dict[str, Value] = {}  # output -> value of the outputs carried here (Task.inline_max)
-    handed: bool = False  # the carried outputs went to the next step's worker instead (Task.handoff)
 
 
 class Failed(_Ctl):
@@ -258,9 +235,7 @@ class Unmerged(_Ctl):
 
 Reply = Done | Failed
 _enc = msgspec.msgpack.Encoder()
-_dec = msgspec.msgpack.Decoder(Init | Ready | Task | Done | Failed | Stop | Unmerge | Unmerged | NeedData | DataReady
-                               | Returned)
-_handoff_dec = msgspec.msgpack.Decoder(Handoff)
+_dec = msgspec.msgpack.Decoder(Init | Ready | Task | Done | Failed | Stop | Unmerge | Unmerged | NeedData | DataReady)
 _tls = threading.local()
 
 
@@ -869,7 +844,7 @@ class ProcessWorker:
             data = memoryview(b"")
         return _dec.decode(data) if data else None
 
-    def send_task(self, task: Task, peer: socket.socket | None = None) -> bool:
+    def send_task(self, task: Task) -> bool:
         """Send ``task``; its reply comes to the invoker's loop. A task with a token on this worker's node
         binds the attached connection to it first (the worker never sees the token): True, then, and
         :meth:`release_binding` ends it once the reply is in. :class:`WorkerDied` if it is gone."""
@@ -887,11 +862,10 @@ class ProcessWorker:
             elif self.sandboxed and task.token and cfg.get("kind", "gfaas") == "gfaas":
                 conn = _daemon_connection(cfg.get("socket_path", ""))
                 task = msgspec.structs.replace(task, with_socket=True)
-            fds = [f.fileno() for f in (conn, peer) if f is not None]
-            if not fds:
+            if conn is None:
                 self._sock.send(_enc.encode(task))
             else:
-                socket.send_fds(self._sock, [_enc.encode(task)], fds)
+                socket.send_fds(self._sock, [_enc.encode(task)], [conn.fileno()])
         except DaemonUnavailable as exc:
             raise WorkerDied(f"worker {self.name} lost its daemon connection: {exc}") from None
         except OSError:
@@ -1067,51 +1041,6 @@ def _need_data(sock: socket.socket, invocation: str) -> Any:
     return need
 
 
-def hand_over(peer: socket.socket, task: Task, reply: Reply) -> None:
-    """After a hand-off task ran: its carried outputs go to the next step's worker on ``peer`` (then
-    ``reply`` says so and carries them no more), unless it failed or stored an output (too large to
-    carry): then nothing is sent, and the peer, finding the socket closed, returns its task."""
-    try:
-        if type(reply) is Done and not reply.outputs and reply.values:
-            peer.send(_enc.encode(Handoff(task.invocation, reply.values)))
-            reply.values, reply.handed = {}, True
-    except OSError:  # the peer is gone: the runtime learns it from the peer's end
-        pass
-    finally:
-        peer.close()
-
-
-def await_peer(peer: socket.socket, task: Task) -> str:
-    """The inputs ``task.peer`` names, from the upstream worker on ``peer``, into ``task.values``; ""
-    when they came and are what was due, else why not. What comes is function code's: it is checked
-    as the runtime checks a reply (the names due and no others, within ``inline_max``, bytes that fit
-    dtype and shape), and whatever it is, the answer is a reason, never an exception."""
-    try:
-        peer.settimeout(task.peer_wait_s or None)
-        data = recv_message(peer)
-        if not data:
-            return "its upstream worker sent nothing (it failed, or stored its output)"
-        got = _handoff_dec.decode(data)
-        if got.invocation != task.invocation:
-            return f"its upstream worker sent invocation {got.invocation[:40]!r}'s outputs"
-        due = set(task.peer.values())
-        if set(got.values) != due:
-            return f"its upstream worker sent outputs {sorted(got.values)[:8]}, not {sorted(due)}"
-        for name, out in task.peer.items():
-            v = got.values[out]
-            if len(v.data) > task.inline_max:
-                return f"its upstream worker sent {len(v.data)} bytes for {out!r}, over {task.inline_max}"
-            check_value(v, f"upstream output {out!r}")
-            task.values[name] = v
-        return ""
-    except TimeoutError:
-        return f"its upstream worker sent nothing within {task.peer_wait_s:g} s"
-    except (OSError, msgspec.DecodeError, SpecError) as exc:
-        return f"its upstream worker's message was refused: {exc}"
-    finally:
-        peer.close()
-
-
 def _take(cap: Capture | None) -> list[LogLine]:
     return cap.take() if cap is not None else []
 
@@ -1166,7 +1095,7 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
     else:
         sock.send(ready)
     while True:
-        data, fds = recv_message_fds(sock, 2)
+        data, fds = recv_message_fds(sock, 1)
         if not data:
             return 0  # the runtime went away
         msg = _dec.decode(data)
@@ -1177,21 +1106,16 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
                 sock.send(_enc.encode(Unmerged(host.unmerge())))
                 continue
             raise ProtocolError(f"the runtime sent {type(msg).__name__} where a task was due")
-        peer = socket.socket(fileno=fds.pop()) if fds and (msg.handoff or msg.peer) else None
         conn = socket.socket(fileno=fds[0]) if fds else None
-        if msg.peer:
-            why = await_peer(peer, msg) if peer is not None else "no hand-off socket came with it"
-            if why:
-                sock.send(_enc.encode(Returned(msg.invocation, why)))
-                continue
         need = _need_data(sock, msg.invocation) if msg.lazy else None
-        if cap is not None:
-            cap.begin()
+        if cap is None:
+            sock.send(_enc.encode(host.run(msg, conn, need)))
+            if host.link_lost():
+                return 1
+            continue
+        cap.begin()
         reply = host.run(msg, conn, need)
-        if peer is not None:
-            hand_over(peer, msg, reply)
-        if cap is not None:
-            reply.logs = cap.take()
+        reply.logs = cap.take()
         sock.send(_enc.encode(reply))
         if host.link_lost():
             return 1
