@@ -38,7 +38,6 @@ import secrets
 import time
 from typing import Any
 
-import anyio
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -243,8 +242,8 @@ class Guard:
             nonlocal received, cut, body_done
             if body_done:  # after the body: only http.disconnect is left to wait for
                 return await receive()
-            try:
-                with anyio.fail_after(max(0.0, deadline - time.monotonic())):
+            try:  # (asyncio's own timeout: anyio's cancel scope cost several times as much per request)
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                     message = await receive()
             except TimeoutError:
                 cut = error_response(408, "request_timeout", f"the request body did not arrive within "
