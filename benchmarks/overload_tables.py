@@ -37,6 +37,8 @@ def block(doc: dict[str, Any]) -> str:
              f"({doc['invoke_p50_us'] / doc['floor_us']:.0f}x the floor)"
              + (f", {doc['cpu_ms_per_invocation']:.3f} ms of CPU per invocation in all its processes"
                 if doc.get("cpu_ms_per_invocation") is not None else "") + ". "
+             + (f"The machine lost {doc['steal_s']:g} s of CPU to other guests during the run (steal). "
+                if doc.get("steal_s") else "")
              + ("A refused client retries at once." if cfg.get("retry_after_cap_s", 1.0) == 0 else
                 f"A refused client waits Retry-After, at most {cfg.get('retry_after_cap_s', 1.0):g} s, times "
                 f"1 + {cfg.get('retry_jitter', 0.0):g} u."), "",

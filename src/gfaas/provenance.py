@@ -72,8 +72,33 @@ def _first(path: str, key: str) -> str | None:
     return None
 
 
+def _steal_ticks() -> int | None:
+    """CPU time the hypervisor gave other guests while this machine's CPUs wanted it (``/proc/stat``
+    steal, all CPUs, clock ticks); None where there is no such line."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) if fields and fields[0] == "cpu" and len(fields) > 8 else None
+    except (OSError, ValueError):
+        return None
+
+
+_STEAL_AT_START = _steal_ticks()  # when the command began (its CLI imports this module first)
+_STARTED = time.monotonic()
+
+
+def steal_s() -> float | None:
+    """Seconds of CPU the machine lost to other guests (steal) since this process's command began:
+    on a shared VM, what makes two runs of the same code differ by tens of percent."""
+    now = _steal_ticks()
+    if now is None or _STEAL_AT_START is None:
+        return None
+    return round((now - _STEAL_AT_START) / os.sysconf("SC_CLK_TCK"), 2)
+
+
 def machine() -> dict[str, Any]:
-    """The machine and software a measurement ran on."""
+    """The machine and software a measurement ran on, and the CPU it lost to other guests meanwhile
+    (``steal_s``, over ``run_s`` seconds of the command)."""
     mem = _first("/proc/meminfo", "MemTotal")
     import numpy as np
 
@@ -86,6 +111,8 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "steal_s": steal_s(),
+        "run_s": round(time.monotonic() - _STARTED, 1),
     }
 
 

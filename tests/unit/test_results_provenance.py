@@ -8,6 +8,7 @@ ancestor of HEAD (a result can only name the commit before the one that adds it)
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -101,3 +102,18 @@ def test_a_copied_tree_uses_the_declared_commit(monkeypatch: pytest.MonkeyPatch)
     assert prov.git_state() == {"commit": "a" * 40, "dirty": False, "commit_declared": True}
     monkeypatch.setenv("GFAAS_SOURCE_DIRTY", "maybe")
     assert prov.git_state()["dirty"] is None
+
+
+def test_the_machine_block_says_how_much_cpu_other_guests_took_during_the_command(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``steal_s``: the steal ticks of /proc/stat since the command began, in seconds (None where the
+    kernel has no such count); a benchmark run on a busy host says so in its own file."""
+    from gfaas import provenance as p
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    monkeypatch.setattr(p, "_STEAL_AT_START", 1000)
+    monkeypatch.setattr(p, "_steal_ticks", lambda: 1000 + 3 * ticks // 2)
+    m = p.machine()
+    assert m["steal_s"] == 1.5 and m["run_s"] >= 0
+    monkeypatch.setattr(p, "_steal_ticks", lambda: None)
+    assert p.machine()["steal_s"] is None

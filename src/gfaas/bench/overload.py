@@ -47,6 +47,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..proctree import descendants
+from ..provenance import steal_s
 from .loadgen import LoadSpec, raise_fd_limit
 from .overload_handlers import SPEC, expected_total
 from .refusals import refusal_cost
@@ -65,6 +66,8 @@ DEFINITION = {
                     "clients retrying at once, nothing held) when the server's protocol answers it (early, the "
                     "default) and when the guard does behind uvicorn's ASGI cycle (guard); median of interleaved "
                     "runs (gfaas/bench/refusals.py)",
+    "steal_s": "CPU seconds the hypervisor gave other guests while this run wanted it (/proc/stat steal, both "
+               "CPUs, from the command's start): a run with a few seconds of it is not comparable with a quiet one",
     "loadgen_capacity": "the same load generator against a null server (answers at once, in a process of its own) "
                         "with the most connections: what it can drive here, and its CPU per request",
     "invoke_p50_us": "p50 wall time of LocalRuntime(RuntimeConfig()).invoke on the overload workflow (n=256: a 1 KiB "
@@ -449,6 +452,10 @@ def measure(connections: list[int], duration_s: float, *, quick: bool = False, e
     capacity = loadgen_capacity(max(connections), cal_s)
     say(f"  {capacity['offered_rps']:.0f} requests/s at {capacity['loadgen_cpu_frac']:.2f} of a core")
     floor("end")
+    lost = steal_s()
+    if lost is not None and lost > 0.02 * (time.perf_counter() - t_start) * (os.cpu_count() or 1):
+        say(f"warning: the machine lost {lost:g} s of CPU to other guests during this run (steal in /proc/stat): "
+            "its numbers are not comparable with a quiet run's; run it again")
     # Other jobs on a shared machine move the floor (12 vs 70 us seen on 2 cores): the least burst counts.
     runs = {label: _summary(a) for label, a in bursts.items()}
     least = min(runs.values(), key=lambda r: r["p50_us"])
@@ -464,6 +471,7 @@ def measure(connections: list[int], duration_s: float, *, quick: bool = False, e
         "server": server_info,
         "loadgen_capacity": capacity,
         "refusal_cost": refusal,
+        "steal_s": lost,
         "config": {"connections": connections, "duration_s": duration_s, "quick": quick, "elements": elements,
                    "request_timeout_s": request_timeout_s, "drain_s": request_timeout_s + 10,
                    "honor_retry_after": True, "retry_after_cap_s": retry_after_cap_s, "retry_jitter": retry_jitter,
