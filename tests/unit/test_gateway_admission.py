@@ -466,7 +466,7 @@ def test_the_servers_protocol_refuses_before_it_builds_the_request(monkeypatch: 
 def test_properties_refusal_is_admits_refusal_without_taking_a_place(
         limit: int, in_flight: int, max_waiting: int, waiting: int, timeout_s: float | None, done: int) -> None:
     """``refusal`` answers exactly the refusals ``admit`` answers, with the same Retry-After, and
-    never admits: what it changes is the refusal count alone."""
+    never admits: what it changes is the refusal count alone (and with ``count=False`` not even that)."""
     import copy
 
     lim = AdaptiveLimit(initial=limit, min_limit=limit, max_limit=limit, max_waiting=max_waiting)
@@ -475,7 +475,10 @@ def test_properties_refusal_is_admits_refusal_without_taking_a_place(
     lim.in_flight = in_flight
     twin = copy.deepcopy(lim)
     now = done * 0.05
+    asked = lim.refusal(now, timeout_s, waiting, count=False)  # a look that counts nothing
+    assert lim.refused == twin.refused
     r, a = lim.refusal(now, timeout_s, waiting), twin.admit(now, timeout_s, waiting)
+    assert asked == r
     if a.ok or a.wait:
         assert r is None and lim.refused == twin.refused
     else:

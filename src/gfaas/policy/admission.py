@@ -100,22 +100,24 @@ class AdaptiveLimit:
             return Admission(True)
         return Admission(False, wait=True)
 
-    def refusal(self, now: float, timeout_s: float | None = None, waiting: int = 0) -> Admission | None:
-        """The refusal :meth:`admit` would answer now (counted as one), or None when it would admit
-        the request or let it wait; takes no place. A server can answer refusals with this before
-        it has built anything for the request, and hand the rest to :meth:`admit`."""
+    def refusal(self, now: float, timeout_s: float | None = None, waiting: int = 0, *,
+                count: bool = True) -> Admission | None:
+        """The refusal :meth:`admit` would answer now (counted as one unless ``count`` is False), or
+        None when it would admit the request or let it wait; takes no place. A server can answer
+        refusals with this before it has built anything for the request, and hand the rest to
+        :meth:`admit`."""
         cap = self.cap
         rate = self.rate(now)
         ahead = self.in_flight + waiting
         if timeout_s is not None and rate > 0 and self.fast is not None:
             expected = ahead / rate + self.fast
             if expected > timeout_s:
-                self.refused += 1
+                self.refused += count
                 return Admission(False, self._drain(ahead, rate),
                                  f"it would finish in about {expected:.2f} s ({ahead} ahead at "
                                  f"{rate:.0f}/s), after its timeout of {timeout_s:g} s")
         if (self.in_flight >= cap or waiting > 0) and waiting >= self.max_waiting:
-            self.refused += 1
+            self.refused += count
             return Admission(False, self._drain(ahead - cap + 1, rate),
                              f"{self.in_flight} invocations in flight (the limit now is {cap}) and {waiting} "
                              f"waiting (max_waiting={self.max_waiting})")

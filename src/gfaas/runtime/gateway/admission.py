@@ -105,15 +105,15 @@ class Admissions:
             return Admission(True), gate.lim
         return Admission(False, 1.0, f"no place came free within {budget:g} s"), None
 
-    def refused_now(self, workflow: str, timeout_s: float | None) -> Admission | None:
-        """The refusal :meth:`enter` would answer now (counted), or None: it would admit the request
-        or let it wait, and takes no place here (the server's protocol asks this before it builds a
-        request, and hands the rest to :meth:`enter`)."""
+    def refused_now(self, workflow: str, timeout_s: float | None, *, count: bool = True) -> Admission | None:
+        """The refusal :meth:`enter` would answer now (counted, unless ``count`` is False), or None: it
+        would admit the request or let it wait, and takes no place here (the server's protocol asks
+        this before it builds a request, and hands the rest to :meth:`enter`)."""
         gate = self._gate(workflow)
         if gate is None:
             return None
         with self._lock:
-            return gate.lim.refusal(time.monotonic(), timeout_s, len(gate.waiting))
+            return gate.lim.refusal(time.monotonic(), timeout_s, len(gate.waiting), count=count)
 
     def finished(self, lim: AdaptiveLimit | None, latency_s: float | None, service_s: float | None = None) -> None:
         """An admitted invocation ended: free its place and admit the oldest waiter if there is room."""

@@ -199,12 +199,18 @@ class Guard:
         clients cannot take the event loop from admitted work. Its answer is the guard's own, and
         it is counted, and the connection held, as the guard does."""
         gw = self.gateway
+        if gw is None or scope.get("method") != "POST":
+            return None
         path = scope["path"].removeprefix(scope.get("root_path", "")) or "/"
         m = _INVOKE.match(path)
-        if gw is None or m is None or scope.get("method") != "POST" or self._refusal(scope, path) is not None:
+        if m is None:
             return None
-        name = m.group(1)
-        decision = gw.admissions.refused_now(name, invoke_wait(scope, gw.default_timeout_s))
+        name, wait = m.group(1), invoke_wait(scope, gw.default_timeout_s)
+        # Most requests are not refused: asked first, without counting, that costs them little. Only a
+        # refusal has the guard's own checks run (a request it would answer otherwise is left to it).
+        if gw.admissions.refused_now(name, wait, count=False) is None or self._refusal(scope, path) is not None:
+            return None
+        decision = gw.admissions.refused_now(name, wait)
         if decision is None:
             return None
         client = scope.get("client")
