@@ -1,9 +1,11 @@
 """freeze_startup: what exists when a server starts serving leaves the collector's generations;
-QuietCollector: full collections when the server is quiet, with backstops."""
+QuietCollector: full collections when the server is quiet, with backstops, and young ones paced by the clock."""
 
 from __future__ import annotations
 
 import gc
+import threading
+import time
 import weakref
 from typing import Any
 
@@ -52,7 +54,7 @@ def test_the_collector_runs_full_collections_itself_and_gives_the_rule_back() ->
     saved = gc.get_threshold()
     busy = [True]
     now = [0.0]
-    col = QuietCollector(lambda: not busy[0], clock=lambda: now[0], size_every_s=1e9).start()
+    col = QuietCollector(lambda: not busy[0], clock=lambda: now[0], size_every_s=1e9, young_every_s=0).start()
     try:
         assert gc.get_threshold()[:2] == (400, 4) and gc.get_threshold()[2] > 10**6  # the rule is off
         fulls = gc.get_stats()[2]["collections"]
@@ -77,10 +79,40 @@ def test_a_failing_quiet_probe_counts_as_busy(caplog: pytest.LogCaptureFixture) 
     def broken() -> bool:
         raise RuntimeError("probe")
 
-    col = QuietCollector(broken, size_every_s=1e9).start()
+    col = QuietCollector(broken, size_every_s=1e9, young_every_s=0).start()
     try:
         for _ in range(12):
             gc.collect(1)
         assert col.tick() is None and "quiet probe failed" in caplog.text
     finally:
         col.stop()
+
+
+def test_young_collections_are_paced_by_the_clock_while_busy_and_not_when_quiet() -> None:
+    """The pacer runs a young collection every ``young_every_s`` while the server is busy (each fourth
+    of generation 1), none while it is quiet, and ends with :meth:`stop`: CPython's own rule counts
+    deallocations of old objects too, so under steady load it let the youngest generation grow to
+    tens of thousands of objects between collections."""
+    busy = [True]
+    seen: list[int] = []
+
+    def cb(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and threading.current_thread().name == "gfaas-gc-pacer":
+            seen.append(info["generation"])
+
+    gc.callbacks.append(cb)
+    col = QuietCollector(lambda: not busy[0], young_every_s=0.005, size_every_s=1e9).start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(seen) < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen[:8] == [0, 0, 0, 1, 0, 0, 0, 1] and col.paced >= 8
+        busy[0] = False
+        time.sleep(0.1)  # one under way ends
+        n = len(seen)
+        time.sleep(0.4)
+        assert len(seen) == n  # quiet: none
+    finally:
+        col.stop()
+        gc.callbacks.remove(cb)
+    assert not any(t.name == "gfaas-gc-pacer" for t in threading.enumerate())
