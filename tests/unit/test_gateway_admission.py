@@ -456,7 +456,24 @@ def test_the_servers_protocol_refuses_before_it_builds_the_request(monkeypatch: 
             s.sendall(request(b'{"seed": 4}', auth=False))
             assert _read_answer(s.makefile("rb"))[0] == 401  # authentication first: the guard answers
         assert ("POST", "/v1/workflows/held/invocations") in seen
-        assert state.admissions.describe()["held"]["refused"] == 3
+
+        broke: list[str] = []
+
+        def broken(scope: Any) -> Any:
+            broke.append(scope["path"])
+            raise RuntimeError("a bug in the early check")
+
+        # the server's protocol class (made by bounded(), below httptools's) holds the check it calls
+        served = [c for base in protocol._EarlyRefusal.__subclasses__() for c in base.__subclasses__()
+                  if vars(c).get("refuse") is not None]
+        for c in served:
+            monkeypatch.setattr(c, "refuse", staticmethod(broken))
+        seen.clear()
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+            s.sendall(request(b'{"seed": 5}'))
+            assert _read_answer(s.makefile("rb"))[0] == 429  # a bug there: the guard answers instead
+        assert broke == ["/v1/workflows/held/invocations"] and seen == [("POST", "/v1/workflows/held/invocations")]
+        assert state.admissions.describe()["held"]["refused"] == 4
         rt.release()
 
 

@@ -194,7 +194,11 @@ class _EarlyRefusal:
                                                                 self.timeout_keep_alive_handler)
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
-        answer = self.refuse(cycle.scope) if self.refuse is not None else None
+        try:
+            answer = self.refuse(cycle.scope) if self.refuse is not None else None
+        except Exception as exc:  # noqa: BLE001 - a bug here must not cost the request: the guard answers it
+            log.error("the early refusal check failed; the guard answers the request", exc_info=exc)
+            answer = None
         if answer is None:
             super()._start_asgi_task(cycle, app)  # type: ignore[misc]
             return
