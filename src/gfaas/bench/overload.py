@@ -49,10 +49,9 @@ from ..errors import ConfigError
 from ..proctree import descendants
 from ..provenance import steal_s
 from .loadgen import LoadSpec, raise_fd_limit
-from .overload_handlers import SPEC, expected_total
+from .overload_handlers import SPEC, WORKFLOW, expected_total
 from .refusals import refusal_cost
 
-WORKFLOW = "overload"
 #: gen's array size (float32 elements): 1 KiB, the "tiny data" of issue 23.
 ELEMENTS = 256
 

@@ -8,5 +8,6 @@ from ..workflows.tiny import expected_total, gen, red
 
 #: The workflow both the HTTP rows and the embedded ``invoke_p50_us`` run (``n`` float32 elements).
 SPEC = _TINY.replace("name: tiny", "name: overload", 1)
+WORKFLOW = "overload"  # the name SPEC deploys as
 
-__all__ = ["SPEC", "expected_total", "gen", "red"]
+__all__ = ["SPEC", "WORKFLOW", "expected_total", "gen", "red"]

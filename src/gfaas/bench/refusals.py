@@ -18,9 +18,7 @@ from typing import Any
 import numpy as np
 
 from .loadgen import LoadSpec
-from .overload_handlers import SPEC
-
-WORKFLOW = "overload"  # the name SPEC deploys as (gfaas bench overload's)
+from .overload_handlers import SPEC, WORKFLOW
 
 MODES = ("early", "guard")
 
