@@ -53,10 +53,11 @@ def control_path(doc: dict[str, Any]) -> str:
     th = calls["runtime_threads"]
     lines += ["", "| Python function calls per invocation | |", "|---|---:|"]
     lines += [f"| runtime, {name} thread | {n:.0f} |" for name, n in sorted(th.items(), key=lambda kv: -kv[1])]
-    lines += [f"| {name}, per task (its host alone: no socket, no log capture) | {n:.0f} |"
+    lines += [f"| {name}, per task (its hosts alone: no socket, no log capture) | {n:.0f} |"
               for name, n in sorted(calls["workers"].items())]
-    lines += ["", f"The runtime's threads take {r_us:.0f} us of CPU per invocation and the two workers {w_us:.0f} us. "
-              f"The workers run one after the other on the critical path, so even a runtime that cost nothing "
+    what = "the worker" if len(workers) == 1 else f"the {len(workers)} workers"
+    lines += ["", f"The runtime's threads take {r_us:.0f} us of CPU per invocation and {what} {w_us:.0f} us. "
+              f"The workers' share is on the critical path, so even a runtime that cost nothing "
               f"would leave at least {w_us:.0f} us, {w_us / floor:.0f}x the floor."]
     return "\n".join(lines)
 

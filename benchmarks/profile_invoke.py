@@ -226,7 +226,8 @@ STEPS = {
     "red_sent": "red's Task sent: with gen's when red's worker takes its input from gen's (a hand-off), else "
                 "after gen's Done was checked and recorded (DagState.finished)",
     "gen_reply": "gen: Task -> worker -> Done, read by the invoker's thread (the worker's share below)",
-    "red_reply": "red: Task -> worker -> Done, read by the invoker's thread",
+    "red_reply": "red: Task -> worker -> Done, read by the invoker's thread (in a chain: red runs in gen's "
+                 "worker right after it and its reply comes in gen's Done, so this is gen's moment too)",
     "result_set": "Done checked and recorded, outputs copied, result built, the latch set",
     "woke": "the caller's thread wakes with the result",
 }
@@ -250,10 +251,13 @@ def timeline(n: int) -> dict[str, Any]:
 
     def replied(self: Any, worker: Any, msg: Any) -> None:
         run = self._running.get(id(worker))
-        if run is not None and isinstance(msg, wmod.Done):
-            mark(f"{run.fn}_reply")
+        fns = [run.fn, *run.chain] if run is not None else []
+        while fns and isinstance(msg, wmod.Done):  # a chain's replies come in one (Done.next)
+            fn = fns.pop(0)
+            mark(f"{fn}_reply")
             for f in ("compute_s", "fn_get_s", "put_s"):
-                worker_parts[f"{run.fn} {f.removesuffix('_s')}"].append(getattr(msg, f))
+                worker_parts[f"{fn} {f.removesuffix('_s')}"].append(getattr(msg, f))
+            msg = msg.next
 
     undo = [
         _wrap(imod.Invoker, "submit", before=lambda *a, **k: mark("submit")),
@@ -356,6 +360,7 @@ def _python_calls(n: int) -> dict[str, Any]:
     replaying the tasks its worker got (the worker's own loop, its socket and log capture aside)."""
     import msgspec
 
+    from gfaas.runtime import worker as wmod
     from gfaas.runtime.worker import FunctionHost, Init, ProcessWorker
 
     counts: Counter[str] = Counter()
@@ -390,14 +395,23 @@ def _python_calls(n: int) -> dict[str, Any]:
         closed = False
 
     for fn, sent in tasks.items():
-        host = FunctionHost(Init("tiny", fn, SPEC))
+        chain, t = [], sent[0].then  # a chain (gfaas.policy.fusion): its functions run in this worker too
+        while t is not None:
+            chain.append(t.function)
+            t = t.then
+        init = Init("tiny", fn, SPEC, follow=chain)
+        host = FunctionHost(init)
         host.link = _Link()
+        followers = wmod._load_followers(init, _Link())
         counts.clear()
         sys.setprofile(count)
         try:
             for task in sent:
-                msgspec.msgpack.encode(host.run(msgspec.msgpack.decode(msgspec.msgpack.encode(task), type=type(task)),
-                                                None, lambda: None))
+                task = msgspec.msgpack.decode(msgspec.msgpack.encode(task), type=type(task))
+                reply = host.run(task, None, lambda: None)
+                if task.then is not None and type(reply) is wmod.Done:
+                    wmod._follow(reply, task, followers, None, None, [False])  # type: ignore[arg-type]
+                msgspec.msgpack.encode(reply)
         finally:
             sys.setprofile(None)
         workers[f"worker of {fn}"] = round(sum(counts.values()) / max(len(sent), 1), 1)

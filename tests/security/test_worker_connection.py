@@ -85,6 +85,7 @@ functions:
     ("oversized", "function 'f' sent back 100000 bytes for 'y' in its reply, over the 65536 bytes"),
     ("object", "function 'f': output 'y': dtype object is not numeric"),
     ("short", "function 'f': output 'y': 8 bytes where dtype float64 and shape [4] make 32"),
+    ("next", "answered Done.next, for a task that had no chain, to f's task (its control channel is out of step)"),
 ])
 def test_a_forged_reply_with_bad_values_is_refused(forge: str, words: str, rt_handlers: str) -> None:
     """Function code can write to its worker's socket to the runtime: a reply it makes up, carrying a
@@ -100,6 +101,37 @@ def test_a_forged_reply_with_bad_values_is_refused(forge: str, words: str, rt_ha
         assert rt.status(res.invocation_id) == "failed"
         again = rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
         assert again.status == "failed" and words in (again.error or "")  # the same refusal, nothing worse
+
+
+def test_a_forged_reply_for_a_chains_next_function_is_checked_as_that_functions(rt_handlers: str) -> None:
+    """In a chain (gfaas.policy.fusion: g runs in f's worker right after f), the reply f's code makes
+    up for g carries a value for an output g does not have: the invocation fails naming g."""
+    spec = FORGER.replace("FORGE", "next").replace("outputs: {out: f.y}", "outputs: {out: g.y}") + (
+        '  - {name: g, kind: cpu, handler: "rt_handlers:negate", inputs: {x: f.y}, outputs: {y: null}}\n')
+    with _attack_runtime() as rt:
+        rt.deploy(spec)
+        res = rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
+    assert res.status == "failed", res.error
+    assert "function 'g' sent back a value for 'secret', which is not an output anything reads" in (res.error or "")
+
+
+def test_a_worker_cannot_get_the_data_plane_as_a_function_it_does_not_run(rt_handlers: str) -> None:
+    """A lazy task's NeedData may name a function of its chain (which runs in the same worker); naming
+    another function of the invocation, one run by other workers, is refused."""
+    spec = """
+name: asker
+inputs: {x: null}
+outputs: {granted: f.y, other: g.y}
+functions:
+  - {name: f, kind: cpu, handler: "attack_handlers:ask_as", params: {as: g}, inputs: {x: input.x},
+     outputs: {y: {shape: []}}}
+  - {name: g, kind: cpu, handler: "rt_handlers:negate", inputs: {x: input.x}, outputs: {y: null}}
+"""
+    with _attack_runtime() as rt:
+        rt.deploy(spec)
+        res = rt.invoke("asker", {"x": np.arange(3.0)}, timeout=60)
+    assert res.ok, res.error
+    assert float(res.outputs["granted"]) == 0.0
 
 
 def test_a_worker_cannot_get_the_data_plane_for_another_invocation(rt_handlers: str) -> None:

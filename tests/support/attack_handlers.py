@@ -184,14 +184,33 @@ def forge_reply(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     from gfaas.runtime.worker import Done, Value, _enc
 
     kind = ctx.params["forge"]
-    bad = {"undeclared": {"secret": Value("<f8", [1], np.zeros(1).tobytes())},
-           "oversized": {"y": Value("|u1", [100_000], bytes(100_000))},
-           "object": {"y": Value("|O", [1], bytes(8))},
-           "short": {"y": Value("<f8", [4], bytes(8))}}[kind]
+    secret = {"secret": Value("<f8", [1], np.zeros(1).tobytes())}
+    if kind.startswith("next"):  # a chained reply (Done.next): in a task with no chain, or a bad one in a chain
+        nxt = Done(ctx.invocation, {}, {}, 0.0, 0.0, 0.0, 0.0, 0.0, values=secret)
+        done = Done(ctx.invocation, {}, {}, 0.0, 0.0, 0.0, 0.0, 0.0,
+                    values={"y": Value("<f8", [1], np.zeros(1).tobytes())}, next=nxt)
+    else:
+        bad = {"undeclared": secret,
+               "oversized": {"y": Value("|u1", [100_000], bytes(100_000))},
+               "object": {"y": Value("|O", [1], bytes(8))},
+               "short": {"y": Value("<f8", [4], bytes(8))}}[kind]
+        done = Done(ctx.invocation, {}, {}, 0.0, 0.0, 0.0, 0.0, 0.0, values=bad)
     sock = _control_socket()
-    sock.send(_enc.encode(Done(ctx.invocation, {}, {}, 0.0, 0.0, 0.0, 0.0, 0.0, values=bad)))
+    sock.send(_enc.encode(done))
     sock.close()
     return {"y": np.zeros(1)}
+
+
+def ask_as(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Ask the runtime to bind this worker's daemon connection to the credentials of another function
+    of its own invocation (``params.as``), one its task does not run; report 1.0 if granted, else 0.0."""
+    from gfaas.runtime.worker import DataReady, NeedData, _dec, _enc
+
+    sock = _control_socket()
+    sock.send(_enc.encode(NeedData(ctx.invocation, str(ctx.params["as"]))))
+    rep = _dec.decode(sock.recv(1 << 20))
+    sock.close()
+    return {"y": np.float64(1.0 if isinstance(rep, DataReady) and rep.ok else 0.0)}
 
 
 def ask_for_another(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:

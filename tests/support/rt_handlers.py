@@ -124,3 +124,10 @@ def draw(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     ctx.get(inputs["x"])
     time.sleep(0.2)  # concurrent calls spread over the workers
     return {"y": np.array([os.getpid(), np.random.randint(0, 2**31)], dtype=np.int64)}
+
+
+def relay(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Passes its input on, with the process it ran in, and prints which function it ran as (a chain
+    of them shows where each ran and whose log each line went to)."""
+    print(f"relay ran as {ctx.function}")
+    return {"y": np.array(ctx.get(inputs["x"]), copy=True), "pid": os.getpid()}

@@ -92,6 +92,11 @@ class RuntimeConfig:
             inside the runtime's task and reply messages rather than through the node's data plane
             (request inputs and results too); an invocation of only such values costs the node daemon
             nothing. Larger ones stay zero-copy references. 0: everything through the data plane.
+        fuse_chains: run a function that reads from one other function alone, and is its only
+            reader, in that function's warm worker right after it (:mod:`gfaas.policy.fusion`: both
+            CPU functions of the workflow with no model, accelerator or ``scaling:`` of their own, on
+            the same node with the same reservation), when what passes between them is carried as
+            values: one round trip for the pair, not two. False: every function in its own workers.
         fork_server: start process workers by forking a template process that has imported what every
             worker imports (:mod:`gfaas.runtime.forkserver`): a start costs a fork, not an
             interpreter's start-up. False: each worker is a fresh interpreter. Workers in a network
@@ -149,6 +154,7 @@ class RuntimeConfig:
     drain_timeout_s: float = 600.0
     function_timeout_s: float = 300.0
     inline_max_bytes: int = 64 * 1024
+    fuse_chains: bool = True
     fork_server: bool = True
     log_dir: str = ""
     cluster_key_file: str = ""
@@ -197,6 +203,8 @@ class RuntimeConfig:
             raise ConfigError(f"gpu_passing={self.gpu_passing!r} is not 'device' or 'host'")
         if not self.drain_timeout_s > 0:
             raise ConfigError(f"drain_timeout_s must be > 0 seconds, got {self.drain_timeout_s}")
+        if not isinstance(self.fuse_chains, bool):
+            raise ConfigError(f"fuse_chains={self.fuse_chains!r} must be true or false")
         if isinstance(self.inline_max_bytes, bool) or not isinstance(self.inline_max_bytes, int) \
                 or not 0 <= self.inline_max_bytes <= MAX_INLINE:
             raise ConfigError(f"inline_max_bytes={self.inline_max_bytes!r} must be a whole number of bytes in "

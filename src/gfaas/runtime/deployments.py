@@ -24,6 +24,7 @@ import msgspec
 
 from ..errors import CodePackageError, ConfigError, FunctionFailed, NotFound, SpecError
 from ..policy.autoscale import ScalingSpec
+from ..policy.fusion import Stage, chains
 from ..policy.locality import choose_node
 from ..policy.resources import DEFAULT_RESOURCES, Ledger, Resources, choose_evictions
 from ..topology import Topology
@@ -96,6 +97,7 @@ class Deployments:
         self._topo: Topology | None = None
         self._res_lock = threading.Lock()  # the ledgers; taken before any pool's lock, never under one
         self._ledgers: dict[str, Ledger] = {}
+        self._chains: dict[int, tuple[WorkflowSpec, dict[str, tuple[str, ...]]]] = {}  # id(spec) -> fusion's chains
         self.closed = False
         self._autoscaler = Autoscaler(lambda: list(self.pools.values()), config.scale_tick_s)
         self._forks: dict[tuple[int, bool], ForkServer] = {}  # (threads, torch) -> its template
@@ -158,6 +160,22 @@ class Deployments:
         """The node a function runs on (``placement``, else the first node)."""
         p = self.config.placement
         return p.get(f"{workflow}/{function}") or p.get(function) or self.nodes.first()
+
+    def follow(self, spec: WorkflowSpec, function: str) -> tuple[str, ...]:
+        """The functions a worker of ``function`` runs after it in one task (:mod:`gfaas.policy.fusion`),
+        with ``fuse_chains`` on, process workers and one node (where tasks can be lazy, so that a
+        follower needs no credentials sent ahead); worked out once per spec."""
+        if not self.config.fuse_chains or self.config.executor != "process" or not self.nodes.lazy:
+            return ()
+        got = self._chains.get(id(spec))
+        if got is None or got[0] is not spec:  # (an id reused by a later spec)
+            stages = [Stage(f.name, plan[1], plan[2],
+                            f.kind == "cpu" and not (f.model or f.model_file or f.accelerator or f.scaling),
+                            (self.node_of(spec.name, f.name), self.device_of(spec.name, f.name),
+                             f.resources or DEFAULT_RESOURCES))
+                      for f, plan in zip(spec.functions, spec.dag_plan, strict=True)]
+            got = self._chains[id(spec)] = (spec, chains(stages))
+        return got[1].get(function, ())
 
     def start_worker(self, init: Init, node: str = "") -> Any:
         if node and node in self.nodes.nodes and init.transport.get("socket_path") != self.nodes.nodes[node].socket_path:
@@ -230,7 +248,7 @@ class Deployments:
                     self.config.threads_per_worker, self.device_of(spec.name, function),
                     self.gpu_of(spec.name, function), ident.uid if ident else -1, ident.gid if ident else -1,
                     **self.dedup.init_fields(spec.name), gpu_passing=self.config.gpu_passing, code_dir=code_dir,
-                    version=version)
+                    version=version, follow=list(self.follow(spec, function)))
         if self.config.executor == "process":
             self.fork_server(init)  # its template starts now, not at the first request
         pool = FunctionPool(self.host, pool_key(spec.name, version, function), node, init,

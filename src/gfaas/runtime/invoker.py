@@ -135,13 +135,15 @@ class _Latch:
 class _Running:
     """A task sent to a worker whose reply has not come yet (keyed by the worker)."""
 
-    __slots__ = ("bound", "cold_start_s", "deadline", "done", "fn", "inv", "node", "pool", "started", "timeout",
-                 "where", "worker")
+    __slots__ = ("bound", "chain", "cold_start_s", "deadline", "done", "fn", "inv", "node", "owner", "pool",
+                 "started", "timeout", "where", "worker")
 
     def __init__(self, inv: _Invocation, fn: str, pool: FunctionPool, worker: Any, started: float,
-                 cold_start_s: float, where: Decision, node: str) -> None:
+                 cold_start_s: float, where: Decision, node: str, owner: FunctionPool | None = None) -> None:
         self.inv, self.fn, self.pool, self.worker = inv, fn, pool, worker
         self.started, self.cold_start_s, self.where, self.node = started, cold_start_s, where, node
+        self.owner = owner or pool  # the pool whose worker it is (a chain's follower runs in another's)
+        self.chain: tuple[str, ...] = ()  # the functions sent with it to run after it (Task.then)
         self.done = False
         self.timeout = 0.0
         self.deadline = 0.0  # monotonic; 0: none enforced here (a blocking worker's own run does)
@@ -151,9 +153,10 @@ class _Step:
     """What every call of one function of one workflow version needs, worked out once per spec
     (:meth:`Invoker._step`): the hot path reads these instead of walking the spec each time."""
 
-    __slots__ = ("accelerator", "consumers", "f", "first", "host_inputs", "inputs", "spec", "timeout")
+    __slots__ = ("accelerator", "carry", "consumers", "f", "first", "follow", "host_inputs", "inputs", "spec",
+                 "timeout")
 
-    def __init__(self, spec: WorkflowSpec, fn: str, default_timeout_s: float) -> None:
+    def __init__(self, spec: WorkflowSpec, fn: str, default_timeout_s: float, follow: tuple[str, ...] = ()) -> None:
         f = spec.function(fn)
         self.spec, self.f = spec, f
         # (input name, (source, output), the reference a handler sees for it when carried in the task)
@@ -172,6 +175,9 @@ class _Step:
         self.first = (f.inputs[0].source, f.inputs[0].output)
         self.accelerator = bool(f.accelerator)
         self.timeout = f.timeout_s or default_timeout_s
+        self.follow = follow  # the chain its worker may run after it (policy.fusion)
+        # As a chain's follower: input name -> its one source function's output (Task.carry)
+        self.carry = {i.name: i.output for i in f.inputs if not i.from_workflow}
 
 
 _NUMERIC = frozenset("biufc")  # the dtype kinds a value carried in a message may hold
@@ -502,9 +508,14 @@ class Invoker:
         task = Task(inv.id, "" if lazy else inv.tokens.get(fn, ""), inputs, step.host_inputs, step.consumers,
                     {} if lazy else self.nodes.transport_settings(node, inv.kind), deadline_s=pool.budget_s,
                     accel=where.preset, values=values, inline_max=inv.inline_max, lazy=lazy)
+        chain: tuple[str, ...] = ()
+        extra_s = 0.0
+        if lazy and step.follow and (follows := getattr(worker, "follows", ())):
+            task.then, chain, extra_s = self._then(inv, step.follow, follows)
         run = _Running(inv, fn, pool, worker, started, cold_start_s, where, node)
+        run.chain = chain
         self._running[id(worker)] = run
-        timeout = step.timeout
+        timeout = step.timeout + extra_s
         if not hasattr(worker, "send_task"):  # blocking workers (Ray, in-process): their runner thread
             self._loop.run_blocking(worker, lambda: worker.run(task, timeout))
             return
@@ -515,11 +526,38 @@ class Invoker:
         except WorkerDied as exc:
             self._loop.post(functools.partial(self._on_message, worker, exc))
 
+    def _then(self, inv: _Invocation, follow: tuple[str, ...],
+              loaded: tuple[str, ...]) -> tuple[Task | None, tuple[str, ...], float]:
+        """The tasks of a chain (policy.fusion) to send with the head's: each follower's, as far as the
+        worker loaded them and their request inputs are carried values; with the names and their timeouts'
+        sum. The worker fills in what they read from the step before, if it came back as values."""
+        chain: list[str] = []
+        for fn in follow:
+            if fn not in loaded:
+                break
+            step = self._step(inv.spec, fn)
+            if any(k[0] == INPUT and k not in inv.values for _, k, _ in step.inputs):
+                break
+            chain.append(fn)
+        then: Task | None = None
+        extra_s = 0.0
+        pools = self.deployments.pools
+        for fn in reversed(chain):
+            step = self._step(inv.spec, fn)
+            pool = pools.get(pool_key(inv.spec.name, inv.version, fn))
+            values = {name: inv.values[key] for name, key, _ in step.inputs if key[0] == INPUT}
+            then = Task(inv.id, "", {name: inline for name, _, inline in step.inputs}, step.host_inputs,
+                        step.consumers, deadline_s=pool.budget_s if pool is not None else 0.0, values=values,
+                        inline_max=inv.inline_max, lazy=True, function=fn, then=then, carry=step.carry)
+            extra_s += step.timeout
+        return then, tuple(chain), extra_s
+
     def _step(self, spec: WorkflowSpec, fn: str) -> _Step:
         """``fn``'s :class:`_Step` in ``spec``: the same for every call, so worked out once."""
         step = self._steps.get((id(spec), fn))
         if step is None or step.spec is not spec:  # (an id reused by a later spec)
-            step = self._steps[(id(spec), fn)] = _Step(spec, fn, self.config.function_timeout_s)
+            step = self._steps[(id(spec), fn)] = _Step(spec, fn, self.config.function_timeout_s,
+                                                        self.deployments.follow(spec, fn))
         return step
 
     def _sweep(self) -> None:
@@ -572,9 +610,13 @@ class Invoker:
         if run is None or run.done or msg.invocation != run.inv.id:
             worker.refuse_data("no task of that invocation is running on this worker")
             return
+        fn = msg.function or run.fn
+        if fn != run.fn and fn not in run.chain:
+            worker.refuse_data(f"function {fn!r} is not in the task this worker was given")
+            return
         try:
             self._ensure_open(run.inv)
-            worker.grant_data(run.inv.tokens[run.fn])
+            worker.grant_data(run.inv.tokens[fn])
         except (GfaasError, OSError) as exc:
             worker.refuse_data(str(exc))
 
@@ -595,14 +637,11 @@ class Invoker:
             # Function code can write to its control socket: whatever else came, the channel no
             # longer says which reply answers which task. The task fails and the worker goes (its
             # real reply must not answer a later task).
-            log.warning("worker %s answered %s to %s's task of %s; replacing it", worker.name,
-                        type(reply).__name__, fn, inv.id)
-            kill = getattr(worker, "kill", None)  # a process worker; others end through replace_dead
-            if kill is not None:
-                kill()
-            pool.replace_dead(worker)
-            self.failed(inv, fn, f"worker {worker.name} answered {type(reply).__name__} to {fn}'s task (its control "
-                                 "channel is out of step); the worker was replaced, retry the invocation")
+            self._out_of_step(worker, run, type(reply).__name__)
+            return
+        nxt = reply.next if type(reply) is Done else None
+        if nxt is not None and not run.chain:
+            self._out_of_step(worker, run, "Done.next, for a task that had no chain,")
             return
         step = self._step(inv.spec, fn)
         recs = self.logstore.add(inv.spec.name, fn, inv.id, reply.logs, str(inv.version)) if reply.logs else []
@@ -661,10 +700,49 @@ class Invoker:
                 return
             complete = self._note(inv, skipped)
         self.queues_changed(inv)  # fn is done (queue hints)
+        follower = run.chain[0] if nxt is not None else ""
+        if follower:
+            if follower not in ready:  # the DAG did not make it ready: the reply is not the one asked for
+                self._out_of_step(worker, run, f"Done.next for {follower}, which was not ready,")
+                return
+            ready.remove(follower)
         try:
             self._schedule(inv, ready, complete)
         except (Overloaded, NotFound) as exc:
             self._fail(inv, str(exc))
+        if follower:
+            self._followed(worker, run, follower, nxt)
+
+    def _followed(self, worker: Any, run: _Running, fn: str, reply: Any) -> None:
+        """The reply of a chain's next function (Task.then), run in the same worker after ``run``'s:
+        handled as if its own task had been sent to that worker once ``run``'s was done."""
+        inv = run.inv
+        pool = self.deployments.pools.get(pool_key(inv.spec.name, inv.version, fn))
+        if pool is None:  # undeployed while it ran
+            self._fail(inv, f"workflow {inv.spec.name!r} was undeployed")
+            return
+        now = time.perf_counter()
+        with self._lock:
+            inv.running += 1  # as _schedule counts a task
+            inv.enqueued[fn] = now
+        where = _NOWHERE if not self.drives.drives else Decision("", inv.homes.get(self._step(inv.spec, fn).first, -1))
+        nxt = _Running(inv, fn, pool, worker, now, 0.0, where, run.node, run.owner)
+        nxt.chain = run.chain[1:]
+        nxt.done = True
+        self._finish(worker, nxt, reply)
+
+    def _out_of_step(self, worker: Any, run: _Running, what: str) -> None:
+        """Function code can write to its control socket: whatever else came, the channel no longer
+        says which reply answers which task. The task fails and the worker goes (its real reply must
+        not answer a later task)."""
+        inv, fn = run.inv, run.fn
+        log.warning("worker %s answered %s to %s's task of %s; replacing it", worker.name, what, fn, inv.id)
+        kill = getattr(worker, "kill", None)  # a process worker; others end through replace_dead
+        if kill is not None:
+            kill()
+        run.owner.replace_dead(worker)
+        self.failed(inv, fn, f"worker {worker.name} answered {what} to {fn}'s task (its control "
+                             "channel is out of step); the worker was replaced, retry the invocation")
 
     def failed(self, inv: _Invocation, fn: str, message: str, failure: Failure | None = None) -> None:
         with self._lock:

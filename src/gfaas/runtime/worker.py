@@ -79,6 +79,9 @@ class Init(_Ctl):
     # The node's Welcome (protocol msgpack) of the attached daemon connection that comes with Init
     # (SCM_RIGHTS) and serves every task bound to it (Task.bound); b"": none, a connection per task.
     daemon: bytes = b""
+    # The functions of the same workflow this worker also loads, to run right after its own in one
+    # task (policy.fusion: a chain; Task.then); they run only if they loaded (Ready.follow).
+    follow: list[str] = []
 
 
 class Ready(_Ctl):
@@ -90,6 +93,7 @@ class Ready(_Ctl):
     # then seconds of "model" (the platform's model load), "drop" (the uid drop) and "import" (the
     # function's code), each present where the start had it.
     phases: dict[str, float] = {}
+    follow: list[str] = []  # the functions of Init.follow that loaded, in order (a prefix of it)
 
 
 class Value(msgspec.Struct, array_like=True):
@@ -182,6 +186,12 @@ class Task(_Ctl):
     # with NeedData on its control socket and waits for DataReady (the runtime binds its attached
     # connection meanwhile). So an invocation of small values costs the node daemon nothing.
     lazy: bool = False
+    # A chain (policy.fusion): the function this task runs, when not the worker's own ("": its own);
+    # the task to run right after this one in the same worker, if its outputs all come back as
+    # values; and, in that next task, which of its inputs are which outputs of this one.
+    function: str = ""
+    then: Task | None = None
+    carry: dict[str, str] = {}  # input name -> the previous task's output it is
 
 
 class Done(_Ctl):
@@ -198,6 +208,7 @@ class Done(_Ctl):
     logs: list[LogLine] = []  # lines printed or logged since the last reply, bounded (runtime.logs)
     slab_used: bool = False  # a put packed an object into a slab (the next Bind leases one with it)
     values: dict[str, Value] = {}  # output -> value of the outputs carried here (Task.inline_max)
+    next: Done | Failed | None = None  # the reply of Task.then, when it ran (a chain)
 
 
 class Failed(_Ctl):
@@ -216,6 +227,7 @@ class NeedData(_Ctl):
     """Worker -> runtime, during a lazy task: bind my daemon connection to this task's credentials."""
 
     invocation: str
+    function: str = ""  # the function of a chain asking (Task.function); "": the worker's own
 
 
 class DataReady(_Ctl):
@@ -738,6 +750,7 @@ class ProcessWorker:
         self.start_logs = first.logs  # the runtime keeps them (runtime.logs)
         self.load_s = first.load_s
         self.hinted_bytes = first.hinted_bytes
+        self.follows: tuple[str, ...] = tuple(first.follow)  # the chain it can run after its own (Task.then)
         self._sock.settimeout(None)
 
     def _recv_first(self) -> Any:
@@ -1024,11 +1037,14 @@ def serve_fd(fd: int) -> int:
         raise
 
 
-def _need_data(sock: socket.socket, invocation: str) -> Any:
+def _need_data(sock: socket.socket, invocation: str, function: str = "", asked: list[bool] | None = None) -> Any:
     """What a lazy task calls when it first needs the data plane: NeedData to the runtime, then wait
-    for its DataReady (the runtime binds this worker's attached connection meanwhile)."""
+    for its DataReady (the runtime binds this worker's attached connection meanwhile). ``asked`` is
+    set once it is called (a chain goes on only from a task that left the connection unbound)."""
     def need() -> None:
-        sock.send(_enc.encode(NeedData(invocation)))
+        if asked is not None:
+            asked[0] = True
+        sock.send(_enc.encode(NeedData(invocation, function)))
         data = recv_message(sock)
         if not data:
             raise DaemonUnavailable("the runtime closed this worker's socket while it asked for the data plane")
@@ -1039,6 +1055,49 @@ def _need_data(sock: socket.socket, invocation: str) -> Any:
             raise DaemonUnavailable(f"the data plane is not available to this call: {rep.message}")
 
     return need
+
+
+def _load_followers(init: Init, link: Any) -> dict[str, FunctionHost]:
+    """The chain's functions (Init.follow), loaded after the worker's own and with its rights (the
+    sandbox, if any, is entered already). One that fails to load ends the chain there: the runtime
+    runs it, and what follows it, in their own workers, where the failure is reported as theirs."""
+    hosts: dict[str, FunctionHost] = {}
+    for name in init.follow:
+        try:
+            hosts[name] = FunctionHost(msgspec.structs.replace(init, function=name, follow=[]), link=link)
+        except Exception as exc:  # noqa: BLE001 - its own workers will report it
+            log.warning("function %r will not run in this worker of %r (%s: %s)", name, init.function,
+                        type(exc).__name__, exc)
+            break
+    return hosts
+
+
+def _follow(reply: Done, task: Task, hosts: dict[str, FunctionHost], sock: socket.socket,
+            cap: Capture | None, asked: list[bool]) -> None:
+    """Run the chain after ``task`` (Task.then) in this worker: each next task, its inputs filled
+    from the last reply's values, while the last one ran whole on values (nothing stored, the
+    connection never bound); each reply goes in the last one's ``next``."""
+    last, t = reply, task.then
+    while t is not None and not asked[0] and not last.outputs:
+        host = hosts.get(t.function)
+        if host is None:
+            return
+        values = dict(t.values)
+        for name, out in t.carry.items():
+            v = last.values.get(out)
+            if v is None:  # stored, or not made: the runtime schedules the rest
+                return
+            values[name] = v
+        nxt = msgspec.structs.replace(t, values=values, then=None)
+        if cap is not None:
+            cap.begin()
+        r = host.run(nxt, None, _need_data(sock, t.invocation, t.function, asked))
+        if cap is not None:
+            r.logs = cap.take()
+        last.next = r
+        if type(r) is not Done:
+            return
+        last, t = r, t.then
 
 
 def _take(cap: Capture | None) -> list[LogLine]:
@@ -1078,6 +1137,9 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
     try:
         sandboxed = init.sandbox_uid >= 0
         host = FunctionHost(init, enter_sandbox=sandbox if sandboxed else None, link=link)
+        # With a code package the sandbox is entered already and they import from it as the tenant;
+        # else, like the worker's own, before it closes.
+        hosts = _load_followers(init, link) if init.follow else {}
         if sandboxed and not host.sandbox_entered:
             t = time.perf_counter()
             sandbox()
@@ -1088,7 +1150,7 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
         return 1
     freeze_startup()  # the handler and its model live as long as the worker: out of the collector's walks
     ready = _enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes, _take(cap),
-                              {"entry": entry, **host.phases}))
+                              {"entry": entry, **host.phases}, list(hosts)))
     if listener:
         socket.send_fds(sock, [ready], listener)
         os.close(listener[0])  # the runtime holds it now; function code must not answer its own calls
@@ -1107,15 +1169,15 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
                 continue
             raise ProtocolError(f"the runtime sent {type(msg).__name__} where a task was due")
         conn = socket.socket(fileno=fds[0]) if fds else None
-        need = _need_data(sock, msg.invocation) if msg.lazy else None
-        if cap is None:
-            sock.send(_enc.encode(host.run(msg, conn, need)))
-            if host.link_lost():
-                return 1
-            continue
-        cap.begin()
+        asked = [False]
+        need = _need_data(sock, msg.invocation, "", asked) if msg.lazy else None
+        if cap is not None:
+            cap.begin()
         reply = host.run(msg, conn, need)
-        reply.logs = cap.take()
+        if cap is not None:
+            reply.logs = cap.take()
+        if msg.then is not None and type(reply) is Done and msg.lazy:
+            _follow(reply, msg, hosts, sock, cap, asked)
         sock.send(_enc.encode(reply))
         if host.link_lost():
             return 1

@@ -1,0 +1,113 @@
+"""Chains (gfaas.policy.fusion): a function that reads from one other function alone, and is its only
+reader, runs in that function's warm worker right after it, one round trip for both, when what passes
+between them is carried as values; otherwise it runs in its own worker, as every function does with
+``fuse_chains=False``. Each function keeps its own record, log lines and failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gfaas.runtime.local import LocalRuntime, RuntimeConfig
+from gfaas.workflows.tiny import expected_total
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("rt_handlers")]
+
+CHAIN3 = """
+name: chain3
+inputs: {x: null}
+outputs: {y: c.y, pa: a.pid, pb: b.pid, pc: c.pid}
+functions:
+  - {name: a, kind: cpu, handler: "rt_handlers:relay", inputs: {x: input.x}, outputs: {y: null, pid: {shape: []}}}
+  - {name: b, kind: cpu, handler: "rt_handlers:relay", inputs: {x: a.y}, outputs: {y: null, pid: {shape: []}}}
+  - {name: c, kind: cpu, handler: "rt_handlers:relay", inputs: {x: b.y}, outputs: {y: null, pid: {shape: []}}}
+"""
+
+# a -> g -> r: g's array outgrows what a reply carries for a large n
+GROW = """
+name: grow
+inputs: {n: {dtype: int64, shape: []}}
+outputs: {total: r.total, pa: a.pid}
+functions:
+  - {name: a, kind: cpu, handler: "rt_handlers:relay", inputs: {x: input.n},
+     outputs: {y: {dtype: int64, shape: []}, pid: {shape: []}}}
+  - {name: g, kind: cpu, handler: "gfaas.workflows.tiny:gen", inputs: {n: a.y},
+     outputs: {x: {dtype: float32, shape: [-1]}}}
+  - {name: r, kind: cpu, handler: "gfaas.workflows.tiny:red", params: {stride: 4}, inputs: {x: g.x},
+     outputs: {total: {dtype: float32, shape: []}}}
+"""
+
+FAILS = """
+name: fails
+inputs: {x: null}
+outputs: {y: b.y, pid: a.pid}
+functions:
+  - {name: a, kind: cpu, handler: "rt_handlers:relay", inputs: {x: input.x}, outputs: {y: null, pid: {shape: []}}}
+  - {name: b, kind: cpu, handler: "rt_handlers:fail_if_negative", inputs: {x: a.y}, outputs: {y: null}}
+"""
+
+
+def _rt(**kw: Any) -> LocalRuntime:
+    return LocalRuntime(RuntimeConfig(sandbox="none", queue_hints=False, **kw))
+
+
+def _workers(res: Any) -> dict[str, str]:
+    return {r.function: r.worker for r in res.functions}
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_a_chain_of_three_runs_in_one_worker_and_each_keeps_its_record_and_logs(fuse: bool) -> None:
+    with _rt(fuse_chains=fuse) as rt:
+        rt.deploy(CHAIN3)
+        for k in range(3):
+            res = rt.invoke("chain3", {"x": np.arange(5.0) + k}, timeout=60)
+            assert res.ok, res.error
+            np.testing.assert_array_equal(res.outputs["y"], np.arange(5.0) + k)
+        pids = {f: int(res.outputs[f"p{f}"]) for f in "abc"}
+        workers = _workers(res)
+        lines = {f: [ln["text"] for ln in rt.logs("chain3", function=f, invocation=res.invocation_id)] for f in "abc"}
+    assert lines == {f: [f"relay ran as {f}"] for f in "abc"}, lines  # each line under the function that printed it
+    if fuse:
+        assert len(set(pids.values())) == 1, pids
+        assert workers["a"] == workers["b"] == workers["c"] and workers["a"].startswith("a@"), workers
+    else:
+        assert len(set(pids.values())) == 3, pids
+        assert [workers[f].split("@")[0] for f in "abc"] == ["a", "b", "c"], workers
+
+
+def test_a_chain_stops_where_a_value_is_too_large_to_carry_and_the_rest_run_in_their_own_workers() -> None:
+    """n = 100,000: g's array (400 KB) is stored, through the data plane g's task asks for under its
+    own name (NeedData for g, granted as g's credentials); r reads it in its own worker."""
+    with _rt() as rt:
+        rt.deploy(GROW)
+        small = rt.invoke("grow", {"n": np.asarray(100, dtype=np.int64)}, timeout=60)
+        big = rt.invoke("grow", {"n": np.asarray(100_000, dtype=np.int64)}, timeout=60)
+    assert small.ok and big.ok, (small.error, big.error)
+    assert float(small.outputs["total"]) == expected_total(100)
+    assert float(big.outputs["total"]) == expected_total(100_000)
+    w = _workers(small)
+    assert w["a"] == w["g"] == w["r"], w
+    w = _workers(big)
+    assert w["a"] == w["g"] and w["r"].startswith("r@"), w
+    assert big.breakdown.fn_pass_s > 0  # r read g's array from the node
+
+
+def test_a_follower_that_fails_fails_the_invocation_as_itself_and_the_worker_serves_on() -> None:
+    with _rt() as rt:
+        rt.deploy(FAILS)
+        bad = rt.invoke("fails", {"x": -np.ones(2)}, timeout=60)
+        good = rt.invoke("fails", {"x": np.ones(2)}, timeout=60)
+    assert bad.status == "failed" and "function 'b': negative input at 0" in (bad.error or ""), bad.error
+    assert bad.failure is not None and bad.failure.function == "b" and bad.failure.error == "ValueError"
+    assert good.ok, good.error
+    np.testing.assert_array_equal(good.outputs["y"], np.full(2, 2.0))
+    assert _workers(bad)["a"] == _workers(good)["a"] == _workers(good)["b"]  # one worker, not replaced
+
+
+def test_fuse_chains_is_checked() -> None:
+    from gfaas.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="fuse_chains='yes' must be true or false"):
+        RuntimeConfig(fuse_chains="yes")  # type: ignore[arg-type]
