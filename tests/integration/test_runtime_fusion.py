@@ -111,3 +111,17 @@ def test_fuse_chains_is_checked() -> None:
 
     with pytest.raises(ConfigError, match="fuse_chains='yes' must be true or false"):
         RuntimeConfig(fuse_chains="yes")  # type: ignore[arg-type]
+
+
+def test_a_worker_that_dies_in_a_follower_fails_the_invocation_naming_the_chain_and_is_replaced() -> None:
+    spec = FAILS.replace("name: fails", "name: crashes").replace("fail_if_negative", "crash_if_negative")
+    with _rt() as rt:
+        rt.deploy(spec)
+        first = rt.invoke("crashes", {"x": np.ones(2)}, timeout=60)
+        bad = rt.invoke("crashes", {"x": -np.ones(2)}, timeout=60)
+        again = rt.invoke("crashes", {"x": np.ones(2)}, timeout=60)
+    assert first.ok and again.ok, (first.error, again.error)
+    assert bad.status == "failed", bad.error
+    assert "exited (status 3) while it held a's task (and its chain: b)" in (bad.error or ""), bad.error
+    assert int(again.outputs["pid"]) != int(first.outputs["pid"])  # a new worker
+    assert _workers(again)["a"] == _workers(again)["b"]  # which runs the chain again

@@ -586,8 +586,9 @@ class Invoker:
         if run.where.placement == DSCS:
             self.drives.release(run.where)
         if msg is None or isinstance(msg, BaseException):
+            held = f"{fn}'s task" + (f" (and its chain: {', '.join(run.chain)})" if run.chain else "")
             exc = msg if isinstance(msg, WorkerDied) else WorkerDied(
-                f"worker {worker.name} exited (status {_status(worker)}) while it held a task" if msg is None
+                f"worker {worker.name} exited (status {_status(worker)}) while it held {held}" if msg is None
                 else f"worker {worker.name} failed: {type(msg).__name__}: {msg}")
             log.warning("%s; replacing it", exc)
             if self.nodes.locality and not isinstance(exc, TaskTimedOut):
@@ -634,9 +635,6 @@ class Invoker:
         """A task's reply: its logs, its outputs (values or references), the DAG's next step."""
         inv, fn, pool, where = run.inv, run.fn, run.pool, run.where
         if type(reply) not in (Done, Failed) or reply.invocation != inv.id:
-            # Function code can write to its control socket: whatever else came, the channel no
-            # longer says which reply answers which task. The task fails and the worker goes (its
-            # real reply must not answer a later task).
             self._out_of_step(worker, run, type(reply).__name__)
             return
         nxt = reply.next if type(reply) is Done else None
@@ -703,6 +701,8 @@ class Invoker:
         follower = run.chain[0] if nxt is not None else ""
         if follower:
             if follower not in ready:  # the DAG did not make it ready: the reply is not the one asked for
+                with self._lock:
+                    inv.running += 1  # fn's end is counted above; _fail_locked counts one more
                 self._out_of_step(worker, run, f"Done.next for {follower}, which was not ready,")
                 return
             ready.remove(follower)
