@@ -137,3 +137,28 @@ def test_a_full_queue_is_429_with_retry_after(rt_handlers: str) -> None:
                        json={"inputs": {"x": encode_array(np.array([4.0]))}}, headers=AUTH)
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1, r.text
         assert [float(c.result(i, timeout=30).outputs["o"][0]) for i in (first, second)] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("on_loop", [True, False])
+def test_the_server_steps_invocations_on_its_event_loop_and_gives_the_replies_back(on_loop: bool) -> None:
+    """With ``replies_on_loop`` (the default) the workers' replies are handled on the server's event
+    loop thread while it serves (HTTP and embedded calls alike complete), and on the runtime's own
+    thread again once it stopped; off, they never leave that thread."""
+    from gfaas.workflows.tiny import SPEC, expected_total
+
+    body = {"n": np.asarray(256, dtype=np.int64)}
+    with LocalRuntime(RuntimeConfig()) as rt:
+        rt.deploy(SPEC)
+        loop = rt.invoker.reply_loop
+        assert rt.invoke("tiny", body, timeout=60).ok
+        assert loop._thread.name == "gfaas-invoker"
+        with serve_gateway(rt, access_log=False, token=TOKEN, limits=GatewayLimits(replies_on_loop=on_loop)) as gw:
+            driver = loop._thread.name
+            with GatewayClient(gw.url, token=TOKEN) as c:
+                over_http = [float(c.invoke("tiny", body).outputs["total"]) for _ in range(20)]
+            embedded = rt.invoke("tiny", body, timeout=60)  # from this thread, replies handled by the server's
+        after = rt.invoke("tiny", body, timeout=60)
+        assert loop._thread.name == "gfaas-invoker" and loop._thread.is_alive()
+    assert driver == (f"gfaas-gateway-{gw.port}" if on_loop else "gfaas-invoker")
+    assert over_http == [expected_total(256)] * 20
+    assert embedded.ok and after.ok

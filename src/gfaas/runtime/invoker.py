@@ -214,6 +214,11 @@ class Invoker:
         if config.queue_hints:
             self._hinter = QueueHinter(self._hint_batch, nodes.send_hints, config.queue_hint_interval_s)
 
+    @property
+    def reply_loop(self) -> ReplyLoop:
+        """The loop that reads the workers' replies (an asyncio event loop may drive it: ReplyLoop.adopt)."""
+        return self._loop
+
     def close(self) -> None:
         """After the pools closed: stop the hinter and the loop."""
         if self._hinter is not None:

@@ -159,6 +159,16 @@ class LocalRuntime:
     def add_done_callback(self, invocation_id: str, callback: Callable[[InvocationResult], None]) -> None:
         self.invoker.add_done_callback(invocation_id, callback)
 
+    def drive_replies(self, aloop: Any) -> None:
+        """Handle the workers' replies on ``aloop``'s thread from now on (call it there), not on the
+        invoker's own thread: a server whose event loop submits the invocations (``gfaas serve``) then
+        steps them on the same thread, with no second thread contending for the GIL and no wake-up
+        per result. :meth:`release_replies` (on that thread, before the loop stops) gives them back."""
+        self.invoker.reply_loop.adopt(aloop)
+
+    def release_replies(self) -> None:
+        self.invoker.reply_loop.release()
+
     def queue_depths(self) -> dict[str, int]:
         return self.invoker.queue_depths()
 

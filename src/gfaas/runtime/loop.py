@@ -9,6 +9,11 @@ the same way. Timers (a call's ``timeout_s``) fire on the loop too.
 
 Everything the loop owns (the selector, the timers) is touched only on its thread: other threads
 ``post`` a callable and wake it through a pipe.
+
+An asyncio event loop can drive it instead of its thread (:meth:`ReplyLoop.adopt`: that loop watches
+the epoll descriptor and runs the same rounds; :meth:`ReplyLoop.release` gives it a thread again).
+``gfaas serve`` does this from the gateway's lifespan, so each reply is handled on the thread that
+submitted its invocation and answers the request: one thread, not two contending for the GIL.
 """
 
 from __future__ import annotations
@@ -61,12 +66,67 @@ class ReplyLoop:
         self._seq = itertools.count()
         self._runners: dict[int, _Runner] = {}  # id(worker) -> the runner thread of a blocking worker
         self._closing = False
+        self._name = name
+        # Driven by an asyncio event loop instead of a thread of its own (adopt): that loop, and the
+        # handle of its next timed wake-up (the tick, a timer)
+        self._aloop: Any = None
+        self._wakeup: Any = None
+        self._wake_at = 0.0
+        self._handover = False  # the thread is asked to stop so that an asyncio loop takes over
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     @property
     def on_loop(self) -> bool:
         return threading.current_thread() is self._thread
+
+    # -- an asyncio event loop drives it (gfaas serve: the gateway's loop, so a reply is handled on
+    # the thread that answers the request, with no second thread contending for the GIL)
+    def adopt(self, aloop: Any) -> None:
+        """From now on, handle replies on ``aloop``'s thread (call this there): the loop's own thread
+        stops and ``aloop`` watches the epoll descriptor instead. :meth:`release` gives it back."""
+        if self._aloop is not None or self._closing:
+            return
+        self._handover = True
+        self.post(lambda: None)  # wake the thread: it stops after this round
+        self._thread.join(10)
+        self._handover = False
+        if self._thread.is_alive():  # stuck in a reply's handling: keep the thread, not two drivers
+            log.warning("the invoker's loop did not hand over to the event loop within 10 s; it keeps its thread")
+            return
+        self._thread = threading.current_thread()
+        self._aloop = aloop
+        aloop.add_reader(self._ep.fileno(), self._pump)
+        self._pump()  # what came while the thread stopped, and the first timed wake-up
+
+    def release(self) -> None:
+        """Back to a thread of its own (call on the adopting loop's thread, before that loop stops)."""
+        aloop = self._aloop
+        if aloop is None:
+            return
+        aloop.remove_reader(self._ep.fileno())
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+            self._wakeup = None
+        self._aloop = None
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        """One round on the adopting loop (its reader callback and timed wake-up)."""
+        if self._aloop is None or self._closing:
+            return
+        self._once(0.0)
+        due = self._due()
+        if due is not None and (self._wakeup is None or due < self._wake_at):
+            if self._wakeup is not None:
+                self._wakeup.cancel()
+            self._wake_at = due
+            self._wakeup = self._aloop.call_later(max(0.0, due - time.monotonic()), self._timed)
+
+    def _timed(self) -> None:
+        self._wakeup = None
+        self._pump()
 
     # -- from any thread
     def post(self, fn: Callable[[], None]) -> None:
@@ -127,7 +187,13 @@ class ReplyLoop:
     def close(self) -> None:
         self._closing = True
         self.post(lambda: None)
-        self._thread.join(10)
+        if self._aloop is None:
+            self._thread.join(10)
+        else:  # its adopting loop was never released (it stopped without its shutdown)
+            try:
+                self._aloop.call_soon_threadsafe(self._aloop.remove_reader, self._ep.fileno())
+            except RuntimeError:  # that loop is closed
+                pass
         for runner in list(self._runners.values()):
             runner.close()
         self._runners.clear()
@@ -163,43 +229,52 @@ class ReplyLoop:
                 except OSError:  # its socket closed already (epoll forgot it then)
                     pass
 
+    def _due(self) -> float | None:
+        """When the next tick or timer is due (monotonic), if any."""
+        until = self._next_tick if self._tick is not None else None
+        if self._timers:
+            until = self._timers[0][0] if until is None else min(until, self._timers[0][0])
+        return until
+
     def _run(self) -> None:
-        while not self._closing:
-            until = self._next_tick if self._tick is not None else None
-            if self._timers:
-                until = self._timers[0][0] if until is None else min(until, self._timers[0][0])
-            timeout = -1.0 if until is None else max(0.0, until - time.monotonic())
-            try:
-                events = self._ep.poll(timeout)
-            except OSError:  # a socket closed under epoll: look again
-                events = []
-            for fd, _ in events:
-                worker = self._watched.get(fd)
-                if worker is None:
-                    if fd == self._wake_r:
-                        try:
-                            while os.read(self._wake_r, 4096):
-                                pass
-                        except BlockingIOError:
+        while not self._closing and not self._handover:
+            until = self._due()
+            self._once(-1.0 if until is None else max(0.0, until - time.monotonic()))
+
+    def _once(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds (-1: until something comes) and handle what came, what was
+        posted, and the timers and tick now due."""
+        try:
+            events = self._ep.poll(timeout)
+        except OSError:  # a socket closed under epoll: look again
+            events = []
+        for fd, _ in events:
+            worker = self._watched.get(fd)
+            if worker is None:
+                if fd == self._wake_r:
+                    try:
+                        while os.read(self._wake_r, 4096):
                             pass
-                    continue
-                try:
-                    msg = worker.receive()
-                except BlockingIOError:  # nothing after all
-                    continue
-                except Exception as exc:  # noqa: BLE001 - a broken message ends that worker, not the loop
-                    msg = exc
-                if msg is None or isinstance(msg, BaseException):
-                    self._unregister(worker)  # its end is reported once
-                self._on_message_safely(worker, msg)
-            while self._posted:
-                self._call(self._posted.popleft())
-            now = time.monotonic()
-            while self._timers and self._timers[0][0] <= now:
-                self._call(heapq.heappop(self._timers)[2])
-            if self._tick is not None and now >= self._next_tick:
-                self._next_tick = now + TICK_S
-                self._call(self._tick)
+                    except BlockingIOError:
+                        pass
+                continue
+            try:
+                msg = worker.receive()
+            except BlockingIOError:  # nothing after all
+                continue
+            except Exception as exc:  # noqa: BLE001 - a broken message ends that worker, not the loop
+                msg = exc
+            if msg is None or isinstance(msg, BaseException):
+                self._unregister(worker)  # its end is reported once
+            self._on_message_safely(worker, msg)
+        while self._posted:
+            self._call(self._posted.popleft())
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            self._call(heapq.heappop(self._timers)[2])
+        if self._tick is not None and now >= self._next_tick:
+            self._next_tick = now + TICK_S
+            self._call(self._tick)
 
     def _on_message_safely(self, worker: Any, msg: Any) -> None:
         try:

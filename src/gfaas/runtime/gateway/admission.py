@@ -194,9 +194,14 @@ def watch(runtime: Any, invocation_id: str, on_loop: Callable[[InvocationResult]
             if not fut.done():
                 fut.set_result(res)
 
-    def callback(res: InvocationResult) -> None:  # on the runtime's thread
+    loop_thread = threading.get_ident()
+
+    def callback(res: InvocationResult) -> None:  # on the runtime's thread, or this loop's driving it
         try:
-            loop.call_soon_threadsafe(on_done, res)
+            if threading.get_ident() == loop_thread:  # no wake-up: the loop runs it after this round
+                loop.call_soon(on_done, res)
+            else:
+                loop.call_soon_threadsafe(on_done, res)
         except RuntimeError:  # the loop closed (server shutdown): nobody waits any more
             pass
 

@@ -41,6 +41,9 @@ class GatewayLimits:
         early_refusals: an invocation its workflow's limit refuses is answered by the server's
             protocol as soon as its headers are in (httptools), the guard's answer without the
             framework's cost (``gfaas bench overload`` measures both); off, it goes through the guard.
+        replies_on_loop: the runtime's worker replies are handled on the server's event loop thread,
+            where the invocations are submitted and answered (``LocalRuntime.drive_replies``), not on
+            the invoker's own thread; off, they keep that thread (two threads share the GIL).
     """
 
     handler_packages: tuple[str, ...] = DEFAULT_HANDLER_PACKAGES
@@ -54,6 +57,7 @@ class GatewayLimits:
     max_connections: int = 2048
     hold_refused: bool = True
     early_refusals: bool = True
+    replies_on_loop: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.handler_packages, str):

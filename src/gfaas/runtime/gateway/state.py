@@ -253,8 +253,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
     t = threading.Thread(target=sweeper, name="gfaas-gateway-sweep", daemon=True)
     t.start()
+    # The runtime's replies handled on this loop's thread, where its invocations are submitted and
+    # answered (LocalRuntime.drive_replies): no second thread contends for the GIL on each step.
+    drive = getattr(gw.runtime, "drive_replies", None) if gw.limits.replies_on_loop else None
+    release = getattr(gw.runtime, "release_replies", None)
+    if drive is not None:
+        drive(asyncio.get_running_loop())
     try:
         yield
     finally:
+        if drive is not None and release is not None:
+            release()
         stop.set()
         t.join(timeout=5)

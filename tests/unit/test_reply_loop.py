@@ -1,0 +1,148 @@
+"""runtime.loop.ReplyLoop: the invoker's loop, on its own thread or driven by an asyncio event loop.
+
+``gfaas serve`` hands the loop to the gateway's event loop (``ReplyLoop.adopt``), so replies are
+handled on the thread that submits and answers the requests; before the event loop stops it gets its
+thread back (``release``). Each way, every reply, posted call, timer and tick runs on the one
+thread that drives the loop, and nothing is lost across the hand-overs."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from gfaas.runtime import loop as loop_mod
+from gfaas.runtime.loop import ReplyLoop
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class _Worker:
+    """A socket worker: what the test sends on ``peer`` is what the loop reads (None once it closes)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ours, self.peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.ours.setblocking(False)
+
+    def fileno(self) -> int:
+        return self.ours.fileno()
+
+    def receive(self) -> Any:
+        data = self.ours.recv(1024)
+        return data.decode() if data else None
+
+
+class _Seen:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Any]] = []
+        self.cv = threading.Condition()
+
+    def on_message(self, worker: Any, msg: Any) -> None:
+        with self.cv:
+            self.events.append((threading.current_thread().name, worker.name, msg))
+            self.cv.notify_all()
+
+    def note(self, what: str) -> Callable[[], None]:
+        def fn() -> None:
+            with self.cv:
+                self.events.append((threading.current_thread().name, "-", what))
+                self.cv.notify_all()
+        return fn
+
+    def wait_for(self, n: int, timeout: float = 10.0) -> list[tuple[str, str, Any]]:
+        with self.cv:
+            assert self.cv.wait_for(lambda: len(self.events) >= n, timeout), self.events
+            return list(self.events)
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def aloop(request: pytest.FixtureRequest) -> Iterator[asyncio.AbstractEventLoop]:
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop", reason="uvloop is the gateway's loop where installed")
+        loop = uvloop.new_event_loop()
+    else:
+        loop = asyncio.new_event_loop()
+    t = threading.Thread(target=loop.run_forever, name="aio", daemon=True)
+    t.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    t.join(10)
+    loop.close()
+
+
+def _on(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on ``loop``'s thread and return what it returned."""
+    async def call() -> Any:
+        return fn()
+    return asyncio.run_coroutine_threadsafe(call(), loop).result(10)
+
+
+def test_on_its_own_thread_replies_posts_and_timers_run_there() -> None:
+    seen = _Seen()
+    rl = ReplyLoop(seen.on_message, name="gfaas-invoker-test")
+    try:
+        w = _Worker("w1")
+        rl.attach(w)
+        w.peer.send(b"one")
+        rl.post(seen.note("posted"))
+        rl.call_at(time.monotonic() + 0.05, seen.note("timer"))
+        got = seen.wait_for(3)
+    finally:
+        rl.close()
+    assert sorted(got) == sorted([("gfaas-invoker-test", "w1", "one"), ("gfaas-invoker-test", "-", "posted"),
+                                  ("gfaas-invoker-test", "-", "timer")])
+
+
+def test_an_adopting_event_loop_handles_everything_on_its_thread_and_gives_it_back(
+        aloop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop_mod, "TICK_S", 0.05)
+    seen = _Seen()
+    ticks: list[str] = []
+    rl = ReplyLoop(seen.on_message, name="gfaas-invoker-test", tick=lambda: ticks.append(threading.current_thread().name))
+    w1, w2 = _Worker("w1"), _Worker("w2")
+    try:
+        rl.attach(w1)
+        w1.peer.send(b"before")
+        seen.wait_for(1)
+        _on(aloop, lambda: rl.adopt(aloop))
+        assert _on(aloop, lambda: rl.on_loop) and not rl.on_loop
+        w1.peer.send(b"a")
+        rl.attach(w2)  # from another thread, while adopted
+        rl.post(seen.note("posted"))
+        rl.call_at(time.monotonic() + 0.05, seen.note("timer"))
+        seen.wait_for(4)
+        w2.peer.send(b"b")
+        w2.peer.close()  # its end: reported once, as None
+        got = seen.wait_for(6)
+        time.sleep(0.2)
+        assert "aio" in ticks  # the tick runs on the adopting loop too
+        rl.detach(w1)  # from another thread: returns once the loop let go of it
+        w1.peer.send(b"unread")
+        _on(aloop, rl.release)
+        assert not _on(aloop, lambda: rl.on_loop)
+        w3 = _Worker("w3")
+        rl.attach(w3)
+        w3.peer.send(b"after")
+        got = seen.wait_for(7)
+    finally:
+        rl.close()
+    assert got[0] == ("gfaas-invoker-test", "w1", "before")
+    assert sorted(got[1:6], key=repr) == sorted([("aio", "w1", "a"), ("aio", "-", "posted"), ("aio", "-", "timer"),
+                                       ("aio", "w2", "b"), ("aio", "w2", None)], key=repr)
+    assert got[6] == ("gfaas-invoker-test", "w3", "after")  # back on a thread of its own
+    assert len(got) == 7  # the detached worker's message was never read
+
+
+def test_closing_while_adopted_does_not_wait_for_a_thread(aloop: asyncio.AbstractEventLoop) -> None:
+    seen = _Seen()
+    rl = ReplyLoop(seen.on_message)
+    _on(aloop, lambda: rl.adopt(aloop))
+    t0 = time.monotonic()
+    rl.close()  # the server stopped without giving it back
+    assert time.monotonic() - t0 < 5
