@@ -200,3 +200,30 @@ def test_model_files_are_checked_at_deploy(rt: LocalRuntime, tmp_path: Path) -> 
         rt.deploy(MODEL_SPEC.format(name="m4", path="models/net.onnx").replace("scorer:predict",
                                                                                "gfaas.workflows.image:classify"))
     assert rt.workflows() == []
+
+
+CHAIN = """
+name: {name}
+inputs: {{x: {{dtype: float64, shape: [-1]}}}}
+outputs: {{y: g.y, uid_f: f.uid, uid_g: g.uid}}
+functions:
+  - {{name: f, kind: cpu, handler: "mymod.handlers:run", inputs: {{x: input.x}},
+     outputs: {{y: null, uid: {{shape: []}}}}}}
+  - {{name: g, kind: cpu, handler: "mymod.handlers:run", inputs: {{x: f.y}},
+     outputs: {{y: null, uid: {{shape: []}}}}}}
+"""
+
+
+def test_a_chain_from_a_package_runs_in_one_worker_with_the_tenants_rights(rt: LocalRuntime, tmp_path: Path) -> None:
+    """g follows f in f's worker (gfaas.policy.fusion): its handler comes from the package too, imported
+    after the sandbox closed, as f's was (as root: the tenant's uid, never 0)."""
+    rt.deploy(CHAIN.format(name="chained"), code=package(tmp_path, 3))
+    res = rt.invoke("chained", {"x": np.zeros(2)}, timeout=60)
+    assert res.ok, res.error
+    np.testing.assert_array_equal(res.outputs["y"], np.full(2, 3.0))
+    workers = {r.function: r.worker for r in res.functions}
+    assert workers["f"] == workers["g"], workers
+    uids = {float(res.outputs["uid_f"]), float(res.outputs["uid_g"])}
+    assert len(uids) == 1, uids
+    if os.geteuid() == 0:  # the sandbox drops to the workflow's uid before the package is imported
+        assert uids != {0.0}
