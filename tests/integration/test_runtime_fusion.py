@@ -125,3 +125,17 @@ def test_a_worker_that_dies_in_a_follower_fails_the_invocation_naming_the_chain_
     assert "exited (status 3) while it held a's task (and its chain: b)" in (bad.error or ""), bad.error
     assert int(again.outputs["pid"]) != int(first.outputs["pid"])  # a new worker
     assert _workers(again)["a"] == _workers(again)["b"]  # which runs the chain again
+
+
+def test_chains_are_off_where_tasks_cannot_be_lazy_or_workers_are_not_processes() -> None:
+    """Only process workers on one node (where a follower needs no credentials sent ahead) run chains."""
+    from gfaas.runtime.spec import loads
+
+    spec = loads(CHAIN3, check_handlers=False)
+    with _rt(executor="inproc") as rt:
+        assert rt.deployments.follow(spec, "a") == ()
+        rt.deploy(CHAIN3)
+        assert rt.invoke("chain3", {"x": np.arange(3.0)}, timeout=60).ok
+    with _rt() as rt:
+        assert rt.deployments.follow(spec, "a") == ("b", "c") and rt.deployments.follow(spec, "b") == ("c",)
+        assert rt.deployments.follow(spec, "c") == ()
