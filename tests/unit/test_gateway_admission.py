@@ -536,3 +536,32 @@ def test_a_waiter_that_leaves_as_its_place_comes_gives_it_back_and_one_that_expi
         assert await wait_until(fut, 5) and fut.result() == 7
 
     asyncio.run(go())
+
+
+_QUERY_PARTS = st.sampled_from(["timeout=30", "timeout=0.5", "timeout=x", "timeout=", "mode=async", "mode=sync",
+                                "outputs=digest", "timeout=7&timeout=9", "a=b", "", "timeout=1e3"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_QUERY_PARTS, max_size=3).map("&".join), min_size=1, max_size=40),
+       st.sampled_from([60.0, 5.0]))
+def test_the_wait_a_request_asks_for_is_the_same_whether_remembered_or_not(queries: list[str], default: float) -> None:
+    """invoke_wait keeps its answers by query string: each is the uncached answer, asked once or again,
+    and the table stays bounded."""
+    from gfaas.runtime.gateway import admission as adm
+
+    for q in queries + queries:
+        scope = {"query_string": q.encode()}
+        assert adm.invoke_wait(scope, default) == adm._invoke_wait(q.encode(), default), q
+    for k in range(adm._WAITS_MAX + 5):
+        adm.invoke_wait({"query_string": f"timeout={k}".encode()}, default)
+    assert len(adm._WAITS) <= adm._WAITS_MAX
+
+
+@pytest.mark.parametrize("query, want", [("", 60.0), ("timeout=30", 30.0), ("timeout=x", 60.0), ("mode=async", None),
+                                         ("timeout=7&timeout=9", 9.0), ("timeout=2&mode=async", None)])
+def test_the_wait_a_request_asks_for(query: str, want: float | None) -> None:
+    from gfaas.runtime.gateway.admission import invoke_wait
+
+    for _ in range(2):  # asked, then remembered
+        assert invoke_wait({"query_string": query.encode()}, 60.0) == want

@@ -208,11 +208,10 @@ class Guard:
         name, wait = m.group(1), invoke_wait(scope, gw.default_timeout_s)
         # Most requests are not refused: asked first, without counting, that costs them little. Only a
         # refusal has the guard's own checks run (a request it would answer otherwise is left to it).
-        if gw.admissions.refused_now(name, wait, count=False) is None or self._refusal(scope, path) is not None:
+        decision = gw.admissions.refused_now(name, wait, count=False)
+        if decision is None or self._refusal(scope, path) is not None:
             return None
-        decision = gw.admissions.refused_now(name, wait)
-        if decision is None:
-            return None
+        gw.admissions.count_refusal(name)  # nothing ran between: the decision stands, and is counted once
         client = scope.get("client")
         if self.token is not None and client is not None:
             gw.proven_clients.add(tuple(client))  # authenticated (as the guard notes it)
