@@ -22,11 +22,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
-import msgspec
-from starlette.responses import Response
-
 from ...policy.admission import AdaptiveLimit, Admission
 from ..result import InvocationResult
+from .errors import error_response
 
 __all__ = ["Admissions", "invoke_wait", "overloaded", "wait_until", "watch"]
 
@@ -257,11 +255,6 @@ def overloaded(gw: Any, name: str, decision: Admission) -> Any:
     """The 429 of a refused invocation of ``name`` (counted in the gateway's metrics)."""
     gw.tracker.rejected.inc(workflow=name, reason="admission")
     after = max(1, math.ceil(decision.retry_after_s))
-    # error_response's document, encoded by msgspec: the same compact JSON as the framework's
-    # json.dumps at a fraction of its cost, which was a sixth of a refusal's (py-spy, all refused)
-    body = _ENCODE({"error": "overloaded", "message": f"workflow {name!r} takes no more invocations now: "
-                    f"{decision.reason}; retry after {after} s", "retry_after_s": after})
-    return Response(body, status_code=429, headers={"retry-after": str(after)}, media_type="application/json")
-
-
-_ENCODE = msgspec.json.Encoder().encode
+    return error_response(429, "overloaded", f"workflow {name!r} takes no more invocations now: "
+                          f"{decision.reason}; retry after {after} s", {"retry-after": str(after)},
+                          retry_after_s=after)

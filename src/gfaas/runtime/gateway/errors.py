@@ -10,6 +10,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -25,11 +26,22 @@ _BODY_HINT = ('expected a JSON body {"inputs": {NAME: {"dtype": ..., "shape": [.
               'or {"seed": INT}')
 
 
+class _ErrorJSON(JSONResponse):
+    """A JSON answer encoded by msgspec: the same compact UTF-8 JSON as the framework's ``json.dumps``
+    at a fraction of its cost, which was a sixth of a refusal's (py-spy, an all-refused load)."""
+
+    def render(self, content: Any) -> bytes:
+        return _ENCODE(content)
+
+
+_ENCODE = msgspec.json.Encoder().encode
+
+
 def error_response(http_status: int, code: str, message: str, headers: Mapping[str, str] | None = None,
                    **extra: Any) -> JSONResponse:
     """The JSON error body every error answer has."""
-    return JSONResponse({"error": code, "message": message, **extra}, status_code=http_status,
-                        headers=dict(headers or {}))
+    return _ErrorJSON({"error": code, "message": message, **extra}, status_code=http_status,
+                      headers=dict(headers or {}))
 
 
 def _field_name(loc: tuple[Any, ...] | list[Any]) -> str:
