@@ -118,3 +118,91 @@ def test_runtime_config_names_a_join_without_key_or_with_nodes() -> None:
         RuntimeConfig(join="redis://h:6379/0")
     with pytest.raises(ConfigError, match="not both"):
         RuntimeConfig(join="redis://h:6379/0", cluster_key_file="/k", nodes=(NodeEndpoint("a", "/s"),))
+
+
+def test_discover_can_skip_a_forged_entry_and_keep_the_others(caplog: pytest.LogCaptureFixture) -> None:
+    """A running gateway's look (skip_bad): a forged entry is left out with a warning naming it; the
+    genuine ones are listed (at start, the same entry stops the join: the test above)."""
+    r = FakeRedis({"gfaas:nodeinfo:m1": info("m1"), "gfaas:nodeinfo:m3": info("m3", PeerKey(b"x" * 32))})
+    assert [n["node"] for n in C.discover(r, KEY, skip_bad=True)] == ["m1"]
+    assert "m3" in caplog.text and "MAC" in caplog.text
+
+
+@pytest.mark.parametrize(("members", "joined", "listed", "failed", "add", "remove"), [
+    ({"gw"}, set(), {"m1", "m2"}, {}, ["m1", "m2"], []),  # two new nodes
+    ({"gw", "m1"}, {"m1"}, {"m1"}, {}, [], []),  # nothing changed
+    ({"gw", "m1", "m2"}, {"m1", "m2"}, {"m2"}, {}, [], ["m1"]),  # m1's entry went: it left
+    ({"gw", "m1"}, {"m1"}, set(), {}, [], ["m1"]),  # the directory is empty: every joined node left...
+    ({"gw", "a"}, {"m1"}, set(), {}, [], []),  # ...but nodes given or started by the runtime stay
+    ({"gw"}, set(), {"m1"}, {"m1": 95.0}, [], []),  # failed 5 s ago: not tried again yet
+    ({"gw"}, set(), {"m1"}, {"m1": 90.0}, ["m1"], []),  # failed 10 s ago: tried again
+])
+def test_membership_changes(members: set[str], joined: set[str], listed: set[str], failed: dict[str, float],
+                            add: list[str], remove: list[str]) -> None:
+    assert C.membership_changes(members, joined, listed, failed, now=100.0, retry_s=10.0) == (add, remove)
+
+
+class FakeAdmin:
+    """A node's control connection: records what it was asked; ``fail`` makes snapshot raise."""
+
+    def __init__(self, node_id: str, fail: bool = False) -> None:
+        self.node_id, self.fail = node_id, fail
+        self.opened: list[tuple[str, list[str], str, dict[str, str] | None]] = []
+        self.closed = False
+
+    def snapshot(self) -> dict[str, Any]:
+        if self.fail:
+            from gfaas.errors import DaemonUnavailable
+
+            raise DaemonUnavailable("connection refused")
+        return {}
+
+    def open_invocation(self, workflow: str, functions: list[str], inv: str,
+                        tokens: dict[str, str] | None = None) -> None:
+        self.opened.append((workflow, functions, inv, tokens))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_refresh_adds_a_joined_node_with_the_invocations_in_flight_and_removes_one_that_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that registers is connected, opens every invocation open now (with the key's tokens), and
+    joins the node maps as new dicts; one that does not answer is retried only after RETRY_JOIN_S; a
+    node whose entry goes is removed, marked left (never up), its connection closed, and on_change told."""
+    from gfaas.runtime.config import NodeEndpoint, RuntimeConfig
+    from gfaas.runtime.nodes import Nodes
+
+    nodes = Nodes(RuntimeConfig(), [])
+    data: dict[str, Any] = {}
+    nodes.cluster = C.Cluster(KEY, FakeRedis(data))
+    gw = FakeAdmin("gw")
+    nodes.nodes, nodes.admins, nodes.admin = {"gw": NodeEndpoint("gw", "/s")}, {"gw": gw}, gw
+    nodes._track = True
+    admins = {"m1": FakeAdmin("m1"), "m2": FakeAdmin("m2", fail=True)}
+    monkeypatch.setattr(nodes, "connect_admin", lambda n: admins[n.name])
+    changes: list[tuple[list[str], list[str]]] = []
+    nodes.on_change = lambda added, removed: changes.append((added, removed))
+
+    nodes.open("wf", ["a", "b"], "inv1")
+    nodes.open("wf", ["a", "b"], "inv2")
+    nodes.end(type("Inv", (), {"id": "inv2", "kind": "gfaas", "refs": {}})())  # inv2 ended: not in flight
+    data["gfaas:nodeinfo:m1"], data["gfaas:nodeinfo:m2"] = info("m1"), info("m2")
+    before = nodes.nodes
+    assert nodes.refresh(now=100.0) == (["m1"], [])
+    assert admins["m1"].opened == [("wf", ["a", "b"], "inv1", KEY.function_tokens("inv1", ["a", "b"]))]
+    assert list(nodes.nodes) == ["gw", "m1"] and list(before) == ["gw"]  # a new dict: iterators unharmed
+    assert nodes.cluster.node_ids == {"gw": "gw", "m1": "m1"}
+    assert nodes.refresh(now=105.0) == ([], [])  # m2 failed at 100: not before 110
+    admins["m2"].fail = False
+    assert nodes.refresh(now=110.0) == (["m2"], [])
+    nodes.open("wf", ["a"], "inv3")  # opened on every member, m2 included
+    assert admins["m2"].opened[-1][2] == "inv3"
+
+    del data["gfaas:nodeinfo:m1"]
+    assert nodes.refresh(now=111.0) == ([], ["m1"])
+    assert "m1" not in nodes.nodes and "m1" not in nodes.admins and admins["m1"].closed
+    assert not nodes.cluster.up("m1")
+    assert changes == [(["m1"], []), (["m2"], []), ([], ["m1"])]
+    data["gfaas:nodeinfo:m1"] = info("m1")  # it comes back
+    assert nodes.refresh(now=112.0) == (["m1"], []) and nodes.cluster.up("m1")

@@ -5,7 +5,9 @@ daemon, which nodes are up, where a call's inputs are, and which nodes Ray can p
   socket (:class:`~gfaas.dataplane.client.Admin`); a node on another machine through its transfer
   port (:class:`~gfaas.dataplane.peer_control.PeerAdmin`, proved with the cluster key).
 * **Joining.** With ``RuntimeConfig.join`` (the global directory's Redis URL) the runtime finds the
-  nodes that registered there (``gfaas node start --join``), each entry checked against the key.
+  nodes that registered there (``gfaas node start --join``), each entry checked against the key, at
+  start and then every ``MEMBERSHIP_S`` while it runs (:func:`membership_changes`): a node that joins
+  is used without a restart, one whose entry is gone (it stopped) is left out for good.
 * **Locality.** :meth:`Cluster.input_bytes` asks the global directory which node holds each input
   of a call and how many bytes, and :func:`gfaas.policy.locality.choose_node` decides.
 * **Liveness.** A node whose daemon does not answer is marked down for ``DOWN_S`` seconds: no worker
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -31,6 +34,8 @@ log = logging.getLogger("gfaas.runtime")
 
 DOWN_S = 5.0  # how long a node that failed to answer is left out before it is tried again
 RAY_CACHE_S = 2.0  # how long Ray's view of the cluster's resources is reused
+MEMBERSHIP_S = 2.0  # how often a runtime that joined a directory looks for nodes that joined or left
+RETRY_JOIN_S = 10.0  # a listed node whose daemon did not answer is tried again after this long
 RAY_SLIVER = 0.001  # of a node's gfaas_node_<n> resource (1000 units): any number of workers fit
 
 
@@ -43,9 +48,10 @@ def node_info_key(node: str) -> str:
     return f"gfaas:nodeinfo:{node}"
 
 
-def discover(redis: Any, key: PeerKey) -> list[dict[str, str]]:
+def discover(redis: Any, key: PeerKey, *, skip_bad: bool = False) -> list[dict[str, str]]:
     """The nodes registered in the global directory: ``[{"node", "address", "socket"}]``, each entry's
-    MAC checked (one written without the key is refused with the reason, not skipped silently)."""
+    MAC checked: one written without the key is refused with the reason (``AuthenticationError``), or
+    with ``skip_bad`` logged as a warning and left out (a running gateway keeps serving)."""
     out = []
     for k in sorted(redis.scan_iter(match="gfaas:nodeinfo:*", count=256)):
         name = str(k).removeprefix("gfaas:nodeinfo:")
@@ -53,14 +59,31 @@ def discover(redis: Any, key: PeerKey) -> list[dict[str, str]]:
         if raw is None:
             continue
         try:
-            fields = {str(a): str(b) for a, b in json.loads(raw).items()}
-        except (ValueError, AttributeError):
-            raise AuthenticationError(f"the global directory's entry {k} is not a node description") from None
-        if not key.entry_ok("nodeinfo", name, fields):
-            raise AuthenticationError(f"the global directory's description of node {name} failed its MAC check "
-                                      "(written by someone without the cluster key); not using it")
+            try:
+                fields = {str(a): str(b) for a, b in json.loads(raw).items()}
+            except (ValueError, AttributeError):
+                raise AuthenticationError(f"the global directory's entry {k} is not a node description") from None
+            if not key.entry_ok("nodeinfo", name, fields):
+                raise AuthenticationError(f"the global directory's description of node {name} failed its MAC "
+                                          "check (written by someone without the cluster key); not using it")
+        except AuthenticationError as exc:
+            if not skip_bad:
+                raise
+            log.warning("%s", exc)
+            continue
         out.append({"node": name, "address": fields.get("address", ""), "socket": fields.get("socket", "")})
     return out
+
+
+def membership_changes(members: set[str], joined: set[str], listed: set[str], failed: dict[str, float],
+                       now: float, retry_s: float = RETRY_JOIN_S) -> tuple[list[str], list[str]]:
+    """What a look at the directory changes: the listed nodes to try to add (not members, and not
+    failed within ``retry_s`` of ``now``), and the members that joined through the directory whose
+    entry is gone (a node removes its entry when it stops). Nodes the runtime was given, or started,
+    are never removed. Pure: the caller passes the clock."""
+    add = sorted(n for n in listed - members if now >= failed.get(n, -math.inf) + retry_s)
+    remove = sorted((members & joined) - listed)
+    return add, remove
 
 
 class Cluster:
@@ -72,6 +95,7 @@ class Cluster:
         self.probe = probe  # raises when the node's daemon does not answer (set by the runtime)
         self.node_ids = dict(node_ids or {})  # daemon node_id -> the runtime's name for it
         self._down: dict[str, float] = {}
+        self.left: set[str] = set()  # nodes whose directory entry went away: never up again unless they rejoin
         self._lock = threading.Lock()
         self._ray_at = -RAY_CACHE_S
         self._ray_nodes: set[str] = set()
@@ -84,6 +108,8 @@ class Cluster:
             self._down[node] = time.monotonic() + DOWN_S
 
     def up(self, node: str) -> bool:
+        if node in self.left:
+            return False
         with self._lock:
             until = self._down.get(node)
             if until is None:

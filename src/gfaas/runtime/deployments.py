@@ -102,6 +102,14 @@ class Deployments:
         self._autoscaler = Autoscaler(lambda: list(self.pools.values()), config.scale_tick_s)
         self._forks: dict[tuple[int, bool], ForkServer] = {}  # (threads, torch) -> its template
         self._forks_lock = threading.Lock()
+        nodes.on_change = self.nodes_changed
+
+    def nodes_changed(self, added: list[str], removed: list[str]) -> None:
+        """Membership (``Nodes.refresh``): a node that left has its idle workers retired; one that joined
+        is a candidate for every new worker from now on (``function_nodes``), nothing to do here."""
+        for node in removed:
+            stopped = sum(p.retire_node(node) for p in list(self.pools.values()))
+            log.info("node %s left: %d idle workers retired there", node, stopped)
 
     @property
     def code(self) -> CodeStore | None:

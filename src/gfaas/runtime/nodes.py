@@ -1,7 +1,7 @@
 """The node daemons a runtime uses, and what it asks of them: :class:`Nodes`.
 
 It starts the runtime's own node daemon (or takes the running ones it is given, or joins a cluster's
-directory and finds the others), keeps one control connection to each (``Admin``, shared under one
+directory and finds the others, then follows the nodes that join or leave it while it runs), keeps one control connection to each (``Admin``, shared under one
 lock), opens invocations on every node (tokens drawn by the first, or derived from the cluster key),
 frees what ended in batches on a thread of its own, lends the gateway's attached connections for the
 request inputs and results that go through the data plane, and starts the Redis server of the
@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..dataplane.peer_auth import PeerKey
 from ..dataplane.protocol import QueueEntry
 from ..errors import ConfigError, DaemonUnavailable, GfaasError, NotFound, RemoteError
-from .cluster import Cluster, discover
+from .cluster import MEMBERSHIP_S, RETRY_JOIN_S, Cluster, discover, membership_changes
 from .config import NodeEndpoint, RuntimeConfig
 from .gpus import node_devices
 from .hints import Batch as HintBatch
@@ -66,6 +67,15 @@ class Nodes:
         self._end_cv = threading.Condition()
         self._ender_stop = False
         self._ender_thread: threading.Thread | None = None
+        # Membership (join): the nodes found in the directory, the invocations open now (a node that
+        # joins opens them too, so a call of one may run there), and when a listed node last failed.
+        self.on_change: Callable[[list[str], list[str]], None] | None = None  # (added, removed): the runtime's
+        self._joined: set[str] = set()
+        self._opened: dict[str, tuple[str, tuple[str, ...]]] = {}  # kept only under join
+        self._track = bool(config.join)
+        self._join_failed: dict[str, float] = {}
+        self._member_stop = threading.Event()
+        self._member_thread: threading.Thread | None = None
 
     # -- start
     def _cluster_view(self) -> Cluster:
@@ -114,15 +124,19 @@ class Nodes:
                 if n.name not in from_directory:
                     raise
                 # A node registered in the directory but not answering (a dead machine's entry stays
-                # until it restarts): the cluster is served without it.
+                # until it restarts): the cluster is served without it (tried again: membership).
                 log.warning("joined node %s at %s does not answer (%s); left out", n.name, n.address, exc)
+                self._join_failed[n.name] = time.monotonic()
                 continue
             self._closers.append(admin.close)
             self.nodes[n.name], self.admins[n.name] = n, admin
+        self._joined = from_directory & set(self.nodes)
         self.cluster.node_ids = {a.node_id: name for name, a in self.admins.items()}
         self.cluster.probe = self.probe
         self.admin = self.admins[nodes[0].name]
-        self.locality = cfg.locality if cfg.locality is not None else (cfg.executor == "ray" and len(self.nodes) > 1)
+        # Under join, nodes may come later: locality from the start, so pools may place workers on them.
+        self.locality = cfg.locality if cfg.locality is not None else \
+            (cfg.executor == "ray" and (len(self.nodes) > 1 or bool(cfg.join)))
         # One node and worker processes with an attached connection each: an invocation is opened on
         # the node only when a value too large to carry is stored, and a task binds its worker's
         # connection only when it asks (NeedData). Several nodes, Ray and in-process: opened at submit.
@@ -131,6 +145,73 @@ class Nodes:
         self._closers.append(self.gateway_pool.close)  # (before the node connections: closers run in reverse)
         self._ender_thread = threading.Thread(target=self._ender, name="gfaas-ender", daemon=True)
         self._ender_thread.start()
+        if cfg.join:
+            self._member_thread = threading.Thread(target=self._membership, name="gfaas-membership", daemon=True)
+            self._member_thread.start()
+
+    # -- membership (join)
+    def _membership(self) -> None:
+        while not self._member_stop.wait(MEMBERSHIP_S):
+            try:
+                self.refresh()
+            except Exception as exc:  # noqa: BLE001 - the directory may be briefly away: next round
+                log.warning("could not look for nodes that joined or left %s: %s", self.config.join, exc)
+
+    def refresh(self, now: float | None = None) -> tuple[list[str], list[str]]:
+        """Look at the directory once (the membership thread does every ``MEMBERSHIP_S``): a node that
+        registered since is connected (its daemon must answer and prove the key), opens the invocations
+        open now, and is used from then on; a node that joined through the directory and whose entry is
+        gone is left out for good (its idle workers retired: ``on_change``). Returns (added, removed)."""
+        if self.cluster.redis is None or self.cluster.key is None:
+            return [], []
+        now = time.monotonic() if now is None else now
+        listed = {n["node"]: n for n in discover(self.cluster.redis, self.cluster.key, skip_bad=True)}
+        add, remove = membership_changes(set(self.nodes), self._joined, set(listed), self._join_failed, now)
+        added: list[str] = []
+        for name in add:
+            info = listed[name]
+            n = NodeEndpoint(name, info["socket"], address=info["address"])
+            try:
+                admin = self.connect_admin(n)
+                admin.snapshot()  # it answers (and, over the network, proved the key)
+            except (GfaasError, OSError) as exc:
+                log.warning("node %s at %s joined the directory but does not answer (%s); tried again in %.0f s",
+                            name, n.address, exc, RETRY_JOIN_S)
+                self._join_failed[name] = now
+                continue
+            with self.lock:  # no invocation opens meanwhile: each is open on the new node or opens there
+                try:
+                    for inv_id, (workflow, functions) in list(self._opened.items()):
+                        tokens = self.cluster.key.function_tokens(inv_id, list(functions))
+                        admin.open_invocation(workflow, list(functions), inv_id, tokens)
+                except (GfaasError, OSError) as exc:
+                    log.warning("node %s could not open the invocations in flight (%s); tried again later", name, exc)
+                    self._join_failed[name] = now
+                    admin.close()
+                    continue
+                # New dicts, not changed ones: other threads iterate these without the lock.
+                self.nodes = {**self.nodes, name: n}
+                self.admins = {**self.admins, name: admin}
+                self.cluster.node_ids = {a.node_id: nm for nm, a in self.admins.items()}
+            self._closers.append(admin.close)
+            self._joined.add(name)
+            self._join_failed.pop(name, None)
+            self.cluster.left.discard(name)
+            added.append(name)
+            log.warning("node %s at %s joined; it is used from now on", name, n.address)
+        for name in remove:
+            self.cluster.left.add(name)  # before it goes: pools stop its workers as they finish
+            with self.lock:
+                self.nodes = {k: v for k, v in self.nodes.items() if k != name}
+                admin = self.admins.get(name)
+                self.admins = {k: v for k, v in self.admins.items() if k != name}
+            self._joined.discard(name)
+            if admin is not None:
+                admin.close()
+            log.warning("node %s left the directory; its workers are retired", name)
+        if (added or remove) and self.on_change is not None:
+            self.on_change(added, remove)
+        return added, remove
 
     def _joined_nodes(self, have: set[str]) -> list[NodeEndpoint]:
         """The nodes registered in ``join``'s directory (other than ``have``)."""
@@ -202,6 +283,8 @@ class Nodes:
             else:
                 tokens = key.function_tokens(inv_id, functions)
                 self.admin.open_invocation(workflow, functions, inv_id, tokens)
+            if self._track:
+                self._opened[inv_id] = (workflow, tuple(functions))
             for name, admin in self.admins.items():
                 if admin is self.admin or name in down:
                     continue
@@ -223,7 +306,10 @@ class Nodes:
 
     def probe(self, node: str) -> None:
         with self.lock:
-            self.admins[node].snapshot()
+            admin = self.admins.get(node)
+            if admin is None:
+                raise NotFound(f"node {node!r} is not one of the runtime's nodes any more")
+            admin.snapshot()
 
     def check(self, node: str) -> None:
         """A worker on ``node`` died: if its daemon does not answer either, leave the node out."""
@@ -265,6 +351,7 @@ class Nodes:
     def send_hints(self, batch: HintBatch) -> None:
         """The hinter's round: one ``QueueState`` per node, on the hinter's own connections."""
         entries = [QueueEntry(*e) for e in batch[0]]
+        self._drop_left(self._hint_admins)
         for node in list(self.nodes):
             if not self.cluster.up(node):
                 continue
@@ -280,6 +367,7 @@ class Nodes:
     def end(self, inv: Ending) -> None:
         """Free ``inv``'s data on the nodes (or the Redis server), soon, on the ender's thread: its daemon
         round trips are off every caller's path and hold no lock the next submit waits for."""
+        self._opened.pop(inv.id, None)
         with self._end_cv:
             self._ending.append(inv)
             self._end_cv.notify()
@@ -305,6 +393,9 @@ class Nodes:
     def close(self) -> None:
         """Free what is still pending, stop the ender, and close the hinter's connections (before the
         node connections close: the runtime's closers do that)."""
+        self._member_stop.set()
+        if self._member_thread is not None:
+            self._member_thread.join(30)
         if self._ender_thread is not None:
             with self._end_cv:
                 self._ender_stop = True
@@ -312,6 +403,11 @@ class Nodes:
             self._ender_thread.join(30)
         for admin in self._hint_admins.values():
             admin.close()
+
+    def _drop_left(self, own: dict[str, Any]) -> None:
+        """Close a background thread's connections to nodes that left."""
+        for node in [n for n in own if n not in self.nodes]:
+            own.pop(node).close()
 
     def _own_admin(self, own: dict[str, Any], node: str) -> Any:
         """A background thread's own Admin connection to ``node`` (made on first use)."""
@@ -326,6 +422,7 @@ class Nodes:
 
     def _free(self, invs: list[Ending], own: dict[str, Any]) -> None:
         ids = [inv.id for inv in invs if inv.kind == "gfaas"]
+        self._drop_left(own)
         if ids:
             for node in list(self.nodes):
                 if not self.cluster.up(node):

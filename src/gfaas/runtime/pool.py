@@ -333,6 +333,23 @@ class FunctionPool:
             self.apply(d)
         return nxt
 
+    def retire_node(self, node: str) -> int:
+        """``node`` left the cluster: stop this pool's idle workers there now (busy ones stop when their
+        task ends: ``task_done``), then decide again, so the calls they would have taken get workers on
+        the nodes left. Returns how many were stopped now."""
+        if not self.locality or self.pinned:
+            return 0
+        with self.cv:
+            stopping = [s for s in self._slots.values() if s.node == node and s.state == "idle"]
+            for s in stopping:
+                s.state = "stopping"
+            d = None if self.closed else self._decide(time.monotonic(), sample=False)
+        for s in stopping:
+            self._spawn_stop(s)
+        if d is not None:
+            self.apply(d)
+        return len(stopping)
+
     def _pull(self, slot: _Slot) -> None:
         """A worker just became idle outside a reply (started): give it the next queued call, if any."""
         with self.cv:
