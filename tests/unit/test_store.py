@@ -558,6 +558,33 @@ def test_place_for_pulls(env: Env) -> None:
     assert st.stats()["objects"] == 0 and st.reserved == st.pooled_bytes == 1000
 
 
+def test_a_pull_lands_in_a_warm_segment_of_its_workflow_only(env: Env) -> None:
+    """After a pulled copy was read and freed, the next pull of an invocation of the same workflow reuses
+    its segment (no new allocation: fresh memory is what bounded pulls); one of another workflow, or one
+    too large for it, gets a new segment."""
+    st = env.store
+
+    def pull(inv: str, reader: str, nbytes: int) -> tuple[int, int]:
+        oid = os.urandom(16)
+        rec, seg = st.place(inv, "p", frozenset({reader}), {reader}, oid, nbytes, "raw", (nbytes,))
+        st.seal(None, oid)
+        return seg.id, len([k for k in env.kinds() if k[0] == "alloc"])
+
+    first, allocs = pull(env.inv.id, "c1", 4000)
+    st.get(env.s["c1"], list(st.objects)[0])  # read once by its one reader: freed, its segment goes warm
+    assert st.pooled_bytes == 4000
+    inv2 = st.open_invocation("wf", ["p", "c1"])
+    again, allocs2 = pull(inv2.id, "c1", 3000)
+    assert again == first and allocs2 == allocs and st.pooled_bytes == 0
+    other = st.open_invocation("other-wf", ["p", "c1"])
+    st.get(st.connect(inv2.tokens["c1"]), next(o for o, r in st.objects.items() if r.invocation == inv2.id))
+    assert st.pooled_bytes == 4000  # back in wf's pool
+    fresh, allocs3 = pull(other.id, "c1", 3000)
+    assert fresh != first and allocs3 == allocs + 1
+    big, allocs4 = pull(inv2.id, "c1", 9000)  # more than the warm segment holds
+    assert big != first and allocs4 == allocs + 2
+
+
 def test_stats_exact(env: Env) -> None:
     """stats() counts sealed and writing objects, reserved and live bytes, segments, sessions."""
     env.put(env.s["p"], 40, None)
