@@ -82,8 +82,9 @@ def test_a_function_placed_on_the_remote_node_works_with_derived_tokens(rt: Loca
 
 
 def test_a_node_due_for_a_probe_does_not_stall_submits(rt: LocalRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A node marked down is probed again after DOWN_S by the next submit, outside the admin lock the
-    probe itself takes (it deadlocked there once); it answers, so it is back."""
+    """A node marked down is probed again after DOWN_S by whoever asks next (a submit, the hinter, a
+    placement), outside the admin lock the probe itself takes (it deadlocked there once): submits do not
+    stall meanwhile; it answers, so it is back."""
     monkeypatch.setattr(C, "DOWN_S", 0.2)
     rt.cluster.mark_down("b", "test")
     time.sleep(0.3)
@@ -95,4 +96,65 @@ def test_a_node_due_for_a_probe_does_not_stall_submits(rt: LocalRuntime, monkeyp
 
     threading.Thread(target=go, daemon=True).start()
     assert done.wait(30), "a submit stalled while a node was due for a probe"
-    assert rt.cluster.up("b")
+    deadline = time.monotonic() + 5
+    while not rt.cluster.up("b"):  # (an up() while another caller's probe is in flight says False)
+        assert time.monotonic() < deadline, "node b did not come back though its daemon answers"
+        time.sleep(0.05)
+
+
+def test_an_invocation_opens_on_the_remote_node_once_and_never_on_the_gateways(rt: LocalRuntime,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the key and locality, a submit opens the invocation on the gateway's node (a) through
+    Nodes.open, and on b through open_on: ahead of time when the workflow has warm workers there, else
+    before its first task there; once per invocation either way, and never on a through open_on."""
+    assert rt.nodes.opens_lazily
+    opened: list[tuple[str, str]] = []
+    real = rt.nodes.open_on
+
+    def spy(node: str, workflow: str, functions: list[str], inv_id: str) -> None:
+        opened.append((node, inv_id))
+        real(node, workflow, functions, inv_id)
+
+    monkeypatch.setattr(rt.nodes, "open_on", spy)
+    ids = []
+    for name in ("seq", "seq2", "seq", "seq2"):
+        x = np.arange(1 << 16, dtype=np.float64)
+        res = rt.invoke(name, {"x": x}, timeout=30)
+        assert res.ok, res.error
+        np.testing.assert_array_equal(res.outputs["out"], -2 * x)
+        ids.append(res.invocation_id)
+    assert all(n == "b" for n, _ in opened)
+    assert sorted(i for _, i in opened) == sorted(ids)  # each invocation opened on b exactly once
+
+
+def test_a_node_that_cannot_open_the_invocation_fails_its_task_with_the_reason(rt: LocalRuntime,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """seq2's a runs on b: when b cannot open the invocation, the call fails naming the node and why."""
+    from gfaas.errors import DaemonUnavailable
+
+    def refuse(node: str, workflow: str, functions: list[str], inv_id: str) -> None:
+        raise DaemonUnavailable(f"node {node} is unreachable (test)")
+
+    monkeypatch.setattr(rt.nodes, "open_on", refuse)
+    res = rt.invoke("seq2", {"x": np.arange(1 << 16, dtype=np.float64)}, timeout=30)
+    assert not res.ok and "could not open invocation" in str(res.error) and "node b" in str(res.error), res.error
+
+
+def test_an_open_ahead_of_time_that_lands_late_is_still_ended(rt: LocalRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """seq runs on a, but b holds warm workers of it, so b is opened ahead of time; when that open lands
+    after the invocation ended, the end still follows it: nothing stays open on b."""
+    real = rt.nodes.open_on
+
+    def slow(node: str, workflow: str, functions: list[str], inv_id: str) -> None:
+        time.sleep(0.5)
+        real(node, workflow, functions, inv_id)
+
+    monkeypatch.setattr(rt.nodes, "open_on", slow)
+    x = np.arange(1 << 16, dtype=np.float64)
+    res = rt.invoke("seq", {"x": x}, timeout=30)
+    assert res.ok and {r.worker.rsplit("@", 1)[-1] for r in res.functions} == {"a"}, res
+    time.sleep(0.7)  # the open has landed on b by now
+    deadline = time.monotonic() + 10
+    while rt.nodes.admins["b"].stats()["invocations"]:
+        assert time.monotonic() < deadline, "the invocation opened late on b was never ended there"
+        time.sleep(0.05)

@@ -16,6 +16,7 @@ runs past its function's ``timeout_s``, fails the invocation it held and is repl
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import os
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dataplane.ids import DataRef
 from ..dataplane.protocol import QueueEntry
 from ..errors import ConfigError, FunctionFailed, GfaasError, NotFound, Overloaded, SpecError
 from ..policy.bandwidth import input_deadline, slo_for
@@ -71,7 +73,8 @@ class _Invocation:
     """One invocation's state (a slotted class: one is made per request)."""
 
     __slots__ = ("callbacks", "completing", "dag", "deadline", "done", "ended", "enqueued", "error", "failure",
-                 "homes", "host_s", "id", "inline_max", "kind", "opened", "prefer", "queued", "records", "refs",
+                 "homes", "host_s", "id", "inline_max", "kind", "on_nodes", "opened", "prefer", "queued", "records",
+                 "refs",
                  "result", "running", "spec", "status", "submitted", "tokens", "values", "version")
 
     def __init__(self, inv_id: str, spec: WorkflowSpec, version: int, kind: str, deadline: float | None) -> None:
@@ -85,6 +88,8 @@ class _Invocation:
         self.submitted = time.perf_counter()
         self.tokens: dict[str, str] = {}
         self.opened = False  # open on the node daemons (tokens drawn): only once something is stored there
+        # Nodes.opens_lazily: node -> set once the invocation is open there (None: open everywhere at once)
+        self.on_nodes: dict[str, _Once] | None = None
         self.refs: dict[tuple[str, str], str] = {}  # (source, output) -> reference
         # (source, output) -> a small value carried in the runtime's messages instead of the data plane
         self.values: dict[tuple[str, str], Value] = {}
@@ -130,6 +135,21 @@ class _Latch:
             return False
         self._lock.release()  # the next waiter passes too
         return True
+
+
+class _Once(_Latch):
+    """An open of an invocation on one node (Invoker._open_on): set when it is done; ``error`` if it failed."""
+
+    __slots__ = ("error",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.error = ""
+
+
+def _ready(once: _Once | None) -> bool:
+    """Whether an open on a node is done and went well (a task may go there without waiting)."""
+    return once is not None and once.is_set() and not once.error
 
 
 class _Running:
@@ -210,6 +230,7 @@ class Invoker:
         self._running: dict[int, _Running] = {}  # id(worker) -> its task in flight
         self._steps: dict[tuple[int, str], _Step] = {}
         self._loop = ReplyLoop(self._on_message, tick=self._sweep)
+        self._opens: concurrent.futures.ThreadPoolExecutor | None = None  # Nodes.opens_lazily: _opener
         self._hinter: QueueHinter | None = None
         if config.queue_hints:
             self._hinter = QueueHinter(self._hint_batch, nodes.send_hints, config.queue_hint_interval_s)
@@ -224,6 +245,8 @@ class Invoker:
         if self._hinter is not None:
             self._hinter.close()
             self._hinter = None
+        if self._opens is not None:
+            self._opens.shutdown(wait=True)
         self._loop.close()
 
     def queues_changed(self, inv: Any = None, queue: str | None = None) -> None:
@@ -316,12 +339,66 @@ class Invoker:
         if inv.opened or inv.kind != "gfaas":
             return
         tokens = self.nodes.open(inv.spec.name, [f.name for f in inv.spec.functions] + [GATEWAY], inv.id)
+        if self.nodes.opens_lazily:
+            done = _Once()
+            done.set()
+            inv.on_nodes = {self.nodes.first(): done}
+            # Where the workflow's warm workers are, the open starts now, on a thread of its own: its round
+            # trip overlaps the storing of the request's inputs instead of delaying the first task there.
+            pools = self.deployments.pools
+            for f in inv.spec.functions:
+                pool = pools.get(pool_key(inv.spec.name, inv.version, f.name))
+                for node in pool.worker_nodes() if pool is not None else ():
+                    self._open_on(inv, node, wait=False)
         inv.tokens, inv.opened = tokens, True
+
+    def _open_on(self, inv: _Invocation, node: str, wait: bool = True) -> None:
+        """Before a task of ``inv`` runs on ``node``: open ``inv`` there if it was opened lazily and is not
+        yet (once per node; tasks going there meanwhile wait for that open, and fail with its error).
+        ``wait=False``: start it on the opener's thread and return."""
+        on = inv.on_nodes
+        if on is None or not node:
+            return
+        with self._lock:
+            once = on.get(node)
+            first = once is None
+            if first:
+                once = on[node] = _Once()
+        assert once is not None
+        if first and not wait:
+            self._opener().submit(self._do_open, inv, node, once)
+            return
+        if first:
+            self._do_open(inv, node, once)
+        elif wait:
+            once.wait()
+        if wait and once.error:
+            raise WorkerDied(once.error)
+
+    def _do_open(self, inv: _Invocation, node: str, once: _Once) -> None:
+        try:
+            self.nodes.open_on(node, inv.spec.name, [f.name for f in inv.spec.functions] + [GATEWAY], inv.id)
+        except Exception as exc:  # noqa: BLE001 - every task going there fails with it (WorkerDied)
+            once.error = f"could not open invocation {inv.id} on node {node}: {exc}"
+        finally:
+            once.set()
+
+    def _opener(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The threads that open invocations on other nodes ahead of their tasks (made on first use)."""
+        with self._lock:
+            if self._opens is None:
+                self._opens = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="gfaas-open")
+            return self._opens
 
     def _note_preference(self, inv: _Invocation, fn: str) -> None:
         """The node holding most of ``fn``'s inputs, per the global directory (policy.locality)."""
         f = inv.spec.function(fn)
         refs = [inv.refs.get((i.source, i.output), "") for i in f.inputs]
+        named = {DataRef.parse(r).node for r in refs if r.startswith("gfaas://")}
+        if len(named) == 1:  # every stored input on one node: that node, without asking the directory
+            node = named.pop()
+            inv.prefer[fn] = self.nodes.cluster.node_ids.get(node, node)
+            return
         held = self.nodes.cluster.input_bytes(refs)
         if held:
             inv.prefer[fn] = choose_node(sorted(held), held)
@@ -521,12 +598,21 @@ class Invoker:
         run.chain = chain
         self._running[id(worker)] = run
         timeout = step.timeout + extra_s
+        opening = inv.on_nodes is not None and not _ready(inv.on_nodes.get(node))
         if not hasattr(worker, "send_task"):  # blocking workers (Ray, in-process): their runner thread
-            self._loop.run_blocking(worker, lambda: worker.run(task, timeout))
+            if opening:  # the open's round trip on the runner thread, not the loop's
+                def open_then_run() -> Any:
+                    self._open_on(inv, node)
+                    return worker.run(task, timeout)
+                self._loop.run_blocking(worker, open_then_run)
+            else:
+                self._loop.run_blocking(worker, lambda: worker.run(task, timeout))
             return
         # Enforced by the loop's sweep (every TICK_S): no timer is set, and the loop is not woken, per task.
         run.timeout, run.deadline = timeout, time.monotonic() + timeout
         try:
+            if opening:
+                self._open_on(inv, node)
             worker.send_task(task)
         except WorkerDied as exc:
             self._loop.post(functools.partial(self._on_message, worker, exc))

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gfaas.runtime")
 
+OPEN_WAIT_S = 10.0  # the longest the ender waits for an invocation's open on a node to land before ending it
+
 
 class Ending(Protocol):
     """What the ender frees of an ended invocation."""
@@ -271,12 +273,23 @@ class Nodes:
             return None
         return Binder(sock, welcome, self.transport_settings(node, "gfaas")["socket_path"])
 
+    @property
+    def opens_lazily(self) -> bool:
+        """Whether an invocation is opened on the gateway's node at submit and on each other node only
+        when a task first goes there (:meth:`open_on`): with a cluster key (each node derives the
+        tokens) and locality (tasks go where their inputs are, often to one machine). Each open on
+        another machine is a network round trip, ~0.7 ms on the lab, paid per node per invocation."""
+        return self.cluster.key is not None and self.locality
+
     def open(self, workflow: str, functions: list[str], inv_id: str) -> dict[str, str]:
         """Open the invocation on every node (that is up) with the same tokens: drawn by the first node,
-        or, with a cluster key, derived from it (each node on another machine derives its own)."""
+        or, with a cluster key, derived from it (each node on another machine derives its own). When
+        :attr:`opens_lazily`, only on the gateway's node: the others open as tasks reach them."""
         key = self.cluster.key
+        lazily = self.opens_lazily
         # Before the lock: a node due for a probe is probed here, on an admin connection (under the lock).
-        down = {name for name in self.admins if not self.cluster.up(name)} if len(self.admins) > 1 else set()
+        down = {name for name in self.admins if not self.cluster.up(name)} \
+            if len(self.admins) > 1 and not lazily else set()
         with self.lock:
             if key is None:
                 tokens: dict[str, str] = self.admin.open_invocation(workflow, functions, inv_id).tokens
@@ -285,6 +298,8 @@ class Nodes:
                 self.admin.open_invocation(workflow, functions, inv_id, tokens)
             if self._track:
                 self._opened[inv_id] = (workflow, tuple(functions))
+            if lazily:
+                return tokens
             for name, admin in self.admins.items():
                 if admin is self.admin or name in down:
                     continue
@@ -295,6 +310,22 @@ class Nodes:
                         raise
                     self.cluster.mark_down(name, str(exc))  # its workers get no calls of this invocation
         return tokens
+
+    def open_on(self, node: str, workflow: str, functions: list[str], inv_id: str) -> None:
+        """Open an invocation opened lazily (:meth:`open`) on ``node`` too, before a task goes there; the
+        node derives the tokens from the key. Raises (``RemoteError``, ``DaemonUnavailable``) when the node
+        does not answer, after marking it down."""
+        admin = self.admins.get(node)
+        if admin is None or admin is self.admin:
+            return
+        key = self.cluster.key
+        assert key is not None
+        try:
+            with self.lock:
+                admin.open_invocation(workflow, functions, inv_id, key.function_tokens(inv_id, functions))
+        except (RemoteError, DaemonUnavailable) as exc:
+            self.cluster.mark_down(node, str(exc))
+            raise
 
     def gateway_transport(self, inv_id: str, kind: str, tokens: dict[str, str]) -> Transport:
         """The platform's side of an invocation (its request inputs, its results): on the data plane,
@@ -421,6 +452,9 @@ class Nodes:
         return admin
 
     def _free(self, invs: list[Ending], own: dict[str, Any]) -> None:
+        for inv in invs:  # an open still on its way to a node (opened ahead of tasks) lands before the end
+            for once in (getattr(inv, "on_nodes", None) or {}).values():
+                once.wait(OPEN_WAIT_S)
         ids = [inv.id for inv in invs if inv.kind == "gfaas"]
         self._drop_left(own)
         if ids:

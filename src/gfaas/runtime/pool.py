@@ -153,6 +153,11 @@ class FunctionPool:
                     "start_ms_p50": start_phase_p50(self.start_phases),
                     "resources": self.res.describe(), "nodes": self._per_node()}
 
+    def worker_nodes(self) -> set[str]:
+        """The nodes this pool's warm workers are on (where its next calls will likely run)."""
+        with self.cv:
+            return {s.node for s in self._slots.values() if s.state in ("idle", "busy") and s.node}
+
     def _per_node(self) -> dict[str, int]:  # under self.cv
         out: dict[str, int] = {}
         for s in self._slots.values():
