@@ -48,7 +48,12 @@ def run_node_with_ray(cfg: NodeConfig, a: argparse.Namespace) -> int:
                       num_cpus=a.ray_cpus if a.ray_cpus is not None else (0 if head else None), num_gpus=a.ray_gpus)
     daemon = local.start_daemon(cfg, lifeline=True)  # it ends with this command, even if this is killed
     print(f"gfaas node {cfg.node_id}: daemon pid {daemon.pid} on {cfg.socket_path}", file=sys.stderr, flush=True)
-    ray = subprocess.Popen(argv, env=ray_env(PeerKey.from_file(cfg.cluster_key_file)), start_new_session=True)
+    from .runtime.ray_executor import NODE_SOCKET_ENV, NODE_STATE_ENV
+
+    # Its actors find this machine's daemon here (a code package's functions run sandboxed beside it).
+    env = {**ray_env(PeerKey.from_file(cfg.cluster_key_file)), NODE_SOCKET_ENV: cfg.socket_path,
+           NODE_STATE_ENV: cfg.state_dir}
+    ray = subprocess.Popen(argv, env=env, start_new_session=True)
     print(f"gfaas node {cfg.node_id}: Ray node pid {ray.pid} ({'head on port ' + str(head) if head else 'joined ' + a.ray_address}"
           f", resource gfaas_node_{cfg.node_id}); Ctrl-C or SIGTERM stops both", file=sys.stderr, flush=True)
     stop = threading.Event()

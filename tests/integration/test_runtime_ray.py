@@ -10,7 +10,6 @@ import pytest
 from test_runtime_local import CRASH, FANS, SEQ  # pytest puts this directory on sys.path
 
 from gfaas import workflows as W
-from gfaas.errors import SpecError
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'gfaas[ray]')")
@@ -81,13 +80,18 @@ def test_reference_workflows_on_ray_match_the_reference_executor(rt: LocalRuntim
     assert all("@ray:" in r.worker for r in res.functions if not r.skipped)
 
 
-def test_a_code_package_is_refused_on_ray_and_nothing_is_deployed(rt: LocalRuntime, tmp_path: Path) -> None:
-    """Ray's actors have no per-workflow sandbox, so a code package (code from a client) is refused
-    on a real Ray runtime, before anything is stored; the runtime serves on (issue 37, row 1)."""
+def test_a_code_package_needs_a_gfaas_nodes_ray_node_and_says_so(rt: LocalRuntime, tmp_path: Path) -> None:
+    """A package's functions run sandboxed beside a gfaas node's daemon (ray_executor.SandboxedActor): on
+    a Ray node that `gfaas node start --ray-address` did not start, the deploy (which starts a worker to
+    check the package) fails naming that command, nothing is deployed, and the runtime serves on (the
+    lab's test runs packages on two machines: test_cluster_ray.py)."""
     from test_runtime_code import package, spec
 
-    with pytest.raises(SpecError, match="code packages are not accepted with the ray executor"):
+    from gfaas.errors import CodePackageError
+
+    with pytest.raises(CodePackageError, match="was not started by `gfaas node start --ray-address`") as err:
         rt.deploy(spec("raycode"), code=package(tmp_path, 4))
+    assert "a handler names" not in str(err.value)
     assert "raycode" not in rt.workflows()
 
 

@@ -102,6 +102,7 @@ class Deployments:
         self._autoscaler = Autoscaler(lambda: list(self.pools.values()), config.scale_tick_s)
         self._forks: dict[tuple[int, bool], ForkServer] = {}  # (threads, torch) -> its template
         self._forks_lock = threading.Lock()
+        self._archives: dict[str, bytes] = {}  # a stored code package's directory -> its archive (Ray workers)
         nodes.on_change = self.nodes_changed
 
     def nodes_changed(self, added: list[str], removed: list[str]) -> None:
@@ -212,10 +213,24 @@ class Deployments:
 
             pin = {ray_resource(node): RAY_SLIVER} if self.nodes.locality and node else {}
             return RayWorker(init, num_cpus=self.config.ray_cpus_per_worker, resources=pin,
-                             start_timeout=60.0 if pin else 300.0)
+                             start_timeout=60.0 if pin else 300.0,
+                             package=self._archive(init.code_dir) if init.code_dir else None)
         netns = self.nodes.nodes[node].netns if node in self.nodes.nodes else ""
         return ProcessWorker(init, prefix=["ip", "netns", "exec", netns] if netns else None,
                              binder=self.nodes.binder(node), forks=None if netns else self.fork_server(init))
+
+    def _archive(self, code_dir: str) -> bytes:
+        """The archive of a stored code package, for a Ray actor on another machine (packed again from
+        the store: the same files give the same digest, which the actor checks)."""
+        from .codepkg import pack_dir
+
+        with self._forks_lock:
+            got = self._archives.get(code_dir)
+        if got is None:
+            got = pack_dir(code_dir)
+            with self._forks_lock:
+                self._archives[code_dir] = got
+        return got
 
     # -- scaling and resources (runtime.pool, policy.workerpool, policy.resources)
     def default_scaling(self) -> ScalingSpec:
@@ -251,7 +266,8 @@ class Deployments:
                 self._ledger(node).check_ever_fits(res, f"function {function!r}")
             except ConfigError as exc:
                 raise SpecError(str(exc)) from None
-        ident = self.tenant_identity(spec.name)
+        # Under Ray only a code package's functions are sandboxed (on their machine, SandboxedActor).
+        ident = self.tenant_identity(spec.name) if self.config.executor != "ray" or code_dir else None
         init = Init(spec.name, function, spec.text, self.config.scale, self.nodes.transport_settings(node),
                     self.config.threads_per_worker, self.device_of(spec.name, function),
                     self.gpu_of(spec.name, function), ident.uid if ident else -1, ident.gid if ident else -1,
@@ -323,13 +339,12 @@ class Deployments:
         workers, then makes it current: invocations submitted before finish on the old version,
         whose workers stop once they have. The same spec and code as the current version: nothing
         changes. A failure leaves the current version as it was."""
-        if code is not None and self.config.executor == "ray":
-            # Ray's actors run as Ray's user, without the uid-per-workflow sandbox: code from a client
-            # would run with whatever that user reaches (issue 37, row 1; docs/security.md).
-            raise SpecError("code packages are not accepted with the ray executor: its actors run functions as "
-                            "Ray's own user, without the per-workflow sandbox. Deploy the package to a runtime with "
-                            "the process executor (as root, for a uid per workflow), or install the handlers on "
-                            "every machine and name them in the spec (docs/deploy.md)")
+        if code is not None and self.config.executor == "ray" and self._tenants is None:
+            # Under Ray a package's functions run sandboxed on their machines (ray_executor.SandboxedActor),
+            # under a uid per workflow: with the sandbox off, code from a client would run as Ray's user.
+            raise SpecError("code packages need the sandbox (a uid per workflow) and it is off (sandbox='none'): "
+                            "turn it on, or install the handlers on every machine and name them in the spec "
+                            "(docs/deploy.md)")
         # A package's handlers are imported by its workers only, inside the sandbox: never here.
         spec = loads(spec_text, check_handlers=code is None)
         package = None
@@ -416,8 +431,10 @@ class Deployments:
                 with self._lock:
                     self._restore_gpus(spec.name, prior)
                 if stored is not None and isinstance(exc, FunctionFailed):
-                    raise CodePackageError(f"workflow {spec.name!r} (code {stored.digest[:12]}): {exc}; a handler "
-                                           "names module:function of a module inside the package") from None
+                    # (the hint only where a handler could be to blame, not where its machine refused it)
+                    hint = "" if "could not start: " in str(exc) and "Ray actor" in str(exc) else \
+                        "; a handler names module:function of a module inside the package"
+                    raise CodePackageError(f"workflow {spec.name!r} (code {stored.digest[:12]}): {exc}{hint}") from None
                 raise
             with self._lock:
                 old = self._versions.add(WorkflowVersion(number, spec, stored, note=note))

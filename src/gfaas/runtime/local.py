@@ -68,6 +68,9 @@ class LocalRuntime:
         tenants = None
         if sandbox_enabled(self.config.sandbox, self.config.executor):
             tenants = TenantIds(self.config.sandbox_uid_base)
+        elif self.config.executor == "ray" and self.config.sandbox != "none":
+            # uids for code packages only, whose functions run sandboxed on their machines (SandboxedActor)
+            tenants = TenantIds(self.config.sandbox_uid_base)
         elif self.config.sandbox == "auto" and self.config.executor == "process":
             log.warning("functions run as uid %d, the runtime's own: they can read what it can (the node's "
                         "state and tokens). Run as root for a uid per tenant (docs/security.md).", os.getuid())

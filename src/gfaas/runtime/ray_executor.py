@@ -6,6 +6,14 @@ exactly like local worker processes. On a multi-node Ray cluster every node runs
 daemon at the same socket path (``gfaas node start``), which is what the actors connect to.
 
 Control messages cross as msgspec bytes, so Ray pickles nothing of ours. ``ray`` is an optional extra.
+
+A function from a code package (``gfaas deploy --code``) runs in a :class:`SandboxedActor` instead: the
+actor receives the package with its start, checks it against its digest, stores it by content on its
+machine, and starts the function as a sandboxed worker process there (the process executor's
+:class:`~gfaas.runtime.worker.ProcessWorker`: the workflow's uid, an attached daemon connection bound
+per task, so the tenant's code never holds a token), relaying each task to it. It needs the machine's
+node daemon (``gfaas node start --ray-address`` tells its Ray node where, :data:`NODE_SOCKET_ENV`) and
+root, to switch uid.
 """
 
 from __future__ import annotations
@@ -13,11 +21,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import msgspec
+
 from ..errors import ConfigError, FunctionFailed, require_extra
 from .logs import Capture
 from .worker import Done, Failed, FunctionHost, Init, Reply, Task, TaskTimedOut, WorkerDied, _dec, _enc
 
 _ACTOR: Any = None
+_SANDBOXED: Any = None
+NODE_SOCKET_ENV, NODE_STATE_ENV = "GFAAS_NODE_SOCKET", "GFAAS_NODE_STATE_DIR"  # set by gfaas node start --ray-address
 
 
 def _ray() -> Any:
@@ -48,8 +60,69 @@ class FunctionActor:
         return _enc.encode(reply)
 
 
-def _actor_class() -> Any:
-    global _ACTOR
+class SandboxedActor:
+    """The actor body for a code package's function (see the module docstring)."""
+
+    def __init__(self, init: bytes, package: bytes) -> None:
+        from pathlib import Path
+
+        from ..dataplane.client import Admin, Binder
+        from .codepkg import CodeStore, read_archive
+        from .worker import ProcessWorker
+
+        msg = _dec.decode(init)
+        assert isinstance(msg, Init)
+        sock_path, state_dir = os.environ.get(NODE_SOCKET_ENV, ""), os.environ.get(NODE_STATE_ENV, "")
+        if not sock_path or not state_dir:
+            raise ConfigError(f"this Ray node was not started by `gfaas node start --ray-address`, which tells its "
+                              f"actors where the machine's node daemon is ({NODE_SOCKET_ENV}, {NODE_STATE_ENV}); "
+                              "a code package's functions run only there")
+        if msg.sandbox_uid < 0 or os.geteuid() != 0:
+            raise ConfigError(f"function {msg.function!r} comes from a code package, which runs only sandboxed "
+                              "under the workflow's uid: start the machine's `gfaas node start --ray-address` as root")
+        digest = Path(msg.code_dir).name
+        pkg = read_archive(package)  # checked again here: limits, paths, and that it is the package named
+        if pkg.digest != digest:
+            raise ConfigError(f"the code package sent for {msg.workflow}/{msg.function} has digest {pkg.digest[:12]}, "
+                              f"not {digest[:12]}: refusing to run it")
+        stored = CodeStore(code_root()).put(msg.workflow, pkg, group=msg.sandbox_gid)
+        init_here = msgspec.structs.replace(msg, code_dir=str(stored.path),
+                                            transport={"kind": "gfaas", "socket_path": sock_path})
+        self.admin = Admin(sock_path, state_dir=state_dir)
+        sock, welcome = self.admin.attach_socket()
+        self.worker = ProcessWorker(init_here, binder=Binder(sock, welcome, sock_path))
+
+    def ready(self) -> tuple[int, float]:
+        return int(self.worker.pid), float(getattr(self.worker, "load_s", 0.0))
+
+    def run(self, task: bytes) -> bytes:
+        msg = _dec.decode(task)
+        assert isinstance(msg, Task)
+        # The worker's transport is this machine's daemon, whatever the gateway named (the same socket).
+        msg = msgspec.structs.replace(msg, transport={})
+        return _enc.encode(self.worker.run(msg))
+
+
+def code_root() -> str:
+    """This machine's store of code packages for sandboxed actors: a directory of the actor's user in
+    the temporary directory, refused if someone else made it (its packages would be theirs to swap)."""
+    import stat
+    import tempfile
+
+    root = os.path.join(tempfile.gettempdir(), f"gfaas-code-{os.geteuid()}")
+    os.makedirs(root, mode=0o711, exist_ok=True)
+    st = os.lstat(root)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise ConfigError(f"{root} is not a directory of uid {os.geteuid()}: remove it (code packages are stored there)")
+    return root
+
+
+def _actor_class(sandboxed: bool = False) -> Any:
+    global _ACTOR, _SANDBOXED
+    if sandboxed:
+        if _SANDBOXED is None:
+            _SANDBOXED = _ray().remote(SandboxedActor)
+        return _SANDBOXED
     if _ACTOR is None:
         _ACTOR = _ray().remote(FunctionActor)
     return _ACTOR
@@ -80,7 +153,9 @@ class RayWorker:
     """A function slot backed by one Ray actor."""
 
     def __init__(self, init: Init, *, num_cpus: float, num_gpus: float = 0.0, start_timeout: float = 300.0,
-                 resources: dict[str, float] | None = None) -> None:
+                 resources: dict[str, float] | None = None, package: bytes | None = None) -> None:
+        """``package``: the archive of ``init``'s code package (its digest is ``init.code_dir``'s name):
+        the function runs sandboxed on its machine (:class:`SandboxedActor`)."""
         ray = _ray()
         self._ray = ray
         self._dead = False
@@ -88,15 +163,19 @@ class RayWorker:
         if num_cpus > total:
             raise ConfigError(f"function {init.function!r} asks Ray for {num_cpus} CPUs but the whole cluster has "
                               f"{total:g}; lower ray_cpus_per_worker or add Ray nodes")
-        # A version's code package is read from the runtime's store by path, which holds on this
-        # machine only: on a multi-machine cluster, deploy handlers installed on every machine
-        # (docs/deploy.md). ``resources`` pins the actor to one gfaas node (runtime.cluster.ray_resource).
-        self.actor = _actor_class().options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0,
-                                            max_task_retries=0, resources=resources or {}).remote(_enc.encode(init))
+        # ``resources`` pins the actor to one gfaas node (runtime.cluster.ray_resource). A code package
+        # travels with the actor's start (Ray's object store carries it to the machine).
+        cls = _actor_class(sandboxed=package is not None).options(
+            num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0, max_task_retries=0, resources=resources or {})
+        self.actor = cls.remote(_enc.encode(init)) if package is None else cls.remote(_enc.encode(init), package)
         try:
             self.pid, self.load_s = ray.get(self.actor.ready.remote(), timeout=start_timeout)
         except Exception as exc:  # noqa: BLE001 - Ray wraps the actor's own error
             self.stop()
+            cause = getattr(exc, "cause", None) or exc
+            if isinstance(cause, ConfigError) or "ConfigError" in str(exc):
+                raise FunctionFailed(f"Ray actor for function {init.function!r} could not start: "
+                                     f"{str(cause).strip().splitlines()[-1]}") from None
             free = ray.available_resources().get("CPU", 0.0)
             raise FunctionFailed(f"Ray actor for function {init.function!r} could not start within {start_timeout:g} s "
                                  f"({type(exc).__name__}: {exc}); Ray has {free:g} CPUs free and each function actor "
