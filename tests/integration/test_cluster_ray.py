@@ -100,17 +100,24 @@ with LocalRuntime(cfg) as rt:
         pkg = os.path.join(out, "pkg")
         os.makedirs(pkg, exist_ok=True)
         with open(os.path.join(pkg, "lab_tenant.py"), "w") as f:
-            f.write("import os\nUID = os.getuid()\n\ndef f(ctx, inputs):\n"
-                    "    return {'y': ctx.get(inputs['x']) * 3, 'uid': UID}\n")
-        rt.deploy("name: codewf\ninputs: {x: {dtype: float64, shape: [-1]}}\noutputs: {y: f.y, uid: f.uid}\n"
-                  "functions:\n  - {name: f, kind: cpu, handler: 'lab_tenant:f', inputs: {x: input.x}, "
-                  "outputs: {y: null, uid: {shape: []}}, scaling: {min: 2, max: 2}}\n", code=pkg)
+            # The tenant's code tries the node daemon's state (its admin token) on whichever machine it runs.
+            f.write("import os\nUID = os.getuid()\n\ndef f(ctx, inputs):\n    got = 0\n"
+                    "    for d in ctx.params['states']:\n        try:\n            os.listdir(d)\n            got = 1\n"
+                    "        except OSError:\n            pass\n"
+                    "    return {'y': ctx.get(inputs['x']) * 3, 'uid': UID, 'state': got}\n")
+        states = json.dumps([n["state_dir"] for n in lab["nodes"].values()])
+        rt.deploy("name: codewf\ninputs: {x: {dtype: float64, shape: [-1]}}\n"
+                  "outputs: {y: f.y, uid: f.uid, state: f.state}\n"
+                  "functions:\n  - {name: f, kind: cpu, handler: 'lab_tenant:f', params: {states: " + states + "}, "
+                  "inputs: {x: input.x}, outputs: {y: null, uid: {shape: []}, state: {shape: []}}, "
+                  "scaling: {min: 2, max: 2}}\n", code=pkg)
         report["code_nodes"] = rt.scaling_status("codewf")["functions"]["f"]["nodes"]
         runs = []
         def call(k):
             r = rt.invoke("codewf", {"x": np.arange(1000.0) + k}, timeout=60)
             runs.append({"ok": r.ok, "error": r.error, "where": [g.worker.rsplit("@", 1)[-1] for g in r.functions],
                          "uid": float(r.outputs["uid"]) if r.ok else None,
+                         "state": float(r.outputs["state"]) if r.ok else None,
                          "right": bool(r.ok and np.array_equal(r.outputs["y"], 3 * (np.arange(1000.0) + k)))})
         for _ in range(6):  # two at once, so both workers (one per machine) take calls
             ts = [threading.Thread(target=call, args=(k,)) for k in range(2)]
@@ -229,7 +236,7 @@ def test_bench_cluster_on_the_lab_measures_all_three_systems(lab: object) -> Non
 def test_a_code_package_runs_sandboxed_on_both_worker_machines(lab: object, tmp_path: object) -> None:
     """``deploy(spec, code=DIR)`` on the gateway's machine: the package reaches m1 and m2 with the actors'
     start (nothing installed there by hand), each worker runs it under the workflow's uid (not root),
-    and the results are right."""
+    which cannot list the node daemon's state directory (its admin token), and the results are right."""
     rep = _drive(lab, "code", str(tmp_path))
     assert rep["code_nodes"] == {"m1": 1, "m2": 1}, rep["code_nodes"]
     runs = rep["code_runs"]
@@ -237,6 +244,7 @@ def test_a_code_package_runs_sandboxed_on_both_worker_machines(lab: object, tmp_
     assert {w for r in runs for w in r["where"]} == {"m1", "m2"}, runs
     uids = {r["uid"] for r in runs}
     assert len(uids) == 1 and 0 not in uids, uids
+    assert all(r["state"] == 0 for r in runs), runs
 
 
 def test_a_killed_machine_fails_its_calls_clearly_and_the_rest_keeps_serving(lab: object, tmp_path: object) -> None:
