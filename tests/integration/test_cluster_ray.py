@@ -124,6 +124,33 @@ with LocalRuntime(cfg) as rt:
             [t.start() for t in ts]
             [t.join() for t in ts]
         report["code_runs"] = runs
+    elif mode == "join":  # machine m3 starts now; the running gateway must pick it up and use it
+        report["before"] = sorted(rt.nodes.nodes)
+        open(os.path.join(out, "start"), "w").close()
+        while not os.path.exists(os.path.join(out, "started")):
+            time.sleep(0.05)
+        with open(os.path.join(out, "started")) as f:
+            started = float(f.read())  # CLOCK_MONOTONIC: one clock for every namespace of the host
+        while "m3" not in rt.nodes.nodes:
+            assert time.monotonic() - started < 60, sorted(rt.nodes.nodes)
+            time.sleep(0.05)
+        report["joined_s"] = time.monotonic() - started
+        rt.deploy(SEQ.replace("name: seq", "name: joinseq").replace("{min: 2, max: 2}", "{min: 3, max: 3}"))
+        report["join_nodes"] = rt.scaling_status("joinseq")["functions"]["a"]["nodes"]
+        where, served = set(), None
+        while served is None and time.monotonic() - started < 120:
+            res = []
+            def call(k):
+                res.append(rt.invoke("joinseq", {"x": np.arange(1000.0) + k}, timeout=60))
+            ts = [threading.Thread(target=call, args=(k,)) for k in range(3)]
+            [t.start() for t in ts]
+            [t.join() for t in ts]
+            assert all(r.ok for r in res), [r.error for r in res]
+            for r in res:
+                where |= {g.worker.rsplit("@", 1)[-1] for g in r.functions}
+            if "m3" in where:
+                served = time.monotonic() - started
+        report["served_s"], report["where"] = served, sorted(where)
     else:  # kill a worker machine while invocations run; every one must end within its timeout
         ids, t0 = [], time.monotonic()
         for k in range(24):
@@ -155,7 +182,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     # GCS notices a dead machine within ~2 s (defaults: ~30 s), so the failure test stays short.
     env = {"PYTHONPATH": SUPPORT, "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
            "RAY_health_check_failure_threshold": "3", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
-    with NetLab(3, run_dir, rate_mbit=2000, extra_env=env) as lab:
+    with NetLab(4, run_dir, rate_mbit=2000, extra_env=env, standby=1) as lab:  # m3 joins later
         yield lab
 
 
@@ -287,3 +314,27 @@ def test_gfaas_serve_joins_the_cluster(lab: object, tmp_path: object) -> None:
     got = dict(np.load(os.path.join(out, "traffic.npz")))
     for key, value in W.run_local("traffic", seed=5, scale="small")["outputs"].items():
         assert same_output(got[key], value), f"traffic.{key} differs through gfaas serve on the cluster"
+
+
+def test_a_machine_started_after_the_gateway_is_used_without_a_restart(lab: object, tmp_path: object) -> None:
+    """Machine m3 starts while the gateway runs (after m2 was killed): the gateway's membership picks it
+    up within 10 s of its registering, and a workflow deployed then has a worker there that serves calls."""
+    import threading
+    import time
+
+    out = str(tmp_path)
+
+    def starter() -> None:
+        while not os.path.exists(os.path.join(out, "start")):
+            time.sleep(0.05)
+        lab.start_machine("m3")  # type: ignore[attr-defined]
+        with open(os.path.join(out, "started.tmp"), "w") as f:
+            f.write(repr(time.monotonic()))
+        os.rename(os.path.join(out, "started.tmp"), os.path.join(out, "started"))
+
+    threading.Thread(target=starter, daemon=True).start()
+    rep = _drive(lab, "join", out)
+    assert "m3" not in rep["before"], rep
+    assert rep["joined_s"] < 10, rep
+    assert rep["join_nodes"].get("m3", 0) >= 1, rep
+    assert rep["served_s"] is not None and "m3" in rep["where"], rep

@@ -115,7 +115,7 @@ def run(machines: int = 3, rate_mbit: float = 1000.0, sizes: list[int] | None = 
     check_capable()
     t0 = time.perf_counter()
     if lab is not None:
-        machines, rate_mbit = lab.testbed.nodes, lab.testbed.link.rate_mbit
+        machines, rate_mbit = lab.testbed.nodes - getattr(lab, "standby", 0), lab.testbed.link.rate_mbit
         with tempfile.TemporaryDirectory(prefix="gfaas-bench-cluster-") as run_dir:
             lab_s = 0.0
             doc = _drive(lab, {"sizes": sizes, "repeats": repeats, "requests": repeats, "workflows": wfs,

@@ -62,13 +62,19 @@ class NetLab:
     """``machines`` namespaces (>= 2) at ``rate_mbit`` each way; use as a context manager."""
 
     def __init__(self, machines: int, run_dir: str, rate_mbit: float = 10_000.0, cpus_per_node: float = 2.0,
-                 capacity_bytes: int = 512 * MiB, extra_env: dict[str, str] | None = None, ray: bool = True) -> None:
+                 capacity_bytes: int = 512 * MiB, extra_env: dict[str, str] | None = None, ray: bool = True,
+                 standby: int = 0) -> None:
+        """``standby``: the last machines have their namespace and link but start nothing until
+        :meth:`start_machine` (a machine that joins a running cluster)."""
         if machines < 2:
             raise ConfigError(f"machines={machines}: a lab has a head and at least one worker machine")
         self.testbed = Testbed(machines, rate_mbit)
         self.run_dir, self.cpus, self.capacity = run_dir, cpus_per_node, capacity_bytes
         self.extra_env = dict(extra_env or {})
         self.ray = ray
+        if not 0 <= standby < machines - 1:
+            raise ConfigError(f"standby={standby}: keep at least the head and one worker machine running")
+        self.standby = standby
         self.key_file = os.path.join(run_dir, "cluster.key")
         self.pw_file = os.path.join(run_dir, "redis.password")
         self._procs: dict[str, subprocess.Popen[bytes]] = {}  # "redis", "ray-<node>"
@@ -118,29 +124,40 @@ class NetLab:
         self._wait_port(0, RAY_PORT, "the Ray head")
         nodes: dict[str, dict[str, str]] = {}
         self.info = LabInfo(redis_url, self.pw_file, self.key_file, f"{self.head_ip}:{RAY_PORT}", self.head_ip, nodes)
-        for i in range(1, tb.nodes):  # each worker machine: the one command docs/deploy.md gives
-            name, ip = f"m{i}", tb.ips[i]
-            sock, state = os.path.join(self.run_dir, f"{name}.sock"), os.path.join(self.run_dir, f"{name}.state")
-            nodes[name] = {"ip": ip, "socket": sock, "state_dir": state}
-            argv = tb.exec_argv(i) + module_argv(
-                "gfaas", "node", "start", "--node-id", name, "--socket", sock,
-                "--state-dir", state, "--capacity", str(self.capacity), "--join", redis_url,
-                "--redis-password-file", self.pw_file, "--cluster-key-file", self.key_file, "--transfer-host", ip,
-                "--ray-address", f"{self.head_ip}:{RAY_PORT}", "--ray-cpus", f"{self.cpus:g}")
-            # One machine at a time: Ray gives a new raylet 30 s to register, which several starting
-            # at once on a 2-core host can miss. A machine that missed it (its command exits) starts again.
-            for attempt in (1, 2):
-                self._spawn(f"machine-{name}", argv, {**os.environ, **self.extra_env})
-                try:
-                    self._wait_ray_nodes(i + 1, stop_if=self._procs[f"machine-{name}"])
-                    break
-                except GfaasError as exc:
-                    if attempt == 2 or self._procs[f"machine-{name}"].poll() is None:
-                        raise
-                    log.warning("machine %s did not join Ray (%s); starting it again", name, str(exc)[:200])
+        self._password = password
+        for i in range(1, tb.nodes - self.standby):  # each worker machine: the one command docs/deploy.md gives
+            self.start_machine(f"m{i}", wait_registered=False)
         for name in nodes:  # registered in the directory before any gateway looks
             self._wait_registered(redis_url, password, name)
-        log.info("lab of %d machines up in %.1f s", tb.nodes, time.monotonic() - t0)
+        log.info("lab of %d machines up in %.1f s", tb.nodes - self.standby, time.monotonic() - t0)
+
+    def start_machine(self, name: str, wait_registered: bool = True) -> None:
+        """Start worker machine ``name`` (``m<i>``): its node daemon and Ray node, as ``gfaas node start
+        --join ... --ray-address ...``; returns once Ray counts it (and the directory lists it)."""
+        assert self.info is not None
+        tb, i = self.testbed, int(name[1:])
+        ip = tb.ips[i]
+        sock, state = os.path.join(self.run_dir, f"{name}.sock"), os.path.join(self.run_dir, f"{name}.state")
+        self.info.nodes[name] = {"ip": ip, "socket": sock, "state_dir": state}
+        argv = tb.exec_argv(i) + module_argv(
+            "gfaas", "node", "start", "--node-id", name, "--socket", sock,
+            "--state-dir", state, "--capacity", str(self.capacity), "--join", self.info.redis_url,
+            "--redis-password-file", self.pw_file, "--cluster-key-file", self.key_file, "--transfer-host", ip,
+            "--ray-address", f"{self.head_ip}:{RAY_PORT}", "--ray-cpus", f"{self.cpus:g}")
+        alive = 1 + sum(1 for p in self._procs if p.startswith("machine-") and self._procs[p].poll() is None)
+        # One machine at a time: Ray gives a new raylet 30 s to register, which several starting
+        # at once on a 2-core host can miss. A machine that missed it (its command exits) starts again.
+        for attempt in (1, 2):
+            self._spawn(f"machine-{name}", argv, {**os.environ, **self.extra_env})
+            try:
+                self._wait_ray_nodes(alive + 1, stop_if=self._procs[f"machine-{name}"])
+                break
+            except GfaasError as exc:
+                if attempt == 2 or self._procs[f"machine-{name}"].poll() is None:
+                    raise
+                log.warning("machine %s did not join Ray (%s); starting it again", name, str(exc)[:200])
+        if wait_registered:
+            self._wait_registered(self.info.redis_url, self._password, name)
 
     def _start_nodes_alone(self, redis_url: str, password: str) -> None:
         """``ray=False``: a node daemon on each worker machine, in the foreground of its command."""
