@@ -258,14 +258,19 @@ class NetLab:
         """Ray's daemons on a machine (raylet, its workers) may leave the ``ray start`` process group:
         find them by the node's address in their command lines."""
         i = int(name[1:]) if name[1:].isdigit() else 0
-        tag = f"--node-ip-address={self.testbed.ips[i]}" if name != "head" else self._ray_dir(name)
+        ip = self.testbed.ips[i]
+        # Ray's daemons write the address as one argument, ``ray start`` (its own session, which a
+        # machine's process group does not hold) as two: NUL-separated in /proc/<pid>/cmdline.
+        tags = [f"--node-ip-address={ip}".encode(), f"--node-ip-address\0{ip}\0".encode()] if name != "head" \
+            else [self._ray_dir(name).encode()]
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if tag.encode() in f.read():
-                        os.kill(int(pid), signal.SIGKILL)
+                    line = f.read()
+                if any(t in line for t in tags):
+                    os.kill(int(pid), signal.SIGKILL)
             except (OSError, ProcessLookupError):
                 continue
 
