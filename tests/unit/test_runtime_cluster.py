@@ -206,3 +206,9 @@ def test_refresh_adds_a_joined_node_with_the_invocations_in_flight_and_removes_o
     assert changes == [(["m1"], []), (["m2"], []), ([], ["m1"])]
     data["gfaas:nodeinfo:m1"] = info("m1")  # it comes back
     assert nodes.refresh(now=112.0) == (["m1"], []) and nodes.cluster.up("m1")
+    # With invocations opened lazily (key and locality), a node that joins opens nothing now: each
+    # in-flight invocation opens there with its first task (a second open would be refused there).
+    nodes.locality = True
+    admins["m3"] = FakeAdmin("m3")
+    data["gfaas:nodeinfo:m3"] = info("m3")
+    assert nodes.refresh(now=113.0) == (["m3"], []) and admins["m3"].opened == []

@@ -182,8 +182,8 @@ class Nodes:
                 self._join_failed[name] = now
                 continue
             with self.lock:  # no invocation opens meanwhile: each is open on the new node or opens there
-                try:
-                    for inv_id, (workflow, functions) in list(self._opened.items()):
+                try:  # (opened lazily, an invocation opens there with its first task: Invoker._open_on)
+                    for inv_id, (workflow, functions) in [] if self.opens_lazily else list(self._opened.items()):
                         tokens = self.cluster.key.function_tokens(inv_id, list(functions))
                         admin.open_invocation(workflow, list(functions), inv_id, tokens)
                 except (GfaasError, OSError) as exc:
