@@ -354,11 +354,13 @@ class FunctionHost:
         self._fn_log = logging.getLogger(f"gfaas.fn.{self.workflow}.{self.fn.name}")  # ctx.log, made once
         self.load_s = time.perf_counter() - t0
 
-    def run(self, task: Task, sock: socket.socket | None = None, need_data: Any = None) -> Reply:
+    def run(self, task: Task, sock: socket.socket | None = None, need_data: Any = None,
+            transport: Any = None) -> Reply:
         """Run one task. ``need_data``: for a lazy task, what asks the runtime to bind the attached
-        connection (called at the task's first use of the data plane, if any)."""
+        connection (called at the task's first use of the data plane, if any). ``transport``: the
+        task's transport, made by the caller (a Ray actor's attached connection); closed after."""
         try:
-            return self._run(task, sock, need_data)
+            return self._run(task, sock, need_data, transport)
         except Exception as exc:  # a handler's failure is its invocation's, never the worker's
             if sock is not None:
                 sock.close()
@@ -370,9 +372,11 @@ class FunctionHost:
             return Failed(task.invocation, type(exc).__name__, f"function {self.fn.name!r}: {exc}{hint}",
                           traceback.format_exc()[-8000:])
 
-    def _run(self, task: Task, sock: socket.socket | None, need_data: Any = None) -> Done:
+    def _run(self, task: Task, sock: socket.socket | None, need_data: Any = None, transport: Any = None) -> Done:
         t: Any
-        if task.bound:
+        if transport is not None:
+            t = transport
+        elif task.bound:
             if self.link is None:
                 raise DaemonUnavailable("the runtime bound a daemon connection this worker was not given; restart it")
             self.link.expect_binding(task.invocation)
