@@ -87,6 +87,11 @@ class FunctionFailed(WorkflowError):
     """A function's handler raised, returned something invalid, or its worker died mid-invocation."""
 
 
+class MachineRefused(FunctionFailed):
+    """A function's worker could not start because of its machine's set-up, not the function's code
+    (a Ray node that cannot run a code package sandboxed)."""
+
+
 class NotFound(WorkflowError):
     """No workflow, invocation or model of that name is known here."""
 

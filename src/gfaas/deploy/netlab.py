@@ -114,26 +114,26 @@ class NetLab:
         redis_url = f"redis://{self.head_ip}:{REDIS_PORT}/0"
         env = ray_env(key, {**os.environ, **self.extra_env})
         t0 = time.monotonic()
-        if not self.ray:
-            self._start_nodes_alone(redis_url, password)
-            log.info("lab of %d machines (no Ray) up in %.1f s", tb.nodes, time.monotonic() - t0)
-            return
-        self._spawn("ray-head", tb.exec_argv(0) + start_argv(
-            "head", head_port=RAY_PORT, node_ip=self.head_ip, num_cpus=0, temp_dir=self._ray_dir("head"),
-            object_store_bytes=128 * MiB), env)
-        self._wait_port(0, RAY_PORT, "the Ray head")
+        if self.ray:
+            self._spawn("ray-head", tb.exec_argv(0) + start_argv(
+                "head", head_port=RAY_PORT, node_ip=self.head_ip, num_cpus=0, temp_dir=self._ray_dir("head"),
+                object_store_bytes=128 * MiB), env)
+            self._wait_port(0, RAY_PORT, "the Ray head")
         nodes: dict[str, dict[str, str]] = {}
-        self.info = LabInfo(redis_url, self.pw_file, self.key_file, f"{self.head_ip}:{RAY_PORT}", self.head_ip, nodes)
+        self.info = LabInfo(redis_url, self.pw_file, self.key_file, f"{self.head_ip}:{RAY_PORT}" if self.ray else "",
+                            self.head_ip, nodes)
         self._password = password
         for i in range(1, tb.nodes - self.standby):  # each worker machine: the one command docs/deploy.md gives
             self.start_machine(f"m{i}", wait_registered=False)
         for name in nodes:  # registered in the directory before any gateway looks
             self._wait_registered(redis_url, password, name)
-        log.info("lab of %d machines up in %.1f s", tb.nodes - self.standby, time.monotonic() - t0)
+        log.info("lab of %d machines%s up in %.1f s", tb.nodes - self.standby, "" if self.ray else " (no Ray)",
+                 time.monotonic() - t0)
 
     def start_machine(self, name: str, wait_registered: bool = True) -> None:
-        """Start worker machine ``name`` (``m<i>``): its node daemon and Ray node, as ``gfaas node start
-        --join ... --ray-address ...``; returns once Ray counts it (and the directory lists it)."""
+        """Start worker machine ``name`` (``m<i>``): its node daemon and, with Ray, its Ray node, as
+        ``gfaas node start --join ... [--ray-address ...]``; returns once Ray counts it (and the directory
+        lists it)."""
         assert self.info is not None
         tb, i = self.testbed, int(name[1:])
         ip = tb.ips[i]
@@ -143,38 +143,25 @@ class NetLab:
             "gfaas", "node", "start", "--node-id", name, "--socket", sock,
             "--state-dir", state, "--capacity", str(self.capacity), "--join", self.info.redis_url,
             "--redis-password-file", self.pw_file, "--cluster-key-file", self.key_file, "--transfer-host", ip,
-            "--ray-address", f"{self.head_ip}:{RAY_PORT}", "--ray-cpus", f"{self.cpus:g}")
-        alive = 1 + sum(1 for p in self._procs if p.startswith("machine-") and self._procs[p].poll() is None)
-        # One machine at a time: Ray gives a new raylet 30 s to register, which several starting
-        # at once on a 2-core host can miss. A machine that missed it (its command exits) starts again.
-        for attempt in (1, 2):
+            *(("--ray-address", f"{self.head_ip}:{RAY_PORT}", "--ray-cpus", f"{self.cpus:g}") if self.ray
+              else ("--foreground",)))
+        if not self.ray:
             self._spawn(f"machine-{name}", argv, {**os.environ, **self.extra_env})
-            try:
-                self._wait_ray_nodes(alive + 1, stop_if=self._procs[f"machine-{name}"])
-                break
-            except GfaasError as exc:
-                if attempt == 2 or self._procs[f"machine-{name}"].poll() is None:
-                    raise
-                log.warning("machine %s did not join Ray (%s); starting it again", name, str(exc)[:200])
+        else:
+            alive = 1 + sum(1 for p in self._procs if p.startswith("machine-") and self._procs[p].poll() is None)
+            # One machine at a time: Ray gives a new raylet 30 s to register, which several starting
+            # at once on a 2-core host can miss. A machine that missed it (its command exits) starts again.
+            for attempt in (1, 2):
+                self._spawn(f"machine-{name}", argv, {**os.environ, **self.extra_env})
+                try:
+                    self._wait_ray_nodes(alive + 1, stop_if=self._procs[f"machine-{name}"])
+                    break
+                except GfaasError as exc:
+                    if attempt == 2 or self._procs[f"machine-{name}"].poll() is None:
+                        raise
+                    log.warning("machine %s did not join Ray (%s); starting it again", name, str(exc)[:200])
         if wait_registered:
             self._wait_registered(self.info.redis_url, self._password, name)
-
-    def _start_nodes_alone(self, redis_url: str, password: str) -> None:
-        """``ray=False``: a node daemon on each worker machine, in the foreground of its command."""
-        tb = self.testbed
-        nodes: dict[str, dict[str, str]] = {}
-        self.info = LabInfo(redis_url, self.pw_file, self.key_file, "", self.head_ip, nodes)
-        for i in range(1, tb.nodes):
-            name, ip = f"m{i}", tb.ips[i]
-            sock, state = os.path.join(self.run_dir, f"{name}.sock"), os.path.join(self.run_dir, f"{name}.state")
-            nodes[name] = {"ip": ip, "socket": sock, "state_dir": state}
-            self._spawn(f"machine-{name}", tb.exec_argv(i) + module_argv(
-                "gfaas", "node", "start", "--foreground", "--node-id", name, "--socket", sock,
-                "--state-dir", state, "--capacity", str(self.capacity), "--join", redis_url,
-                "--redis-password-file", self.pw_file, "--cluster-key-file", self.key_file, "--transfer-host", ip),
-                {**os.environ, **self.extra_env})
-        for name in nodes:
-            self._wait_registered(redis_url, password, name)
 
     def run_on(self, machine: int, argv: list[str], stdin: str = "", timeout: float = 300.0,
                stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[str]:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ..errors import CodePackageError, ConfigError, FunctionFailed, NotFound, SpecError
+from ..errors import CodePackageError, ConfigError, FunctionFailed, MachineRefused, NotFound, SpecError
 from ..policy.autoscale import ScalingSpec
 from ..policy.fusion import Stage, chains
 from ..policy.locality import choose_node
@@ -224,12 +224,9 @@ class Deployments:
         the store: the same files give the same digest, which the actor checks)."""
         from .codepkg import pack_dir
 
-        with self._forks_lock:
-            got = self._archives.get(code_dir)
-        if got is None:
-            got = pack_dir(code_dir)
-            with self._forks_lock:
-                self._archives[code_dir] = got
+        got = self._archives.get(code_dir)
+        if got is None:  # two starts racing both pack it: the same bytes
+            got = self._archives[code_dir] = pack_dir(code_dir)
         return got
 
     # -- scaling and resources (runtime.pool, policy.workerpool, policy.resources)
@@ -432,7 +429,7 @@ class Deployments:
                     self._restore_gpus(spec.name, prior)
                 if stored is not None and isinstance(exc, FunctionFailed):
                     # (the hint only where a handler could be to blame, not where its machine refused it)
-                    hint = "" if "could not start: " in str(exc) and "Ray actor" in str(exc) else \
+                    hint = "" if isinstance(exc, MachineRefused) else \
                         "; a handler names module:function of a module inside the package"
                     raise CodePackageError(f"workflow {spec.name!r} (code {stored.digest[:12]}): {exc}{hint}") from None
                 raise

@@ -162,7 +162,7 @@ class Nodes:
     def refresh(self, now: float | None = None) -> tuple[list[str], list[str]]:
         """Look at the directory once (the membership thread does every ``MEMBERSHIP_S``): a node that
         registered since is connected (its daemon must answer and prove the key), opens the invocations
-        open now, and is used from then on; a node that joined through the directory and whose entry is
+        open now (unless they open lazily: :attr:`opens_lazily`), and is used from then on; a node that joined through the directory and whose entry is
         gone is left out for good (its idle workers retired: ``on_change``). Returns (added, removed)."""
         if self.cluster.redis is None or self.cluster.key is None:
             return [], []
@@ -278,7 +278,7 @@ class Nodes:
         """Whether an invocation is opened on the gateway's node at submit and on each other node only
         when a task first goes there (:meth:`open_on`): with a cluster key (each node derives the
         tokens) and locality (tasks go where their inputs are, often to one machine). Each open on
-        another machine is a network round trip, ~0.7 ms on the lab, paid per node per invocation."""
+        another machine is a network round trip, paid per node per invocation."""
         return self.cluster.key is not None and self.locality
 
     def open(self, workflow: str, functions: list[str], inv_id: str) -> dict[str, str]:
@@ -296,7 +296,7 @@ class Nodes:
             else:
                 tokens = key.function_tokens(inv_id, functions)
                 self.admin.open_invocation(workflow, functions, inv_id, tokens)
-            if self._track:
+            if self._track and not lazily:  # (a lazily opened one opens on a joining node with its task)
                 self._opened[inv_id] = (workflow, tuple(functions))
             if lazily:
                 return tokens

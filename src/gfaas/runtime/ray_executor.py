@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import ConfigError, FunctionFailed, require_extra
+from ..errors import ConfigError, FunctionFailed, MachineRefused, require_extra
 from .logs import Capture
 from .worker import Done, Failed, FunctionHost, Init, Reply, Task, TaskTimedOut, WorkerDied, _dec, _enc
 
@@ -201,8 +201,9 @@ class RayWorker:
         except Exception as exc:  # noqa: BLE001 - Ray wraps the actor's own error
             self.stop()
             cause = getattr(exc, "cause", None) or exc
+            # (Ray hands the actor's own exception back as ``cause``, or only in its text)
             if isinstance(cause, ConfigError) or "ConfigError" in str(exc):
-                raise FunctionFailed(f"Ray actor for function {init.function!r} could not start: "
+                raise MachineRefused(f"Ray actor for function {init.function!r} could not start: "
                                      f"{str(cause).strip().splitlines()[-1]}") from None
             free = ray.available_resources().get("CPU", 0.0)
             raise FunctionFailed(f"Ray actor for function {init.function!r} could not start within {start_timeout:g} s "
