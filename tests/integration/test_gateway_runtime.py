@@ -152,6 +152,9 @@ def test_the_server_steps_invocations_on_its_event_loop_and_gives_the_replies_ba
         loop = rt.invoker.reply_loop
         assert rt.invoke("tiny", body, timeout=60).ok
         assert loop._thread.name == "gfaas-invoker"
+        polled: list[str] = []  # the server polls the replies after each chunk it reads, when it drives them
+        poll = rt.poll_replies
+        rt.poll_replies = lambda: (polled.append(threading.current_thread().name), poll())[1]  # type: ignore[method-assign]
         with serve_gateway(rt, access_log=False, token=TOKEN, limits=GatewayLimits(replies_on_loop=on_loop)) as gw:
             driver = loop._thread.name
             with GatewayClient(gw.url, token=TOKEN) as c:
@@ -160,5 +163,6 @@ def test_the_server_steps_invocations_on_its_event_loop_and_gives_the_replies_ba
         after = rt.invoke("tiny", body, timeout=60)
         assert loop._thread.name == "gfaas-invoker" and loop._thread.is_alive()
     assert driver == (f"gfaas-gateway-{gw.port}" if on_loop else "gfaas-invoker")
+    assert set(polled) == ({f"gfaas-gateway-{gw.port}"} if on_loop else set()) and len(polled) >= 20 * on_loop
     assert over_http == [expected_total(256)] * 20
     assert embedded.ok and after.ok

@@ -146,3 +146,35 @@ def test_closing_while_adopted_does_not_wait_for_a_thread(aloop: asyncio.Abstrac
     t0 = time.monotonic()
     rl.close()  # the server stopped without giving it back
     assert time.monotonic() - t0 < 5
+
+
+def test_poll_handles_a_waiting_reply_inside_the_callback_that_calls_it(aloop: asyncio.AbstractEventLoop) -> None:
+    """The gateway calls ``poll`` after each chunk a connection reads: a reply already in is handled
+    there and then, not after the rest of the event loop's round; from any other thread, or with no
+    loop adopting it, it does nothing."""
+    seen = _Seen()
+    rl = ReplyLoop(seen.on_message, name="gfaas-invoker-test")
+    w = _Worker("w1")
+    try:
+        rl.attach(w)
+        rl.post(lambda: None)
+        _on(aloop, lambda: rl.adopt(aloop))
+
+        def within_one_callback() -> list[Any]:
+            w.peer.send(b"r")  # in the socket now, but the event loop runs nothing else until we return
+            before = len(seen.events)
+            rl.poll()
+            return [before, len(seen.events)]
+
+        assert _on(aloop, within_one_callback) == [0, 1]
+        gate = threading.Event()
+        aloop.call_soon_threadsafe(gate.wait, 10)  # the event loop is busy until the gate opens
+        w.peer.send(b"other-thread")
+        rl.poll()  # not the adopting thread: a no-op (were it not, the reply would be read here)
+        assert len(seen.events) == 1
+        gate.set()  # the event loop reads it in its next round
+        got = seen.wait_for(2)
+    finally:
+        rl.close()
+    assert [e[1:] for e in got] == [("w1", "r"), ("w1", "other-thread")]
+    assert {e[0] for e in got} == {"aio"}

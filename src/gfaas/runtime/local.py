@@ -172,6 +172,11 @@ class LocalRuntime:
     def release_replies(self) -> None:
         self.invoker.reply_loop.release()
 
+    def poll_replies(self) -> None:
+        """Handle the workers' replies already in, on the thread that drives them (see
+        :meth:`drive_replies`; elsewhere a no-op)."""
+        self.invoker.reply_loop.poll()
+
     def queue_depths(self) -> dict[str, int]:
         return self.invoker.queue_depths()
 

@@ -128,6 +128,14 @@ class ReplyLoop:
         self._wakeup = None
         self._pump()
 
+    def poll(self) -> None:
+        """Handle the replies already in, now, when an asyncio loop drives this one and this is its
+        thread (a no-op otherwise). A server calls it between its own callbacks: in a round with
+        hundreds of connections ready, a worker's reply would otherwise wait for the next round,
+        and the worker idles that long before its next task (:meth:`_pump` runs once per round)."""
+        if self._aloop is not None and self._thread is threading.current_thread():
+            self._pump()
+
     # -- from any thread
     def post(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the loop's thread, soon."""

@@ -50,6 +50,9 @@ class _Bounds(asyncio.Protocol):
     proven: set[tuple[Any, ...]] = set()  # the clients that authenticated (the guard adds, bounded() sets)
     held: dict[Any, float] = {}  # refused clients -> monotonic time their next request may be read (the guard adds)
     max_header_bytes = 16 * 1024  # h11 enforces it itself; httptools does not, so it is counted here
+    # Called after each chunk a connection reads (the runtime's poll_replies, set by bounded()): the
+    # worker replies already in are handled then, not after every other ready connection of the round
+    between: Callable[[], None] | None = None
     # what the protocol classes below provide (for the type checker)
     cycle: Any
     connections: Any
@@ -129,6 +132,8 @@ class _Bounds(asyncio.Protocol):
             self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n"
                                  b"content-length: 0\r\n\r\n")
             self.transport.close()
+        if self.between is not None:
+            self.between()
 
     def _release(self) -> None:
         data, self._held = b"".join(self._held or ()), None
@@ -234,15 +239,18 @@ def _httptools() -> type | None:
 
 
 def bounded(header_timeout_s: float, max_connections: int, proven: set[tuple[Any, ...]] | None = None,
-            held: dict[Any, float] | None = None, refuse: Callable[[dict[str, Any]], Any] | None = None) -> type:
+            held: dict[Any, float] | None = None, refuse: Callable[[dict[str, Any]], Any] | None = None,
+            between: Callable[[], None] | None = None) -> type:
     """A protocol class with these bounds (uvicorn's ``http=`` takes a class): httptools's C parser
     where it is installed (a request costs the event loop less, which is what keeps refusals cheap
     under overload, docs/performance.md), else h11. ``proven``: the set of authenticated clients the
     gateway's guard fills (the app's ``state.gateway.proven_clients``); ``held``: the refused clients
     whose next request waits (the app's ``state.gateway.held_clients``, which the guard fills);
-    ``refuse``: what answers refusals before a request is built (the guard's ``early_refusal``; httptools only)."""
+    ``refuse``: what answers refusals before a request is built (the guard's ``early_refusal``; httptools only);
+    ``between``: what runs after each chunk a connection reads (the runtime's ``poll_replies``)."""
     base = _httptools() or BoundedH11Protocol
     return type(base.__name__, (base,), {"header_timeout_s": header_timeout_s, "max_connections": max_connections,
                                          "proven": proven if proven is not None else set(),
                                          "held": held if held is not None else {},
-                                         "refuse": staticmethod(refuse) if refuse is not None else None})
+                                         "refuse": staticmethod(refuse) if refuse is not None else None,
+                                         "between": staticmethod(between) if between is not None else None})

@@ -63,7 +63,8 @@ class GatewayServer:
         # over 16 KiB is a 400
         protocol = bounded(limits.header_timeout_s, _connection_cap(limits.max_connections),
                            app.state.gateway.proven_clients, app.state.gateway.held_clients,
-                           getattr(getattr(app, "guard", None), "early_refusal", None) if limits.early_refusals else None)
+                           getattr(getattr(app, "guard", None), "early_refusal", None) if limits.early_refusals else None,
+                           getattr(app.state.gateway.runtime, "poll_replies", None) if limits.replies_on_loop else None)
         config = uvicorn.Config(app, log_config=None, log_level=None, access_log=access_log, lifespan="on",
                                 timeout_graceful_shutdown=math.ceil(graceful_s), http=protocol,
                                 timeout_keep_alive=5, h11_max_incomplete_event_size=16 * 1024, loop=_loop())
