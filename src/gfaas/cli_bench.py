@@ -127,8 +127,9 @@ def add_parsers(sub: Any) -> None:
     _common(p, quick=False)
     p.add_argument("--machines", type=int, default=3, help="machines of the lab, the head included (default 3)")
     p.add_argument("--rate-mbit", type=float, default=1000.0, help="each machine's link, Mbit/s each way (default 1000)")
-    p.add_argument("--repeats", type=int, default=5, help="measured rounds per size and requests per workflow and "
-                   "transport, after one warm-up (default 5)")
+    p.add_argument("--repeats", type=int, default=15, help="measured rounds per size and requests per workflow and "
+                   "transport, interleaved, after one warm-up (default 15: a median of 5 moved by 10-15%% between "
+                   "runs, as much as the margins it judges)")
     p.add_argument("--sizes", default=None, help="tensor sizes (default 1MiB,16MiB,64MiB)")
     p.add_argument("--workflows", help="comma-separated reference workflows end to end (default: all six; '' for none)")
     p.set_defaults(func=_run(".bench.cluster", "main"))

@@ -95,7 +95,7 @@ def parse_sizes(text: str) -> list[int]:
     return out
 
 
-def run(machines: int = 3, rate_mbit: float = 1000.0, sizes: list[int] | None = None, repeats: int = 5,
+def run(machines: int = 3, rate_mbit: float = 1000.0, sizes: list[int] | None = None, repeats: int = 15,
         workflows: list[str] | None = None, say: Any = None, lab: Any = None) -> dict[str, Any]:
     """Build the lab, run the driver on its head, return the result (without provenance). ``lab``: a
     running :class:`~gfaas.deploy.netlab.NetLab` to use instead (its machines and rate; the tests share
