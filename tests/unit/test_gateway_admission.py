@@ -26,7 +26,7 @@ from test_gateway import (  # pytest puts this directory on sys.path
 )
 
 from gfaas.errors import ConfigError
-from gfaas.policy.admission import AdaptiveLimit
+from gfaas.policy.admission import AdaptiveLimit, Admission
 from gfaas.runtime.gateway import create_app
 from gfaas.runtime.gateway.admission import Admissions
 from gfaas.runtime.gateway.limits import GatewayLimits
@@ -43,6 +43,30 @@ def test_the_limit_admits_up_to_itself_then_queues_then_refuses_with_a_retry_aft
     lim.finished(0.5, 0.5)
     assert lim.admit(0.6, waiting=1).wait  # a newcomer does not pass the one waiting
     assert lim.release() and lim.in_flight == 4
+
+
+def test_retry_after_counts_the_clients_already_told_to_come_back() -> None:
+    """A full queue drains at the completion rate; the clients refused before and told to return
+    later are ahead of one refused now, so its Retry-After covers them too (a refusal answered
+    uncounted, as the server's protocol first asks, promises nothing); once their time is past they
+    no longer count."""
+    lim = AdaptiveLimit(initial=2, min_limit=2, max_limit=2, max_waiting=2, rate_window_s=1.0)
+    for k in range(20):  # 10 completions a second
+        assert lim.admit(k / 10).ok
+        lim.finished(k / 10 + 0.05, 0.05)
+    assert lim.admit(2.0).ok and lim.admit(2.0).ok  # full: 2 in flight, 2 waiting (the caller's)
+    looks = [lim.refusal(2.0, waiting=2, count=False) for _ in range(3)]
+    assert [a.retry_after_s for a in looks if a] == [1.0] * 3 and lim.deferred(2.0) == 0 and lim.refused == 0
+    # each counted refusal is one more client due back (after the whole seconds it was told)
+    after = [lim.admit(2.0, waiting=2).retry_after_s for _ in range(12)]
+    # excess = in flight + waiting - limit + 1 + deferred = 3 + k, at 10/s: at least 1 s
+    assert after == [1.0] * 8 + [1.1, 1.2, 1.3, 1.4]
+    assert lim.refused == 12 and lim.deferred(2.0) == 12
+    assert "12 refused clients are due back before you" in lim.admit(2.5, waiting=2).reason  # due at 3.5
+    # 8 were told 1 s (due at 3.0), 4 were told 2 s (1.1-1.4 s, in whole seconds: due at 4.0)
+    assert lim.deferred(2.99) == 13 and lim.deferred(3.0) == 5
+    lim.count_refusal(3.0, Admission(False, 0.2))  # a refusal made elsewhere: counted, due in a whole second
+    assert lim.refused == 14 and lim.deferred(3.0) == 6 and lim.deferred(3.5) == 5 and lim.deferred(4.0) == 0
 
 
 def test_a_request_that_cannot_finish_before_its_timeout_is_refused_at_once() -> None:
@@ -483,7 +507,8 @@ def test_the_servers_protocol_refuses_before_it_builds_the_request(monkeypatch: 
 def test_properties_refusal_is_admits_refusal_without_taking_a_place(
         limit: int, in_flight: int, max_waiting: int, waiting: int, timeout_s: float | None, done: int) -> None:
     """``refusal`` answers exactly the refusals ``admit`` answers, with the same Retry-After, and
-    never admits: what it changes is the refusal count alone (and with ``count=False`` not even that)."""
+    never admits: what it changes is the refusal count and the returns it asked for (with
+    ``count=False`` neither)."""
     import copy
 
     lim = AdaptiveLimit(initial=limit, min_limit=limit, max_limit=limit, max_waiting=max_waiting)
@@ -493,13 +518,13 @@ def test_properties_refusal_is_admits_refusal_without_taking_a_place(
     twin = copy.deepcopy(lim)
     now = done * 0.05
     asked = lim.refusal(now, timeout_s, waiting, count=False)  # a look that counts nothing
-    assert lim.refused == twin.refused
+    assert lim.refused == twin.refused and lim.deferred(now) == 0
     r, a = lim.refusal(now, timeout_s, waiting), twin.admit(now, timeout_s, waiting)
     assert asked == r
     if a.ok or a.wait:
         assert r is None and lim.refused == twin.refused
     else:
-        assert r == a and lim.refused == twin.refused
+        assert r == a and lim.refused == twin.refused and lim.deferred(now) == twin.deferred(now) == 1
     assert (lim.in_flight, lim.admitted) == (in_flight, 0)
 
 

@@ -20,12 +20,18 @@ restated here from their documentation (no code of theirs was used):
   its timeout. Otherwise it is refused at once, with a ``Retry-After`` of about the time the excess
   needs to drain. Each completion lets :meth:`release` admit one waiter (the caller wakes exactly
   that one), so the runtime behind sees about ``limit`` invocations however many clients wait.
+* the excess counts the clients refused earlier and told to come back later than now (``deferred``):
+  they are ahead of a client refused now. Without them, under a full queue, a thousand refused clients
+  were all told 1 s, came back together, found the queue as full, and were refused again, each
+  refusal costing the server as much as a tenth of an invocation; counting them spreads the returns
+  over the time the backlog really needs.
 
 Pure and clock-injected: the caller passes ``now`` and the latencies it measured.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -33,6 +39,8 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 
 __all__ = ["Admission", "AdaptiveLimit"]
+
+MAX_PROMISED = 1 << 16  # refused clients' returns remembered (past it, later refusals are not counted)
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,21 @@ class AdaptiveLimit:
         self.in_flight = 0
         self.admitted = 0
         self.refused = 0
+        self._promised: list[float] = []  # a heap of the times refused clients were told to come back
+
+    def deferred(self, now: float) -> int:
+        """Refused clients told to come back after ``now`` (see the module docstring)."""
+        promised = self._promised
+        while promised and promised[0] <= now:
+            heapq.heappop(promised)
+        return len(promised)
+
+    def count_refusal(self, now: float, decision: Admission) -> None:
+        """Count a refusal made (as :meth:`refusal` does with ``count=True``) and the return it asked
+        for: the whole seconds of its ``Retry-After`` header."""
+        self.refused += 1
+        if len(self._promised) < MAX_PROMISED:
+            heapq.heappush(self._promised, now + max(1.0, math.ceil(decision.retry_after_s)))
 
     def rate(self, now: float) -> float:
         """Completions per second over the last ``rate_window_s``; 0 until a whole window has passed
@@ -109,19 +132,22 @@ class AdaptiveLimit:
         cap = self.cap
         rate = self.rate(now)
         ahead = self.in_flight + waiting
+        out: Admission | None = None
         if timeout_s is not None and rate > 0 and self.fast is not None:
             expected = ahead / rate + self.fast
             if expected > timeout_s:
-                self.refused += count
-                return Admission(False, self._drain(ahead, rate),
-                                 f"it would finish in about {expected:.2f} s ({ahead} ahead at "
-                                 f"{rate:.0f}/s), after its timeout of {timeout_s:g} s")
-        if (self.in_flight >= cap or waiting > 0) and waiting >= self.max_waiting:
-            self.refused += count
-            return Admission(False, self._drain(ahead - cap + 1, rate),
-                             f"{self.in_flight} invocations in flight (the limit now is {cap}) and {waiting} "
-                             f"waiting (max_waiting={self.max_waiting})")
-        return None
+                out = Admission(False, self._drain(ahead + self.deferred(now), rate),
+                                f"it would finish in about {expected:.2f} s ({ahead} ahead at "
+                                f"{rate:.0f}/s), after its timeout of {timeout_s:g} s")
+        if out is None and (self.in_flight >= cap or waiting > 0) and waiting >= self.max_waiting:
+            deferred = self.deferred(now)
+            out = Admission(False, self._drain(ahead - cap + 1 + deferred, rate),
+                            f"{self.in_flight} invocations in flight (the limit now is {cap}) and {waiting} "
+                            f"waiting (max_waiting={self.max_waiting})" +
+                            (f"; {deferred} refused clients are due back before you" if deferred else ""))
+        if out is not None and count:
+            self.count_refusal(now, out)
+        return out
 
     def release(self) -> bool:
         """Whether one waiter may be admitted now (then it counts in flight)."""

@@ -115,12 +115,13 @@ class Admissions:
         with self._lock:
             return gate.lim.refusal(time.monotonic(), timeout_s, len(gate.waiting), count=count)
 
-    def count_refusal(self, workflow: str) -> None:
-        """Count a refusal :meth:`refused_now` answered uncounted (``count=False``) and that was made."""
+    def count_refusal(self, workflow: str, decision: Admission) -> None:
+        """Count a refusal :meth:`refused_now` answered uncounted (``count=False``) and that was made
+        (with the return its ``Retry-After`` asks for: the limit counts those still away)."""
         gate = self._gate(workflow)
         if gate is not None:
             with self._lock:
-                gate.lim.refused += 1
+                gate.lim.count_refusal(time.monotonic(), decision)
 
     def finished(self, lim: AdaptiveLimit | None, latency_s: float | None, service_s: float | None = None) -> None:
         """An admitted invocation ended: free its place and admit the oldest waiter if there is room."""

@@ -211,7 +211,7 @@ class Guard:
         decision = gw.admissions.refused_now(name, wait, count=False)
         if decision is None or self._refusal(scope, path) is not None:
             return None
-        gw.admissions.count_refusal(name)  # nothing ran between: the decision stands, and is counted once
+        gw.admissions.count_refusal(name, decision)  # nothing ran between: the decision stands, counted once
         client = scope.get("client")
         if self.token is not None and client is not None:
             gw.proven_clients.add(tuple(client))  # authenticated (as the guard notes it)
