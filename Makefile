@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results isolation-ab-results ray-serve-results profile-results cluster-results pull-results
+.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results overload-retry-ab-results isolation-ab-results ray-serve-results profile-results cluster-results pull-results
 
 $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): gfaas and its test dependencies (first time: 1-2 minutes, about 1 GB; then seconds)"
@@ -163,6 +163,13 @@ isolation-ab-results: $(STAMP)
 	$(BIN)/python benchmarks/ab_dataplane.py --base $(ISOLATION_AB_BASE) --pairs 6 --json $(R)/dataplane-ab-issue37-cpu.json
 
 OVERLOAD_AB_BASE := 75b7b63
+# Retry-After that counts the clients already told to come back, against the commit before it: clients
+# that honour it, 16 and 2,000 connections, interleaved (about 7 minutes)
+RETRY_AB_BASE := b878c4f
+overload-retry-ab-results: $(STAMP)
+	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-retry-ab-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/python benchmarks/ab_overload.py --base $(RETRY_AB_BASE) --pairs 3 --connections 16,2000 --retry-after-cap 30 --json $(R)/overload-retry-ab.json
+
 overload-ab-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-ab-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python benchmarks/ab_overload.py --base $(OVERLOAD_AB_BASE) --pairs 3 --json $(R)/overload-ab.json
