@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results overload-retry-ab-results isolation-ab-results ray-serve-results profile-results cluster-results pull-results
+.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results overload-retry-ab-results overload-gateway-ab-results isolation-ab-results ray-serve-results profile-results cluster-results pull-results
 
 $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): gfaas and its test dependencies (first time: 1-2 minutes, about 1 GB; then seconds)"
@@ -169,6 +169,13 @@ RETRY_AB_BASE := b878c4f
 overload-retry-ab-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-retry-ab-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python benchmarks/ab_overload.py --base $(RETRY_AB_BASE) --pairs 3 --connections 16,2000 --retry-after-cap 30 --json $(R)/overload-retry-ab.json
+
+# This round's gateway changes together (replies polled between connections, Retry-After counting the
+# clients already told to come back) against the commit before them, clients honouring Retry-After
+SESSION_AB_BASE := 989d9b1
+overload-gateway-ab-results: $(STAMP)
+	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-gateway-ab-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/python benchmarks/ab_overload.py --base $(SESSION_AB_BASE) --pairs 3 --connections 16,2000 --retry-after-cap 30 --json $(R)/overload-gateway-ab.json
 
 overload-ab-results: $(STAMP)
 	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-ab-results: commit your changes first (results record the commit)"; exit 1; }
