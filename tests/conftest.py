@@ -97,14 +97,14 @@ def _has_cuda_gpu() -> bool:
 
 
 def _netns_capable() -> bool:
-    return os.geteuid() == 0 and shutil.which("ip") is not None
+    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is not None and not _has_cuda_gpu():
         pytest.skip("needs a CUDA GPU (no /dev/nvidia0 on this machine)")
     if item.get_closest_marker("netns") is not None and not _netns_capable():
-        pytest.skip("needs root and the `ip` tool to create network namespaces")
+        pytest.skip("needs root and iproute2 (ip, tc) to create network namespaces and shape their links")
     if item.get_closest_marker("root") is not None and os.geteuid() != 0:
         pytest.skip("needs root (a separate uid per tenant, or files owned by another user)")
 

@@ -22,9 +22,9 @@ restated here from their documentation (no code of theirs was used):
   that one), so the runtime behind sees about ``limit`` invocations however many clients wait.
 * the excess counts the clients refused earlier and told to come back later than now (``deferred``):
   they are ahead of a client refused now. Without them, under a full queue, a thousand refused clients
-  were all told 1 s, came back together, found the queue as full, and were refused again, each
-  refusal costing the server as much as a tenth of an invocation; counting them spreads the returns
-  over the time the backlog really needs.
+  were all told 1 s, came back together, found the queue as full, and were refused again; counting
+  them spreads the returns over the time the backlog really needs (fewer refusals of clients that
+  honour ``Retry-After``: ``benchmarks/results/overload-retry-ab.json``).
 
 Pure and clock-injected: the caller passes ``now`` and the latencies it measured.
 """

@@ -51,6 +51,7 @@ from .versions import VersionTable, WorkflowVersion
 from .worker import Init, InProcessWorker, ProcessWorker
 
 log = logging.getLogger("gfaas.runtime")
+ARCHIVES_KEPT = 8  # code packages kept packed for Ray actors' starts (each up to max_code_bytes)
 
 EdgeSizes = Callable[[str], Any]  # workflow name -> its measured edge sizes (None: declared shapes)
 
@@ -226,7 +227,10 @@ class Deployments:
 
         got = self._archives.get(code_dir)
         if got is None:  # two starts racing both pack it: the same bytes
-            got = self._archives[code_dir] = pack_dir(code_dir)
+            got = pack_dir(code_dir)
+            while len(self._archives) >= ARCHIVES_KEPT:  # the oldest first: redeploys add versions
+                self._archives.pop(next(iter(self._archives)), None)
+            self._archives[code_dir] = got
         return got
 
     # -- scaling and resources (runtime.pool, policy.workerpool, policy.resources)

@@ -74,8 +74,7 @@ class _Invocation:
 
     __slots__ = ("callbacks", "completing", "dag", "deadline", "done", "ended", "enqueued", "error", "failure",
                  "homes", "host_s", "id", "inline_max", "kind", "on_nodes", "opened", "prefer", "queued", "records",
-                 "refs",
-                 "result", "running", "spec", "status", "submitted", "tokens", "values", "version")
+                 "refs", "result", "running", "spec", "status", "submitted", "tokens", "values", "version")
 
     def __init__(self, inv_id: str, spec: WorkflowSpec, version: int, kind: str, deadline: float | None) -> None:
         self.id = inv_id

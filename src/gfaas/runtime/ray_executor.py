@@ -53,7 +53,7 @@ class FunctionActor:
         # Hello and close per task. Elsewhere (or if it breaks): a connection per task, as before.
         self.admin: Any = None
         self.attached: Any = None
-        sock_path, state_dir = os.environ.get(NODE_SOCKET_ENV, ""), os.environ.get(NODE_STATE_ENV, "")
+        sock_path, state_dir = _node_daemon()
         if sock_path and state_dir and msg.transport.get("socket_path") == sock_path:
             from ..dataplane.client import Admin
             from ..errors import GfaasError
@@ -100,7 +100,7 @@ class SandboxedActor:
 
         msg = _dec.decode(init)
         assert isinstance(msg, Init)
-        sock_path, state_dir = os.environ.get(NODE_SOCKET_ENV, ""), os.environ.get(NODE_STATE_ENV, "")
+        sock_path, state_dir = _node_daemon()
         if not sock_path or not state_dir:
             raise ConfigError(f"this Ray node was not started by `gfaas node start --ray-address`, which tells its "
                               f"actors where the machine's node daemon is ({NODE_SOCKET_ENV}, {NODE_STATE_ENV}); "
@@ -129,6 +129,11 @@ class SandboxedActor:
         # The worker's transport is this machine's daemon, whatever the gateway named (the same socket).
         msg = msgspec.structs.replace(msg, transport={})
         return _enc.encode(self.worker.run(msg))
+
+
+def _node_daemon() -> tuple[str, str]:
+    """This machine's node daemon (socket, state directory), as its Ray node was told; "" if not."""
+    return os.environ.get(NODE_SOCKET_ENV, ""), os.environ.get(NODE_STATE_ENV, "")
 
 
 def code_root() -> str:
