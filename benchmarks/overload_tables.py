@@ -14,6 +14,8 @@ from typing import Any
 
 from doc_blocks import table_main
 
+from gfaas.bench.rounds import summarize
+
 
 def _ms(x: Any) -> str:
     return "-" if x is None else f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
@@ -27,9 +29,10 @@ def _floor(doc: dict[str, Any], when: str) -> str:
 def block(doc: dict[str, Any]) -> str:
     prov = doc.get("provenance", {})
     m = prov.get("machine") or {}
-    rows = doc["rows"]
+    rows = summarize(doc["rows"])  # one line per count: medians over its rounds
     base = rows[0]["goodput_rps"] or 1.0
     cfg = doc.get("config", {})
+    rounds = cfg.get("rounds", 1)
     lines = [f"One `{prov.get('command', 'gfaas bench overload --json')}` run at commit "
              f"`{str(prov.get('commit', '?'))[:7]}` on {m.get('cpu_model', '?')} ({m.get('cores', '?')} CPUs): "
              f"pipe floor {doc['floor_us']:.1f} us (p50 {_floor(doc, 'start')} us at the start, {_floor(doc, 'end')} us "
@@ -41,12 +44,17 @@ def block(doc: dict[str, Any]) -> str:
                 if doc.get("steal_s") else "")
              + ("A refused client retries at once." if cfg.get("retry_after_cap_s", 1.0) == 0 else
                 f"A refused client waits Retry-After, at most {cfg.get('retry_after_cap_s', 1.0):g} s, times "
-                f"1 + {cfg.get('retry_jitter', 0.0):g} u."), "",
+                f"1 + {cfg.get('retry_jitter', 0.0):g} u.")
+             + (f" Each count ran {rounds} times, forward then backward (16, 256, 2,000, 2,000, 256, 16, ...): "
+                "goodput, latencies and load generator CPU are the median of its rounds (each round's goodput "
+                "in brackets), refusal p99s the worst round's, counts the sum of all rounds." if rounds > 1 else ""),
+             "",
              "| connections | goodput /s | vs the first row | p50 ms | p99 ms | refused | refusal p99 ms | "
              "after the first s | failed | lost / dup | load generator CPU |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
-        lines.append(f"| {r['connections']:,} | {r['goodput_rps']:.1f} | {r['goodput_rps'] / base:.2f} | "
+        runs = f" ({', '.join(f'{g:,.0f}' for g in r['goodput_runs'])})" if r["rounds"] > 1 else ""
+        lines.append(f"| {r['connections']:,} | {r['goodput_rps']:.1f}{runs} | {r['goodput_rps'] / base:.2f} | "
                      f"{_ms(r['p50_ms'])} | {_ms(r['p99_ms'])} | {r['rejected']:,} | {_ms(r['reject_p99_ms'])} | "
                      f"{_ms(r.get('reject_p99_after_1s_ms'))} | "
                      f"{r['failed']} | {r['lost']} / {r['duplicated']} | {r['loadgen_cpu_frac']:.2f} core |")

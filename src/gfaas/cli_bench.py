@@ -116,6 +116,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--retry-after-cap", type=float, default=None,
                    help="the longest Retry-After a refused client waits, before the jitter (default 1 s: clients come "
                         "back sooner than the server asks, the harder case; 0: they retry at once)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="run the connection counts this many times, forward then backward; goodput is each count's "
+                        "median (default 1; the committed overload*.json: 3)")
     p.set_defaults(func=_run(".bench.overload", "main"))
 
     p = bs.add_parser("ray-serve", help="a two-function pipeline against a Ray Serve composition (the ray extra)")

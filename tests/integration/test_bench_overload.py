@@ -29,11 +29,12 @@ ROW_KEYS = {"connections": int, "goodput_rps": float, "p50_ms": float, "p99_ms":
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
-    """One quick run of the benchmark for every test here (it takes about 20 s): 8 and 200 connections."""
+    """One quick run of the benchmark for every test here (it takes about 30 s): 8 and 200 connections,
+    two rounds (8, 200, then 200, 8)."""
     out = tmp_path_factory.mktemp("overload") / "overload.json"
     proc = subprocess.run(
         [sys.executable, "-m", "gfaas", "bench", "overload", "--quick", "--json", "--out", str(out),
-         "--connections", "8,200", "--duration", "3"],
+         "--connections", "8,200", "--duration", "3", "--rounds", "2"],
         capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout), proc.stderr, out  # nothing but the JSON document on stdout
@@ -44,12 +45,16 @@ def test_quick_run_shape_and_accounting(run: tuple[dict[str, Any], str, Path]) -
     server finished exactly the invocations the client was answered."""
     doc, stderr, out = run
     assert json.loads(out.read_text()) == doc
-    assert "connections for 3 s" in stderr  # progress goes to stderr
+    assert "connections for 3 s (round 2 of 2)" in stderr  # progress goes to stderr
 
     assert isinstance(doc["floor_us"], float) and doc["floor_us"] > 0
     assert isinstance(doc["invoke_p50_us"], float) and doc["invoke_p50_us"] > 0
     assert set(doc["invoke_breakdown_p50_ms"]) == {"queue", "host_pass", "fn_pass", "compute", "total"}
-    assert [r["connections"] for r in doc["rows"]] == [8, 200]
+    assert [(r["round"], r["connections"]) for r in doc["rows"]] == [(0, 8), (0, 200), (1, 200), (1, 8)]
+    assert [(s["connections"], s["rounds"]) for s in doc["summary"]] == [(8, 2), (200, 2)]
+    for s in doc["summary"]:
+        runs = [r["goodput_rps"] for r in doc["rows"] if r["connections"] == s["connections"]]
+        assert s["goodput_runs"] == runs and s["goodput_rps"] == round(sum(runs) / 2, 3)  # the median of two
     for r in doc["rows"]:
         for key, kind in ROW_KEYS.items():
             assert isinstance(r[key], kind) or (kind is float and isinstance(r[key], int)), (key, r[key])
@@ -72,13 +77,13 @@ def test_quick_run_shape_and_accounting(run: tuple[dict[str, Any], str, Path]) -
     prov = doc["provenance"]
     assert prov["machine"]["cores"] >= 1 and "commit" in prov and "dirty" in prov
     assert prov["settings"] == {"connections": "8,200", "duration": 3.0, "quick": True, "retry_after_cap": None,
-                                "retry_jitter": None}
+                                "retry_jitter": None, "rounds": 2}
 
 
 def test_regression_guards_goodput_holds_and_the_invocation_stays_near_the_floor(
         run: tuple[dict[str, Any], str, Path]) -> None:
     doc = run[0]
-    low, high = doc["rows"]
+    low, high = doc["summary"]  # medians of the two rounds
     assert high["lost"] == high["duplicated"] == 0 and high["failed"] == 0, high
     assert high["goodput_rps"] >= 0.7 * low["goodput_rps"], (low["goodput_rps"], high["goodput_rps"])
     assert doc["invoke_p50_us"] <= 150 * doc["floor_us"], (doc["invoke_p50_us"], doc["floor_us"])

@@ -14,7 +14,9 @@ One run measures, in this order and on this machine:
 3. ``rows``: ``gfaas serve`` started as a subprocess with that workflow, driven over HTTP by
    :mod:`.loadgen` in a process of its own with each number of keep-alive connections for a fixed
    time: goodput, latency of the answered requests, refusals and how long they took, every request
-   accounted for, the load generator's own CPU time, the server's CPU time and memory.
+   accounted for, the load generator's own CPU time, the server's CPU time and memory. With
+   ``--rounds N`` the counts run N times, forward then backward (:mod:`.rounds`), and ``summary``
+   holds each count's median goodput: the ratios in ``targets`` are taken from it.
 4. ``loadgen_capacity``: the same load generator against a server that answers at once, with the
    most connections: what it can drive here, so a row's goodput can be told from its limits.
 5. The pipe floor's last burst.
@@ -51,6 +53,7 @@ from ..provenance import steal_s
 from .loadgen import LoadSpec, raise_fd_limit
 from .overload_handlers import SPEC, WORKFLOW, expected_total
 from .refusals import refusal_cost
+from .rounds import round_order, summarize
 
 #: gen's array size (float32 elements): 1 KiB, the "tiny data" of issue 23.
 ELEMENTS = 256
@@ -75,6 +78,9 @@ DEFINITION = {
     "ok": "200 answers whose result document says done and carries the right red.total, with an invocation id not "
           "seen before",
     "goodput_rps": "ok answers received within the window / window seconds",
+    "summary": "one line per connection count over its rounds (rows has each round, with its round number): median "
+               "goodput, p50, p99 and load generator CPU, goodput_runs (each round's), the worst round's refusal "
+               "p99s, request counts summed; targets use it",
     "p50_ms/p99_ms": "latency of ok answers (request written to answer read), including those of the drain",
     "rejected": "refusals: 429 (the runtime's queue is full) and 503 (the gateway's max_requests) answers; "
                 "rejected_by_status splits them; the client waits out Retry-After (at most retry_after_cap_s; 0: "
@@ -355,7 +361,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     2,000 connections at least 0.9 of goodput at 16 with clients that wait out Retry-After, 0.8 with
     clients that retry at once (``retry_after_cap_s`` 0); refusals answered in 10 ms at p99."""
     out: list[dict[str, Any]] = []
-    rows = {r["connections"]: r for r in doc["rows"]}
+    rows = {r["connections"]: r for r in summarize(doc["rows"])}  # medians over rounds (one round: the rows)
 
     def add(tid: str, target: str, value: float | None, bound: float, ok: bool | None) -> None:
         out.append({"id": tid, "target": target, "value": None if value is None else round(value, 3),
@@ -372,7 +378,9 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         r = rows.get(n)
         frac = r["goodput_rps"] / base["goodput_rps"] if r and base and base["goodput_rps"] else None
         add(f"goodput_{n}", f"goodput at {n} connections / goodput at 16"
-            + (" (clients retry at once)" if at_once else ""), frac, bound, None if frac is None else frac >= bound)
+            + (" (clients retry at once)" if at_once else "")
+            + (f" (medians of {r['rounds']} rounds)" if r and r["rounds"] > 1 else ""),
+            frac, bound, None if frac is None else frac >= bound)
     r = rows.get(2000)
     p99 = r["reject_p99_ms"] if r else None
     add("reject_p99", "p99 of refusals at 2,000 connections (ms)", p99, 10.0,
@@ -387,7 +395,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def measure(connections: list[int], duration_s: float, *, quick: bool = False, elements: int = ELEMENTS,
             request_timeout_s: float = 60.0, retry_jitter: float = 1.0, retry_after_cap_s: float = 1.0,
-            say: Any = None) -> dict[str, Any]:
+            rounds: int = 1, say: Any = None) -> dict[str, Any]:
     """The whole benchmark; returns the result document (without provenance)."""
     say = say or (lambda msg: None)
     started = time.time()
@@ -421,17 +429,19 @@ def measure(connections: list[int], duration_s: float, *, quick: bool = False, e
             _run_loadgen(LoadSpec(url, body, 2, 1.0 if quick else 2.0, drain_s=request_timeout_s + 10,
                                   request_timeout_s=request_timeout_s + 10, expect_total=expect))
             before, _ = _settle(server.url)
-            for n in connections:
-                say(f"{n} connections for {duration_s:g} s ...")
+            for rnd, n in round_order(connections, rounds):
+                said = f" (round {rnd + 1} of {rounds})" if rounds > 1 else ""
+                say(f"{n} connections for {duration_s:g} s{said} ...")
                 spec = LoadSpec(url, body, n, duration_s, drain_s=request_timeout_s + 10,
                                 request_timeout_s=request_timeout_s + 10, expect_total=expect,
                                 retry_jitter=retry_jitter, retry_after_cap_s=retry_after_cap_s)
                 row, before = _row(server, spec, before)
+                row["round"] = rnd
                 rows.append(row)
                 say(f"  goodput {row['goodput_rps']:.0f}/s, p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, "
                     f"rejected {row['rejected']}, failed {row['failed']}, load generator CPU "
                     f"{row['loadgen_cpu_frac']:.2f} of a core")
-                floor(f"after {n} connections")
+                floor(f"after {n} connections{said}")
             usage = _tree_usage(server.pid)
             server_info = {"command": " ".join(server.command[1:]), "startup_s": round(server.startup_s, 2),
                            "tree_rss_mib": round(usage["tree_rss_mib"], 1),
@@ -463,6 +473,7 @@ def measure(connections: list[int], duration_s: float, *, quick: bool = False, e
         "invoke_p50_us": inv["p50_us"],
         "cpu_ms_per_invocation": inv["cpu_ms_per_invocation"],
         "rows": rows,
+        "summary": summarize(rows),
         "floor_p99_us": least["p99_us"],
         "floor_runs": runs,
         "invoke_p99_us": inv["p99_us"],
@@ -471,7 +482,8 @@ def measure(connections: list[int], duration_s: float, *, quick: bool = False, e
         "loadgen_capacity": capacity,
         "refusal_cost": refusal,
         "steal_s": lost,
-        "config": {"connections": connections, "duration_s": duration_s, "quick": quick, "elements": elements,
+        "config": {"connections": connections, "rounds": rounds, "duration_s": duration_s, "quick": quick,
+                   "elements": elements,
                    "request_timeout_s": request_timeout_s, "drain_s": request_timeout_s + 10,
                    "honor_retry_after": True, "retry_after_cap_s": retry_after_cap_s, "retry_jitter": retry_jitter,
                    "invoke_samples": inv["samples"],
@@ -504,6 +516,9 @@ def main(a: argparse.Namespace) -> int:
     duration = a.duration if a.duration is not None else (2.0 if quick else 10.0)
     if not duration > 0:
         raise ConfigError(f"--duration {duration}: give seconds > 0")
+    rounds = 1 if getattr(a, "rounds", None) is None else a.rounds
+    if not 1 <= rounds <= 20:
+        raise ConfigError(f"--rounds {rounds}: give a whole number in [1, 20] (the committed files use 3)")
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -515,7 +530,7 @@ def main(a: argparse.Namespace) -> int:
     if not 0 <= cap <= 60:
         raise ConfigError(f"--retry-after-cap {cap}: give seconds in [0, 60] (0: refused clients retry at once)")
     doc = measure(connections, duration, quick=quick, request_timeout_s=10.0 if quick else 60.0,
-                  retry_jitter=jitter, retry_after_cap_s=cap, say=say)
+                  retry_jitter=jitter, retry_after_cap_s=cap, rounds=rounds, say=say)
     doc["provenance"] = provenance()
     if emit(doc, a.out, a.json):
         return 0
@@ -527,11 +542,13 @@ def _table(doc: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"gfaas serve under load ({doc['config']['duration_s']:g} s per row, HTTP keep-alive)")
+    rounds = doc["config"].get("rounds", 1)
+    t = Table(title=f"gfaas serve under load ({doc['config']['duration_s']:g} s per row, HTTP keep-alive"
+              + (f"; medians of {rounds} rounds)" if rounds > 1 else ")"))
     for col in ("connections", "goodput/s", "p50 ms", "p99 ms", "rejected", "reject p99 ms", "failed", "lost",
                 "loadgen CPU"):
         t.add_column(col, justify="right")
-    for r in doc["rows"]:
+    for r in doc["summary"]:
         t.add_row(str(r["connections"]), f"{r['goodput_rps']:.1f}", str(r["p50_ms"]), str(r["p99_ms"]),
                   str(r["rejected"]), str(r["reject_p99_ms"]), str(r["failed"]), str(r["lost"]),
                   f"{r['loadgen_cpu_frac']:.2f}")
