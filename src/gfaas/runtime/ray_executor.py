@@ -53,6 +53,7 @@ class FunctionActor:
         # Hello and close per task. Elsewhere (or if it breaks): a connection per task, as before.
         self.admin: Any = None
         self.attached: Any = None
+        self._lease = False  # the last bound task packed a small put: the next binding leases a slab
         sock_path, state_dir = _node_daemon()
         if sock_path and state_dir and msg.transport.get("socket_path") == sock_path:
             from ..dataplane.client import Admin
@@ -76,9 +77,13 @@ class FunctionActor:
         t = None
         if self.attached is not None and msg.token and cfg.get("kind", "gfaas") == "gfaas" \
                 and cfg.get("socket_path") == self.transport.get("socket_path"):
-            t = BoundTransport(self.attached, msg.token, release=self._released)
+            # A slab with the task's credentials if the last task packed a small put (ProcessWorker._lease).
+            t = BoundTransport(self.attached, msg.token, release=self._released,
+                               lease_hint=self._lease and bool(msg.consumers))
         self.cap.begin()
         reply = self.host.run(msg, transport=t)
+        if t is not None and isinstance(reply, Done):
+            self._lease = reply.slab_used
         reply.logs = self.cap.take()
         return _enc.encode(reply)
 
