@@ -433,6 +433,59 @@ def test_concurrent_misses_all_wait_for_a_queued_seal(node) -> None:  # type: ig
         np.testing.assert_array_equal(res, np.arange(5))
 
 
+def test_a_larger_put_seals_without_waiting_and_readers_queued_behind_its_seal_see_it(node) -> None:  # type: ignore[no-untyped-def]
+    """A put with a segment of its own allocates (a round trip) and then seals without waiting: with the
+    daemon stopped, the seal returns at once, and two readers whose gets are queued with it both read
+    the object once it runs (a get that finds the object still being written drains the other
+    connections first, where its seal waits)."""
+    readers = [node.connect("g"), node.connect("h")]
+    for r in readers:
+        r.put(b"connected and authenticated")
+    f = node.connect("f")
+    big = np.arange(f.small_object_max // 8 + 4096, dtype=np.int64)  # over small_object_max
+    buf = f.allocate(big.shape, np.int64, consumers=["g", "h"])
+    buf.array[:] = big
+    os.kill(node.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        ref = buf.seal()
+        assert time.monotonic() - t0 < 0.5  # did not wait for the stopped daemon
+        results: list[object] = [None, None]
+
+        def read(k: int) -> None:
+            try:
+                results[k] = readers[k].get(ref, copy=True)
+            except BaseException as exc:  # noqa: BLE001
+                results[k] = exc
+
+        threads = [threading.Thread(target=read, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+    finally:
+        os.kill(node.pid, signal.SIGCONT)
+    for t in threads:
+        t.join(5)
+    for res in results:
+        assert isinstance(res, np.ndarray), res
+        np.testing.assert_array_equal(res, big)
+    assert not buf.array.flags.writeable
+
+
+def test_a_failed_asynchronous_seal_is_the_error_of_the_next_call_and_seals_nothing(node) -> None:  # type: ignore[no-untyped-def]
+    """A SealWritten for an object another connection is writing is refused: its sender hears it with its
+    next call, and the other connection's object stays its own to seal."""
+    g, f = node.connect("g"), node.connect("f")
+    big = np.ones(g.small_object_max // 8 + 4096, dtype=np.int64)
+    theirs = g.allocate(big.shape, np.int64, consumers=["f"])
+    f._ch.send(P.SealWritten(theirs._id))  # forged: f did not allocate it
+    with pytest.raises(AccessDenied, match="seal refused"):
+        f.put(np.arange(1 << 16))  # a larger put: a synchronous Allocate carries the error back
+    theirs.array[:] = big
+    ref = theirs.seal()
+    np.testing.assert_array_equal(f.get(ref, copy=True), big)
+
+
 def test_a_get_parked_after_the_drain_passed_its_producer_waits_for_another_round(make_config) -> None:  # type: ignore[no-untyped-def]
     """The CI stress race, made deterministic: a drain visits the producer's connection, then the
     producer seals and a reader asks for the object before the drain reaches the reader. The parked

@@ -32,6 +32,7 @@ REQUESTS = [
     P.Seal(OID, 0, 0, "raw", [0], None),
     P.Allocate(1 << 20, "<f8", [128, 1024], None),
     P.SealAllocated(OID),
+    P.SealWritten(OID),
     P.Derive(3, 64, 16, "<f4", [4], ["g"]),
     P.Get(OID),
     P.Delete(OID),
@@ -94,8 +95,8 @@ def test_request_and_reply_types_are_pinned() -> None:
     assert sorted(t.__name__ for t in typing.get_args(P.Request)) == [
         "AdminHello", "Allocate", "Attach", "Bind", "Consumed", "DedupForget", "DedupHint", "DedupStatus", "Delete",
         "Derive", "EndInvocation", "EndInvocations", "Get", "Hello", "Lease", "MoreIds", "ObjectInfo",
-        "OpenInvocation", "QueueHint", "QueueState", "Release", "Seal", "SealAllocated", "Snapshot", "Stats", "Sync",
-        "Unbind"]
+        "OpenInvocation", "QueueHint", "QueueState", "Release", "Seal", "SealAllocated", "SealWritten", "Snapshot",
+        "Stats", "Sync", "Unbind"]
     assert sorted(t.__name__ for t in typing.get_args(P.Reply)) == [
         "AdminWelcome", "Allocated", "Bound", "DedupReport", "Derived", "Ended", "EndedMany", "Error", "Ids",
         "InvocationOpened", "Leased", "Located", "ObjectInfoReply", "Ok", "SnapshotReply", "StatsReply", "Welcome"]

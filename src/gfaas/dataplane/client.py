@@ -184,10 +184,13 @@ class Buffer:
         return self._sealed
 
     def seal(self) -> DataRef:
-        """Make the object immutable and visible to its consumers; returns its reference."""
+        """Make the object immutable and visible to its consumers; returns its reference.
+
+        The seal goes out without waiting for the daemon (a reader's get of the object waits for it
+        there); if it fails, the error comes with this connection's next call, as a small put's does."""
         if self._sealed:
             raise ObjectStateError(f"object {self._id.hex()} is already sealed; objects are sealed once")
-        self._client._call(P.SealAllocated(self._id))
+        self._client._seal_written(self._id)
         self._sealed = True
         self.array.flags.writeable = False
         return DataRef(self._id, self._client.node_id)
@@ -666,6 +669,15 @@ class Client:
             self._ch.check()  # a put to a daemon that died fails, as a send would
         self._unsynced = self._unsealed = True
         return DataRef.trusted(oid, self.node_id)
+
+    def _seal_written(self, oid: bytes) -> None:
+        """Send a written object's seal without waiting (its error comes with the next call)."""
+        if self._bind_pending:
+            self._settle_bind()
+        if self._released:
+            self._flush_released()
+        self._ch.send(P.SealWritten(oid))
+        self._unsynced = self._unsealed = True
 
     def _lease(self, n: int) -> int:
         """Lease a fresh slab for objects of up to ``n`` bytes; returns where the first one goes."""

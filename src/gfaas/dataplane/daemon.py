@@ -5,10 +5,12 @@ so a request costs one ``recv`` and one ``send``). Cross-node pulls run on worke
 their replies back to the loop through a wake-up pipe; every touch of the store happens under
 ``self.lock``.
 
-Small puts are asynchronous: the client writes into its slab and sends ``Seal`` without waiting.
-Because the client's ``send`` has completed before the put returns, the seal is already queued on
-the daemon's socket when any consumer can know the ID; so when a ``Get`` misses, the loop first
-drains every other connection's queued messages and only then answers.
+Puts are asynchronous at their end: the client writes into its slab and sends ``Seal`` without
+waiting (a small put), or writes what it allocated and sends ``SealWritten`` (a larger one). Because
+the client's ``send`` has completed before the put returns, the seal is already queued on the
+daemon's socket when any consumer can know the ID; so when a ``Get`` misses, or finds the object
+still being written, the loop first drains every other connection's queued messages and only then
+answers.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from .tiers import SpillJob
 log = logging.getLogger("gfaas.dataplane")
 
 
-_ASYNC = (P.Seal, P.Release, P.Consumed, P.Unbind)  # requests that get no reply
+_ASYNC = (P.Seal, P.SealWritten, P.Release, P.Consumed, P.Unbind)  # requests that get no reply
 # Requests that change an attached connection's credentials: an error held from the credentials they
 # end belongs to those, never to the next ones (see _end_binding).
 _BINDING = (P.Bind, P.Unbind)
@@ -188,6 +190,7 @@ class Daemon:
             P.Seal: self._seal_small,
             P.Allocate: self._allocate,
             P.SealAllocated: self._seal_allocated,
+            P.SealWritten: self._seal_written,
             P.Derive: self._derive,
             P.Get: self._get,
             P.Delete: self._delete,
@@ -1141,6 +1144,17 @@ class Daemon:
         self.defer(conn, work)
         return None
 
+    def _seal_written(self, conn: Conn, m: P.SealWritten) -> None:
+        """A host object's asynchronous seal (no reply: an error is the connection's next one)."""
+        s = self._need_session(conn)
+        rec = self.store.objects.get(m.id)
+        seg = self.store.segments.get(rec.segment) if rec is not None else None
+        if seg is not None and seg.device >= 0 and rec is not None and rec.writer == s.id:
+            raise ProtocolError(f"object {m.id.hex()} is in a GPU's pool: seal it with SealAllocated and the "
+                                "CUDA event of its writes")
+        self._published(self.store.seal(s, m.id))
+        return None
+
     def _derive(self, conn: Conn, m: P.Derive) -> tuple[P.Reply, list[int]]:
         rec = self.store.derive(self._need_session(conn), m.segment, m.offset, m.nbytes, m.dtype, m.shape,
                                 m.consumers)
@@ -1190,7 +1204,7 @@ class Daemon:
                                 " (0: no deadline)")
         if self._absent(m.id) and self.store.local_reads:
             self._scan_all_directories()  # its seal may be in a slab's directory, not yet seen
-        if self._absent(m.id):
+        if self._absent(m.id) or self._written_here(m.id):  # its seal may be queued on its producer's connection
             if self._draining:
                 conn.busy = True
                 self._parked.append((conn, m))
@@ -1255,6 +1269,11 @@ class Daemon:
 
     def _get_drained(self, conn: Conn, m: P.Get) -> tuple[P.Reply, list[int]] | None:
         return self._get(conn, m, drained=True)
+
+    def _written_here(self, oid: bytes) -> bool:
+        """Allocated by a connection of this node and not sealed yet (its ``SealWritten`` may be queued)."""
+        rec = self.store.objects.get(oid)
+        return rec is not None and rec.state == WRITING and rec.writer is not None
 
     def _absent(self, oid: bytes) -> bool:
         """Not here, or still arriving from another node (a pull writes it; the remote waits for it)."""

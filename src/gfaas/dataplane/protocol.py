@@ -207,6 +207,13 @@ class SealAllocated(_Msg):
     event: bytes = b""  # CUDA IPC event recorded after the producer's writes (device objects)
 
 
+class SealWritten(_Msg):
+    """Seal a host object the caller wrote in place after :class:`Allocate`. Sent without waiting for
+    a reply, as :class:`Seal` is (an error comes back with the connection's next synchronous request)."""
+
+    id: bytes
+
+
 class Derive(_Msg):
     """Publish part of an object this connection read (a slice of an input) as a new object of its
     own, without copying: ``offset`` is relative to the start of ``segment``."""
@@ -273,6 +280,7 @@ Request = (
     | Seal
     | Allocate
     | SealAllocated
+    | SealWritten
     | Derive
     | Get
     | Delete
