@@ -142,7 +142,7 @@ class Store:
         for fn in inv.functions:
             for tracker in self.tiers.demand.values():
                 tracker.request(f"{inv.workflow}/{fn}", now)
-        log.info("open invocation %s of %s with %d functions", inv.id, workflow, len(inv.functions))
+        log.debug("open invocation %s of %s with %d functions", inv.id, workflow, len(inv.functions))
         return inv
 
     def end_invocation(self, invocation_id: str) -> int:
@@ -178,7 +178,7 @@ class Store:
             if not seg.pooled and not seg.live and not seg.open and not seg.holds:
                 self._retire(seg)  # parked (a client still holds a view): not worth keeping
         # Pooled segments stay warm for the workflow's next invocations (see _maybe_retire).
-        log.info("end invocation %s: freed %d objects", invocation_id, len(ids))
+        log.debug("end invocation %s: freed %d objects", invocation_id, len(ids))
         return len(ids)
 
     def connect(self, token: str) -> Session:
