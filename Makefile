@@ -218,6 +218,8 @@ profile-results: $(STAMP)
 		$(BIN)/python benchmarks/profile_invoke.py loop --n 1500 > /dev/null
 	$(BIN)/python benchmarks/profile_invoke.py loop --n 1000 --out $(R)/profile-after-cpu.json > /dev/null
 	$(BIN)/python benchmarks/hotpath_tables.py $(R)/profile-after-cpu.json --block profile-after --write docs/performance.md
+	$(BIN)/python benchmarks/profile_invoke.py timeline --n 1000 --out $(R)/profile-timeline-cpu.json > /dev/null
+	$(BIN)/python benchmarks/hotpath_tables.py $(R)/profile-timeline-cpu.json --block timeline --write docs/performance.md
 	$(BIN)/python benchmarks/hotpath_tables.py $(R)/profile-after-cpu.json --block control-path --write docs/performance.md
 
 overload-results: $(STAMP)

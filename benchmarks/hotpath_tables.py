@@ -1,10 +1,11 @@
 """The generated blocks of docs/performance.md that are not the overload rows: the embedded invocation's
-profile (``make profile-results``: blocks ``profile-after`` and ``control-path``, the numbers the
-native-code decision rests on) and the pipeline against Ray Serve (``make ray-serve-results``).
+profile (``make profile-results``: blocks ``profile-after``, ``control-path`` and ``timeline``, the
+numbers the native-code decision rests on) and the pipeline against Ray Serve (``make ray-serve-results``).
 
     .venv/bin/python benchmarks/hotpath_tables.py benchmarks/results/profile-after-cpu.json --block profile-after
     .venv/bin/python benchmarks/hotpath_tables.py benchmarks/results/profile-after-cpu.json --block control-path
     .venv/bin/python benchmarks/hotpath_tables.py benchmarks/results/ray-serve.json --block ray-serve --write docs/performance.md
+    .venv/bin/python benchmarks/hotpath_tables.py benchmarks/results/profile-timeline-cpu.json --block timeline --write docs/performance.md
 """
 
 from __future__ import annotations
@@ -62,6 +63,25 @@ def control_path(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def timeline(doc: dict[str, Any]) -> str:
+    """The embedded invocation's critical path, moment by moment, against the pipe floor."""
+    floor = doc["pipe_floor_us"]
+    wall = doc["wall_ms"]["p50"] * 1e3
+    lines = [f"{_origin(doc)}: {doc['invocations']:,} invocations, p50 {wall:.0f} us, {wall / floor:.0f}x the least "
+             f"two-hop pipe floor of the same run ({floor:.1f} us; bursts "
+             f"{', '.join(f'{x:.1f}' for x in doc['pipe_floor_bursts_us'])} us).", "",
+             "| moment | what happened since the one before | p50 us |", "|---|---|---:|"]
+    lines += [f"| {st['step']} | {st['what']} | {st['p50_ms'] * 1e3:.0f} |" for st in doc["steps"]]
+    worker = doc.get("worker_reported_p50_ms") or {}
+    handlers = sum(v for k, v in worker.items()) * 1e3
+    trip = next((st["p50_ms"] * 1e3 for st in doc["steps"] if st["step"].endswith("_reply")), None)
+    if trip is not None:
+        lines += ["", f"The worker's round trip takes {trip:.0f} us at p50, of which its handlers report {handlers:.0f} us "
+                  f"(get, compute and put, medians summed): the other {trip - handlers:.0f} us are two process hops "
+                  f"and the worker's own framework, {(trip - handlers) / floor:.1f}x the floor by themselves."]
+    return "\n".join(lines)
+
+
 def ray_serve(doc: dict[str, Any]) -> str:
     lines = [f"{_origin(doc)}, Ray {doc['ray_version']}, {doc['samples']} requests per size after "
              f"{doc['warmup']} warm-up ones, one at a time:", "",
@@ -87,7 +107,8 @@ def main() -> None:
     import sys
 
     block = sys.argv[sys.argv.index("--block") + 1] if "--block" in sys.argv else "profile-after"
-    render = {"profile-after": profile_after, "control-path": control_path, "ray-serve": ray_serve}[block]
+    render = {"profile-after": profile_after, "control-path": control_path, "ray-serve": ray_serve,
+              "timeline": timeline}[block]
     table_main(__doc__ or "", block, render)
 
 

@@ -459,17 +459,17 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.n < 1:
         p.error(f"--n {a.n}: give at least 1")
+    floor: list[float] = []
+
+    def floor_burst() -> None:
+        """The two-hop pipe floor now (p50 of a short burst): taken before and after the loop,
+        the least of them counts, as in gfaas bench overload (other jobs move it)."""
+        if a.out:
+            from gfaas.bench.overload import relay_samples
+
+            floor.append(float(np.median(relay_samples(400, 50))))
+
     if a.mode == "loop":
-        floor: list[float] = []
-
-        def floor_burst() -> None:
-            """The two-hop pipe floor now (p50 of a short burst): taken before and after the loop,
-            the least of them counts, as in gfaas bench overload (other jobs move it)."""
-            if a.out:
-                from gfaas.bench.overload import relay_samples
-
-                floor.append(float(np.median(relay_samples(400, 50))))
-
         for _ in range(3):
             floor_burst()
         with LocalRuntime(RuntimeConfig()) as rt:
@@ -499,9 +499,17 @@ def main(argv: list[str] | None = None) -> int:
             doc["python_calls_per_invocation"] = _python_calls(min(a.n, 500))
             doc["pipe_floor_us"] = round(min(floor), 2)
             doc["pipe_floor_bursts_us"] = [round(x, 2) for x in floor]
+    elif a.mode == "timeline":
+        for _ in range(3):
+            floor_burst()
+        doc = timeline(a.n)
+        for _ in range(3):
+            floor_burst()
+        if a.out:
+            doc["pipe_floor_us"] = round(min(floor), 2)
+            doc["pipe_floor_bursts_us"] = [round(x, 2) for x in floor]
     else:
-        doc = count(a.n, a.concurrency) if a.mode == "count" else timeline(a.n) if a.mode == "timeline" \
-            else registry(a.n)
+        doc = count(a.n, a.concurrency) if a.mode == "count" else registry(a.n)
     if a.out:
         from gfaas.cli_bench import cli_settings
         from gfaas.provenance import provenance
