@@ -68,6 +68,24 @@ def attached(node: Any) -> Raw:
     return raw
 
 
+def spy_requests(c: Any) -> tuple[list[str], socket.socket]:
+    """Record the type of every request ``c`` sends from now on (in ``sent``); returns it and the real
+    socket to put back."""
+    sent: list[str] = []
+    real = c._ch.sock
+
+    class Spy:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def send(self, data: bytes, *flags: int) -> int:
+            sent.append(type(P.decode_request(data)).__name__)
+            return real.send(data, *flags)
+
+    c._ch.sock = Spy()
+    return sent, real
+
+
 def test_attach_needs_the_admin_token_and_gives_no_admin_rights(node: Any) -> None:
     """Attach with a function token or a wrong one is refused; an attached connection cannot open
     invocations or read statistics (the admin's requests)."""
@@ -196,18 +214,7 @@ def test_client_bind_costs_no_round_trip_of_its_own_and_forgets_the_last_credent
     a, b = node.inv, node.open(("f", "x"))
     ref = node.connect("g", a).put(np.arange(4), consumers=["f"])
     c = node.admin.attach()
-    sent: list[str] = []
-    real = c._ch.sock.send  # type: ignore[union-attr]
-
-    class Spy:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real.__self__, name)  # type: ignore[attr-defined]
-
-        def send(self, data: bytes, *flags: int) -> int:
-            sent.append(type(P.decode_request(data)).__name__)
-            return real(data, *flags)
-
-    c._ch.sock = Spy()  # type: ignore[assignment]
+    sent, real_sock = spy_requests(c)
     c.bind(a.tokens["f"])
     np.testing.assert_array_equal(c.get(ref), np.arange(4))
     assert sent == ["Bind", "Get"] and c.invocation_id == a.id and c.functions == ("f", "g", "h")
@@ -222,7 +229,7 @@ def test_client_bind_costs_no_round_trip_of_its_own_and_forgets_the_last_credent
     with pytest.raises(AccessDenied):
         c.get(ref)  # invocation A's, read under B's credentials
     c.end_task()
-    c._ch.sock = real.__self__  # type: ignore[attr-defined]
+    c._ch.sock = real_sock  # type: ignore[assignment]
     c.close()
 
 
@@ -304,18 +311,7 @@ def test_a_task_bound_by_a_get_leases_its_slab_with_the_bind_when_told_a_small_p
 
     ref = node.connect("g").put(np.arange(8, dtype=np.float32), consumers=["f"])
     c = node.admin.attach()
-    sent: list[str] = []
-    real = c._ch.sock.send  # type: ignore[union-attr]
-
-    class Spy:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real.__self__, name)  # type: ignore[attr-defined]
-
-        def send(self, data: bytes, *flags: int) -> int:
-            sent.append(type(P.decode_request(data)).__name__)
-            return real(data, *flags)
-
-    c._ch.sock = Spy()  # type: ignore[assignment]
+    sent, real_sock = spy_requests(c)
     t = BoundTransport(c, node.inv.tokens["f"], lease_hint=hint)
     np.testing.assert_array_equal(t.get(str(ref)), np.arange(8, dtype=np.float32))
     out = t.put(np.ones(1024, dtype=np.float32), consumers=["h"])
@@ -323,6 +319,6 @@ def test_a_task_bound_by_a_get_leases_its_slab_with_the_bind_when_told_a_small_p
     assert [m for m in sent if m not in ("Seal", "Release", "Consumed")] == \
         (["Bind", "Get"] if hint else ["Bind", "Get", "Lease"])
     c.end_task()
-    c._ch.sock = real.__self__  # type: ignore[attr-defined]
+    c._ch.sock = real_sock  # type: ignore[assignment]
     np.testing.assert_array_equal(node.connect("h").get(out), np.ones(1024, dtype=np.float32))
     c.close()

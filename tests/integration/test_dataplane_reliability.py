@@ -396,6 +396,22 @@ def test_hung_daemon_times_out(node) -> None:  # type: ignore[no-untyped-def]
     np.testing.assert_array_equal(node.connect("g").get(ref), np.arange(3))
 
 
+def read_in_threads(readers: list[Any], ref: Any) -> tuple[list[object], list[threading.Thread]]:
+    """Each reader gets a copy of ``ref`` on a thread of its own; results[k] is its array or exception."""
+    results: list[object] = [None] * len(readers)
+
+    def read(k: int) -> None:
+        try:
+            results[k] = readers[k].get(ref, copy=True)
+        except BaseException as exc:  # noqa: BLE001
+            results[k] = exc
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(len(readers))]
+    for t in threads:
+        t.start()
+    return results, threads
+
+
 def test_concurrent_misses_all_wait_for_a_queued_seal(node) -> None:  # type: ignore[no-untyped-def]
     """Two readers whose gets of a not-yet-sealed small put are queued together both see the object.
 
@@ -412,17 +428,7 @@ def test_concurrent_misses_all_wait_for_a_queued_seal(node) -> None:  # type: ig
     try:
         f.put(b"an earlier seal queued first")  # the loop serves one message per connection per turn
         ref = f.put(np.arange(5))  # returns at once: the seal waits in the stopped daemon's socket
-        results: list[object] = [None, None]
-
-        def read(k: int) -> None:
-            try:
-                results[k] = readers[k].get(ref, copy=True)
-            except BaseException as exc:  # noqa: BLE001
-                results[k] = exc
-
-        threads = [threading.Thread(target=read, args=(k,)) for k in range(2)]
-        for t in threads:
-            t.start()
+        results, threads = read_in_threads(readers, ref)
         time.sleep(0.3)  # both gets are queued behind the seal's connection
     finally:
         os.kill(node.pid, signal.SIGCONT)
@@ -450,17 +456,7 @@ def test_a_larger_put_seals_without_waiting_and_readers_queued_behind_its_seal_s
         t0 = time.monotonic()
         ref = buf.seal()
         assert time.monotonic() - t0 < 0.5  # did not wait for the stopped daemon
-        results: list[object] = [None, None]
-
-        def read(k: int) -> None:
-            try:
-                results[k] = readers[k].get(ref, copy=True)
-            except BaseException as exc:  # noqa: BLE001
-                results[k] = exc
-
-        threads = [threading.Thread(target=read, args=(k,)) for k in range(2)]
-        for t in threads:
-            t.start()
+        results, threads = read_in_threads(readers, ref)
         time.sleep(0.3)
     finally:
         os.kill(node.pid, signal.SIGCONT)

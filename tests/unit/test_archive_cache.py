@@ -4,6 +4,7 @@ of a changed package adds one)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from gfaas.runtime import deployments as D
@@ -13,6 +14,7 @@ from gfaas.runtime.codepkg import read_archive
 def test_packed_once_and_only_the_newest_packages_kept(tmp_path: Path) -> None:
     dep = object.__new__(D.Deployments)  # only the cache is exercised
     dep._archives = {}
+    dep._forks_lock = threading.Lock()
     dirs = []
     for k in range(D.ARCHIVES_KEPT + 2):
         d = tmp_path / f"pkg{k}"

@@ -671,9 +671,8 @@ class Client:
         return DataRef.trusted(oid, self.node_id)
 
     def _seal_written(self, oid: bytes) -> None:
-        """Send a written object's seal without waiting (its error comes with the next call)."""
-        if self._bind_pending:
-            self._settle_bind()
+        """Send a written object's seal without waiting (its error comes with the next call). Its
+        ``Allocate`` settled any pending ``Bind``; a Bind sent since is read with the next call."""
         if self._released:
             self._flush_released()
         self._ch.send(P.SealWritten(oid))

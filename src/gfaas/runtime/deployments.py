@@ -225,12 +225,14 @@ class Deployments:
         the store: the same files give the same digest, which the actor checks)."""
         from .codepkg import pack_dir
 
-        got = self._archives.get(code_dir)
-        if got is None:  # two starts racing both pack it: the same bytes
+        with self._forks_lock:
+            got = self._archives.get(code_dir)
+        if got is None:  # packed outside the lock: two starts racing both pack it, to the same bytes
             got = pack_dir(code_dir)
-            while len(self._archives) >= ARCHIVES_KEPT:  # the oldest first: redeploys add versions
-                self._archives.pop(next(iter(self._archives)), None)
-            self._archives[code_dir] = got
+            with self._forks_lock:
+                while len(self._archives) >= ARCHIVES_KEPT:  # the oldest first: redeploys add versions
+                    self._archives.pop(next(iter(self._archives)), None)
+                self._archives[code_dir] = got
         return got
 
     # -- scaling and resources (runtime.pool, policy.workerpool, policy.resources)
