@@ -657,7 +657,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         t1.update(status="N/A", detail="gfaas-zero-copy and pipe at 4 KiB were not both measured")
     else:
         ratio = zc["p50_us"] / pipe["p50_us"]
-        t1.update(gfaas_p50_us=zc["p50_us"], pipe_p50_us=pipe["p50_us"], ratio=round(ratio, 2),
+        t1.update(gfaas_p50_us=zc["p50_us"], pipe_p50_us=pipe["p50_us"], ratio=round(ratio, 3),
                   status="PASS" if ratio <= 2.0 else "MISS",
                   detail=f"gfaas p50 {zc['p50_us']:.1f} us = {ratio:.2f}x pipe ({pipe['p50_us']:.1f} us)")
     out.append(t1)
