@@ -58,6 +58,7 @@ from .journal import Journal
 from .slabindex import ReadLog
 from .spill import SpillDir
 from .store import WRITING, ObjectRecord, Segment, Session, Store
+from .threads import ReusedThreads
 from .tiers import SpillJob
 
 log = logging.getLogger("gfaas.dataplane")
@@ -121,6 +122,7 @@ class Daemon:
         self._spilled: queue.SimpleQueue[tuple[SpillJob, Exception | None]] = queue.SimpleQueue()
         self._spill_futures: set[Future[None]] = set()
         self._spill_pool: ThreadPoolExecutor | None = None
+        self._pullers = ReusedThreads("gfaas-pull")  # deferred work (cross-node pulls): threads reused
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._stopping = False
         self._draining = False
@@ -748,7 +750,7 @@ class Daemon:
             except OSError:
                 pass
 
-        threading.Thread(target=run, name="gfaas-pull", daemon=True).start()
+        self._pullers.submit(run)
 
     def _flush_done(self) -> None:
         try:
