@@ -183,12 +183,20 @@ def test_a_replica_larger_than_any_node_is_cut_once() -> None:
 
 
 def test_spread_layout_is_group_nodes_over_even_shares() -> None:
-    """The inter-node experiments' layout: every replica the same, over all given nodes."""
+    """The inter-node experiments' layout: every replica the same cut over all given nodes, the nodes
+    turned by one place per replica."""
     fns = ["a", "b", "c", "d"]
     edges = [(fns[i], fns[i + 1], 1) for i in range(3)]
     plan = place_replicas(fns, edges, 3, {0: 8, 1: 8}, used={0: 8}, layout="spread")
-    assert plan == [group_nodes(fns, edges, {0: 2, 1: 2})] * 3
-    assert {p for p in plan[0].values()} == {0, 1}
+    one = group_nodes(fns, edges, {0: 2, 1: 2})
+    assert one == {"a": 0, "b": 0, "c": 1, "d": 1}
+    assert plan == [one, {"a": 1, "b": 1, "c": 0, "d": 0}, one]
+    # One function over two nodes: its replicas alternate, so both nodes' GPUs serve it.
+    single = place_replicas(["seg"], [], 4, {0: 8, 1: 8}, layout="spread")
+    seg = [p["seg"] for p in single]
+    assert sorted(seg) == [0, 0, 1, 1] and all(a != b for a, b in zip(seg, seg[1:], strict=False))
+    three = place_replicas(["x"], [], 3, {2: 4, 5: 4, 9: 4}, layout="spread")
+    assert sorted(p["x"] for p in three) == [2, 5, 9]
 
 
 def test_replica_input_errors_name_the_value() -> None:

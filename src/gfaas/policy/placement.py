@@ -284,7 +284,8 @@ def place_replicas(functions: Sequence[str], edges: Sequence[tuple[str, str, int
     3. else (the cluster is full) whole on the least-loaded node that could hold it, sharing GPUs.
 
     ``layout="spread"``: every replica cut by :func:`group_nodes` into even shares of all the
-    given nodes, whatever they run already.
+    given nodes, whatever they run already; replica ``r`` takes the cut with the nodes turned by ``r``
+    places (so replicas of a workflow smaller than the nodes use them all in turn).
     """
     _check(functions, edges)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
@@ -310,7 +311,10 @@ def place_replicas(functions: Sequence[str], edges: Sequence[tuple[str, str, int
     if layout == "spread":
         share = -(-f // len(nodes))
         one = group_nodes(functions, edges, {nd: share for nd in nodes})
-        return [dict(one) for _ in range(replicas)]
+        # Replica r is the same cut with the nodes turned by r places: a workflow whose cut leaves
+        # nodes out (one GPU function over two nodes) still uses every node's GPUs across its replicas.
+        turn = {nd: [nodes[(i + r) % len(nodes)] for r in range(replicas)] for i, nd in enumerate(nodes)}
+        return [{fn: turn[nd][r] for fn, nd in one.items()} for r in range(replicas)]
 
     def load(nd: int) -> tuple[float, int]:
         return taken[nd] / slots[nd], nd

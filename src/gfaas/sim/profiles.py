@@ -57,6 +57,16 @@ CPU_MS: dict[str, float] = {
     "postproc": 0.5,
 }
 
+#: GPU memory bandwidth in GB/s, from the vendors' datasheets (V100 SXM2 16 GB, A100 40 GB, A10, H100 and
+#: H800 SXM 80 GB). It prices the papers' CV-CUDA pre- and post-processing (``CVCUDA``).
+GPU_MEM_GBPS: dict[str, float] = {"V100-16GB": 900.0, "A100-40GB": 1555.0, "A10-24GB": 600.0, "H100-80GB": 3350.0,
+                                  "H800-80GB": 3350.0}
+
+#: The profile of a CV-CUDA operator (GROUTER §6 runs all pre- and post-processing with CV-CUDA): such
+#: operators are bound by memory traffic, so one costs the bytes it reads and writes at the GPU's memory
+#: bandwidth. For this profile the ``batch`` argument is those bytes, per request.
+CVCUDA = "cvcuda"
+
 #: Speed relative to V100 FP32 (see module docstring for sources).
 GPU_SPEED: dict[str, float] = {"V100-16GB": 1.0, "A100-40GB": 2.56, "A10-24GB": 1.0, "H100-80GB": 5.12}
 
@@ -79,6 +89,12 @@ class Profile:
     scale: float = 1.0
 
     def gpu_ms(self, model: str, gpu_model: str, batch: int) -> float:
+        if model == CVCUDA:
+            if gpu_model not in GPU_MEM_GBPS:
+                raise ConfigError(f"no memory bandwidth for GPU {gpu_model!r}; known: {', '.join(sorted(GPU_MEM_GBPS))}")
+            if batch < 0:
+                raise ConfigError(f"a CV-CUDA operator moves {batch} bytes; give bytes >= 0")
+            return batch / (GPU_MEM_GBPS[gpu_model] * 1e6) * self.scale
         if model not in MODEL_GFLOPS:
             raise ConfigError(f"no profile for model {model!r}; known models: {', '.join(sorted(MODEL_GFLOPS))}")
         if gpu_model not in GPU_SPEED:

@@ -13,6 +13,12 @@ object holding the bytes of every output the consumer reads from the producer. A
 inputs from the request (``input.NAME``) start in host memory (the host-to-gFn case) and its outputs
 returned to the caller go back to host memory (gFn-to-host). CPU functions run on the host.
 
+Where the papers run a function on a GPU that the specs run on the CPU (the papers do all pre- and
+post-processing on the GPU with CV-CUDA; the specs were written for CPU machines), the simulator
+follows the papers: ``data/paper_workloads.toml`` lists those functions with the sections that say so
+(:mod:`gfaas.sim.paper_workloads`), and each becomes a GPU function of profile
+``profiles.CVCUDA``, which costs the bytes it reads and writes at the GPU's memory bandwidth.
+
 What the specs do not say is in two tables below, in one place: :data:`GPU_PROFILES` (which compute
 profile of ``gfaas.sim.profiles`` and which batch each GPU function runs) and
 :data:`CONDITION_PROBABILITY` (how often each condition holds; the simulator draws the scalar the
@@ -25,7 +31,7 @@ the small workflows tests build with :class:`Workflow`, and gets a spec generate
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
@@ -34,6 +40,8 @@ from ..errors import ConfigError, SpecError
 from ..runtime.placement import function_edges
 from ..runtime.spec import Condition, WorkflowSpec, from_dict, loads
 from ..workflows.measured import edge_sizes as edge_sizes
+from . import paper_workloads
+from .profiles import CVCUDA
 
 MB = 10**6
 Pattern = Literal["sequence", "condition", "fan-in", "fan-out", "fan-out + fan-in", "layers"]
@@ -226,8 +234,9 @@ def _generated_spec(wf: Workflow) -> tuple[WorkflowSpec, dict[tuple[str, str], f
 
 # ---- the reference workflows, from the runtime's specs ---------------------------------------------
 def from_spec(spec: WorkflowSpec, sizes: list[dict[str, Any]], pattern: Pattern = "sequence",
-              source: str = "") -> Workflow:
-    """A simulator workflow for a runtime spec with measured ``sizes`` (rows of ``edge_sizes.json``)."""
+              source: str = "", on_gpu: Collection[tuple[str, str]] = ()) -> Workflow:
+    """A simulator workflow for a runtime spec with measured ``sizes`` (rows of ``edge_sizes.json``).
+    ``on_gpu``: (workflow, function) pairs of CPU functions to run on a GPU as CV-CUDA operators."""
     nbytes: dict[tuple[str, str], int] = {(r["from"], r["to"]): int(r["nbytes"]) for r in sizes}
     kind = {f.name: f.kind for f in spec.functions}
     input_bytes = dict.fromkeys(kind, 0)
@@ -256,6 +265,9 @@ def from_spec(spec: WorkflowSpec, sizes: list[dict[str, Any]], pattern: Pattern 
                                   "gfaas.sim.workflows.GPU_PROFILES (compute profile, batch)")
             model, batch = GPU_PROFILES[(spec.name, f.name)]
             fns.append(Function(f.name, "gpu", model, batch, input_bytes[f.name], output_bytes[f.name]))
+        elif (spec.name, f.name) in on_gpu:  # the papers' CV-CUDA pre- or post-processing
+            fns.append(Function(f.name, "gpu", CVCUDA, touched_bytes(sizes, f.name), input_bytes[f.name],
+                                output_bytes[f.name]))
         else:  # on the host: request data and results are already there
             fns.append(Function(f.name, "cpu", f.name))
     edges = tuple(DataEdge(s, d, n) for (s, d), n in pair.items())
@@ -272,12 +284,22 @@ def from_spec(spec: WorkflowSpec, sizes: list[dict[str, Any]], pattern: Pattern 
     return Workflow(spec.name, pattern, tuple(fns), edges, source, spec, conds)
 
 
-def reference(name: str) -> Workflow:
-    """One of the six reference workflows, from its runtime spec and measured sizes."""
+def touched_bytes(sizes: list[dict[str, Any]], fn: str) -> int:
+    """The bytes ``fn`` reads and writes per request (rows of ``edge_sizes.json``): every input once,
+    and every output once however many functions read it."""
+    read = sum(int(r["nbytes"]) for r in sizes if r["to"].startswith(f"{fn}."))
+    written = {r["from"]: int(r["nbytes"]) for r in sizes if r["from"].startswith(f"{fn}.")}
+    return read + sum(written.values())
+
+
+def reference(name: str, paper: bool = False) -> Workflow:
+    """One of the six reference workflows, from its runtime spec and measured sizes; with ``paper``,
+    as the papers ran it (``data/paper_workloads.toml``: pre- and post-processing on the GPU)."""
     from .. import workflows as runtime_workflows
 
     spec = loads(runtime_workflows.spec_text(name), check_handlers=False, where=f"specs/{name}.yaml")
-    return from_spec(spec, edge_sizes()[name], PATTERNS[name], f"gfaas/workflows/specs/{name}.yaml")
+    return from_spec(spec, edge_sizes()[name], PATTERNS[name], f"gfaas/workflows/specs/{name}.yaml",
+                     paper_workloads.on_gpu() if paper else ())
 
 
 def moa(layers: int = 3, agents: int = 3, kv_bytes: int = 4096 * 2 * 32 * 4096 * 2) -> Workflow:
@@ -301,14 +323,16 @@ REFERENCE = tuple(PATTERNS)
 WORKFLOWS = (*REFERENCE, "moa")
 
 
-def workflow(name: str) -> Workflow:
+def workflow(name: str, paper: bool = False) -> Workflow:
+    """A workflow by name. ``paper``: the papers' version of a reference workflow (:func:`reference`),
+    which the papers' experiments run; without it, the runtime's as deployed (the cluster-scale runs)."""
     if name == "moa":
         return moa()
     if name not in PATTERNS:
         raise ConfigError(f"unknown workflow {name!r}; choose one of {', '.join(WORKFLOWS)}")
-    return _reference(name)
+    return _reference(name, paper)
 
 
 @cache
-def _reference(name: str) -> Workflow:
-    return reference(name)
+def _reference(name: str, paper: bool) -> Workflow:
+    return reference(name, paper)

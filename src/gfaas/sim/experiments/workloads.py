@@ -37,7 +37,7 @@ def _cluster(topo: Topology, cfg: SystemConfig, names: tuple[str, ...], seed: in
     use = nodes or [0]
     gpus = sum(len(topo.of_kind("gpu", n)) for n in use)
     for name in names:
-        wf = workflow(name)
+        wf = workflow(name, paper=True)  # the papers' experiments: their pre- and post-processing on GPUs
         per_replica = max(len(wf.gpu_functions), 1)
         replicas = max(1, gpus // (per_replica * len(names)))
         # Several nodes: each replica spread over all of them, the case seed 001's inter-node runs study.

@@ -1,0 +1,59 @@
+"""The papers' workloads table (gfaas/sim/data/paper_workloads.toml) and what the simulator makes of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from gfaas.errors import ConfigError
+from gfaas.sim.paper_workloads import on_gpu, parse
+from gfaas.sim.profiles import CVCUDA, GPU_MEM_GBPS, Profile
+from gfaas.sim.workflows import edge_sizes, touched_bytes, workflow
+
+
+def test_the_shipped_table_names_real_cpu_functions_with_their_sources() -> None:
+    table = on_gpu()
+    assert set(table) == {("traffic", "preprocess"), ("driving", "denoise"), ("driving", "colour"),
+                          ("image", "denoise"), ("image", "aggregate")}
+    for (wf, fn), e in table.items():
+        runtime = workflow(wf).function(fn)
+        assert runtime.kind == "cpu", (wf, fn)  # the runtime's spec runs it on the host
+        assert "§" in e.where and e.paper.startswith("GROUTER")
+
+
+def test_the_papers_version_runs_them_on_gpus_as_cvcuda_operators() -> None:
+    rt, paper = workflow("driving"), workflow("driving", paper=True)
+    assert rt.gpu_functions == ["segment"]
+    assert paper.gpu_functions == ["denoise", "segment", "colour"]
+    d = paper.function("denoise")
+    assert d.model == CVCUDA
+    # denoise reads the request's four 1080p frames and writes its frames once (two readers)
+    assert d.batch == 2 * 4 * 1080 * 1920 * 3 == touched_bytes(edge_sizes()["driving"], "denoise")
+    assert d.input_bytes == 4 * 1080 * 1920 * 3
+    c = paper.function("colour")  # reads frames and logits, writes the overlay and the classes
+    assert c.batch == 4 * 1080 * 1920 * 3 + 4 * 21 * 224 * 224 * 4 + 4 * 1080 * 1920 * 3 + 4 * 1080 * 1920
+    assert c.output_bytes == 4 * 1080 * 1920 * 3 + 4 * 1080 * 1920
+    assert [(e.src, e.dst) for e in paper.edges] == [(e.src, e.dst) for e in rt.edges]  # one spec, same edges
+    # the workflows the papers' tables leave alone are the runtime's
+    assert workflow("video", paper=True).gpu_functions == workflow("video").gpu_functions
+
+
+def test_a_cvcuda_operator_costs_its_bytes_at_memory_bandwidth() -> None:
+    p = Profile()
+    assert p.gpu_ms(CVCUDA, "V100-16GB", 900_000_000) == pytest.approx(1.0)  # 0.9 GB at 900 GB/s
+    assert p.gpu_ms(CVCUDA, "A100-40GB", 1_555_000_000) == pytest.approx(1.0)
+    assert Profile(scale=2).gpu_ms(CVCUDA, "V100-16GB", 0) == 0.0
+    assert set(GPU_MEM_GBPS) >= {"V100-16GB", "A100-40GB", "A10-24GB", "H100-80GB", "H800-80GB"}
+    with pytest.raises(ConfigError, match="memory bandwidth for GPU 'Z1'"):
+        p.gpu_ms(CVCUDA, "Z1", 10)
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("[x]\non_gpu = []\n", r"\[x\] needs paper"),
+    ('[x]\npaper = "P"\n[[x.on_gpu]]\nworkflow = "a"\nfunction = "b"\nstep = "s"\n', r"entry 1 lacks where"),
+    ('[x]\npaper = "P"\n' + '[[x.on_gpu]]\nworkflow = "a"\nfunction = "b"\nstep = "s"\nwhere = "w"\n' * 2,
+     r"a\.b is listed twice"),
+    ("[x\n", "not valid TOML"),
+])
+def test_a_bad_table_is_refused_with_what_to_fix(text: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        parse(text, "t.toml")
