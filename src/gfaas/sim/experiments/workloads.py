@@ -46,9 +46,10 @@ def _cluster(topo: Topology, cfg: SystemConfig, names: tuple[str, ...], seed: in
 
 
 def max_throughput(topo: Topology, cfg: SystemConfig, name: str, requests: int, seed: int = 0,
-                   nodes: list[int] | None = None) -> float:
-    """Closed loop: keep two requests per replica in flight; completed requests per second."""
-    c = _cluster(topo, cfg, (name,), seed, nodes)
+                   nodes: list[int] | None = None, deployed: tuple[str, ...] = ()) -> float:
+    """Closed loop: keep two requests per replica in flight; completed requests per second.
+    ``deployed``: the workflows deployed beside it (their replicas take GPUs; only ``name`` runs)."""
+    c = _cluster(topo, cfg, deployed or (name,), seed, nodes)
     in_flight = 2 * len(c.deployments[name])
     finished: list[float] = []
 
@@ -224,7 +225,9 @@ def isolation(quick: bool, progress: Progress) -> Result:
     k = 0
     for other in ("video", "image"):
         names = ("driving", other)
-        rates = {n: offered_rate(topo, n, closed) for n in names}
+        # The load rule on the deployment that runs: each workflow's replicas as deployed beside the
+        # other's (alone it would get twice the GPUs, and half its rate then overloads the pair).
+        rates = {n: LOAD * max_throughput(topo, system("infless+"), n, closed, deployed=names) for n in names}
         n_req = {n: int(n_open * rates[n] / rates["driving"]) for n in names}  # same horizon for both
         times = {n: arrivals("bursty", rates[n], n_req[n], seed=13 + i) for i, n in enumerate(names)}
         for name in systems:
