@@ -57,3 +57,19 @@ def test_a_cvcuda_operator_costs_its_bytes_at_memory_bandwidth() -> None:
 def test_a_bad_table_is_refused_with_what_to_fix(text: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         parse(text, "t.toml")
+
+
+def test_tail_parts_decomposes_the_requests_at_or_above_the_percentile() -> None:
+    from gfaas.sim.cluster import FnStats, RequestRecord
+    from gfaas.sim.experiments.workloads import tail_parts
+
+    recs = []
+    for k in range(100):  # latency k ms; each request's parts: queue k/2, get 1, put 1, compute k/4 (in ms)
+        r = RequestRecord("wf", k, 0.0, k / 1e3)
+        r.fns = {"a": FnStats(queue_s=k / 2e3, get_s=1e-3, compute_s=k / 4e3, put_s=1e-3)}
+        recs.append(r)
+    recs.append(RequestRecord("wf", 100, 0.0))  # never finished: not counted
+    t = tail_parts(recs, 98.0)  # the 98th percentile of 0..99 ms is 97.02: requests 98 and 99
+    assert t["tail_queue_ms"] == pytest.approx((98 + 99) / 2 / 2)
+    assert t["tail_passing_ms"] == pytest.approx(2.0)
+    assert t["tail_compute_ms"] == pytest.approx((98 + 99) / 2 / 4)

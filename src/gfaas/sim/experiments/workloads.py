@@ -85,6 +85,21 @@ def p99(records: list[RequestRecord], workflow_name: str | None = None) -> float
     return float(np.percentile(lat, 99)) if lat else float("nan")
 
 
+def tail_parts(records: list[RequestRecord], q: float = 99.0) -> dict[str, float]:
+    """What the slowest requests (latency at or above the ``q`` percentile) spent their time on, mean
+    ms per request, summed over their GPU functions: queueing for the GPU, passing data (get + put)
+    and computing. The rest of their latency is CPU functions and waiting for inputs from functions
+    on other paths. The decomposition that says why a P99 comparison comes out as it does."""
+    done = [r for r in records if r.finish >= 0]
+    if not done:
+        return {"tail_queue_ms": float("nan"), "tail_passing_ms": float("nan"), "tail_compute_ms": float("nan")}
+    cut = float(np.percentile([r.latency for r in done], q))
+    tail = [r for r in done if r.latency >= cut]
+    return {"tail_queue_ms": mean([sum(f.queue_s for f in r.fns.values()) for r in tail]) * 1e3,
+            "tail_passing_ms": mean([r.passing_s for r in tail]) * 1e3,
+            "tail_compute_ms": mean([sum(f.compute_s for f in r.fns.values()) for r in tail]) * 1e3}
+
+
 def arrivals(name: str, rate: float, n: int, seed: int) -> np.ndarray:
     """About ``n`` arrivals of pattern ``name`` at mean ``rate`` per second (see module docstring)."""
     horizon = n / rate
@@ -123,7 +138,7 @@ def e2e_p99(quick: bool, progress: Progress) -> Result:
                     recs = open_loop(topo, system(name), (wf,), {wf: times})
                     rows.append({"topology": tname, "workflow": wf, "pattern": pat, "system": name,
                                  "rate_rps": round(rate, 2), "p99_ms": p99(recs) * 1e3,
-                                 "mean_ms": mean([r.latency for r in recs]) * 1e3})
+                                 "mean_ms": mean([r.latency for r in recs]) * 1e3, **tail_parts(recs)})
                     k += 1
                     progress(k, total, f"{tname} {wf} {pat} {name}")
     paper = {"dgx-v100": (61, 48, 54), "dgx-a100": (53, 36, 30)}
@@ -140,7 +155,9 @@ def e2e_p99(quick: bool, progress: Progress) -> Result:
     return Result("e2e-p99", "End-to-end P99 latency", rows, comps,
                   {"x": "workflow", "y": "p99_ms", "series": "system", "panel": "topology", "logy": True},
                   f"Offered load: {LOAD} x the INFless+ maximum throughput of each workflow on each machine; "
-                  "reductions are averaged over workflows and patterns.")
+                  "reductions are averaged over workflows and patterns. tail_*: what the requests at or above "
+                  "the P99 spent on their GPU functions, mean ms per request: queueing for the GPU, passing "
+                  "data (get + put), computing.")
 
 
 def _pick(rows: list[dict[str, object]], key: str = "p99_ms", **match: object) -> float:
