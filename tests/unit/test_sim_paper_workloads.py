@@ -73,3 +73,16 @@ def test_tail_parts_decomposes_the_requests_at_or_above_the_percentile() -> None
     assert t["tail_queue_ms"] == pytest.approx((98 + 99) / 2 / 2)
     assert t["tail_passing_ms"] == pytest.approx(2.0)
     assert t["tail_compute_ms"] == pytest.approx((98 + 99) / 2 / 4)
+
+
+def test_mean_parts_averages_every_finished_request() -> None:
+    from gfaas.sim.cluster import FnStats, RequestRecord
+    from gfaas.sim.experiments.workloads import mean_parts
+
+    a = RequestRecord("wf", 0, 0.0, 0.010)
+    a.fns = {"x": FnStats(queue_s=0.002, get_s=0.001, compute_s=0.004, put_s=0.001),
+             "y": FnStats(queue_s=0.001, compute_s=0.001)}
+    b = RequestRecord("wf", 1, 1.0, 1.020)
+    b.fns = {"x": FnStats(queue_s=0.0, get_s=0.003, compute_s=0.004, put_s=0.001)}
+    parts = mean_parts([a, b, RequestRecord("wf", 2, 0.0)])
+    assert parts == pytest.approx({"mean_ms": 15.0, "queue_ms": 1.5, "passing_ms": 3.0, "compute_ms": 4.5})

@@ -49,6 +49,12 @@ def max_throughput(topo: Topology, cfg: SystemConfig, name: str, requests: int, 
                    nodes: list[int] | None = None, deployed: tuple[str, ...] = ()) -> float:
     """Closed loop: keep two requests per replica in flight; completed requests per second.
     ``deployed``: the workflows deployed beside it (their replicas take GPUs; only ``name`` runs)."""
+    return closed_loop(topo, cfg, name, requests, seed, nodes, deployed)[0]
+
+
+def closed_loop(topo: Topology, cfg: SystemConfig, name: str, requests: int, seed: int = 0,
+                nodes: list[int] | None = None, deployed: tuple[str, ...] = ()) -> tuple[float, list[RequestRecord]]:
+    """:func:`max_throughput` and the records of the requests it ran."""
     c = _cluster(topo, cfg, deployed or (name,), seed, nodes)
     in_flight = 2 * len(c.deployments[name])
     finished: list[float] = []
@@ -61,10 +67,20 @@ def max_throughput(topo: Topology, cfg: SystemConfig, name: str, requests: int, 
     c.on_finish = again
     for _ in range(in_flight):
         c.submit(name, 0.0)
-    c.run()
+    recs = c.run()
     warm = len(finished) // 4
     span = finished[-1] - finished[warm]
-    return (len(finished) - 1 - warm) / span if span > 0 else 0.0
+    return ((len(finished) - 1 - warm) / span if span > 0 else 0.0), recs
+
+
+def mean_parts(records: list[RequestRecord]) -> dict[str, float]:
+    """What a request spent on its GPU functions, mean ms: queueing for the GPU, passing data (get +
+    put) and computing (the decomposition behind a throughput comparison)."""
+    done = [r for r in records if r.finish >= 0]
+    return {"mean_ms": mean([r.latency for r in done]) * 1e3,
+            "queue_ms": mean([sum(f.queue_s for f in r.fns.values()) for r in done]) * 1e3,
+            "passing_ms": mean([r.passing_s for r in done]) * 1e3,
+            "compute_ms": mean([sum(f.compute_s for f in r.fns.values()) for r in done]) * 1e3}
 
 
 def offered_rate(topo: Topology, name: str, closed_requests: int) -> float:
@@ -179,8 +195,9 @@ def throughput(quick: bool, progress: Progress) -> Result:
     for label, topo, nodes in cases:
         for wf in wfs:
             for name in systems:
-                rps = max_throughput(topo, system(name), wf, closed, nodes=nodes)
-                rows.append({"case": label, "workflow": wf, "system": name, "requests_per_s": rps})
+                rps, recs = closed_loop(topo, system(name), wf, closed, nodes=nodes)
+                rows.append({"case": label, "workflow": wf, "system": name, "requests_per_s": rps,
+                             **mean_parts(recs)})
                 k += 1
                 progress(k, total, f"{label} {wf} {name}")
     paper = {"intra-node": (2.1, 1.74, 1.37), "inter-node": (2.73, 1.55, 1.39)}
@@ -192,7 +209,9 @@ def throughput(quick: bool, progress: Progress) -> Result:
             comps.append(Comparison(f"{label}: throughput vs {b}", p, mean(ratios), unit="x"))
     return Result("throughput", "Maximum throughput on dgx-v100 (one node and two nodes)", rows, comps,
                   {"x": "workflow", "y": "requests_per_s", "series": "system", "panel": "case"},
-                  "Closed loop, two requests in flight per workflow replica; ratios averaged over workflows "
+                  "Closed loop, two requests in flight per workflow replica; ratios averaged over workflows; "
+                  "mean_ms and its parts: a request's latency and what it spent on its GPU functions (queueing, "
+                  "passing data, computing) "
                   "(a ratio is within tolerance when it is within 25% of the paper's, the default tolerance).")
 
 
@@ -278,10 +297,10 @@ def nvlink_vs_mapa(quick: bool, progress: Progress) -> Result:
     wfs = ("video",) if quick else tuple(paper)
     comps = []
     for i, wf in enumerate(wfs):
-        ours = max_throughput(topo, gfaas, wf, closed)
-        base = max_throughput(topo, mapa, wf, closed)
-        rows += [{"workflow": wf, "system": "gfaas", "requests_per_s": ours},
-                 {"workflow": wf, "system": "mapa-only", "requests_per_s": base}]
+        ours, ours_recs = closed_loop(topo, gfaas, wf, closed)
+        base, base_recs = closed_loop(topo, mapa, wf, closed)
+        rows += [{"workflow": wf, "system": "gfaas", "requests_per_s": ours, **mean_parts(ours_recs)},
+                 {"workflow": wf, "system": "mapa-only", "requests_per_s": base, **mean_parts(base_recs)}]
         comps.append(Comparison(f"{wf}: throughput gain over MAPA-only", paper[wf], (ours / base - 1) * 100))
         progress(i + 1, len(wfs), wf)
     return Result("nvlink-vs-mapa", "Throughput with parallel NVLink paths vs MAPA placement alone", rows, comps,
