@@ -412,6 +412,24 @@ def read_in_threads(readers: list[Any], ref: Any) -> tuple[list[object], list[th
     return results, threads
 
 
+def connected_readers(node: Any, *functions: str) -> list[Any]:
+    """Clients of ``functions``, each past its Hello and first round trip (so a later get is its only
+    message in flight)."""
+    readers = [node.connect(fn) for fn in functions]
+    for r in readers:
+        r.put(b"connected and authenticated")
+    return readers
+
+
+def assert_all_read(results: list[object], threads: list[threading.Thread], expected: np.ndarray) -> None:
+    """Every reader thread of :func:`read_in_threads` ended with ``expected``."""
+    for t in threads:
+        t.join(5)
+    for res in results:
+        assert isinstance(res, np.ndarray), res
+        np.testing.assert_array_equal(res, expected)
+
+
 def test_concurrent_misses_all_wait_for_a_queued_seal(node) -> None:  # type: ignore[no-untyped-def]
     """Two readers whose gets of a not-yet-sealed small put are queued together both see the object.
 
@@ -419,9 +437,7 @@ def test_concurrent_misses_all_wait_for_a_queued_seal(node) -> None:  # type: ig
     met inside that drain, before the producer's seal (the producer connected last), and must wait for
     the drain to finish rather than be denied.
     """
-    readers = [node.connect("g"), node.connect("h")]
-    for r in readers:
-        r.put(b"connected and authenticated")
+    readers = connected_readers(node, "g", "h")
     f = node.connect("f")
     f.put(b"lease a slab first")
     os.kill(node.pid, signal.SIGSTOP)
@@ -432,11 +448,7 @@ def test_concurrent_misses_all_wait_for_a_queued_seal(node) -> None:  # type: ig
         time.sleep(0.3)  # both gets are queued behind the seal's connection
     finally:
         os.kill(node.pid, signal.SIGCONT)
-    for t in threads:
-        t.join(5)
-    for res in results:
-        assert isinstance(res, np.ndarray), res
-        np.testing.assert_array_equal(res, np.arange(5))
+    assert_all_read(results, threads, np.arange(5))
 
 
 def test_a_larger_put_seals_without_waiting_and_readers_queued_behind_its_seal_see_it(node) -> None:  # type: ignore[no-untyped-def]
@@ -444,9 +456,7 @@ def test_a_larger_put_seals_without_waiting_and_readers_queued_behind_its_seal_s
     daemon stopped, the seal returns at once, and two readers whose gets are queued with it both read
     the object once it runs (a get that finds the object still being written drains the other
     connections first, where its seal waits)."""
-    readers = [node.connect("g"), node.connect("h")]
-    for r in readers:
-        r.put(b"connected and authenticated")
+    readers = connected_readers(node, "g", "h")
     f = node.connect("f")
     big = np.arange(f.small_object_max // 8 + 4096, dtype=np.int64)  # over small_object_max
     buf = f.allocate(big.shape, np.int64, consumers=["g", "h"])
@@ -460,11 +470,7 @@ def test_a_larger_put_seals_without_waiting_and_readers_queued_behind_its_seal_s
         time.sleep(0.3)
     finally:
         os.kill(node.pid, signal.SIGCONT)
-    for t in threads:
-        t.join(5)
-    for res in results:
-        assert isinstance(res, np.ndarray), res
-        np.testing.assert_array_equal(res, big)
+    assert_all_read(results, threads, big)
     assert not buf.array.flags.writeable
 
 
