@@ -313,8 +313,8 @@ def place_replicas(functions: Sequence[str], edges: Sequence[tuple[str, str, int
         one = group_nodes(functions, edges, {nd: share for nd in nodes})
         # Replica r is the same cut with the nodes turned by r places: a workflow whose cut leaves
         # nodes out (one GPU function over two nodes) still uses every node's GPUs across its replicas.
-        turn = {nd: [nodes[(i + r) % len(nodes)] for r in range(replicas)] for i, nd in enumerate(nodes)}
-        return [{fn: turn[nd][r] for fn, nd in one.items()} for r in range(replicas)]
+        pos = {nd: i for i, nd in enumerate(nodes)}
+        return [{fn: nodes[(pos[nd] + r) % len(nodes)] for fn, nd in one.items()} for r in range(replicas)]
 
     def load(nd: int) -> tuple[float, int]:
         return taken[nd] / slots[nd], nd

@@ -73,14 +73,21 @@ def closed_loop(topo: Topology, cfg: SystemConfig, name: str, requests: int, see
     return ((len(finished) - 1 - warm) / span if span > 0 else 0.0), recs
 
 
+def _gpu_parts(records: list[RequestRecord], prefix: str = "") -> dict[str, float]:
+    """Mean ms per request spent on its GPU functions: queueing for the GPU, passing data (get + put)
+    and computing, each summed over the request's functions (NaN for no requests)."""
+    if not records:
+        return dict.fromkeys((f"{prefix}queue_ms", f"{prefix}passing_ms", f"{prefix}compute_ms"), float("nan"))
+    return {f"{prefix}queue_ms": mean([sum(f.queue_s for f in r.fns.values()) for r in records]) * 1e3,
+            f"{prefix}passing_ms": mean([r.passing_s for r in records]) * 1e3,
+            f"{prefix}compute_ms": mean([sum(f.compute_s for f in r.fns.values()) for r in records]) * 1e3}
+
+
 def mean_parts(records: list[RequestRecord]) -> dict[str, float]:
-    """What a request spent on its GPU functions, mean ms: queueing for the GPU, passing data (get +
-    put) and computing (the decomposition behind a throughput comparison)."""
+    """A finished request's mean latency and what it spent on its GPU functions (:func:`_gpu_parts`):
+    the decomposition behind a throughput comparison."""
     done = [r for r in records if r.finish >= 0]
-    return {"mean_ms": mean([r.latency for r in done]) * 1e3,
-            "queue_ms": mean([sum(f.queue_s for f in r.fns.values()) for r in done]) * 1e3,
-            "passing_ms": mean([r.passing_s for r in done]) * 1e3,
-            "compute_ms": mean([sum(f.compute_s for f in r.fns.values()) for r in done]) * 1e3}
+    return {"mean_ms": mean([r.latency for r in done]) * 1e3, **_gpu_parts(done)}
 
 
 def offered_rate(topo: Topology, name: str, closed_requests: int) -> float:
@@ -107,13 +114,8 @@ def tail_parts(records: list[RequestRecord], q: float = 99.0) -> dict[str, float
     and computing. The rest of their latency is CPU functions and waiting for inputs from functions
     on other paths. The decomposition that says why a P99 comparison comes out as it does."""
     done = [r for r in records if r.finish >= 0]
-    if not done:
-        return {"tail_queue_ms": float("nan"), "tail_passing_ms": float("nan"), "tail_compute_ms": float("nan")}
-    cut = float(np.percentile([r.latency for r in done], q))
-    tail = [r for r in done if r.latency >= cut]
-    return {"tail_queue_ms": mean([sum(f.queue_s for f in r.fns.values()) for r in tail]) * 1e3,
-            "tail_passing_ms": mean([r.passing_s for r in tail]) * 1e3,
-            "tail_compute_ms": mean([sum(f.compute_s for f in r.fns.values()) for r in tail]) * 1e3}
+    cut = float(np.percentile([r.latency for r in done], q)) if done else 0.0
+    return _gpu_parts([r for r in done if r.latency >= cut], "tail_")
 
 
 def arrivals(name: str, rate: float, n: int, seed: int) -> np.ndarray:
