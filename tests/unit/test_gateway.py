@@ -9,7 +9,9 @@ import itertools
 import json
 import logging
 import math
+import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -896,20 +898,40 @@ def test_serve_binds_loopback_on_a_free_port(server: Any) -> None:
     assert httpx.get(server.url + "/healthz").json() == {"status": "ok"}
 
 
+def _server_nodelay(port: int) -> list[int]:
+    """TCP_NODELAY of every accepted connection of the in-process server on ``port`` (found among this
+    process's descriptors: local port ``port`` and a peer, so not the listener)."""
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except (OSError, ValueError):
+            continue  # not a socket (or gone)
+        try:
+            if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            if sock.getsockname()[1] != port:
+                continue
+            try:
+                sock.getpeername()
+            except OSError:
+                continue  # the listener
+            out.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        finally:
+            sock.close()  # the duplicate only
+    return out
+
+
 def test_serve_answers_small_requests_without_nagle_delays(server: Any) -> None:
     """Without TCP_NODELAY on the server's connections every answer waits ~40 ms for a delayed ACK (the
-    kernel's least delay), so the median request takes 40 ms or more; without it a few ms even on a
-    busy machine, whose stalls move the total of 40 requests (once 1.6 s under a parallel suite) but
-    not their median."""
+    kernel's least delay). The option is checked on the server's own end of a live keep-alive
+    connection, not by timing requests: on a loaded 2-core machine a parallel suite once moved their
+    median past 60 ms with the option set."""
     with httpx.Client(base_url=server.url, headers=AUTH) as http:
-        http.get("/healthz")
-        took = []
-        for _ in range(20):
-            for call in (lambda: http.get("/healthz"), lambda: invoke(http, "double", {"seed": 1})):
-                t0 = time.perf_counter()
-                assert call().status_code == 200
-                took.append(time.perf_counter() - t0)
-        assert sorted(took)[len(took) // 2] < 0.025, sorted(took)
+        for call in (lambda: http.get("/healthz"), lambda: invoke(http, "double", {"seed": 1})):
+            assert call().status_code == 200
+        flags = _server_nodelay(server.port)
+        assert flags and all(flags), flags  # the connection is open (keep-alive) and has the option
 
 
 def test_serve_with_concurrent_clients_loses_and_duplicates_nothing(server: Any, rt: FakeRuntime) -> None:
