@@ -72,6 +72,21 @@ def test_one_request_latency_is_the_sum_of_its_stages() -> None:
     assert get <= rec.fns["b"].get_s <= get + CHUNK / 24e9
 
 
+@pytest.mark.parametrize(("name", "alloc"), [("gfaas", POOL_ALLOC_S), ("gfaas-ES", CUDA_MALLOC_S)])
+def test_passing_splits_into_gets_moves_and_allocations(name: str, alloc: float) -> None:
+    """``parts_s`` adds up to ``passing_s``; a's one GPU put costs one allocation (a pooled one, or a
+    cudaMalloc without the elastic pool), which is not part of the bytes' move."""
+    c = Cluster(V100, system(name))
+    c.deploy(_two_stage(), gpus=["gpu0", "gpu3"])
+    c.submit("pair", 0.0)
+    (rec,) = c.run()
+    get, put, allocs = rec.parts_s
+    assert get + put + allocs == pytest.approx(rec.passing_s, rel=1e-12)
+    assert allocs == pytest.approx(alloc) and rec.fns["a"].alloc_s == pytest.approx(alloc)
+    assert rec.fns["b"].alloc_s == 0.0  # b puts nothing on a GPU
+    assert get == pytest.approx(rec.fns["b"].get_s + rec.fns["a"].get_s)
+
+
 def test_requests_queue_fifo_on_a_shared_gpu() -> None:
     """Two requests at t=0 on one GPU: the second waits for the whole first execution."""
     wf = Workflow("one", "sequence", (Function("a", "gpu", "resnet50", batch=8),), ())

@@ -55,6 +55,7 @@ class FnStats:
     get_s: float = 0.0
     compute_s: float = 0.0
     put_s: float = 0.0
+    alloc_s: float = 0.0     # the part of put_s before any byte moves: allocations and the store's own cost
     slo_s: float = 0.0       # gfaas.policy.slo_for(compute_s)
     deadline_s: float = 0.0  # gfaas.policy.input_deadline(0, compute_s): its transfers' due time after it starts
 
@@ -80,6 +81,13 @@ class RequestRecord:
     def passing_s(self) -> float:
         """Time spent getting and putting data, summed over the request's GPU functions."""
         return sum(s.get_s + s.put_s for s in self.fns.values())
+
+    @property
+    def parts_s(self) -> tuple[float, float, float]:
+        """``passing_s`` in three: (gets, puts less their allocations, allocations), summed over the
+        request's functions."""
+        alloc = sum(s.alloc_s for s in self.fns.values())
+        return (sum(s.get_s for s in self.fns.values()), sum(s.put_s for s in self.fns.values()) - alloc, alloc)
 
 
 class GPU:
@@ -439,6 +447,7 @@ class _Request:
             if spec.output_bytes:
                 moves.append((gpu, self._host(fn), spec.output_bytes))
             delay += allocs * c.alloc_s()
+            stats.alloc_s = delay
 
             def go() -> None:
                 due = input_deadline(c.sim.now, compute)
