@@ -7,7 +7,8 @@ two machines, m1 and m2, each running a node daemon; every link limited to ``--r
 shaper). Root is needed for the namespaces.
 
 **What is timed** (:mod:`.pull_driver`, which runs in m2's namespace; m1 runs the TCP sender), per
-size, in interleaved rounds after one warm-up round, the median of ``--repeats``:
+size, in interleaved rounds after one warm-up round (the systems taking turns to go first), the median of
+``--repeats``:
 
 * ``tcp``: the reference, one plain TCP stream from m1 to m2, request to last byte, received into
   memory that exists already (what any receiver with a buffer pool pays), sent and received in

@@ -163,7 +163,11 @@ def main() -> int:
             for n in sizes:
                 seq += 1
                 t = {}
-                for system in systems:
+                # The systems take turns going first (a rotation per round and size): in a fixed order one
+                # always ran right after another (the cold pull after the warm one), which can bias the
+                # pair a target compares by whatever the earlier one leaves behind.
+                turn = (k + seq) % len(systems)
+                for system in systems[turn:] + systems[:turn]:
                     time.sleep(SETTLE_S)
                     if system == "tcp":
                         t[system] = tcp.read(n)
