@@ -7,7 +7,8 @@ import pytest
 from gfaas.errors import ConfigError
 from gfaas.sim.cluster import Cluster
 from gfaas.sim.dataplane import CHUNK
-from gfaas.sim.experiments.passing import passing_seconds
+from gfaas.sim.experiments.moa import kv_passing_parts
+from gfaas.sim.experiments.passing import passing_parts, passing_seconds
 from gfaas.sim.systems import CUDA_MALLOC_S, POOL_ALLOC_S, TRANSFER_SETUP_S, system
 from gfaas.sim.workflows import DataEdge, Function, Workflow
 from gfaas.topology import preset
@@ -40,6 +41,33 @@ def test_without_elastic_pool_each_put_pays_a_cuda_malloc() -> None:
 def test_same_gpu_is_zero_copy() -> None:
     t = passing_seconds(V100, system("gfaas"), "gpu2", "gpu2", 500 * MB)
     assert t == pytest.approx(POOL_ALLOC_S + TRANSFER_SETUP_S)
+
+
+def test_passing_parts_split_a_passing_into_its_put_and_its_get() -> None:
+    """The decomposition the a10 and passing-latency rows print: INFless+ is two host copies of
+    equal length; a random GPU store (NVSHMEM+) makes one copy when it picks the producer's or the
+    consumer's GPU and two otherwise; gfaas one, after an allocation."""
+    a10 = preset("4xa10")
+    host = passing_parts(a10, system("infless+"), "gpu0", "gpu1", 16 * MB)
+    assert (host["copies"], host["host_copies"]) == (2, 2)
+    assert host["put_s"] == pytest.approx(host["get_s"]) == pytest.approx(16 * MB / 3e9 + TRANSFER_SETUP_S)
+    ours = passing_parts(a10, system("gfaas"), "gpu0", "gpu1", 16 * MB)
+    assert (ours["copies"], ours["put_s"]) == (1, POOL_ALLOC_S)
+    for seed in range(8):
+        p = passing_parts(a10, system("nvshmem+"), "gpu0", "gpu1", 16 * MB, seed)
+        store = Cluster(a10, system("nvshmem+"), seed=seed).store_device("gpu0")  # the same draw
+        assert p["copies"] == (1 if store in ("gpu0", "gpu1") else 2), (seed, store)
+        assert p["put_s"] + p["get_s"] == pytest.approx(p["total_s"])
+        assert p["total_s"] == passing_seconds(a10, system("nvshmem+"), "gpu0", "gpu1", 16 * MB, seed)
+
+
+def test_kv_passing_parts_add_up_for_the_shard_that_lands_last() -> None:
+    topo = preset("h800x8*2")
+    for name in ("gfaas", "infless+", "nvshmem+"):
+        p = kv_passing_parts(topo, system(name), 4, 1024 * MB)
+        assert p["put_s"] + p["get_s"] == pytest.approx(p["total_s"])
+    host = kv_passing_parts(topo, system("infless+"), 1, 1024 * MB)
+    assert host["put_s"] > 0 and host["get_s"] >= host["put_s"]  # down to host, then across and up
 
 
 def test_host_to_gpu_harvests_route_gpus_only_with_bh() -> None:

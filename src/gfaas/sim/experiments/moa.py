@@ -44,13 +44,22 @@ def _cfg(name: str) -> SystemConfig:
 
 def kv_passing_s(topo: Topology, cfg: SystemConfig, tp: int, nbytes: int, seed: int = 0) -> float:
     """Seconds until every shard of an ``nbytes`` KV cache moved from node 0's GPUs to node 1's."""
+    return kv_passing_parts(topo, cfg, tp, nbytes, seed)["total_s"]
+
+
+def kv_passing_parts(topo: Topology, cfg: SystemConfig, tp: int, nbytes: int, seed: int = 0) -> dict[str, float]:
+    """:func:`kv_passing_s` and, for the shard that landed last, its ``put_s`` (until it sat in the
+    system's store: an allocation, or a copy to the store's device) and ``get_s`` (from there to the
+    receiver's GPU), to show where each system's passing time goes."""
     c = Cluster(topo, cfg, seed=seed)
-    done: list[float] = []
+    put_end: dict[int, float] = {}
+    done: dict[int, float] = {}
     for i in range(tp):
         src, dst = f"n0.gpu{i}", f"n1.gpu{i}"
 
-        def get(where: str, dst: str = dst) -> None:
-            c.plane.move(where, dst, nbytes // tp, lambda: done.append(c.sim.now))
+        def get(where: str, dst: str = dst, i: int = i) -> None:
+            put_end[i] = c.sim.now
+            c.plane.move(where, dst, nbytes // tp, lambda: done.__setitem__(i, c.sim.now))
 
         def put(src: str = src, get: Any = get) -> None:
             where = c.store_device(src)
@@ -61,7 +70,8 @@ def kv_passing_s(topo: Topology, cfg: SystemConfig, tp: int, nbytes: int, seed: 
 
         c.sim.schedule(0.0, put)
     c.sim.run()
-    return max(done)
+    last = max(done, key=lambda i: (done[i], -i))
+    return {"total_s": done[last], "put_s": put_end[last], "get_s": done[last] - put_end[last]}
 
 
 def first_token_s(model: str, tp: int, tokens: int) -> float:
@@ -81,9 +91,12 @@ def moa(quick: bool, progress: Progress) -> Result:
         nbytes = int(tokens * LLAMA2[model].kv_bytes_per_token)
         compute = first_token_s(model, tp, tokens)
         for name in SYSTEMS:
-            move = mean([kv_passing_s(topo, _cfg(name), tp, nbytes, s) for s in range(seeds)])
+            parts = [kv_passing_parts(topo, _cfg(name), tp, nbytes, s) for s in range(seeds)]
+            move = mean([p["total_s"] for p in parts])
             rows.append({"panel": panel, "case": f"{model} TP{tp} {tokens // 1024}K", "system": name,
-                         "kv_gb": nbytes / 1e9, "passing_ms": move * 1e3, "tftt_ms": (move + compute) * 1e3})
+                         "kv_gb": nbytes / 1e9, "put_ms": mean([p["put_s"] for p in parts]) * 1e3,
+                         "get_ms": mean([p["get_s"] for p in parts]) * 1e3, "passing_ms": move * 1e3,
+                         "decode_ms": compute * 1e3, "tftt_ms": (move + compute) * 1e3})
         progress(i + 1, len(cases), f"{model} TP{tp} {tokens}")
 
     def red(panel: str, case: str | None, base: str) -> float:

@@ -22,12 +22,28 @@ BASELINES = ("infless+", "nvshmem+", "deepplan+")
 
 def passing_seconds(topo: Topology, cfg: SystemConfig, src: str, dst: str, nbytes: int, seed: int = 0) -> float:
     """One object from device ``src`` (a GPU, or a host for host-to-gFn) to GPU ``dst``."""
+    return passing_parts(topo, cfg, src, dst, nbytes, seed)["total_s"]
+
+
+def passing_parts(topo: Topology, cfg: SystemConfig, src: str, dst: str, nbytes: int,
+                  seed: int = 0) -> dict[str, float]:
+    """:func:`passing_seconds` split in two, to show where a system's time goes: ``put_s`` until the
+    data sits in the system's store (an allocation, or a copy to the store's device), ``get_s`` from
+    there until the consumer holds it; ``copies`` is how many copies crossed a link (0, 1 or 2) and
+    ``host_copies`` how many of them went to or from host memory."""
     c = Cluster(topo, cfg, seed=seed)
-    done: list[float] = []
+    out = {"total_s": -1.0, "put_s": 0.0, "get_s": 0.0, "copies": 0.0, "host_copies": 0.0}
     src_kind = topo.device(src).kind
 
+    def copied(a: str, b: str) -> None:
+        if a != b:
+            out["copies"] += 1
+            out["host_copies"] += topo.device(a).kind == "host" or topo.device(b).kind == "host"
+
     def get(where: str) -> None:
-        c.plane.move(where, dst, nbytes, lambda: done.append(c.sim.now))
+        out["put_s"] = c.sim.now
+        copied(where, dst)
+        c.plane.move(where, dst, nbytes, lambda: out.__setitem__("total_s", c.sim.now))
 
     def put() -> None:
         if src_kind == "host":
@@ -38,11 +54,13 @@ def passing_seconds(topo: Topology, cfg: SystemConfig, src: str, dst: str, nbyte
         if where == src:
             c.sim.schedule(c.alloc_s() if src_kind == "gpu" else 0.0, get, where)
         else:
+            copied(src, where)
             c.plane.move(src, where, nbytes, lambda: get(where))
 
     c.sim.schedule(0.0, put)
     c.sim.run()
-    return done[0]
+    out["get_s"] = out["total_s"] - out["put_s"]
+    return out
 
 
 def _pairs(topo: Topology, kind: str) -> list[tuple[str, str]]:
@@ -65,8 +83,13 @@ def _sweep(cases: list[tuple[str, Topology, str]], systems: list[str], sizes: li
         for name in systems:
             cfg = system(name)
             for size in sizes:
-                vals = [passing_seconds(topo, cfg, s, d, size, seed) for s, d in pairs for seed in range(seeds)]
-                rows.append({"case": label, "system": name, "size_mb": size // MB, "latency_ms": mean(vals) * 1e3})
+                parts = [passing_parts(topo, cfg, s, d, size, seed) for s, d in pairs for seed in range(seeds)]
+                rows.append({"case": label, "system": name, "size_mb": size // MB,
+                             "latency_ms": mean([p["total_s"] for p in parts]) * 1e3,
+                             "put_ms": mean([p["put_s"] for p in parts]) * 1e3,
+                             "get_ms": mean([p["get_s"] for p in parts]) * 1e3,
+                             "copies": mean([p["copies"] for p in parts]),
+                             "host_copies": mean([p["host_copies"] for p in parts])})
                 k += 1
                 progress(k, total, f"{label} {name} {size // MB} MB")
     return rows
