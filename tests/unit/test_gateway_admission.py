@@ -563,6 +563,29 @@ def test_a_waiter_that_leaves_as_its_place_comes_gives_it_back_and_one_that_expi
     asyncio.run(go())
 
 
+def test_a_place_freed_on_another_thread_wakes_the_waiting_loop_at_once() -> None:
+    """``finished`` skips the loop's wake-up write only when it runs on the waiter's own loop; from a
+    runtime thread it must still wake the loop, or the waiter sleeps until its timer (10 s here)."""
+
+    async def go() -> None:
+        adm = Admissions(lambda: ["w"], initial=1, min_limit=1, max_limit=1, max_waiting=4)
+        first, lim = await adm.enter("w", 10, 10)
+        waiter = asyncio.create_task(adm.enter("w", 10, 10))
+        await asyncio.sleep(0)
+        t0 = time.monotonic()
+        threading.Timer(0.05, adm.finished, (lim, 0.01)).start()  # the loop sleeps in select meanwhile
+        got, _ = await waiter
+        assert got.ok and time.monotonic() - t0 < 2
+        # and on the loop itself, the place is handed over within the next round
+        second = asyncio.create_task(adm.enter("w", 10, 10))
+        await asyncio.sleep(0)
+        adm.finished(lim, 0.01)
+        got, _ = await asyncio.wait_for(second, 2)
+        assert got.ok and adm.describe()["w"]["in_flight"] == 1
+
+    asyncio.run(go())
+
+
 _QUERY_PARTS = st.sampled_from(["timeout=30", "timeout=0.5", "timeout=x", "timeout=", "mode=async", "mode=sync",
                                 "outputs=digest", "timeout=7&timeout=9", "a=b", "", "timeout=1e3"])
 

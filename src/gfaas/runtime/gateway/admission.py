@@ -138,7 +138,11 @@ class Admissions:
                 if not lim.release():
                     break
                 gate.waiting.popleft()
-                fut.get_loop().call_soon_threadsafe(_admit_waiter, fut, lim, self)
+                loop = fut.get_loop()
+                if asyncio._get_running_loop() is loop:  # on its loop (the usual case): no wake-up write
+                    loop.call_soon(_admit_waiter, fut, lim, self)
+                else:
+                    loop.call_soon_threadsafe(_admit_waiter, fut, lim, self)
 
     def idle(self) -> bool:
         """Whether no admitted invocation is in flight and none waits (a quiet moment: gcpause)."""
