@@ -8,7 +8,7 @@ from gfaas.errors import ConfigError
 from gfaas.sim.cluster import Cluster
 from gfaas.sim.dataplane import CHUNK
 from gfaas.sim.experiments.moa import kv_passing_parts
-from gfaas.sim.experiments.passing import passing_parts, passing_seconds
+from gfaas.sim.experiments.passing import infless_pinned, passing_parts, passing_seconds
 from gfaas.sim.systems import CUDA_MALLOC_S, POOL_ALLOC_S, TRANSFER_SETUP_S, system
 from gfaas.sim.workflows import DataEdge, Function, Workflow
 from gfaas.topology import preset
@@ -51,6 +51,9 @@ def test_passing_parts_split_a_passing_into_its_put_and_its_get() -> None:
     host = passing_parts(a10, system("infless+"), "gpu0", "gpu1", 16 * MB)
     assert (host["copies"], host["host_copies"]) == (2, 2)
     assert host["put_s"] == pytest.approx(host["get_s"]) == pytest.approx(16 * MB / 3e9 + TRANSFER_SETUP_S)
+    pinned = passing_parts(a10, infless_pinned(), "gpu0", "gpu1", 16 * MB)  # the notes' second reading
+    assert (pinned["copies"], pinned["host_copies"]) == (2, 2)
+    assert pinned["put_s"] == pytest.approx(pinned["get_s"]) == pytest.approx(16 * MB / 24e9 + TRANSFER_SETUP_S)
     ours = passing_parts(a10, system("gfaas"), "gpu0", "gpu1", 16 * MB)
     assert (ours["copies"], ours["put_s"]) == (1, POOL_ALLOC_S)
     for seed in range(8):

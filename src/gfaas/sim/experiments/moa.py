@@ -27,6 +27,7 @@ from ..cluster import Cluster
 from ..scaling import H800, LLAMA2
 from ..systems import SystemConfig, system
 from .base import Comparison, Progress, Result, mean, reduction, register
+from .passing import infless_pinned
 
 SYSTEMS = ("gfaas", "infless+", "infless+pinned", "mooncake+")
 LENGTHS = (1024, 2048, 4096, 8192)
@@ -38,7 +39,7 @@ def _cfg(name: str) -> SystemConfig:
     if name == "mooncake+":
         return replace(system("nvshmem+"), name=name)
     if name == "infless+pinned":
-        return replace(system("infless+"), name=name, pinned="ring")
+        return infless_pinned()
     return system(name)
 
 
