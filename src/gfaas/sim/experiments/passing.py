@@ -110,14 +110,18 @@ def _pinned_reading(rows: list[dict[str, object]], case: str, topo: Topology, ki
     pairs = _pairs(topo, kind)
     cfg = infless_pinned()
     theirs = {s // MB: mean([passing_seconds(topo, cfg, a, b, s) for a, b in pairs]) * 1e3 for s in sizes}
-    ours = {int(r["size_mb"]): float(r["latency_ms"])  # type: ignore[call-overload, arg-type]
-            for r in rows if r["case"] == case and r["system"] == "gfaas"}
+    ours = _latencies(rows, case, "gfaas")
     return mean([reduction(ours[k], theirs[k]) for k in ours])
 
 
+def _latencies(rows: list[dict[str, object]], case: str, system_name: str) -> dict[int, float]:
+    """Mean latency (ms) by size (MB) of one system's rows of one case."""
+    return {int(r["size_mb"]): float(r["latency_ms"])  # type: ignore[call-overload, arg-type]
+            for r in rows if r["case"] == case and r["system"] == system_name}
+
+
 def _reductions(rows: list[dict[str, object]], case: str, base: str) -> float:
-    ours = {r["size_mb"]: float(r["latency_ms"]) for r in rows if r["case"] == case and r["system"] == "gfaas"}  # type: ignore[arg-type]
-    theirs = {r["size_mb"]: float(r["latency_ms"]) for r in rows if r["case"] == case and r["system"] == base}  # type: ignore[arg-type]
+    ours, theirs = _latencies(rows, case, "gfaas"), _latencies(rows, case, base)
     return mean([reduction(ours[s], theirs[s]) for s in ours])
 
 
