@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gfaas.errors import ConfigError
-from gfaas.sim.paper_workloads import on_gpu, parse
+from gfaas.sim.paper_workloads import bursts, on_gpu, parse, parse_bursts
 from gfaas.sim.profiles import CVCUDA, GPU_MEM_GBPS, Profile
 from gfaas.sim.workflows import edge_sizes, touched_bytes, workflow
 
@@ -86,3 +86,27 @@ def test_mean_parts_averages_every_finished_request() -> None:
     b.fns = {"x": FnStats(queue_s=0.0, get_s=0.003, compute_s=0.004, put_s=0.001)}
     parts = mean_parts([a, b, RequestRecord("wf", 2, 0.0)])
     assert parts == pytest.approx({"mean_ms": 15.0, "queue_ms": 1.5, "passing_ms": 3.0, "compute_ms": 4.5})
+
+
+def test_the_shipped_bursts_restate_faascales_fig9_and_the_experiment_uses_it() -> None:
+    b = bursts()["scaling-ttft"]
+    assert (b.requests, b.paper.startswith("FaaScale"), "§7.3" in b.where) == (50, True, True)
+    from gfaas.sim.experiments.scaling import _burst
+
+    runs = _burst("7b", 1, 1.0, 2.0, 16, 0, systems=("gfaas",), requests=b.requests)
+    reqs = runs["gfaas"].requests
+    assert len(reqs) == 50
+    # at the 2 s burst's rate: 50 arrivals take about 50 / rate (a Poisson count's spread, 14% here)
+    rate = len(_burst("7b", 1, 1.0, 2.0, 16, 0, systems=("gfaas",))["gfaas"].requests) / 2.0
+    assert 0.6 * 50 / rate < max(r.arrival for r in reqs) < 1.4 * 50 / rate
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ('[x]\npaper = "P"\n[[x.burst]]\nrequests = 5\nwhere = "w"\n', r"entry 1 needs experiment and where"),
+    ('[x]\npaper = "P"\n[[x.burst]]\nexperiment = "e"\nrequests = 0\nwhere = "w"\n', r"requests = 0; give a whole"),
+    ('[x]\npaper = "P"\n[[x.burst]]\nexperiment = "e"\nrequests = 2.5\nwhere = "w"\n', r"requests = 2\.5"),
+    ('[x]\npaper = "P"\n' + '[[x.burst]]\nexperiment = "e"\nrequests = 3\nwhere = "w"\n' * 2, r"listed twice"),
+])
+def test_a_bad_burst_is_refused_with_what_to_fix(text: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        parse_bursts(text, "t.toml")

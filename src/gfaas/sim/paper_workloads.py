@@ -1,9 +1,10 @@
 """What the seed papers state about their workloads, read from ``data/paper_workloads.toml``.
 
 The table is data, kept apart from the code that uses it (:mod:`gfaas.sim.workflows`), and every entry
-names the section of the paper it restates. So far it holds one kind of statement: which functions of
-the runtime's specs the papers run on a GPU (their pre- and post-processing, with CV-CUDA) where the
-specs, written for CPU machines, run them on the host.
+names the section of the paper it restates. It holds two kinds of statement: which functions of the
+runtime's specs the papers run on a GPU (their pre- and post-processing, with CV-CUDA) where the specs,
+written for CPU machines, run them on the host (``on_gpu``); and how many requests an experiment's
+burst holds where the paper says (``burst``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from ..errors import ConfigError
 
@@ -29,17 +31,60 @@ class OnGpu:
     paper: str
 
 
-def parse(text: str, name: str = FILE) -> tuple[OnGpu, ...]:
-    """The ``on_gpu`` entries of every paper in ``text`` (TOML), checked."""
+@dataclass(frozen=True)
+class Burst:
+    """The number of requests in an experiment's burst, as the paper states it (``where``)."""
+
+    experiment: str
+    requests: int
+    where: str
+    paper: str
+
+
+def _load(text: str, name: str) -> dict[str, dict[str, Any]]:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{name}: not valid TOML: {exc}") from None
-    out: list[OnGpu] = []
-    seen: set[tuple[str, str]] = set()
     for key, sec in doc.items():
         if not isinstance(sec, dict) or not isinstance(sec.get("paper"), str):
             raise ConfigError(f"{name}: [{key}] needs paper = \"the paper it restates\"")
+    return doc
+
+
+def parse_bursts(text: str, name: str = FILE) -> tuple[Burst, ...]:
+    """The ``burst`` entries of every paper in ``text`` (TOML), checked."""
+    out: list[Burst] = []
+    for key, sec in _load(text, name).items():
+        for k, e in enumerate(sec.get("burst", [])):
+            e = e if isinstance(e, dict) else {}
+            exp, where, n = e.get("experiment"), e.get("where"), e.get("requests")
+            if not isinstance(exp, str) or not exp or not isinstance(where, str) or not where:
+                raise ConfigError(f"{name}: [[{key}.burst]] entry {k + 1} needs experiment and where (non-empty strings)")
+            if type(n) is not int or n < 1:
+                raise ConfigError(f"{name}: [[{key}.burst]] {exp}: requests = {n!r}; give a whole number >= 1")
+            if any(b.experiment == exp for b in out):
+                raise ConfigError(f"{name}: the burst of {exp} is listed twice; keep one entry")
+            out.append(Burst(exp, n, where, str(sec["paper"])))
+    return tuple(out)
+
+
+@cache
+def bursts() -> dict[str, Burst]:
+    """experiment -> the number of requests in its burst, as its paper states it."""
+    return {b.experiment: b for b in parse_bursts(_shipped())}
+
+
+def _shipped() -> str:
+    return resources.files("gfaas.sim").joinpath("data", FILE).read_text(encoding="utf-8")
+
+
+def parse(text: str, name: str = FILE) -> tuple[OnGpu, ...]:
+    """The ``on_gpu`` entries of every paper in ``text`` (TOML), checked."""
+    doc = _load(text, name)
+    out: list[OnGpu] = []
+    seen: set[tuple[str, str]] = set()
+    for key, sec in doc.items():
         for k, e in enumerate(sec.get("on_gpu", [])):
             fields = {f: e.get(f) if isinstance(e, dict) else None for f in ("workflow", "function", "step", "where")}
             bad = [f for f, v in fields.items() if not isinstance(v, str) or not v]
@@ -57,5 +102,4 @@ def parse(text: str, name: str = FILE) -> tuple[OnGpu, ...]:
 @cache
 def on_gpu() -> dict[tuple[str, str], OnGpu]:
     """(workflow, function) -> the paper's statement that it runs on a GPU."""
-    text = resources.files("gfaas.sim").joinpath("data", FILE).read_text(encoding="utf-8")
-    return {(e.workflow, e.function): e for e in parse(text)}
+    return {(e.workflow, e.function): e for e in parse(_shipped())}
