@@ -139,7 +139,7 @@ class Admissions:
                     break
                 gate.waiting.popleft()
                 loop = fut.get_loop()
-                if asyncio._get_running_loop() is loop:  # on its loop (the usual case): no wake-up write
+                if _running_loop() is loop:  # on its loop (the usual case): no wake-up write
                     loop.call_soon(_admit_waiter, fut, lim, self)
                 else:
                     loop.call_soon_threadsafe(_admit_waiter, fut, lim, self)
@@ -153,6 +153,14 @@ class Admissions:
         with self._lock:
             return {w: {"limit": round(g.lim.limit, 1), "in_flight": g.lim.in_flight, "waiting": len(g.waiting),
                         "admitted": g.lim.admitted, "refused": g.lim.refused} for w, g in self._gates.items()}
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running on this thread, or None (a runtime thread)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _expire(fut: asyncio.Future[bool]) -> None:

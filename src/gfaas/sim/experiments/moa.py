@@ -43,15 +43,11 @@ def _cfg(name: str) -> SystemConfig:
     return system(name)
 
 
-def kv_passing_s(topo: Topology, cfg: SystemConfig, tp: int, nbytes: int, seed: int = 0) -> float:
-    """Seconds until every shard of an ``nbytes`` KV cache moved from node 0's GPUs to node 1's."""
-    return kv_passing_parts(topo, cfg, tp, nbytes, seed)["total_s"]
-
-
 def kv_passing_parts(topo: Topology, cfg: SystemConfig, tp: int, nbytes: int, seed: int = 0) -> dict[str, float]:
-    """:func:`kv_passing_s` and, for the shard that landed last, its ``put_s`` (until it sat in the
-    system's store: an allocation, or a copy to the store's device) and ``get_s`` (from there to the
-    receiver's GPU), to show where each system's passing time goes."""
+    """``total_s``: seconds until every shard of an ``nbytes`` KV cache moved from node 0's GPUs to
+    node 1's; and, for the shard that landed last, its ``put_s`` (until it sat in the system's store:
+    an allocation, or a copy to the store's device) and ``get_s`` (from there to the receiver's GPU),
+    to show where each system's passing time goes."""
     c = Cluster(topo, cfg, seed=seed)
     put_end: dict[int, float] = {}
     done: dict[int, float] = {}
