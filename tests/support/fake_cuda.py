@@ -16,6 +16,13 @@ complete (a producer whose work never finishes, or whose process exited); ``oom`
 ``free``/``freeHost`` of memory that a queued copy has yet to read or write raise
 :class:`FreedInUse`: gfaas must wait for its copies before it frees their memory, not count on an
 implicit synchronisation inside the free.
+
+Registered host memory (``hostRegister``) follows CUDA's rules: registering a range that overlaps
+a registered one fails (712, cudaErrorHostMemoryAlreadyRegistered), unregistering an address that
+is not a registration's start fails (713), and ``hostUnregister`` while a queued copy still uses
+the range raises :class:`FreedInUse`. ``fail_register`` makes every registration fail (a page-lock
+limit). Each asynchronous copy whose host side is neither ``hostAlloc`` memory nor registered is
+counted in ``pageable_async``: CUDA runs it, but staged and synchronous with the host.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from typing import Any
 
 NOT_READY = 600  # cudaErrorNotReady
 MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation
+ALREADY_REGISTERED = 712  # cudaErrorHostMemoryAlreadyRegistered
+NOT_REGISTERED = 713  # cudaErrorHostMemoryNotRegistered
 
 
 class CUDARuntimeError(RuntimeError):
@@ -82,6 +91,10 @@ class FakeRuntime:
         self._ipc: dict[bytes, tuple[mmap.mmap, Any]] = {}
         self._copies = itertools.count()
         self._inflight: dict[int, tuple[int, int, int]] = {}  # queued copies: (dst, src, nbytes)
+        self.pinned: dict[int, int] = {}  # hostAlloc memory: base -> size
+        self.registered: dict[int, tuple[int, int]] = {}  # hostRegister: base -> (size, flags)
+        self.fail_register = False
+        self.pageable_async = 0
 
     # ---- devices and memory ----------------------------------------------------------------
     def getDeviceCount(self) -> int:
@@ -122,11 +135,38 @@ class FakeRuntime:
         del self.buffers[p]
 
     def hostAlloc(self, n: int, flags: int) -> int:
-        return self._buf(n)
+        p = self._buf(n)
+        self.pinned[p] = n
+        return p
 
     def freeHost(self, p: int) -> None:
         self._unused(p, "cudaFreeHost")
         del self.buffers[p]
+        del self.pinned[p]
+
+    def hostRegister(self, p: int, n: int, flags: int) -> None:
+        self.calls.append(("host-register", p, n, flags))
+        if self.fail_register:
+            raise CUDARuntimeError(MEMORY_ALLOCATION)
+        with self._lock:
+            if any(b < p + n and p < b + size for b, (size, _) in self.registered.items()):
+                raise CUDARuntimeError(ALREADY_REGISTERED)
+            self.registered[p] = (n, flags)
+
+    def hostUnregister(self, p: int) -> None:
+        self.calls.append(("host-unregister", p))
+        with self._lock:
+            if p not in self.registered:
+                raise CUDARuntimeError(NOT_REGISTERED)
+            n = self.registered[p][0]
+            for dst, src, m in list(self._inflight.values()):
+                if any(a < p + n and p < a + m for a in (dst, src)):
+                    raise FreedInUse(f"fake CUDA: cudaHostUnregister of {p:#x} while a queued copy still uses it")
+            del self.registered[p]
+
+    def _page_locked(self, p: int, n: int) -> bool:
+        spans = [*self.pinned.items(), *((b, size) for b, (size, _) in self.registered.items())]
+        return any(b <= p and p + n <= b + size for b, size in spans)
 
     # ---- IPC -------------------------------------------------------------------------------
     def ipcGetMemHandle(self, p: int) -> bytes:
@@ -194,6 +234,13 @@ class FakeRuntime:
 
     def memcpyAsync(self, dst: int, src: int, n: int, kind: int, stream: int) -> None:
         self.calls.append(("memcpy", kind, n, stream))
+        host = src if kind == self.memcpyHostToDevice else dst if kind == self.memcpyDeviceToHost else None
+        if host is not None and not self._page_locked(host, n):
+            self.pageable_async += 1
+        if kind == self.memcpyDeviceToHost and host is not None:
+            for b, (size, flags) in self.registered.items():
+                if b <= host < b + size and flags & 0x08:
+                    raise CUDARuntimeError(1)  # cudaErrorInvalidValue: a write into read-only registered memory
         self._copy(stream, dst, src, n)
 
     def memcpyPeerAsync(self, dst: int, dd: int, src: int, sd: int, n: int, stream: int) -> None:

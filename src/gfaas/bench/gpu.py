@@ -8,7 +8,13 @@ Rows (each a p50 over ``repeat`` runs after a warm-up, GB/s = bytes / p50 / 1e9)
     ``gfaas-ring-8MiB`` (>= 64 MiB only): the same with 8 MiB chunks (a quarter of the thread hops
     and launches per byte), to say whether the chunk size holds the ring short of the link;
     ``cuda-pageable``: one ``cudaMemcpy`` from/into the same pageable array;
-    ``cuda-pinned``: one ``cudaMemcpy`` from/into ``cudaHostAlloc`` memory (the ceiling).
+    ``cuda-pinned``: one ``cudaMemcpy`` from/into ``cudaHostAlloc`` memory (the ceiling);
+    ``gfaas-registered``: the backend's copy of an object in a node host segment (a memfd mapping
+    of the host backend) once that segment is registered (``dataplane.pinned``): one DMA.
+``register``, 1 MiB ... 1 GiB
+    ``cuda-host-register``: ``cudaHostRegister`` + ``cudaHostUnregister`` of a node host segment of
+    that size, with ``copies_to_pay``: the copy at which registering pays by the rule
+    (``policy.pinning``) with this run's measured rates.
 ``same-gpu-get``, 64 MiB
     ``gfaas-ipc``: a consumer process ``get``\\ s an object another process put on the same GPU,
     through a node daemon (``devices='cuda:0'``), one object at a time as a pipeline passes them
@@ -60,8 +66,60 @@ def _row(kind: str, system: str, size: int, secs: float) -> dict[str, Any]:
             "gbps": round(size / secs / 1e9, 3) if secs > 0 else None}
 
 
+def _registered_copy(be: Any, kind: str, n: int) -> Callable[[], None]:
+    """One copy between a device segment and a node host segment (memfd) that ``be.pins``
+    registers at its first copy (the rule's costs are set so: what is timed is the registered path)."""
+    host, dev = be.bench_host, be.bench_dev
+    seg = host.alloc(n)
+    view = host.host_view(seg)[:n]
+    np.frombuffer(view, np.uint8)[:] = 1  # touched: its pages exist before it is registered
+
+    def copy() -> None:
+        if kind == "h2d":
+            be.copy_in(dev, 0, view)
+        else:
+            be.copy_out(dev, 0, n, view)
+
+    be.bench_segs.append((seg, view))
+    return copy
+
+
+def _register_rows(rt: Any, sizes: list[int], rows: list[dict[str, Any]], repeat: int) -> list[dict[str, Any]]:
+    """The cost of registering a node host segment, and when it pays with this run's rates."""
+    from ..dataplane.backends import HostBackend
+    from ..dataplane.pinned import PORTABLE
+    from ..policy.pinning import PinCosts, copies_to_pay
+
+    def gbps(kind: str, system: str, n: int) -> float | None:
+        r = next((r for r in rows if r["kind"] == kind and r["system"] == system and r.get("size_bytes") == n), None)
+        return r["gbps"] if r else None
+
+    host = HostBackend()
+    out = []
+    for n in sizes:
+        seg = host.alloc(n)
+        view = host.host_view(seg)
+        np.frombuffer(view, np.uint8)[:] = 1
+        addr = int(np.frombuffer(view, np.uint8).ctypes.data)
+
+        def register() -> None:
+            rt.hostRegister(addr, n, PORTABLE)  # noqa: B023
+            rt.hostUnregister(addr)  # noqa: B023
+
+        secs = _p50(register, max(3, repeat // 4), warmup=1)
+        row = _row("register", "cuda-host-register", n, secs)
+        ring, dma = gbps("h2d", "gfaas-ring", n), gbps("h2d", "gfaas-registered", n)
+        if ring and dma and secs > 0:
+            row["copies_to_pay"] = copies_to_pay(n, PinCosts(ring_gbps=ring, dma_gbps=dma,
+                                                             register_gbps=n / secs / 1e9, register_fixed_s=0.0))
+        out.append(row)
+        view.release()
+        host.free(seg)
+    return out
+
+
 def _transfers(rt: Any, be: Any, sizes: list[int], repeat: int, log: Callable[[str], None],
-               be8: Any = None) -> list[dict[str, Any]]:
+               be8: Any = None, pinned_be: Any = None) -> list[dict[str, Any]]:
     rows = []
     top = max(sizes)
     host = np.ones(top, np.uint8)  # pageable, touched
@@ -85,6 +143,8 @@ def _transfers(rt: Any, be: Any, sizes: list[int], repeat: int, log: Callable[[s
                     pin = _p50(lambda: rt.memcpy(pinned_ptr, seg.address, n, rt.memcpyDeviceToHost), rep)  # noqa: B023
                 rows += [_row(kind, "gfaas-ring", n, ring), _row(kind, "cuda-pageable", n, page),
                          _row(kind, "cuda-pinned", n, pin)]
+                if pinned_be is not None:
+                    rows.append(_row(kind, "gfaas-registered", n, _p50(_registered_copy(pinned_be, kind, n), rep)))
                 if be8 is not None and n >= 64 * MiB:
                     seg8 = be8.alloc(n)
                     fn = (lambda: be8.copy_in(seg8, 0, hv)) if kind == "h2d" else (lambda: be8.copy_out(seg8, 0, n, hv))  # noqa: B023
@@ -94,6 +154,31 @@ def _transfers(rt: Any, be: Any, sizes: list[int], repeat: int, log: Callable[[s
         be.free(seg)
         rt.freeHost(pinned_ptr)
     return rows
+
+
+def _pinned_backend(rt: Any, top: int) -> Any:
+    """A CUDA backend whose node host segments are registered at their first copy."""
+    from ..dataplane.backends import HostBackend, pin_host_segments
+    from ..dataplane.backends.cuda import CudaBackend
+    from ..dataplane.pinned import HostPins
+    from ..policy.pinning import PinCosts
+
+    pins = HostPins(rt, PinCosts(register_gbps=1e9, register_fixed_s=0.0))
+    be = CudaBackend(0, cap_bytes=2 * top + 64 * MiB, target_bytes=0, pins=pins)
+    be.bench_host = HostBackend()
+    pin_host_segments(be.bench_host, {0: be})
+    be.bench_dev = be.alloc(top)
+    be.bench_segs = []
+    return be
+
+
+def _close_pinned(be: Any) -> None:
+    for seg, view in be.bench_segs:
+        view.release()
+        be.bench_host.free(seg)
+    be.free(be.bench_dev)
+    be.close()
+    be.pins.close()
 
 
 def _alloc_rows(rt: Any, be: Any, repeat: int) -> list[dict[str, Any]]:
@@ -197,6 +282,10 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for kind in ("h2d", "d2h"):
         for n in sorted({r["size_bytes"] for r in rows if r["kind"] == kind and r["size_bytes"] >= 64 * MiB}):
+            reg, pin = get(kind, "gfaas-registered", n), get(kind, "cuda-pinned", n)
+            if reg and pin:
+                out.append({"target": f"{kind} {n // MiB} MiB node segment (registered) >= 90% of pinned",
+                            "value": round(reg["gbps"] / pin["gbps"], 3), "met": reg["gbps"] >= 0.9 * pin["gbps"]})
             ring, pin, page = get(kind, "gfaas-ring", n), get(kind, "cuda-pinned", n), get(kind, "cuda-pageable", n)
             if ring and pin and page:
                 out.append({"target": f"{kind} {n // MiB} MiB ring >= 90% of pinned",
@@ -228,14 +317,18 @@ def run_gpu(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     repeat = 5 if quick else 20
     be = CudaBackend(0, cap_bytes=4 * 1024 * MiB, target_bytes=2 * 1024 * MiB)
     be8 = CudaBackend(0, cap_bytes=2048 * MiB, target_bytes=0, ring_bytes=40 * MiB, chunk_bytes=8 * MiB)
+    sizes = QUICK_SIZES if quick else SIZES
+    pinned_be = _pinned_backend(rt, max(sizes))
     try:
         log(f"GPU 0: {name}")
-        rows = _transfers(rt, be, QUICK_SIZES if quick else SIZES, repeat, log, be8)
+        rows = _transfers(rt, be, sizes, repeat, log, be8, pinned_be)
+        rows += _register_rows(rt, sizes, rows, repeat)
         rows += _alloc_rows(rt, be, repeat)
         rows += _pinned_rows(rt, be)
     finally:
         be.close()
         be8.close()
+        _close_pinned(pinned_be)
     rows += _ipc_rows(repeat, log)
     return {"device": name, "gpus": count, "rows": rows, "targets": targets(rows)}
 

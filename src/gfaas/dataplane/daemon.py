@@ -52,7 +52,7 @@ from ..secfiles import create_file, load_or_create, private_dir, read_private_fi
 from . import nodestats
 from . import protocol as P
 from .auth import Registry, token_hash
-from .backends import make_backend, make_device_backends
+from .backends import make_backend, make_device_backends, pin_host_segments
 from .invlog import InvocationLog
 from .journal import Journal
 from .slabindex import ReadLog
@@ -160,6 +160,7 @@ class Daemon:
             else None,
             local_reads=config.backend == "host",
         )
+        pin_host_segments(self.store.backend, self.store.devices)
         # Objects read locally whose Consumed arrived before their Seal: id -> sessions that read it.
         self._early: OrderedDict[bytes, list[Session]] = OrderedDict()
         # Small puts are sealed from slab directories (no Seal message) unless objects are published

@@ -28,11 +28,21 @@ def make_device_backends(kind: str, ordinals: tuple[int, ...] | None, cap_bytes:
     if kind == "null":
         return {i: NullDeviceBackend(i, cap_bytes=cap_bytes or 16 * GiB, target_bytes=floor_bytes)
                 for i in ordinals or (0,)}
+    from ..pinned import HostPins
     from .cuda import CudaBackend, runtime  # lazily: needs the gpu extra
 
     ids = ordinals if ordinals is not None else tuple(range(int(runtime().getDeviceCount())))
-    return {i: CudaBackend(i, cap_bytes=cap_bytes, target_bytes=floor_bytes) for i in ids}
+    pins = HostPins(runtime())  # one per process: a registration is portable across its GPUs
+    return {i: CudaBackend(i, cap_bytes=cap_bytes, target_bytes=floor_bytes, pins=pins) for i in ids}
+
+
+def pin_host_segments(host: Backend, devices: dict[int, DeviceBackend]) -> None:
+    """Let the GPUs' registrations of host segments (``CudaBackend.pins``) end before a segment is
+    unmapped: the host backend tells them first. A no-op without CUDA GPUs or host segments."""
+    pins = next((p for d in devices.values() if (p := getattr(d, "pins", None)) is not None), None)
+    if pins is not None and isinstance(host, HostBackend):
+        host.before_unmap = pins.release
 
 
 __all__ = ["Backend", "DeviceBackend", "DeviceSegment", "HostBackend", "LinkModel", "NullBackend",
-           "NullDeviceBackend", "Transfer", "make_backend", "make_device_backends"]
+           "NullDeviceBackend", "Transfer", "make_backend", "make_device_backends", "pin_host_segments"]

@@ -6,9 +6,11 @@
 * Sharing: each arena's ``cudaIpcGetMemHandle`` is taken once and sent with the first reply naming
   one of its segments; a function process opens it once and keeps it (``device_client``), so a
   same-GPU get is an offset into memory it already mapped.
-* Host<->GPU copies: one :class:`~gfaas.dataplane.staging.CopyEngine` per GPU: 2 MiB chunks through
-  a pinned ring (``cudaHostAlloc``) shared by every transfer, two or more streams, batches of 5
-  shared by SLO rates. The ring is never mapped into a function's process.
+* Host<->GPU copies: a node segment registered with CUDA (``dataplane.pinned.HostPins``, once per
+  warm segment, when its reuse pays) goes by one DMA from the segment itself, on the copying
+  thread's own stream. Anything else goes through one :class:`~gfaas.dataplane.staging.CopyEngine`
+  per GPU: 2 MiB chunks through a pinned ring (``cudaHostAlloc``) shared by every transfer, two or
+  more streams, batches of 5 shared by SLO rates. The ring is never mapped into a function's process.
 * GPU<->GPU: ``cudaMemcpyPeerAsync`` (peer access enabled where the hardware allows), waiting on
   that copy's stream only.
 * Out of device memory: ``cudaMalloc`` failing with ``cudaErrorMemoryAllocation`` is a
@@ -35,6 +37,7 @@ import numpy as np
 
 from ...errors import CapacityError, ConfigError, DependencyMissing
 from ...units import MiB
+from ..pinned import HostPins
 from ..staging import D2H, H2D, CopyEngine, StagingPlanner
 from .device import DEFAULT_TARGET_BYTES, DeviceBackend
 
@@ -146,7 +149,10 @@ class CudaBackend(DeviceBackend):
     def __init__(self, device: int = 0, *, cap_bytes: int = 0, cap_fraction: float = 0.5,
                  arena_bytes: int = 64 * MiB, target_bytes: int = DEFAULT_TARGET_BYTES,
                  ring_bytes: int = 32 * MiB, chunk_bytes: int = 2 * MiB, batch_chunks: int = 5,
-                 streams: int = 2, stagers: int = 4, link_gbps: float = 50.0) -> None:
+                 streams: int = 2, stagers: int = 4, link_gbps: float = 50.0,
+                 pins: HostPins | None = None) -> None:
+        """``pins``: the process's registrations of node host segments (shared by its GPUs); None:
+        every host copy goes through the ring."""
         self.rt = rt = runtime()
         n = int(rt.getDeviceCount())
         if not 0 <= device < n:
@@ -172,6 +178,10 @@ class CudaBackend(DeviceBackend):
         self._xfer_stream = int(rt.streamCreateWithFlags(rt.streamNonBlocking))
         self._xfer_lock = threading.Lock()
         self._events: dict[bytes, int] = {}  # producers' IPC events, opened once
+        self.pins = pins
+        self._direct = threading.local()  # each copying thread's own stream for direct DMAs
+        self._direct_streams: list[int] = []
+        self.direct_copies = 0
 
     def _event_done(self, event: bytes) -> bool:
         rt = self.rt
@@ -203,11 +213,41 @@ class CudaBackend(DeviceBackend):
         return bytes(self.rt.ipcGetMemHandle(base))
 
     def _copy_in(self, handle: Any, offset: int, src: memoryview, deadline: float = math.inf) -> None:
-        self.engine.copy(H2D, handle.address + offset, src, deadline)
+        if not self._dma(H2D, handle.address + offset, src, src.nbytes):
+            self.engine.copy(H2D, handle.address + offset, src, deadline)
 
     def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview,
                   deadline: float = math.inf) -> None:
-        self.engine.copy(D2H, handle.address + offset, dst.cast("B")[:nbytes], deadline)
+        dst = dst.cast("B")[:nbytes]
+        if not self._dma(D2H, handle.address + offset, dst, nbytes):
+            self.engine.copy(D2H, handle.address + offset, dst, deadline)
+
+    def _dma(self, kind: str, device_addr: int, host: memoryview, nbytes: int) -> bool:
+        """One DMA between ``host`` and the device, if ``host`` is a registered node segment (see
+        ``pins``); returns once it completed. False: not registered, the caller uses the ring."""
+        pins = self.pins
+        if pins is None or nbytes <= 0:
+            return False
+        addr = pins.direct(host, write=kind == D2H)
+        if addr is None:
+            return False
+        rt = self.rt
+        try:
+            _on(rt, self.device)
+            s = getattr(self._direct, "stream", None)
+            if s is None:
+                s = self._direct.stream = int(rt.streamCreateWithFlags(rt.streamNonBlocking))
+                with self._xfer_lock:
+                    self._direct_streams.append(s)
+            if kind == H2D:
+                rt.memcpyAsync(device_addr, addr, nbytes, rt.memcpyHostToDevice, s)
+            else:
+                rt.memcpyAsync(addr, device_addr, nbytes, rt.memcpyDeviceToHost, s)
+            rt.streamSynchronize(s)  # its bytes are in place before the caller publishes anything
+        finally:
+            pins.done(host)
+        self.direct_copies += 1
+        return True
 
     def _transfer(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
         rt = self.rt
@@ -225,4 +265,8 @@ class CudaBackend(DeviceBackend):
         self.ops.close()
         _on(self.rt, self.device)
         self.rt.streamDestroy(self._xfer_stream)
+        for s in self._direct_streams:
+            self.rt.streamSynchronize(s)
+            self.rt.streamDestroy(s)
+        self._direct_streams.clear()
         super().close()

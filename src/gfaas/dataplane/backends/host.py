@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,9 @@ class HostBackend(Backend):
 
     def __init__(self) -> None:
         self.live = 0
+        # Called with a segment's mapping before it is unmapped (the node's GPUs' registrations of
+        # it, dataplane.pinned.HostPins.release): set by the daemon when it has CUDA GPUs.
+        self.before_unmap: Callable[[mmap.mmap], None] | None = None
 
     def _alloc(self, nbytes: int, owner: str = "") -> Any:  # a memfd each: nothing shared to split
         size = _round_page(nbytes)
@@ -61,6 +65,8 @@ class HostBackend(Backend):
 
     def _free(self, handle: Any) -> None:
         if handle._map is not None:
+            if self.before_unmap is not None:
+                self.before_unmap(handle._map)
             try:
                 handle._map.close()
             except BufferError:
