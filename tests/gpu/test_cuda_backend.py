@@ -205,3 +205,49 @@ def test_two_clients_share_the_process_mapper_and_close_arenas_once() -> None:
         assert set(process_mapper()._opened) <= before  # ours closed, once
         p.close()
         c.close()
+
+
+def test_torchs_caching_allocator_beside_the_node_pool_under_memory_pressure() -> None:
+    """torch in a function's process keeps freed memory cached (reserved, not returned to CUDA), so
+    the node's pool can meet a full GPU below its own cap. Then an allocation there is a clear
+    CapacityError, objects already stored keep their bytes, and once torch gives its cache back the
+    pool allocates again."""
+    torch = pytest.importorskip("torch", reason="needs torch with CUDA")
+    import gfaas
+    from gfaas.errors import CapacityError
+
+    free, _total = cp.cuda.runtime.memGetInfo()
+    chunk = 256 * MiB
+    # The pool may take almost all the GPU: only torch's cache stands in its way.
+    cfg, node = _node("pressure", device_capacity_bytes=int(free * 0.9) // MiB * MiB, device_pool_floor_bytes=0)
+    with node, gfaas.Admin(cfg.socket_path, state_dir=cfg.state_dir) as admin:
+        inv = admin.open_invocation("wf", ["p", "c"])
+        p, c = gfaas.connect(inv.credentials("p")), gfaas.connect(inv.credentials("c"))
+        kept = []
+        for i in range(2):
+            buf = p.allocate((chunk,), np.uint8, consumers=["c"], device=0)
+            cp.copyto(buf.array(), cp.full(chunk, i + 1, cp.uint8))
+            kept.append(buf.seal())
+        left = cp.cuda.runtime.memGetInfo()[0]
+        hog = torch.empty(int(left * 0.8), dtype=torch.uint8, device="cuda:0")
+        del hog  # freed into torch's cache: still reserved, so CUDA still counts it as used
+        assert torch.cuda.memory_reserved(0) >= int(left * 0.8)
+        refused = 0
+        for _ in range(int(left * 0.3) // chunk + 2):  # more than the GPU has left outside torch's cache
+            try:
+                buf = p.allocate((chunk,), np.uint8, consumers=["c"], device=0)
+            except CapacityError as exc:  # a full GPU is said so; the tiers may instead move objects out
+                assert "out of memory" in str(exc) or "cap" in str(exc), exc
+                refused += 1
+                break
+            cp.copyto(buf.array(), cp.full(chunk, 9, cp.uint8))
+            kept.append(buf.seal())
+        for i, ref in enumerate(kept):  # every object stored keeps its bytes, wherever it lives now
+            want = (i + 1) * chunk if i < 2 else 9 * chunk
+            assert int(cp.asarray(c.get(ref, device=0)).sum()) == want
+        torch.cuda.empty_cache()  # torch gives its cache back: the pool allocates again
+        buf = p.allocate((chunk,), np.uint8, consumers=["c"], device=0)
+        cp.copyto(buf.array(), cp.full(chunk, 5, cp.uint8))
+        assert int(cp.asarray(c.get(buf.seal())).sum()) == 5 * chunk
+        p.close()
+        c.close()
