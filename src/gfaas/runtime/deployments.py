@@ -41,7 +41,7 @@ from .codepkg import (
 from .config import RuntimeConfig
 from .dedup import RuntimeDedup
 from .forkserver import PRELOAD, ForkServer, template_env
-from .gpus import ordinal, spread
+from .gpus import ordinal, ray_num_gpus, spread
 from .logs import LogStore
 from .nodes import Nodes
 from .pool import Autoscaler, FunctionPool, PoolHost
@@ -95,6 +95,7 @@ class Deployments:
         self._code: CodeStore | None = None  # code packages (runtime.codepkg), created on first use
         self.pools: dict[str, FunctionPool] = {}
         self._gpus: dict[str, dict[str, str]] = {}  # workflow -> GPU function -> GPU (see _place)
+        self._ray_gpus: dict[str, float] = {}  # pool key -> num_gpus its Ray actors ask for (gpus.ray_num_gpus)
         self._topo: Topology | None = None
         self._res_lock = threading.Lock()  # the ledgers; taken before any pool's lock, never under one
         self._ledgers: dict[str, Ledger] = {}
@@ -213,12 +214,27 @@ class Deployments:
             from .ray_executor import RayWorker
 
             pin = {ray_resource(node): RAY_SLIVER} if self.nodes.locality and node else {}
-            return RayWorker(init, num_cpus=self.config.ray_cpus_per_worker, resources=pin,
+            return RayWorker(init, num_cpus=self.config.ray_cpus_per_worker, num_gpus=self._ray_num_gpus(init),
+                             resources=pin,
                              start_timeout=60.0 if pin else 300.0,
                              package=self._archive(init.code_dir) if init.code_dir else None)
         netns = self.nodes.nodes[node].netns if node in self.nodes.nodes else ""
         return ProcessWorker(init, prefix=["ip", "netns", "exec", netns] if netns else None,
                              binder=self.nodes.binder(node), forks=None if netns else self.fork_server(init))
+
+    def _ray_num_gpus(self, init: Init) -> float:
+        """The GPUs ``init``'s Ray actor asks for (worked out at deploy, :func:`~.gpus.ray_num_gpus`); none
+        where the Ray cluster has no GPU at all: there a GPU function computes on the CPU, as on a node
+        without GPUs, instead of waiting for a GPU that never comes."""
+        want = self._ray_gpus.get(pool_key(init.workflow, init.version, init.function), 0.0)
+        if want > 0:
+            from .ray_executor import _ray
+
+            if not _ray().cluster_resources().get("GPU"):
+                log.warning("%s/%s: the Ray cluster has no GPUs, so this GPU function runs on the CPU (start Ray "
+                            "nodes with GPUs, or `ray start --num-gpus N` to model them)", init.workflow, init.function)
+                return 0.0
+        return want
 
     def _archive(self, code_dir: str) -> bytes:
         """The archive of a stored code package, for a Ray actor on another machine (packed again from
@@ -278,6 +294,8 @@ class Deployments:
                     version=version, follow=list(self.follow(spec, function)))
         if self.config.executor == "process":
             self.fork_server(init)  # its template starts now, not at the first request
+        if self.config.executor == "ray":
+            self._ray_gpus[pool_key(spec.name, version, function)] = ray_num_gpus(f)
         pool = FunctionPool(self.host, pool_key(spec.name, version, function), node, init,
                             f.scaling or self.default_scaling(), res, self.gpu_of(spec.name, function),
                             self.config.max_queue, self.config.scale_tick_s)
@@ -431,6 +449,7 @@ class Deployments:
             except BaseException as exc:
                 for p in pools:
                     p.close()
+                    self._ray_gpus.pop(p.key, None)
                 with self._lock:
                     self._restore_gpus(spec.name, prior)
                 if stored is not None and isinstance(exc, FunctionFailed):
@@ -506,6 +525,7 @@ class Deployments:
         ``version``; None: of any) that had not finished."""
         for p in pools:
             p.close()  # a running task ends first (its reply still reaches its caller); workers stop
+            self._ray_gpus.pop(p.key, None)
         dropped = []
         with self._lock:
             for p in pools:
@@ -579,12 +599,8 @@ class Deployments:
         admin = self.nodes.admins.get(self.node_of(workflow, function))
         if k is None or admin is None or admin.device_kind != "cuda" or k not in admin.devices:
             return "cpu"
-        if self.config.executor == "ray":
-            # A Ray actor sees only the GPUs Ray assigned it (CUDA_VISIBLE_DEVICES), none without a
-            # num_gpus request: GPU placement under Ray is issue 20's; until then it computes on the CPU.
-            log.warning("%s/%s: the ray executor runs GPU functions on the CPU (no GPU requests yet)",
-                        workflow, function)
-            return "cpu"
+        # Under Ray this says only that the function computes on CUDA: its actor asks Ray for a GPU and
+        # runs on the one it is assigned (ray_executor.on_assigned_gpu).
         return f"cuda:{k}"
 
     def _topology(self) -> Topology | None:

@@ -5,6 +5,10 @@ through Ray's object store: the actors open the gfaas transport with the invocat
 exactly like local worker processes. On a multi-node Ray cluster every node runs its own gfaas node
 daemon at the same socket path (``gfaas node start``), which is what the actors connect to.
 
+A ``kind: gpu`` function's actor asks Ray for the GPUs its spec declares (:func:`~.gpus.ray_num_gpus`)
+and computes on the one Ray assigns it (:func:`on_assigned_gpu`), which may not be the one the runtime
+placed it on.
+
 Control messages cross as msgspec bytes, so Ray pickles nothing of ours. ``ray`` is an optional extra.
 
 A function from a code package (``gfaas deploy --code``) runs in a :class:`SandboxedActor` instead: the
@@ -19,11 +23,14 @@ root, to switch uid.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from ..errors import ConfigError, FunctionFailed, MachineRefused, require_extra
+from .gpus import ray_gpu_ordinal
 from .logs import Capture
 from .worker import Done, Failed, FunctionHost, Init, Reply, Task, TaskTimedOut, WorkerDied, _dec, _enc
 
@@ -40,13 +47,13 @@ class FunctionActor:
     """The actor body: a function host. Defined at module level so Ray pickles it by reference."""
 
     def __init__(self, init: bytes) -> None:
-        msg = _dec.decode(init)
-        assert isinstance(msg, Init)
+        msg = _actor_gpu(_dec.decode(init))
         # The actor's process serves this function only: its prints and records are the function's log
         # (runtime.logs), carried with each reply as a worker process does; start-up lines go with the first.
         self.cap = Capture()
         self.cap.install()
         self.host = FunctionHost(msg)
+        self.gpu = msg.gpu
         self.transport = msg.transport
         # On a gfaas node's Ray node: one attached connection to the machine's daemon for the actor's
         # life, bound to each task's credentials (no round trip of its own) instead of a connection,
@@ -65,8 +72,8 @@ class FunctionActor:
             except (GfaasError, OSError):  # not the daemon's user, or no daemon: per task, as before
                 self.admin = self.attached = None
 
-    def ready(self) -> tuple[int, float]:
-        return os.getpid(), self.host.load_s
+    def ready(self) -> tuple[int, float, str]:
+        return os.getpid(), self.host.load_s, self.gpu
 
     def run(self, task: bytes) -> bytes:
         from .transport import BoundTransport
@@ -103,8 +110,7 @@ class SandboxedActor:
         from .codepkg import CodeStore, read_archive
         from .worker import ProcessWorker
 
-        msg = _dec.decode(init)
-        assert isinstance(msg, Init)
+        msg = _actor_gpu(_dec.decode(init))  # its worker process inherits the actor's CUDA_VISIBLE_DEVICES
         sock_path, state_dir = _node_daemon()
         if not sock_path or not state_dir:
             raise ConfigError(f"this Ray node was not started by `gfaas node start --ray-address`, which tells its "
@@ -124,9 +130,10 @@ class SandboxedActor:
         self.admin = Admin(sock_path, state_dir=state_dir)
         sock, welcome = self.admin.attach_socket()
         self.worker = ProcessWorker(init_here, binder=Binder(sock, welcome, sock_path))
+        self.gpu = msg.gpu
 
-    def ready(self) -> tuple[int, float]:
-        return int(self.worker.pid), float(getattr(self.worker, "load_s", 0.0))
+    def ready(self) -> tuple[int, float, str]:
+        return int(self.worker.pid), float(getattr(self.worker, "load_s", 0.0)), self.gpu
 
     def run(self, task: bytes) -> bytes:
         msg = _dec.decode(task)
@@ -134,6 +141,40 @@ class SandboxedActor:
         # The worker's transport is this machine's daemon, whatever the gateway named (the same socket).
         msg = msgspec.structs.replace(msg, transport={})
         return _enc.encode(self.worker.run(msg))
+
+
+def on_assigned_gpu(init: Init, ray_ids: Sequence[int | str], node_visible: Sequence[str] = ()) -> Init:
+    """``init`` as the actor runs it: on the GPU Ray assigned it (``ray_ids``, ``ray.get_gpu_ids()``), not
+    the one the runtime placed it on, since Ray picks the GPU. ``gpu`` names it as the machine's node
+    daemon numbers it (:func:`~gfaas.runtime.gpus.ray_gpu_ordinal`); a CUDA function computes on
+    ``cuda:0``, the only GPU the actor sees; modelled GPUs stay placement only (the CPU computes). The
+    worker reads the daemon's pool of its own CUDA ordinal, so device passing stays on only where both
+    numberings agree (the daemon's GPU 0), host passing elsewhere. No GPU assigned: the CPU, no GPU."""
+    if not ray_ids:
+        if not init.gpu and not init.device.startswith("cuda"):
+            return init
+        return msgspec.structs.replace(init, device="cpu", gpu="")
+    k = ray_gpu_ordinal(ray_ids[0], node_visible)  # a function asks for at most one GPU (gpus.ray_num_gpus)
+    if not init.device.startswith("cuda"):
+        return msgspec.structs.replace(init, gpu=f"gpu{k}")
+    return msgspec.structs.replace(init, device="cuda:0", gpu=f"gpu{k}",
+                                   gpu_passing=init.gpu_passing if k == 0 else "host")
+
+
+def _actor_gpu(msg: Any) -> Init:
+    """The decoded ``Init`` of an actor, on the GPU Ray assigned it; as it came outside a Ray worker
+    (tests run the actor bodies as plain objects)."""
+    assert isinstance(msg, Init)
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return msg
+    # The CUDA_VISIBLE_DEVICES the actor's Ray node started with: Ray replaced the actor's own with the
+    # GPUs it assigned and keeps the original only on its worker (no public API has it).
+    try:
+        original = ray._private.worker.global_worker.original_visible_accelerator_ids or {}
+    except AttributeError:  # another Ray: the ids are then taken as the daemon's ordinals
+        original = {}
+    return on_assigned_gpu(msg, ray.get_gpu_ids(), [str(v) for v in original.get("GPU") or ()])
 
 
 def _node_daemon() -> tuple[str, str]:
@@ -197,17 +238,23 @@ class RayWorker:
         ray = _ray()
         self._ray = ray
         self._dead = False
-        total = float(ray.cluster_resources().get("CPU", 0.0))
+        cluster = ray.cluster_resources()
+        total = float(cluster.get("CPU", 0.0))
         if num_cpus > total:
             raise ConfigError(f"function {init.function!r} asks Ray for {num_cpus} CPUs but the whole cluster has "
                               f"{total:g}; lower ray_cpus_per_worker or add Ray nodes")
+        gpus = float(cluster.get("GPU", 0.0))
+        if num_gpus > gpus:
+            raise ConfigError(f"function {init.function!r} asks Ray for {num_gpus:g} GPUs but the whole cluster has "
+                              f"{gpus:g}; add Ray nodes with GPUs (`ray start --num-gpus N` models them on a "
+                              "CPU-only machine) or lower the function's resources.gpus")
         # ``resources`` pins the actor to one gfaas node (runtime.cluster.ray_resource). A code package
         # travels with the actor's start (Ray's object store carries it to the machine).
         cls = _actor_class(sandboxed=package is not None).options(
             num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0, max_task_retries=0, resources=resources or {})
         self.actor = cls.remote(_enc.encode(init)) if package is None else cls.remote(_enc.encode(init), package)
         try:
-            self.pid, self.load_s = ray.get(self.actor.ready.remote(), timeout=start_timeout)
+            self.pid, self.load_s, self.gpu = ray.get(self.actor.ready.remote(), timeout=start_timeout)
         except Exception as exc:  # noqa: BLE001 - Ray wraps the actor's own error
             self.stop()
             cause = getattr(exc, "cause", None) or exc
@@ -215,10 +262,12 @@ class RayWorker:
             if isinstance(cause, ConfigError) or "ConfigError" in str(exc):
                 raise MachineRefused(f"Ray actor for function {init.function!r} could not start: "
                                      f"{str(cause).strip().splitlines()[-1]}") from None
-            free = ray.available_resources().get("CPU", 0.0)
+            free = ray.available_resources()
+            asks = f"{num_cpus:g} CPUs" + (f" and {num_gpus:g} GPUs" if num_gpus else "")
             raise FunctionFailed(f"Ray actor for function {init.function!r} could not start within {start_timeout:g} s "
-                                 f"({type(exc).__name__}: {exc}); Ray has {free:g} CPUs free and each function actor "
-                                 f"asks for {num_cpus:g}: lower ray_cpus_per_worker or add Ray nodes") from None
+                                 f"({type(exc).__name__}: {exc}); Ray has {free.get('CPU', 0.0):g} CPUs and "
+                                 f"{free.get('GPU', 0.0):g} GPUs free and this actor asks for {asks}: lower "
+                                 "ray_cpus_per_worker (or its resources.gpus) or add Ray nodes") from None
         self.name = f"{init.function}@ray:{self.pid}"
         self.function = init.function
 
