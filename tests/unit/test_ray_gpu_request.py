@@ -81,13 +81,26 @@ def test_the_actor_names_the_gpu_ray_assigned_not_the_one_placed() -> None:
     # Modelled GPUs: placement only, the CPU computes; the GPU named is Ray's.
     got = on_assigned_gpu(_init("cpu", "gpu0"), [1])
     assert (got.device, got.gpu, got.gpu_passing) == ("cpu", "gpu1", "device")
-    # CUDA: the actor sees its GPU alone, as cuda:0; device passing only where the daemon calls it 0 too.
+    # CUDA: the actor computes on the daemon's number of its GPU (it is given the node's numbering back),
+    # so device passing stays on whichever GPU Ray picked.
     got = on_assigned_gpu(_init("cuda:1", "gpu1"), ["0"])
     assert (got.device, got.gpu, got.gpu_passing) == ("cuda:0", "gpu0", "device")
     got = on_assigned_gpu(_init("cuda:0", "gpu0"), ["3"], ("2", "3"))
-    assert (got.device, got.gpu, got.gpu_passing) == ("cuda:0", "gpu1", "host")
+    assert (got.device, got.gpu, got.gpu_passing) == ("cuda:1", "gpu1", "device")
     # No GPU assigned (a CPU-only Ray cluster): the CPU, and no GPU named.
     got = on_assigned_gpu(_init("cuda:1", "gpu1"), [])
     assert (got.device, got.gpu) == ("cpu", "")
     cpu = _init("cpu", "")
     assert on_assigned_gpu(cpu, []) is cpu
+
+
+def test_a_cuda_actor_gets_the_nodes_gpu_numbering_back() -> None:
+    """Ray narrows CUDA_VISIBLE_DEVICES to the assigned GPU; the actor is given the node's list back
+    (or none, where the node had none), so cuda:K is the daemon's GPU K."""
+    from gfaas.runtime.ray_executor import node_numbering
+
+    env = {"CUDA_VISIBLE_DEVICES": "3", "OTHER": "x"}
+    node_numbering(env, ["2", "3"])
+    assert env == {"CUDA_VISIBLE_DEVICES": "2,3", "OTHER": "x"}
+    node_numbering(env, [])
+    assert env == {"OTHER": "x"}

@@ -146,10 +146,11 @@ class SandboxedActor:
 def on_assigned_gpu(init: Init, ray_ids: Sequence[int | str], node_visible: Sequence[str] = ()) -> Init:
     """``init`` as the actor runs it: on the GPU Ray assigned it (``ray_ids``, ``ray.get_gpu_ids()``), not
     the one the runtime placed it on, since Ray picks the GPU. ``gpu`` names it as the machine's node
-    daemon numbers it (:func:`~gfaas.runtime.gpus.ray_gpu_ordinal`); a CUDA function computes on
-    ``cuda:0``, the only GPU the actor sees; modelled GPUs stay placement only (the CPU computes). The
-    worker reads the daemon's pool of its own CUDA ordinal, so device passing stays on only where both
-    numberings agree (the daemon's GPU 0), host passing elsewhere. No GPU assigned: the CPU, no GPU."""
+    daemon numbers it (:func:`~gfaas.runtime.gpus.ray_gpu_ordinal`), and a CUDA function computes on
+    ``cuda:K`` with that same K: the actor sees the node's GPUs as the daemon does (:func:`_actor_gpu`
+    gives it back the node's ``CUDA_VISIBLE_DEVICES`` before CUDA starts), so its inputs arrive in the
+    daemon's pool of the GPU it computes on and device passing works on every GPU. Modelled GPUs stay
+    placement only (the CPU computes). No GPU assigned: the CPU, no GPU."""
     if not ray_ids:
         if not init.gpu and not init.device.startswith("cuda"):
             return init
@@ -157,8 +158,19 @@ def on_assigned_gpu(init: Init, ray_ids: Sequence[int | str], node_visible: Sequ
     k = ray_gpu_ordinal(ray_ids[0], node_visible)  # a function asks for at most one GPU (gpus.ray_num_gpus)
     if not init.device.startswith("cuda"):
         return msgspec.structs.replace(init, gpu=f"gpu{k}")
-    return msgspec.structs.replace(init, device="cuda:0", gpu=f"gpu{k}",
-                                   gpu_passing=init.gpu_passing if k == 0 else "host")
+    return msgspec.structs.replace(init, device=f"cuda:{k}", gpu=f"gpu{k}")
+
+
+def node_numbering(environ: dict[str, str] | Any, node_visible: Sequence[str]) -> None:
+    """Give a CUDA actor the node's GPU numbering (the daemon's): Ray narrowed its
+    ``CUDA_VISIBLE_DEVICES`` to the assigned GPU, which makes that GPU ``cuda:0`` in the actor while
+    the daemon's pool for it, which the actor's inputs and outputs pass through, is GPU K. Ray's
+    accounting still reserves that GPU for the actor; the actor computes on it alone (``cuda:K``).
+    Must run before CUDA starts in the process (the actor's first act)."""
+    if node_visible:
+        environ["CUDA_VISIBLE_DEVICES"] = ",".join(node_visible)
+    else:
+        environ.pop("CUDA_VISIBLE_DEVICES", None)
 
 
 def _actor_gpu(msg: Any) -> Init:
@@ -174,7 +186,11 @@ def _actor_gpu(msg: Any) -> Init:
         original = ray._private.worker.global_worker.original_visible_accelerator_ids or {}
     except AttributeError:  # another Ray: the ids are then taken as the daemon's ordinals
         original = {}
-    return on_assigned_gpu(msg, ray.get_gpu_ids(), [str(v) for v in original.get("GPU") or ()])
+    visible = [str(v) for v in original.get("GPU") or ()]
+    out = on_assigned_gpu(msg, ray.get_gpu_ids(), visible)
+    if out.device.startswith("cuda"):
+        node_numbering(os.environ, visible)
+    return out
 
 
 def _node_daemon() -> tuple[str, str]:
