@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results overload-retry-ab-results overload-gateway-ab-results isolation-ab-results ray-serve-results profile-results cluster-results pull-results
+.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu gpu-tier results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results overload-retry-ab-results overload-gateway-ab-results isolation-ab-results ray-serve-results profile-results cluster-results pull-results
 
 $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): gfaas and its test dependencies (first time: 1-2 minutes, about 1 GB; then seconds)"
@@ -58,6 +58,12 @@ bench-gpu:
 # gfaas demo --gpu on the GPU machine as it is (docs/gpu.md): -> benchmarks/results/demo-gpu.json
 demo-gpu:
 	$(PY) scripts/gpu_env.py demo
+
+# The three above in one command within 540 s (--budget-s): each stage killed past its share, failures
+# printed as they happen, a summary after each stage in $OUT/gpu-tier.json (else benchmarks/results/)
+# and the result files copied into $OUT (docs/gpu.md). `scripts/gpu_env.py all --dry-run` shows the plan.
+gpu-tier:
+	$(PY) scripts/gpu_env.py all
 
 # Every committed result file, regenerated at the current commit (commit first: each file records the
 # commit it measured and refuses nothing, but tests/unit/test_results_provenance.py fails on a dirty

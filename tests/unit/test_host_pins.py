@@ -1,6 +1,6 @@
 """Node host segments registered with CUDA (dataplane.pinned) against the asynchronous fake CUDA
-runtime (tests/support/fake_cuda.py), and the rule that says when a registration pays
-(policy.pinning), against its closed form.
+runtime (tests/support/fake_cuda.py). The rule that says when a registration pays (policy.pinning)
+is tested in test_pinning_rule.py; this file runs in the GPU tier too, whose image has no hypothesis.
 
 The fake completes copies later on a stream thread and enforces CUDA's registration rules, so each
 rule of ``HostPins`` has a test that fails when the rule is removed: the direct copy waits for its
@@ -22,13 +22,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from gfaas.dataplane.backends import HostBackend, cuda, pin_host_segments
 from gfaas.dataplane.pinned import PORTABLE, READ_ONLY, HostPins
-from gfaas.errors import ConfigError
-from gfaas.policy.pinning import PinCosts, copies_to_pay, pin_pays, register_s, saved_s
+from gfaas.policy.pinning import PinCosts, copies_to_pay
 from gfaas.units import MiB
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "support"))
@@ -252,35 +249,6 @@ def test_a_new_mapping_never_inherits_a_gone_mappings_registration(rt: FakeRunti
     pins.done(memoryview(m2))
     pins.close()
     assert rt.registered == {}
-
-
-# ---- the rule ------------------------------------------------------------------------------------
-def test_the_rule_matches_its_closed_form() -> None:
-    c = PinCosts(ring_gbps=12, dma_gbps=50, register_gbps=4, register_fixed_s=50e-6)
-    n = 64 * MiB
-    assert register_s(n, c) == pytest.approx(50e-6 + n / 4e9)
-    assert saved_s(n, c) == pytest.approx(n / 12e9 - n / 50e9)
-    k = copies_to_pay(n, c)
-    assert k is not None and not pin_pays(n, k - 1, c) and pin_pays(n, k, c)
-    assert copies_to_pay(n, PinCosts(ring_gbps=50, dma_gbps=50)) is None  # no faster path: never
-    assert not pin_pays(0, 5, c) and not pin_pays(n, 0, c)
-
-
-@given(st.integers(1, 1 << 34), st.integers(1, 1000), st.floats(1, 100), st.floats(1, 100), st.floats(0.1, 100))
-def test_once_it_pays_it_keeps_paying(n: int, copies: int, ring: float, dma: float, reg: float) -> None:
-    c = PinCosts(ring_gbps=ring, dma_gbps=dma, register_gbps=reg)
-    if pin_pays(n, copies, c):
-        assert pin_pays(n, copies + 1, c)
-    k = copies_to_pay(n, c)
-    if k is not None:
-        assert pin_pays(n, k, c) and (k == 1 or not pin_pays(n, k - 1, c))
-
-
-def test_bad_costs_are_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match="register_gbps=0"):
-        PinCosts(register_gbps=0)
-    with pytest.raises(ConfigError, match="register_fixed_s=-1"):
-        PinCosts(register_fixed_s=-1)
 
 
 def test_the_gpu_benchmarks_registered_rows_run_on_the_fake(rt: FakeRuntime) -> None:
