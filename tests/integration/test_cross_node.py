@@ -464,3 +464,30 @@ def test_pull_across_network_namespaces(run_dir: str) -> None:
         with pytest.raises((gfaas.DataLost, gfaas.RemoteError)):
             cons_a.get(ref)
     assert time.monotonic() - t0 < 30
+
+
+def test_a_gpu_object_is_pulled_through_one_warm_host_staging_segment(run_dir: str, redis_url: str) -> None:
+    """An object in node a's GPU pool, read on node b: a copies it once into a host segment of the
+    workflow (device -> host, the GPU's d2h link), streams it from there, and gives the segment back
+    to the warm pool, so the next pull stages through the same memory (which the GPU registers once).
+    The GPU is modelled (null: it moves no bytes), so what is checked is the path, not the bytes."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__)))
+    from test_device_objects import FakeMapper
+
+    with ExitStack() as stack:
+        cl = Cluster(stack, _config(run_dir, "a", redis_url, devices="null:0", device_capacity_bytes=256 * MiB),
+                     _config(run_dir, "b", redis_url))
+        prod = stack.enter_context(gfaas.connect(cl.inv["a"].credentials("a"), device_mapper=FakeMapper()))
+        cons = cl.client("b", "b")
+        n = 3 * MiB
+        for i in range(2):
+            buf = prod.allocate((n // 4,), np.float32, consumers=["b"], device=0)
+            ref = buf.seal()
+            y = cons.get(ref)
+            assert (y.shape, y.dtype, y.nbytes) == ((n // 4,), np.dtype(np.float32), n)
+            del y
+            st = cl.stats("a")
+            assert st["staged_for_transfer"] == i + 1
+            assert cl.admin["a"].snapshot()["links"]["d2h:gpu0"] == (i + 1) * n  # one copy off the GPU each
+            assert st["segments_pooled"] == 1  # the staging segment went back warm, and was taken again
+        assert cl.admin["b"].snapshot()["links"]["net-in"] == 2 * n

@@ -368,6 +368,7 @@ class StatsReply(_Msg):
     deliveries_to_device: int = 0  # copies onto a GPU for a reader there (host -> GPU, GPU -> GPU)
     deliveries_to_host: int = 0  # copies of GPU objects into host memory for a host reader
     bytes_delivered: int = 0  # bytes of those copies
+    staged_for_transfer: int = 0  # GPU objects copied into host memory to be sent to another machine
     spills: int = 0  # segments written to disk, in all (each holds one or more of the objects evicted)
 
 

@@ -109,7 +109,7 @@ class Store:
         self.pooled_bytes = 0
         # Objects written into a GPU pool, and copies between tiers for a reader on the other one.
         self.device_counters = {"device_objects": 0, "deliveries_to_device": 0, "deliveries_to_host": 0,
-                                "bytes_delivered": 0}
+                                "bytes_delivered": 0, "staged_for_transfer": 0}
         # What the stats stream reads without a pass over the objects (nodestats.py): live bytes and
         # objects per tier, objects being written, and bytes moved over the network by cross-node pulls.
         self.book = TierBook()
@@ -796,6 +796,24 @@ class Store:
         seg.open = False
         seg.recyclable = False
         return seg
+
+    def staging(self, invocation: str, nbytes: int) -> Segment:
+        """A host segment to send a GPU object off this machine from (the transfer server copies the
+        object into it, then streams it from there). It is a warm segment of the invocation's
+        workflow when one fits, and goes back to that pool after (:meth:`end_staging`), so the same
+        memory serves the workflow's next pulls and the GPU's registration of it
+        (``dataplane.pinned``) is paid once."""
+        if invocation not in self.registry:
+            raise AuthenticationError(f"invocation {invocation} has ended; its credentials are revoked")
+        seg = self._take_warm(invocation, max(nbytes, 1)) or self._new_segment(invocation, None, max(nbytes, 1),
+                                                                               "staging")
+        seg.open = False
+        self.device_counters["staged_for_transfer"] += 1
+        return seg
+
+    def end_staging(self, seg: Segment) -> None:
+        """The transfer that staged through ``seg`` is over (sent or failed): back to the warm pool."""
+        self._maybe_retire(seg)
 
     def hold(self, seg: Segment) -> None:
         """Keep a segment's memory while a copy reads it outside the lock (see :meth:`unhold`)."""

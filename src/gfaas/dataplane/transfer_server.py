@@ -147,6 +147,7 @@ class TransferServer:
     def _stream(self, sock: socket.socket, msg: Pull, peer_node: str) -> None:
         d = self._node
         store = d.store
+        staging: Segment | None = None
         with d.lock:
             # The peer proved the cluster key; the invocation and function it names are checked here,
             # against this node's own registry, exactly as for a local reader.
@@ -159,18 +160,52 @@ class TransferServer:
             header = Header(rec.id, rec.invocation, rec.producer,
                             sorted(rec.consumers) if rec.consumers is not None else None,
                             rec.nbytes, rec.dtype, list(rec.shape))
-            mapped = store.backend.host_view(seg.handle) if rec.nbytes else None
-            holder = pin_for_transfer(store, seg, rec.invocation) if mapped is not None else None
+            if seg.device >= 0 and rec.nbytes:
+                # A GPU object leaves the machine through host memory: one copy into a warm host
+                # segment (registered with the GPU once its reuse pays: one DMA), streamed from there.
+                staging = store.staging(rec.invocation, rec.nbytes)
+                store.hold(seg)  # its memory stays while the copy runs, whatever happens to the object
         try:
-            self._send_object(sock, header, rec, seg, mapped, fn)
+            if staging is not None:
+                try:
+                    self._stage(seg, rec, staging)
+                finally:
+                    with d.lock:
+                        store.unhold(seg)
+            src, offset = (staging, 0) if staging is not None else (seg, rec.offset)
+            with d.lock:
+                mapped = store.backend.host_view(src.handle) if rec.nbytes else None
+                holder = pin_for_transfer(store, src, rec.invocation) if mapped is not None else None
+            try:
+                self._send_object(sock, header, rec, src, mapped, fn, offset)
+            finally:
+                if holder is not None:
+                    with d.lock:
+                        unpin(store, holder)
         finally:
-            if holder is not None:
+            if staging is not None:
                 with d.lock:
-                    unpin(store, holder)
+                    store.end_staging(staging)
         log.debug("served %s (%d bytes) to %s of %s on node %s", rec.id.hex(), rec.nbytes, fn, inv.id, peer_node)
 
+    def _stage(self, seg: Segment, rec: ObjectRecord, staging: Segment) -> None:
+        """Copy GPU object ``rec`` into host segment ``staging`` (outside the lock: both are held),
+        after the producer's writes (its event)."""
+        store = self._node.store
+        dev = store.devices[seg.device]
+        if rec.event:
+            dev.wait_event(rec.event)
+        view = store.backend.host_view(staging.handle)
+        try:
+            dev.copy_out(seg.handle, rec.offset, rec.nbytes,
+                         memoryview(bytearray(rec.nbytes)) if view is None else view[: rec.nbytes])
+        finally:
+            if view is not None:
+                view.release()
+
     def _send_object(self, sock: socket.socket, header: Header, rec: ObjectRecord, seg: Segment,
-                     mapped: memoryview | None, fn: str) -> None:
+                     mapped: memoryview | None, fn: str, offset: int) -> None:
+        """Stream ``rec``'s bytes from ``seg`` at ``offset`` (its own segment, or a staging copy)."""
         d = self._node
         store = d.store
         sock.sendall(encode_frame(header))
@@ -180,13 +215,13 @@ class TransferServer:
         while off < rec.nbytes:
             n = min(chunk, rec.nbytes - off)
             if mapped is not None:  # straight from the segment (pinned: not reused meanwhile)
-                data = mapped[rec.offset + off : rec.offset + off + n]
+                data = mapped[offset + off : offset + off + n]
             else:
                 with d.lock:  # the object may be freed meanwhile (delete, end of its invocation)
                     if store.objects.get(rec.id) is not rec:
                         raise DataDeleted(f"object {rec.id.hex()} was freed on node {self.node_id} during"
                                           " the transfer; it can no longer be read")
-                    store.backend.copy_out(seg.handle, rec.offset + off, n, buf[:n])
+                    store.backend.copy_out(seg.handle, offset + off, n, buf[:n])
                 data = buf[:n]
             send_all(sock, [encode_frame(Chunk(n)), data])
             off += n
