@@ -467,27 +467,34 @@ def test_pull_across_network_namespaces(run_dir: str) -> None:
 
 
 def test_a_gpu_object_is_pulled_through_one_warm_host_staging_segment(run_dir: str, redis_url: str) -> None:
-    """An object in node a's GPU pool, read on node b: a copies it once into a host segment of the
-    workflow (device -> host, the GPU's d2h link), streams it from there, and gives the segment back
-    to the warm pool, so the next pull stages through the same memory (which the GPU registers once).
-    The GPU is modelled (null: it moves no bytes), so what is checked is the path, not the bytes."""
+    """An object in node a's GPU pool, read by a GPU reader on node b: a copies it once into a host
+    segment of the workflow (device -> host, the GPU's d2h link), streams it from there and gives the
+    segment back to the warm pool, so the next pull stages through the same memory (which the GPU
+    registers once); b lands it in host memory and delivers it onto the reader's GPU (h2d), one copy
+    per leg. The GPUs are modelled (null: they move no bytes), so what is checked is the path."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__)))
     from test_device_objects import FakeMapper
 
     with ExitStack() as stack:
-        cl = Cluster(stack, _config(run_dir, "a", redis_url, devices="null:0", device_capacity_bytes=256 * MiB),
-                     _config(run_dir, "b", redis_url))
+        gpu = {"devices": "null:0", "device_capacity_bytes": 256 * MiB}
+        cl = Cluster(stack, _config(run_dir, "a", redis_url, **gpu), _config(run_dir, "b", redis_url, **gpu))
         prod = stack.enter_context(gfaas.connect(cl.inv["a"].credentials("a"), device_mapper=FakeMapper()))
-        cons = cl.client("b", "b")
+        cm = FakeMapper()
+        gpu_reader = stack.enter_context(gfaas.connect(cl.inv["b"].credentials("b"), device_mapper=cm))
+        host_reader = cl.client("b", "c")
         n = 3 * MiB
         for i in range(2):
-            buf = prod.allocate((n // 4,), np.float32, consumers=["b"], device=0)
+            buf = prod.allocate((n // 4,), np.float32, consumers=["b", "c"], device=0)
             ref = buf.seal()
-            y = cons.get(ref)
-            assert (y.shape, y.dtype, y.nbytes) == ((n // 4,), np.dtype(np.float32), n)
-            del y
-            st = cl.stats("a")
-            assert st["staged_for_transfer"] == i + 1
-            assert cl.admin["a"].snapshot()["links"]["d2h:gpu0"] == (i + 1) * n  # one copy off the GPU each
-            assert st["segments_pooled"] == 1  # the staging segment went back warm, and was taken again
-        assert cl.admin["b"].snapshot()["links"]["net-in"] == 2 * n
+            v = gpu_reader.get(ref, device=0)  # onto b's GPU
+            assert (v.device, v.shape, v.dtype, v.nbytes) == (0, (n // 4,), np.dtype(np.float32), n)
+            y = host_reader.get(ref)  # and a host reader on b: pulled again, no GPU leg on b
+            assert (y.shape, y.dtype) == ((n // 4,), np.dtype(np.float32))
+            del v, y
+            st_a, st_b = cl.stats("a"), cl.stats("b")
+            assert st_a["staged_for_transfer"] == 2 * (i + 1)
+            assert cl.admin["a"].snapshot()["links"]["d2h:gpu0"] == 2 * (i + 1) * n  # one copy off a's GPU a pull
+            assert st_a["segments_pooled"] >= 1  # the staging segments went back warm
+            assert st_b["deliveries_to_device"] == i + 1
+            assert cl.admin["b"].snapshot()["links"]["h2d:gpu0"] == (i + 1) * n  # one copy onto b's GPU
+        assert cl.admin["b"].snapshot()["links"]["net-in"] == 4 * n

@@ -1215,7 +1215,10 @@ class Daemon:
             if not drained:
                 self._drain_others(conn)
             if self._absent(m.id) and self.remote is not None and self.remote.may_fetch(m.id):
-                self.defer(conn, lambda: self.remote.fetch(s, m.id, lambda rec, seg: self._located(conn, rec, seg)))
+                if m.device >= 0:  # a GPU reader: pulled into host memory here, then delivered onto its GPU
+                    self.defer(conn, lambda: self._fetch_to_device(conn, s, m))
+                else:
+                    self.defer(conn, lambda: self.remote.fetch(s, m.id, lambda rec, seg: self._located(conn, rec, seg)))
                 return None
         if m.device != P.ANY_DEVICE:
             rec = self.store.lookup(s.invocation, s.function, m.id)
@@ -1223,6 +1226,47 @@ class Daemon:
             if seg.device != m.device:
                 return self._deliver(conn, s, m, rec, seg)
         return self.store.get(s, m.id, lambda rec, seg: self._located(conn, rec, seg, m.expect_nbytes))
+
+    def _fetch_to_device(self, conn: Conn, s: Session, m: P.Get) -> tuple[P.Reply, list[int]]:
+        """A GPU reader's get of an object on another machine (on a worker thread): the puller lands it
+        in a host segment here (the owner sent it from a warm staging segment if it lived on a GPU
+        there), then one copy delivers it onto the reader's GPU, as for a local host object. The copy
+        runs outside the lock; the pulled segment is held until it finished."""
+        assert self.remote is not None
+        got: dict[str, Any] = {}
+
+        def export(rec: ObjectRecord, seg: Segment) -> tuple[P.Reply, list[int]]:  # under the lock
+            self._check_size(rec, m.expect_nbytes)
+            if seg.device == m.device:
+                return self._located(conn, rec, seg)
+            got.update(rec=rec, seg=seg, copy=self.store.delivery(s, rec.nbytes, m.device))
+            self.store.hold(seg)
+            return P.Error("", ""), []  # a placeholder: the delivery below answers
+
+        try:
+            out = self.remote.fetch(s, m.id, export)
+        except BaseException:
+            if got:  # the pull failed after its copy was placed: give back what export took
+                with self.lock:
+                    self.store.drop_delivery(got["copy"])
+                    self.store.unhold(got["seg"])
+            raise
+        if not got:
+            return out
+        rec, seg, copy = got["rec"], got["seg"], got["copy"]
+        try:
+            if rec.nbytes:
+                due = time.monotonic() + m.deadline_s if m.deadline_s > 0 else math.inf
+                self._copy_between(seg, rec.offset, copy, rec.nbytes, rec.event, due)
+            with self.lock:
+                return self._located(conn, rec, seg, -1, copy)
+        except BaseException:
+            with self.lock:
+                self.store.drop_delivery(copy)
+            raise
+        finally:
+            with self.lock:
+                self.store.unhold(seg)
 
     def _deliver(self, conn: Conn, s: Session, m: P.Get, rec: ObjectRecord,
                  seg: Segment) -> tuple[P.Reply, list[int]] | None:
