@@ -472,29 +472,47 @@ def test_a_gpu_object_is_pulled_through_one_warm_host_staging_segment(run_dir: s
     segment back to the warm pool, so the next pull stages through the same memory (which the GPU
     registers once); b lands it in host memory and delivers it onto the reader's GPU (h2d), one copy
     per leg. The GPUs are modelled (null: they move no bytes), so what is checked is the path."""
+    with ExitStack() as stack:
+        cl = Cluster(stack, _config(run_dir, "a", redis_url, **GPU), _config(run_dir, "b", redis_url, **GPU))
+        _gpu_pull_and_check(cl)
+
+
+@pytest.mark.netns
+def test_a_gpu_object_crosses_network_namespaces(run_dir: str) -> None:
+    """The same path between two network namespaces joined by a veth pair (the lab's two machines)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and the `ip` tool to create network namespaces")
+    with _two_hosts() as (ns_a, ns_b, ip_a, ip_b), _redis_in_netns(ns_a, ip_a, run_dir) as (url, query), \
+            ExitStack() as stack:
+        cl = Cluster(stack, _config(run_dir, "a", url, host=ip_a, **GPU), _config(run_dir, "b", url, host=ip_b, **GPU),
+                     netns=(ns_a, ns_b), directory=query)
+        _gpu_pull_and_check(cl)
+
+
+GPU = {"devices": "null:0", "device_capacity_bytes": 256 * MiB}
+
+
+def _gpu_pull_and_check(cl: Cluster) -> None:
     sys.path.insert(0, os.path.join(os.path.dirname(__file__)))
     from test_device_objects import FakeMapper
 
-    with ExitStack() as stack:
-        gpu = {"devices": "null:0", "device_capacity_bytes": 256 * MiB}
-        cl = Cluster(stack, _config(run_dir, "a", redis_url, **gpu), _config(run_dir, "b", redis_url, **gpu))
-        prod = stack.enter_context(gfaas.connect(cl.inv["a"].credentials("a"), device_mapper=FakeMapper()))
-        cm = FakeMapper()
-        gpu_reader = stack.enter_context(gfaas.connect(cl.inv["b"].credentials("b"), device_mapper=cm))
-        host_reader = cl.client("b", "c")
-        n = 3 * MiB
-        for i in range(2):
-            buf = prod.allocate((n // 4,), np.float32, consumers=["b", "c"], device=0)
-            ref = buf.seal()
-            v = gpu_reader.get(ref, device=0)  # onto b's GPU
-            assert (v.device, v.shape, v.dtype, v.nbytes) == (0, (n // 4,), np.dtype(np.float32), n)
-            y = host_reader.get(ref)  # and a host reader on b: pulled again, no GPU leg on b
-            assert (y.shape, y.dtype) == ((n // 4,), np.dtype(np.float32))
-            del v, y
-            st_a, st_b = cl.stats("a"), cl.stats("b")
-            assert st_a["staged_for_transfer"] == 2 * (i + 1)
-            assert cl.admin["a"].snapshot()["links"]["d2h:gpu0"] == 2 * (i + 1) * n  # one copy off a's GPU a pull
-            assert st_a["segments_pooled"] >= 1  # the staging segments went back warm
-            assert st_b["deliveries_to_device"] == i + 1
-            assert cl.admin["b"].snapshot()["links"]["h2d:gpu0"] == (i + 1) * n  # one copy onto b's GPU
-        assert cl.admin["b"].snapshot()["links"]["net-in"] == 4 * n
+    stack = cl.stack
+    prod = stack.enter_context(gfaas.connect(cl.inv["a"].credentials("a"), device_mapper=FakeMapper()))
+    gpu_reader = stack.enter_context(gfaas.connect(cl.inv["b"].credentials("b"), device_mapper=FakeMapper()))
+    host_reader = cl.client("b", "c")
+    n = 3 * MiB
+    for i in range(2):
+        buf = prod.allocate((n // 4,), np.float32, consumers=["b", "c"], device=0)
+        ref = buf.seal()
+        v = gpu_reader.get(ref, device=0)  # onto b's GPU
+        assert (v.device, v.shape, v.dtype, v.nbytes) == (0, (n // 4,), np.dtype(np.float32), n)
+        y = host_reader.get(ref)  # and a host reader on b: pulled again, no GPU leg on b
+        assert (y.shape, y.dtype) == ((n // 4,), np.dtype(np.float32))
+        del v, y
+        st_a, st_b = cl.stats("a"), cl.stats("b")
+        assert st_a["staged_for_transfer"] == 2 * (i + 1)
+        assert cl.admin["a"].snapshot()["links"]["d2h:gpu0"] == 2 * (i + 1) * n  # one copy off a's GPU a pull
+        assert st_a["segments_pooled"] >= 1  # the staging segments went back warm
+        assert st_b["deliveries_to_device"] == i + 1
+        assert cl.admin["b"].snapshot()["links"]["h2d:gpu0"] == (i + 1) * n  # one copy onto b's GPU
+    assert cl.admin["b"].snapshot()["links"]["net-in"] == 4 * n
