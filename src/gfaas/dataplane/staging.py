@@ -334,7 +334,7 @@ class CopyEngine:
                     self.batches += 1
                     self._issue(ops, in_flight)
                 elif in_flight:
-                    self._retire(in_flight.popleft())
+                    self._retire(in_flight)
             except BaseException as exc:  # a failed copy fails its callers, never hangs them
                 log.exception("copy engine: a transfer failed")
                 self._fail_all(exc, in_flight)
@@ -355,15 +355,33 @@ class CopyEngine:
             tok = self.ops.launch(job.kind, op.slot, job.device_addr + op.offset, op.nbytes, op.stream)
             in_flight.append((op, tok, None))
 
-    def _retire(self, item: tuple[ChunkOp, Any, Future[None] | None]) -> None:
-        op, tok, _ = item
-        self.ops.wait(tok)
-        job = self._jobs[op.transfer]
-        if job.kind == D2H:
-            self.ops.stage_out(op.slot, job.host[op.offset : op.offset + op.nbytes])
-        if self.planner.done(op):
-            del self._jobs[op.transfer]
-            job.future.set_result(None)
+    def _retire(self, in_flight: deque[tuple[ChunkOp, Any, Future[None] | None]]) -> None:
+        """Wait for the oldest launched chunk, take every later one already landed with it, and give
+        their slots back. A D2H chunk's slot comes back only once its bytes left the ring: those
+        copies run on the stager threads at once, one per chunk, so the host side of a GPU -> host
+        transfer is as parallel as its H2D staging (on the engine thread alone it was one memcpy
+        at a time: the first H100 run had GPU -> host through the ring below pageable memory)."""
+        ready = [in_flight.popleft()]
+        self.ops.wait(ready[0][1])
+        while in_flight and self.ops.done(in_flight[0][1]):  # landed meanwhile, in launch order
+            ready.append(in_flight.popleft())
+        outs = []
+        for op, _tok, _ in ready:
+            job = self._jobs[op.transfer]
+            if job.kind == D2H:
+                outs.append(self._stagers.submit(self.ops.stage_out, op.slot,
+                                                 job.host[op.offset : op.offset + op.nbytes]))
+        error: BaseException | None = None
+        for fut in outs:
+            exc = fut.exception()  # every copy out of the ring ends before any slot is reused
+            error = error or exc
+        if error is not None:
+            raise error
+        for op, _tok, _ in ready:
+            job = self._jobs[op.transfer]
+            if self.planner.done(op):
+                del self._jobs[op.transfer]
+                job.future.set_result(None)
 
     def _fail_all(self, exc: BaseException, in_flight: deque[Any]) -> None:
         # Chunks already launched still read or write their ring slots: let them land before the
