@@ -34,6 +34,8 @@ def gpu_rows(doc: dict[str, Any]) -> str:
     rows = {(r["kind"], r["system"], r.get("size_bytes")): r for r in g["rows"]}
     sizes = sorted({r["size_bytes"] for r in g["rows"] if r["kind"] in ("h2d", "d2h")})
     systems = ["gfaas-ring", "gfaas-ring-8MiB", "cuda-pinned", "cuda-pageable"]
+    if any(r["system"] == "gfaas-registered" for r in g["rows"]):  # runs from the registered path on
+        systems.insert(2, "gfaas-registered")
     out = [_origin({**doc, "device": g["device"]}, "One `make bench-gpu` run"), "",
            "| direction | size | " + " | ".join(f"{s} GB/s" for s in systems) + " |",
            "|---|---:|" + "---:|" * len(systems)]
@@ -43,8 +45,9 @@ def gpu_rows(doc: dict[str, Any]) -> str:
             out.append(f"| {kind} | {n // MiB} MiB | " + " | ".join(cells) + " |")
     out += ["", "| other rows | system | size | p50 us | GB/s |", "|---|---|---:|---:|---:|"]
     for r in g["rows"]:
-        if r["kind"] in ("alloc", "same-gpu-get"):
-            out.append(f"| {r['kind']} | {r['system']} | {r['size_bytes'] // MiB} MiB | {r['p50_us']:.1f} | "
+        if r["kind"] in ("alloc", "same-gpu-get", "register"):
+            pays = f" (pays at copy {r['copies_to_pay']})" if r.get("copies_to_pay") else ""
+            out.append(f"| {r['kind']} | {r['system']}{pays} | {r['size_bytes'] // MiB} MiB | {r['p50_us']:.1f} | "
                        f"{r['gbps']:.1f} |")
     out += ["", "| target | value | met |", "|---|---:|---|"]
     out += [f"| {t['target']} | {t['value']:g} | {'yes' if t['met'] else '**no**'} |" for t in g["targets"]]
