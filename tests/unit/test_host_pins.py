@@ -260,7 +260,7 @@ def test_the_gpu_benchmarks_registered_rows_run_on_the_fake(rt: FakeRuntime) -> 
     try:
         for kind in ("h2d", "d2h"):
             gpu._registered_copy(be, kind, 4 * MiB)()
-        assert be.direct_copies == 2 and rt.pageable_async == 0
+        assert be.cuda.direct_copies == 2 and rt.pageable_async == 0
         rows = [gpu._row("h2d", "gfaas-ring", 4 * MiB, 4e-4), gpu._row("h2d", "gfaas-registered", 4 * MiB, 1e-4)]
         (row,) = gpu._register_rows(rt, [4 * MiB], rows, 4)
         assert row["kind"] == "register" and row["system"] == "cuda-host-register"

@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -66,21 +67,22 @@ def _row(kind: str, system: str, size: int, secs: float) -> dict[str, Any]:
             "gbps": round(size / secs / 1e9, 3) if secs > 0 else None}
 
 
-def _registered_copy(be: Any, kind: str, n: int) -> Callable[[], None]:
-    """One copy between a device segment and a node host segment (memfd) that ``be.pins``
+def _registered_copy(be: _Pinned, kind: str, n: int) -> Callable[[], None]:
+    """One copy between a device segment and a node host segment (memfd) that ``be.cuda.pins``
     registers at its first copy (the rule's costs are set so: what is timed is the registered path)."""
-    host, dev = be.bench_host, be.bench_dev
-    seg = host.alloc(n)
-    view = host.host_view(seg)[:n]
+    seg = be.host.alloc(n)
+    whole = be.host.host_view(seg)
+    assert whole is not None  # the host backend maps every segment
+    view = whole[:n]
     np.frombuffer(view, np.uint8)[:] = 1  # touched: its pages exist before it is registered
 
     def copy() -> None:
         if kind == "h2d":
-            be.copy_in(dev, 0, view)
+            be.cuda.copy_in(be.dev, 0, view)
         else:
-            be.copy_out(dev, 0, n, view)
+            be.cuda.copy_out(be.dev, 0, n, view)
 
-    be.bench_segs.append((seg, view))
+    be.segs.append((seg, view))
     return copy
 
 
@@ -99,6 +101,7 @@ def _register_rows(rt: Any, sizes: list[int], rows: list[dict[str, Any]], repeat
     for n in sizes:
         seg = host.alloc(n)
         view = host.host_view(seg)
+        assert view is not None  # the host backend maps every segment
         np.frombuffer(view, np.uint8)[:] = 1
         addr = int(np.frombuffer(view, np.uint8).ctypes.data)
 
@@ -156,8 +159,18 @@ def _transfers(rt: Any, be: Any, sizes: list[int], repeat: int, log: Callable[[s
     return rows
 
 
-def _pinned_backend(rt: Any, top: int) -> Any:
-    """A CUDA backend whose node host segments are registered at their first copy."""
+@dataclass
+class _Pinned:
+    """A CUDA backend whose node host segments (of ``host``) are registered at their first copy,
+    the device segment the registered rows copy to and from, and the host segments they made."""
+
+    cuda: Any
+    host: Any
+    dev: Any
+    segs: list[tuple[Any, memoryview]] = field(default_factory=list)
+
+
+def _pinned_backend(rt: Any, top: int) -> _Pinned:
     from ..dataplane.backends import HostBackend, pin_host_segments
     from ..dataplane.backends.cuda import CudaBackend
     from ..dataplane.pinned import HostPins
@@ -165,20 +178,18 @@ def _pinned_backend(rt: Any, top: int) -> Any:
 
     pins = HostPins(rt, PinCosts(register_gbps=1e9, register_fixed_s=0.0))
     be = CudaBackend(0, cap_bytes=2 * top + 64 * MiB, target_bytes=0, pins=pins)
-    be.bench_host = HostBackend()
-    pin_host_segments(be.bench_host, {0: be})
-    be.bench_dev = be.alloc(top)
-    be.bench_segs = []
-    return be
+    host = HostBackend()
+    pin_host_segments(host, {0: be})
+    return _Pinned(be, host, be.alloc(top))
 
 
-def _close_pinned(be: Any) -> None:
-    for seg, view in be.bench_segs:
+def _close_pinned(p: _Pinned) -> None:
+    for seg, view in p.segs:
         view.release()
-        be.bench_host.free(seg)
-    be.free(be.bench_dev)
-    be.close()
-    be.pins.close()
+        p.host.free(seg)
+    p.cuda.free(p.dev)
+    p.cuda.close()
+    p.cuda.pins.close()
 
 
 def _alloc_rows(rt: Any, be: Any, repeat: int) -> list[dict[str, Any]]:
