@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -193,9 +194,17 @@ ge = _gpu_env_module()
 
 
 def _index(lines: list[str], needle: str) -> int:
-    hits = [i for i, ln in enumerate(lines) if needle in ln]
+    """The first line holding ``needle``; in it, ``<>`` stands for a path prefix (the inner pytest's
+    node IDs are relative to its rootdir, which depends on where the checkout lives)."""
+    pat = re.compile(r"\S*".join(re.escape(part) for part in needle.split("<>")))
+    hits = [i for i, ln in enumerate(lines) if pat.search(ln)]
     assert hits, f"{needle!r} not in the output:\n" + "\n".join(lines)
     return hits[0]
+
+
+def _tail(failures: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Failures with each node ID cut to its file name and test (see _index)."""
+    return [{**f, "nodeid": f["nodeid"].rsplit("/", 1)[-1]} for f in failures]
 
 
 def _alive(pid: int) -> bool:
@@ -230,13 +239,13 @@ def test_all_prints_a_failure_as_it_happens_and_writes_the_summary_after_each_st
     rc = ge.TierRun(stages, 60, summary, out_dir=out, watch=[results], grace_s=1, min_stage_s=1).run()
     lines = capsys.readouterr().out.splitlines()
     assert rc == 1
-    failed = _index(lines, "[tests] gpu-tier: FAILED test_fake_gpu.py::test_boom - AssertionError: the device copy differs")
+    failed = _index(lines, "[tests] gpu-tier: FAILED <>test_fake_gpu.py::test_boom - AssertionError: the device copy differs")
     assert failed < _index(lines, "test_fake_gpu.py::test_after PASSED")
     assert failed < _index(lines, "short test summary info") < _index(lines, "stage bench: start")
     seen = json.loads(lines[_index(lines, "[bench] summary seen: ")].split("summary seen: ", 1)[1])
     assert seen["status"] == "failed" and seen["rc"] == 1 and seen["timed_out"] is False
-    assert seen["failures"] == [{"kind": "FAILED", "nodeid": "test_fake_gpu.py::test_boom",
-                                 "reason": "AssertionError: the device copy differs"}]
+    assert _tail(seen["failures"]) == [{"kind": "FAILED", "nodeid": "test_fake_gpu.py::test_boom",
+                                        "reason": "AssertionError: the device copy differs"}]
     doc = json.loads(summary.read_text())
     assert doc["done"] is True and doc["ok"] is False
     assert [s["stage"] for s in doc["stages"]] == ["tests", "bench"]
@@ -249,7 +258,7 @@ def test_all_prints_a_failure_as_it_happens_and_writes_the_summary_after_each_st
     tests_row, bench_row = (lines[head[0] + k].split() for k in (1, 2))
     assert tests_row[:3] == ["gpu_env:", "tests", "1"] and tests_row[-2:] == ["failed", "1"]
     assert bench_row[:3] == ["gpu_env:", "bench", "0"] and bench_row[-2:] == ["ok", "0"]
-    assert "gpu_env:   tests: FAILED test_fake_gpu.py::test_boom - AssertionError: the device copy differs" in lines
+    _index(lines, "gpu_env:   tests: FAILED <>test_fake_gpu.py::test_boom - AssertionError: the device copy differs")
 
 
 def test_output_is_streamed_and_the_summary_rewritten_while_the_stage_still_runs(
@@ -322,11 +331,12 @@ def test_all_through_the_cli_writes_the_summary_to_out(tmp_path: Path) -> None:
     r = gpu_env(tmp_path, py, "all", str(tmp_path / "t" / "test_one.py"), "--stages", "tests", "--budget-s", "60",
                 image=IMAGE + ",msgspec", extra_env={"OUT": str(out)})
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "[tests] gpu-tier: FAILED test_one.py::test_fails - RuntimeError: no device" in r.stdout
+    _index(r.stdout.splitlines(), "[tests] gpu-tier: FAILED <>test_one.py::test_fails - RuntimeError: no device")
     doc = json.loads((out / "gpu-tier.json").read_text())
     (st,) = doc["stages"]
     assert st["stage"] == "tests" and st["status"] == "failed" and st["rc"] == 1
-    assert st["failures"] == [{"kind": "FAILED", "nodeid": "test_one.py::test_fails", "reason": "RuntimeError: no device"}]
+    assert _tail(st["failures"]) == [{"kind": "FAILED", "nodeid": "test_one.py::test_fails",
+                                      "reason": "RuntimeError: no device"}]
     assert st["cmd"][2:5] == ["test", str(tmp_path / "t" / "test_one.py"), "--live"]
     assert "-m pytest -v -rfEs --tb=short -p no:cacheprovider -o console_output_style=classic -p gpu_tier_plugin" in r.stdout
     assert f"gpu_env: summary: {out / 'gpu-tier.json'}" in r.stdout
