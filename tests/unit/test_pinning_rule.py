@@ -17,19 +17,21 @@ def test_the_rule_matches_its_closed_form() -> None:
     assert register_s(n, c) == pytest.approx(50e-6 + n / 4e9)
     assert saved_s(n, c) == pytest.approx(n / 12e9 - n / 50e9)
     k = copies_to_pay(n, c)
-    assert k is not None and not pin_pays(n, k - 1, c) and pin_pays(n, k, c)
+    assert k is not None and not pin_pays(n, (k - 1) * n, c) and pin_pays(n, k * n, c)
     assert copies_to_pay(n, PinCosts(ring_gbps=50, dma_gbps=50)) is None  # no faster path: never
-    assert not pin_pays(0, 5, c) and not pin_pays(n, 0, c)
+    assert not pin_pays(0, 5 * n, c) and not pin_pays(n, 0, c)
+    # A large mapping read a little at a time pays later than one copied whole.
+    assert pin_pays(n, k * n, c) and not pin_pays(4 * n, k * n, c)
 
 
 @given(st.integers(1, 1 << 34), st.integers(1, 1000), st.floats(1, 100), st.floats(1, 100), st.floats(0.1, 100))
 def test_once_it_pays_it_keeps_paying(n: int, copies: int, ring: float, dma: float, reg: float) -> None:
     c = PinCosts(ring_gbps=ring, dma_gbps=dma, register_gbps=reg)
-    if pin_pays(n, copies, c):
-        assert pin_pays(n, copies + 1, c)
+    if pin_pays(n, copies * n, c):
+        assert pin_pays(n, (copies + 1) * n, c)
     k = copies_to_pay(n, c)
     if k is not None:
-        assert pin_pays(n, k, c) and (k == 1 or not pin_pays(n, k - 1, c))
+        assert pin_pays(n, k * n, c) and (k == 1 or not pin_pays(n, (k - 1) * n, c))
 
 
 def test_bad_costs_are_refused_by_name() -> None:

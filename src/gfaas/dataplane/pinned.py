@@ -5,7 +5,7 @@ One :class:`HostPins` per daemon process, shared by its GPUs' backends: a regist
 portable (every device's context sees it), once per mapping, and lasts as long as the mapping. Host
 segments are reused warm (``store``), so the mapping, and with it the registration, serves many
 invocations. Whether a mapping is worth registering is :func:`gfaas.policy.pinning.pin_pays`,
-asked at each copy with the copies that mapping has seen.
+asked at each copy with the bytes copied through that mapping so far.
 
 The rules, each checked against the fake CUDA runtime by ``tests/unit/test_host_pins.py``:
 
@@ -44,7 +44,7 @@ class _Mapping:
     base: int
     size: int
     writable: bool
-    copies: int = 0
+    copied: int = 0  # bytes copied to or from a GPU through it, so far
     registered: bool = False
     failed: bool = False
     in_flight: int = 0  # direct copies running through it now
@@ -80,9 +80,9 @@ class HostPins:
                 m = self._maps[id(owner)] = _mapping(owner)
             if m.failed or (write and not m.writable):
                 return None
-            m.copies += 1
+            m.copied += view.nbytes
             if not m.registered:
-                if not pin_pays(m.size, m.copies, self.costs):
+                if not pin_pays(m.size, m.copied, self.costs):
                     return None
                 self._register(m)
                 if not m.registered:

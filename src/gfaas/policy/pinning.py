@@ -8,7 +8,7 @@ afterwards. The node's host segments are reused (a workflow's warm segments), so
 once per warm segment.
 
 :func:`pin_pays` is the rule the data plane applies at each copy to or from a GPU: register the
-mapping once the copies it has seen, had they been direct, would have saved at least what the
+mapping once the bytes copied through it, had they gone direct, would have saved at least what the
 registration costs. A segment copied once stays on the ring unless registering is cheap against
 the bytes saved; a warm segment that comes back is registered as soon as its reuse pays.
 
@@ -53,22 +53,23 @@ def saved_s(nbytes: int, costs: PinCosts) -> float:
     return nbytes / (costs.ring_gbps * 1e9) - nbytes / (costs.dma_gbps * 1e9)
 
 
-def pin_pays(nbytes: int, copies: int, costs: PinCosts) -> bool:
-    """Whether a mapping of ``nbytes`` that has now been copied ``copies`` times (this copy
-    included) should be registered before this copy: the copies so far, direct, would have saved
-    at least the registration's cost."""
-    if nbytes <= 0 or copies <= 0:
+def pin_pays(size: int, copied: int, costs: PinCosts) -> bool:
+    """Whether a mapping of ``size`` bytes, through which ``copied`` bytes have now been copied to or
+    from a GPU (this copy included), should be registered before this copy: those copies, direct,
+    would have saved at least the registration's cost. The cost grows with the mapping's size, the
+    saving with the bytes moved, so a large segment read a little at a time waits longer."""
+    if size <= 0 or copied <= 0:
         return False
-    return copies * saved_s(nbytes, costs) >= register_s(nbytes, costs)
+    return saved_s(copied, costs) >= register_s(size, costs)
 
 
 def copies_to_pay(nbytes: int, costs: PinCosts) -> int | None:
-    """The copy at which :func:`pin_pays` first says yes for a mapping of ``nbytes`` (None: never,
+    """The copy of a whole ``nbytes`` mapping at which :func:`pin_pays` first says yes (None: never,
     the ring is as fast as a DMA)."""
     s = saved_s(nbytes, costs)
     if nbytes <= 0 or s <= 0:
         return None
     k = max(1, int(register_s(nbytes, costs) // s))
-    while not pin_pays(nbytes, k, costs):  # the floor may sit one short of the rule's own comparison
+    while not pin_pays(nbytes, k * nbytes, costs):  # the floor may sit one short of the rule's comparison
         k += 1
     return k
