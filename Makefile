@@ -60,7 +60,7 @@ demo-gpu:
 	$(PY) scripts/gpu_env.py demo
 
 # The three above in one command within 540 s (--budget-s): each stage killed past its share, failures
-# printed as they happen, a summary after each stage in $OUT/gpu-tier.json (else benchmarks/results/)
+# printed as they happen, a summary after each stage in $OUT/gpu-tier.json (else out/)
 # and the result files copied into $OUT (docs/gpu.md). `scripts/gpu_env.py all --dry-run` shows the plan.
 gpu-tier:
 	$(PY) scripts/gpu_env.py all

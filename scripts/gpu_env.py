@@ -28,7 +28,7 @@ process group with its share of one time budget (killed, the whole group, past i
 runs if time is left). It streams each stage's output line by line, prefixed with the stage's name; the
 test stage prints each failure with its reason as it happens (scripts/gpu_tier_plugin.py). After each
 stage (and each failure) it rewrites a summary, ``$OUT/gpu-tier.json`` when ``$OUT`` is set, else
-benchmarks/results/gpu-tier.json, and copies the result files the stage wrote into ``$OUT``: a run cut
+out/gpu-tier.json, and copies the result files the stage wrote into ``$OUT``: a run cut
 off by the machine's limit still brings back what it found. It ends with a table; exit 1 if any stage
 failed, timed out or was skipped. ``--dry-run`` prints the plan and what each stage's interpreter lacks,
 running and installing nothing (exit 2 as ``check``).
@@ -586,11 +586,12 @@ class TierRun:
 
 
 def summary_target() -> tuple[Path, Path | None]:
-    """($OUT/gpu-tier.json, $OUT) when $OUT is set, else (benchmarks/results/gpu-tier.json, None)."""
+    """($OUT/gpu-tier.json, $OUT) when $OUT is set, else (out/gpu-tier.json, None): the summary of a
+    run is a record of that run, not a committed result (the stages' own result files are those)."""
     out = os.environ.get("OUT")
     if out:
         return Path(out) / SUMMARY_NAME, Path(out)
-    return RESULTS_DIR / SUMMARY_NAME, None
+    return ROOT / "out" / SUMMARY_NAME, None
 
 
 def _norm(dist: str) -> str:
