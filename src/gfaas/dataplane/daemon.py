@@ -1254,19 +1254,7 @@ class Daemon:
         if not got:
             return out
         rec, seg, copy = got["rec"], got["seg"], got["copy"]
-        try:
-            if rec.nbytes:
-                due = time.monotonic() + m.deadline_s if m.deadline_s > 0 else math.inf
-                self._copy_between(seg, rec.offset, copy, rec.nbytes, rec.event, due)
-            with self.lock:
-                return self._located(conn, rec, seg, -1, copy)
-        except BaseException:
-            with self.lock:
-                self.store.drop_delivery(copy)
-            raise
-        finally:
-            with self.lock:
-                self.store.unhold(seg)
+        return self._fill(rec, seg, copy, m.deadline_s, lambda: self._located(conn, rec, seg, -1, copy))
 
     def _deliver(self, conn: Conn, s: Session, m: P.Get, rec: ObjectRecord,
                  seg: Segment) -> tuple[P.Reply, list[int]] | None:
@@ -1276,23 +1264,28 @@ class Daemon:
         copy = self.store.delivery(s, rec.nbytes, m.device)
         self.store.hold(seg)  # the source's memory stays while the copy runs, whatever happens to it
 
-        def work() -> tuple[P.Reply, list[int]]:
-            try:
-                if rec.nbytes:
-                    due = time.monotonic() + m.deadline_s if m.deadline_s > 0 else math.inf
-                    self._copy_between(seg, rec.offset, copy, rec.nbytes, rec.event, due)
-                with self.lock:
-                    return self.store.get(s, m.id, lambda r, g: self._located(conn, r, g, -1, copy))
-            except BaseException:
-                with self.lock:
-                    self.store.drop_delivery(copy)
-                raise
-            finally:
-                with self.lock:
-                    self.store.unhold(seg)
-
-        self.defer(conn, work)
+        self.defer(conn, lambda: self._fill(rec, seg, copy, m.deadline_s, lambda: self.store.get(
+            s, m.id, lambda r, g: self._located(conn, r, g, -1, copy))))
         return None
+
+    def _fill(self, rec: ObjectRecord, seg: Segment, copy: Segment, deadline_s: float,
+              answer: Callable[[], tuple[P.Reply, list[int]]]) -> tuple[P.Reply, list[int]]:
+        """Copy ``rec``'s bytes from ``seg`` (held by the caller) into the delivery ``copy`` on a
+        worker thread, outside the lock, then ``answer`` under it. A failure gives the delivery back;
+        the source is let go either way."""
+        try:
+            if rec.nbytes:
+                due = time.monotonic() + deadline_s if deadline_s > 0 else math.inf
+                self._copy_between(seg, rec.offset, copy, rec.nbytes, rec.event, due)
+            with self.lock:
+                return answer()
+        except BaseException:
+            with self.lock:
+                self.store.drop_delivery(copy)
+            raise
+        finally:
+            with self.lock:
+                self.store.unhold(seg)
 
     def _copy_between(self, src: Segment, src_offset: int, dst: Segment, nbytes: int, event: bytes,
                       deadline: float = math.inf) -> None:
