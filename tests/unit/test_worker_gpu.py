@@ -159,3 +159,19 @@ def test_device_outputs_are_checked_against_the_spec(host: Any) -> None:
     h, _ = host("device", spec=SPEC.replace("x: input.x}, outputs: {y: {dtype: float32", "x: input.x}, outputs: {y: {dtype: int64"))
     with pytest.raises(Exception, match="dtype float32 where int64 is declared"):
         h._call(Recorder(frozenset({1})), _task(["b"]))
+
+
+def test_a_cuda_functions_bind_prefetches_its_stored_inputs_only() -> None:
+    """The runtime's Bind for a task of a CUDA function names the IDs of its stored inputs (so those on
+    its GPU come back located: Bind.prefetch); carried values and other functions' tasks name none."""
+    import types
+
+    from gfaas.dataplane.ids import DataRef, new_id
+
+    a, b = DataRef(new_id(), "n1"), DataRef(new_id(), "n1")
+    task = Task("inv", "tok", {"x": str(a), "y": worker.INLINE + "y", "z": str(b), "w": "not a ref"}, [], {})
+    w = worker.ProcessWorker.__new__(worker.ProcessWorker)
+    w._init = types.SimpleNamespace(device="cuda:1")  # type: ignore[assignment]
+    assert w._prefetch(task) == [a.id, b.id]
+    w._init = types.SimpleNamespace(device="cpu")  # type: ignore[assignment]
+    assert w._prefetch(task) == []

@@ -53,6 +53,7 @@ from . import nodestats
 from . import protocol as P
 from .auth import Registry, token_hash
 from .backends import make_backend, make_device_backends, pin_host_segments
+from .ids import ID_BYTES
 from .invlog import InvocationLog
 from .journal import Journal
 from .slabindex import ReadLog
@@ -100,6 +101,8 @@ class Conn:
     # Opened by the platform with the admin token (Attach): function credentials come and go with
     # Bind/Unbind, one (invocation, function) at a time; mappings and the read log stay.
     attached: bool = False
+    # Objects the current binding was handed located (Bind.prefetch): read at its end if not before.
+    prefetched: set[bytes] = field(default_factory=set)
 
 
 class Daemon:
@@ -868,10 +871,18 @@ class Daemon:
         if err is not None:
             log.warning("%s/%s: an asynchronous request of its finished task failed: %s", s.invocation, s.function, err)
         conn.session = None
+        for oid in conn.prefetched:  # handed to the task with its Bind: its read, whether or not it used it
+            rec = self.store.objects.get(oid)
+            if rec is not None and rec.invocation == s.invocation:
+                self.store.consumed(rec, s.function)
+        conn.prefetched.clear()
         self.store.disconnect(s)
 
     def _bind(self, conn: Conn, m: P.Bind) -> tuple[P.Reply, list[int]]:
         self._need_attached(conn, "Bind")
+        if len(m.prefetch) > P.MAX_PREFETCH or any(len(oid) != ID_BYTES for oid in m.prefetch):
+            raise ProtocolError(f"Bind with {len(m.prefetch)} prefetch IDs; give at most {P.MAX_PREFETCH}, each of "
+                                f"{ID_BYTES} bytes")
         self._end_binding(conn)
         s = self.store.connect(m.token)  # refused: the connection stays without credentials
         conn.session = s
@@ -886,7 +897,30 @@ class Daemon:
             else:
                 if fds:  # (a backend with no descriptors to map has no slab to hand over)
                     lease = P.Leased(seg.id, 0, seg.limit or seg.size, ids, first_slot=self.store.first_slot(s, ids))
-        return P.Bound(s.invocation, s.function, list(s.functions), lease), fds
+        return P.Bound(s.invocation, s.function, list(s.functions), lease, located=self._prefetch(conn, s, m.prefetch)), fds
+
+    def _prefetch(self, conn: Conn, s: Session, ids: list[bytes]) -> list[P.Located]:
+        """The Bind's prefetched objects that live on a GPU here and that this function may read, each
+        located and pinned as a Get would (the same access check); others are left to the task's own
+        get. The read counts when the task reads it through the daemon or when the binding ends."""
+        out: list[P.Located] = []
+        for oid in dict.fromkeys(ids):
+            rec = self.store.objects.get(oid)
+            if rec is None or rec.state == WRITING:
+                continue
+            seg = self.store.segments.get(rec.segment)
+            if seg is None or seg.device < 0:
+                continue  # a host object: its get maps its segment (and a slab's is read locally after)
+            try:
+                self.store.lookup(s.invocation, s.function, oid)  # the access check of a get
+            except GfaasError:
+                continue  # not readable by this function: its get gets the precise refusal
+            reply, fds = self._located(conn, rec, seg)
+            assert isinstance(reply, P.Located) and not fds  # a device segment travels as a DeviceRef
+            conn.prefetched.add(oid)
+            self.store.device_counters["prefetched"] += 1
+            out.append(reply)
+        return out
 
     def _unbind(self, conn: Conn, m: P.Unbind) -> None:
         self._need_attached(conn, "Unbind")

@@ -76,6 +76,13 @@ class Bind(_Msg):
     token: str
     lease: int = -1
     ids: int = 0
+    # Objects the task will read (its stored inputs, at most MAX_PREFETCH): each one this function may
+    # read that lives on a GPU of the node comes back located in the Bound reply, so the task's get of
+    # it needs no round trip of its own (a same-GPU get is then a view of an arena already open).
+    prefetch: list[bytes] = []
+
+
+MAX_PREFETCH = 64
 
 
 class Unbind(_Msg):
@@ -314,6 +321,7 @@ class Bound(_Msg):
     functions: list[str]
     lease: Leased | None = None
     retired: list[int] = []
+    located: list[Located] = []  # the prefetched objects that live on a GPU, as a Get would answer
 
 
 class AdminWelcome(_Msg):
@@ -369,6 +377,7 @@ class StatsReply(_Msg):
     deliveries_to_host: int = 0  # copies of GPU objects into host memory for a host reader
     bytes_delivered: int = 0  # bytes of those copies
     staged_for_transfer: int = 0  # GPU objects copied into host memory to be sent to another machine
+    prefetched: int = 0  # GPU objects located with a task's Bind, so its get needed no round trip
     spills: int = 0  # segments written to disk, in all (each holds one or more of the objects evicted)
 
 

@@ -109,7 +109,7 @@ class Store:
         self.pooled_bytes = 0
         # Objects written into a GPU pool, and copies between tiers for a reader on the other one.
         self.device_counters = {"device_objects": 0, "deliveries_to_device": 0, "deliveries_to_host": 0,
-                                "bytes_delivered": 0, "staged_for_transfer": 0}
+                                "bytes_delivered": 0, "staged_for_transfer": 0, "prefetched": 0}
         # What the stats stream reads without a pass over the objects (nodestats.py): live bytes and
         # objects per tier, objects being written, and bytes moved over the network by cross-node pulls.
         self.book = TierBook()
