@@ -71,8 +71,8 @@ def test_a_second_get_of_a_prefetched_object_goes_to_the_daemon_and_the_read_cou
     binder.bind(node.inv.tokens["g"], prefetch=[ref.id])
     worker.expect_binding(node.inv.id)
     sent, real = spy_requests(worker)
-    first = worker.get(ref)
-    second = worker.get(ref)  # the prefetched answer (and its pin) was the first view's
+    first = worker.get(ref, device=0)
+    second = worker.get(ref, device=0)  # the prefetched answer (and its pin) was the first view's
     assert sent == ["Get"] and first.ptr == second.ptr
     worker._ch.sock = real
     worker.end_task()
@@ -163,8 +163,21 @@ def test_the_gpu_benchmarks_bound_get_row_is_served_with_no_round_trip(node: Any
         id = node.inv.id
         tokens = {"c": node.inv.tokens["g"]}
 
+    # A reader that asks for the object wherever it lives (device=None) or on the host takes the
+    # daemon's answer, as before: the prefetch serves GPU readers only.
+    binder, worker = _worker(node)
+    ref = put()
+    binder.bind(node.inv.tokens["g"], prefetch=[ref.id])
+    worker.expect_binding(node.inv.id)
+    worker.get(ref)
+    assert worker.prefetched_gets == 0
+    worker.end_task()
+    binder.unbind()
+    binder.close()
+    worker.close()
+    before = node.stats()["prefetched"]
     gets = gpu.bound_gets(node.admin, Inv, put, 6, _Threads, FakeMapper())
     assert len(gets) == 6 and all(served for *_, served in gets)
-    assert node.stats()["prefetched"] == 6 and node.stats()["objects"] == 0  # each read counted at unbind
+    assert node.stats()["prefetched"] == before + 6 and node.stats()["objects"] == 0  # each read counted
     row = gpu.ipc_row(4096, [(secs, opened) for secs, opened, _ in gets])
     assert row["cold_gets"] == 1  # the arena is opened once, by the first get

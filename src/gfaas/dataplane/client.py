@@ -915,9 +915,10 @@ class Client:
         if deadline_s is not None and not (isinstance(deadline_s, int | float) and deadline_s >= 0
                                            and deadline_s != float("inf")):
             raise ConfigError(f"deadline_s={deadline_s!r}: give seconds >= 0, or None for no deadline")
-        if self.attached and not copy and out is None and device != "host" and (self._bind_pending or self._prefetched):
-            # A task's input handed over located with its Bind: no round trip (the Bound reply is read
-            # now if it was not yet: it came while the task travelled to this worker).
+        if self.attached and type(device) is int and not copy and out is None \
+                and (self._bind_pending or self._prefetched):
+            # A GPU reader's input handed over located with its task's Bind: no round trip (the Bound
+            # reply is read now if it was not yet: it came while the task travelled to this worker).
             view = self._get_prefetched(ref, device)
             if view is not None:
                 return view
@@ -983,8 +984,8 @@ class Client:
             return memoryview(raw)  # type: ignore[arg-type]  # slices keep ``raw``, hence the pin, alive
         return raw.view(np.dtype(r.dtype)).reshape(r.shape)
 
-    def _get_prefetched(self, ref: DataRef | str, device: int | str | None) -> Any:
-        """The view of a prefetched GPU object (Bound.located) where the reader wants it, or None."""
+    def _get_prefetched(self, ref: DataRef | str, device: int) -> Any:
+        """The view of a prefetched GPU object (Bound.located) if it lives on GPU ``device``, or None."""
         if self._bind_pending:
             self._settle_bind()
         try:
@@ -992,7 +993,7 @@ class Client:
         except (GfaasError, ValueError):
             return None  # the daemon's get gives the precise error
         r = self._prefetched.get(oid)
-        if r is None or r.device is None or (device is not None and device != r.device.device):
+        if r is None or r.device is None or device != r.device.device:
             return None
         del self._prefetched[oid]
         self.prefetched_gets += 1
