@@ -272,3 +272,38 @@ def test_the_gpu_benchmarks_registered_rows_run_on_the_fake(rt: FakeRuntime) -> 
     finally:
         gpu._close_pinned(be)
     assert rt.registered == {}
+
+
+def test_a_dma_refused_at_launch_falls_back_to_the_ring_for_good(rt: FakeRuntime,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """A registered segment whose DMA CUDA refuses at launch still arrives, through the ring, and its
+    later copies go there too (logged once); the registration still ends with the segment."""
+    be, host, pins = _gpu(rt)
+    data = np.arange(2 * MiB, dtype=np.uint8)
+    seg = _segment(host, data)
+    dev = be.alloc(data.nbytes)
+    real = rt.memcpyAsync
+    refused = []
+
+    def memcpy(dst: int, src: int, n: int, kind: int, stream: int) -> None:
+        if n == data.nbytes and not refused:  # the direct one (ring chunks are 2 MiB too: refuse once)
+            refused.append(1)
+            raise RuntimeError("cudaErrorInvalidValue")
+        real(dst, src, n, kind, stream)
+
+    rt.memcpyAsync = memcpy  # type: ignore[method-assign]
+    try:
+        with caplog.at_level(logging.WARNING, logger="gfaas.dataplane.pinned"):
+            for _ in range(2):
+                v = host.host_view(seg)
+                be.copy_in(dev, 0, v[: data.nbytes])
+                v.release()
+                assert ctypes.string_at(dev.address, data.nbytes) == data.tobytes()
+        assert be.direct_copies == 0 and refused == [1]
+        assert len([r for r in caplog.records if "was refused" in r.message]) == 1
+        assert pins.stats()["registered"] == 1  # registered still, until the segment goes
+    finally:
+        be.free(dev)
+        host.free(seg)
+        be.close()
+    assert rt.registered == {}

@@ -16,8 +16,9 @@ The rules, each checked against the fake CUDA runtime by ``tests/unit/test_host_
 * A mapping is unregistered before it is unmapped (:meth:`HostPins.release`, called by the host
   backend), and only after every direct copy through it finished: unregistering memory a DMA still
   reads is undefined behaviour in CUDA.
-* A registration that fails (page-locking limits, an unsupported mapping) is not tried again for
-  that mapping: its copies use the ring, and the failure is logged once.
+* A registration that fails (page-locking limits, an unsupported mapping), or a DMA through one
+  refused at launch, is not tried again for that mapping: its copies use the ring, and the failure
+  is logged once.
 """
 
 from __future__ import annotations
@@ -98,6 +99,16 @@ class HostPins:
                 m.in_flight -= 1
                 if not m.in_flight:
                     self._cond.notify_all()
+
+    def refuse(self, view: memoryview, exc: BaseException) -> None:
+        """A DMA through ``view``'s registered mapping was refused at launch: its copies use the ring
+        from now on (logged once); the registration ends with the mapping, as any other."""
+        with self._cond:
+            m = self._maps.get(id(view.obj))
+            if m is not None and m.ref() is view.obj and not m.failed:
+                m.failed = True
+                log.warning("a DMA from a registered %d-byte host segment was refused (%s); its copies use the "
+                            "staging ring", m.size, exc)
 
     def release(self, owner: mmap.mmap) -> None:
         """``owner`` is about to be unmapped: wait for the direct copies through it, then unregister."""

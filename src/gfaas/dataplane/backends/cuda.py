@@ -239,10 +239,14 @@ class CudaBackend(DeviceBackend):
                 s = self._direct.stream = int(rt.streamCreateWithFlags(rt.streamNonBlocking))
                 with self._xfer_lock:
                     self._direct_streams.append(s)
-            if kind == H2D:
-                rt.memcpyAsync(device_addr, addr, nbytes, rt.memcpyHostToDevice, s)
-            else:
-                rt.memcpyAsync(addr, device_addr, nbytes, rt.memcpyDeviceToHost, s)
+            try:
+                if kind == H2D:
+                    rt.memcpyAsync(device_addr, addr, nbytes, rt.memcpyHostToDevice, s)
+                else:
+                    rt.memcpyAsync(addr, device_addr, nbytes, rt.memcpyDeviceToHost, s)
+            except Exception as exc:  # noqa: BLE001 - the copy was refused at launch: the ring still works
+                pins.refuse(host, exc)
+                return False
             rt.streamSynchronize(s)  # its bytes are in place before the caller publishes anything
         finally:
             pins.done(host)
