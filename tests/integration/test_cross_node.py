@@ -85,6 +85,17 @@ def _config(run_dir: str, node: str, redis_url: str, host: str = "127.0.0.1", **
     )
 
 
+def eventually(read: Callable[[], Any], ok: Callable[[Any], bool] | None = None, timeout_s: float = 10.0) -> Any:
+    """``read()`` once it is truthy (or ``ok(value)``), or its last value after ``timeout_s``: for what
+    a node counts on its own thread after the reader already has its answer."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        v = read()
+        if (ok(v) if ok is not None else bool(v)) or time.monotonic() > deadline:
+            return v
+        time.sleep(0.01)
+
+
 def handshake(sock: socket.socket, key: PeerKey, server_node: str, me: str = "probe") -> None:
     """Prove ``key`` to a transfer server as node ``me`` (and check its proof)."""
     nonce = os.urandom(32)
@@ -174,7 +185,9 @@ def _pull_and_check(cl: Cluster) -> None:
         assert y.tobytes() == x.tobytes()
     # The bytes moved show on each node's stats stream: served by a, pulled by b.
     total = sum(x.nbytes for x in arrays)
-    assert cl.admin["a"].snapshot()["links"]["net-out"] == total
+    # The owner counts what it sent once the puller acknowledged it, on its transfer thread: a moment
+    # after the reader holds the bytes.
+    assert eventually(lambda: cl.admin["a"].snapshot()["links"]["net-out"], lambda v: v >= total) == total
     assert cl.admin["b"].snapshot()["links"]["net-in"] == total
     # Every declared consumer has read them: freed on the owner, and the pulled copies too.
     assert cl.stats("a")["objects"] == 0
@@ -512,7 +525,8 @@ def _gpu_pull_and_check(cl: Cluster) -> None:
         st_a, st_b = cl.stats("a"), cl.stats("b")
         assert st_a["staged_for_transfer"] == 2 * (i + 1)
         assert cl.admin["a"].snapshot()["links"]["d2h:gpu0"] == 2 * (i + 1) * n  # one copy off a's GPU a pull
-        assert st_a["segments_pooled"] >= 1  # the staging segments went back warm
+        # The staging segments went back warm (after the puller's acknowledgement: wait for it).
+        assert eventually(lambda: cl.stats("a")["segments_pooled"], lambda v: v >= 1) >= 1
         assert st_b["deliveries_to_device"] == i + 1
         assert cl.admin["b"].snapshot()["links"]["h2d:gpu0"] == (i + 1) * n  # one copy onto b's GPU
     assert cl.admin["b"].snapshot()["links"]["net-in"] == 4 * n
