@@ -9,8 +9,10 @@ when the task reads it or when its binding ends, once; bad prefetch lists are re
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -142,9 +144,9 @@ def test_bad_prefetch_lists_are_refused(node: Any) -> None:
 class _Threads:
     """``bound_gets``'s process context, as threads: the consumer shares this process's fake mapper."""
 
-    Queue = __import__("queue").Queue
+    Queue = queue.Queue
 
-    class Process(__import__("threading").Thread):
+    class Process(threading.Thread):
         def __init__(self, target: Any, args: tuple[Any, ...]) -> None:
             super().__init__(target=target, args=args, daemon=True)
 

@@ -412,7 +412,7 @@ class Client:
             raise ProtocolError(f"this connection was bound to invocation {r.invocation_id}, not {expect}; reconnect")
         self._credentials(r.invocation_id, r.function, tuple(r.functions))
         self._note_retired(r.retired)
-        self._prefetched = {loc.id: loc for loc in r.located if isinstance(loc, P.Located) and loc.device is not None}
+        self._prefetched = {loc.id: loc for loc in r.located if loc.device is not None}
         if r.lease is not None:
             self._maps[(r.lease.segment, True)] = attach(fds[0], True)
             self._use_slab(r.lease)

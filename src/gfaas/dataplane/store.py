@@ -209,9 +209,13 @@ class Store:
 
     def check_live(self, s: Session) -> None:
         """Raise AuthenticationError if the session's invocation has ended."""
-        if s.invocation not in self.registry:
+        self.check_open(s.invocation)
+
+    def check_open(self, invocation: str) -> None:
+        """Raise AuthenticationError if ``invocation`` has ended."""
+        if invocation not in self.registry:
             raise AuthenticationError(
-                f"invocation {s.invocation} has ended; its credentials are revoked. Connect with new ones"
+                f"invocation {invocation} has ended; its credentials are revoked. Connect with new ones"
             )
 
     # ---- placement ---------------------------------------------------------------------------
@@ -803,8 +807,7 @@ class Store:
         workflow when one fits, and goes back to that pool after (:meth:`end_staging`), so the same
         memory serves the workflow's next pulls and the GPU's registration of it
         (``dataplane.pinned``) is paid once."""
-        if invocation not in self.registry:
-            raise AuthenticationError(f"invocation {invocation} has ended; its credentials are revoked")
+        self.check_open(invocation)
         seg = self._take_warm(invocation, max(nbytes, 1)) or self._new_segment(invocation, None, max(nbytes, 1),
                                                                                "staging")
         seg.open = False
