@@ -62,7 +62,6 @@ class HostPins:
         self.costs = costs or PinCosts()
         self._maps: dict[int, _Mapping] = {}  # id(mmap) -> its state; the mmap outlives the entry
         self._cond = threading.Condition()
-        self.registered_bytes = 0
 
     def direct(self, view: memoryview, write: bool) -> int | None:
         """The address of ``view``'s first byte if a DMA may use it directly (its mapping is
@@ -77,7 +76,6 @@ class HostPins:
                 if m is not None and m.registered:  # its mapping went without release: not ours now
                     log.warning("a registered host mapping was unmapped before it was released")
                     m.registered = False
-                    self.registered_bytes -= m.size
                 m = self._maps[id(owner)] = _mapping(owner)
             if m.failed or (write and not m.writable):
                 return None
@@ -135,7 +133,7 @@ class HostPins:
     def stats(self) -> dict[str, int]:
         with self._cond:
             return {"mappings": len(self._maps), "registered": sum(m.registered for m in self._maps.values()),
-                    "registered_bytes": self.registered_bytes}
+                    "registered_bytes": sum(m.size for m in self._maps.values() if m.registered)}
 
     # -- under the condition's lock
     def _register(self, m: _Mapping) -> None:
@@ -147,11 +145,9 @@ class HostPins:
                         "staging ring", m.size, exc)
             return
         m.registered = True
-        self.registered_bytes += m.size
 
     def _unregister(self, m: _Mapping) -> None:
         m.registered = False
-        self.registered_bytes -= m.size
         try:
             self.rt.hostUnregister(m.base)
         except Exception as exc:  # noqa: BLE001 - the mapping goes anyway; nothing else to do
