@@ -37,6 +37,7 @@ import importlib
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -454,6 +455,46 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def wake_cost(n: int = 3000, poll_s: float = 300e-6, think_s: float = 50e-6) -> dict[str, Any]:
+    """What a sleeping process costs its sender (policy.polling): the p50 round trip of a 64-byte
+    message to a forked echo process over a SOCK_SEQPACKET pair, both ends blocking in ``recv``, then
+    both asking without blocking for up to ``poll_s`` first; ``think_s`` of work between round trips,
+    as an invoker has between invocations."""
+    def recv(sock: socket.socket, poll: float) -> bytes:
+        end = time.perf_counter() + poll
+        while poll:
+            try:
+                return sock.recv(256, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                if time.perf_counter() > end:
+                    break
+        return sock.recv(256)
+
+    out: dict[str, Any] = {"think_us": think_s * 1e6, "poll_us": poll_s * 1e6}
+    for label, poll in (("sleeping", 0.0), ("polling", poll_s)):
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:  # the echo process
+            a.close()
+            while m := recv(b, poll):
+                b.send(m)
+            os._exit(0)
+        b.close()
+        lat = []
+        for _ in range(n):
+            t = time.perf_counter()
+            a.send(b"x" * 64)
+            recv(a, poll)
+            lat.append(time.perf_counter() - t)
+            end = time.perf_counter() + think_s
+            while time.perf_counter() < end:
+                pass
+        a.close()
+        os.waitpid(pid, 0)
+        out[f"{label}_p50_us"] = round(float(np.median(lat)) * 1e6, 1)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
@@ -499,6 +540,18 @@ def main(argv: list[str] | None = None) -> int:
             doc["python_calls_per_invocation"] = _python_calls(min(a.n, 500))
             doc["pipe_floor_us"] = round(min(floor), 2)
             doc["pipe_floor_bursts_us"] = [round(x, 2) for x in floor]
+            # the same loop with nobody polling (RuntimeConfig.poll_us=0), in the same run
+            with LocalRuntime(RuntimeConfig(poll_us=0)) as rt:
+                rt.deploy(SPEC)
+                _loop(rt, 20)
+                cpu0 = _cpu_by_process()
+                ts0 = np.asarray(_loop(rt, a.n)) * 1e3
+                cpu1 = _cpu_by_process()
+            doc["without_polling"] = {"p50_ms": round(float(np.median(ts0)), 3),
+                                      "cpu_ms_per_invocation": round(sum(cpu1.get(k, 0.0) - v for k, v in cpu0.items())
+                                                                     / a.n * 1e3, 3)}
+            doc["poll_us"] = RuntimeConfig().poll_us
+            doc["wake"] = wake_cost()
     elif a.mode == "timeline":
         for _ in range(3):
             floor_burst()

@@ -8,6 +8,7 @@ from typing import Literal
 
 from ..errors import ConfigError
 from ..policy.autoscale import keep_alive_policy
+from ..policy.polling import DEFAULT_POLL_US, MAX_POLL_US
 from ..units import GiB
 from .cluster import check_join
 from .dedup import check_mode as check_dedup_mode
@@ -120,6 +121,10 @@ class RuntimeConfig:
             (:mod:`gfaas.runtime.logs`; made 0700, files 0600); ``""`` (default): a private temporary
             directory removed with the runtime. The last lines of each function are also kept in memory
             (:meth:`LocalRuntime.logs`).
+        poll_us: how long (microseconds) a warm worker asks for its next task, and the invoker for the
+            reply of a lone invocation, without blocking before they sleep (:mod:`gfaas.policy.polling`:
+            a sleeping process costs a wake-up of tens of microseconds on a virtual machine; polling
+            costs CPU while it lasts). 0: always sleep; never on a single core.
     """
 
     transport: Literal["gfaas", "redis"] = "gfaas"
@@ -162,6 +167,7 @@ class RuntimeConfig:
     redis_password_file: str = ""
     transfer_host: str = ""
     locality: bool | None = None
+    poll_us: int = DEFAULT_POLL_US
 
     def __post_init__(self) -> None:
         if self.transport not in ("gfaas", "redis"):
@@ -209,6 +215,9 @@ class RuntimeConfig:
                 or not 0 <= self.inline_max_bytes <= MAX_INLINE:
             raise ConfigError(f"inline_max_bytes={self.inline_max_bytes!r} must be a whole number of bytes in "
                               f"[0, {MAX_INLINE}] (0: every value through the data plane)")
+        if isinstance(self.poll_us, bool) or not isinstance(self.poll_us, int) or not 0 <= self.poll_us <= MAX_POLL_US:
+            raise ConfigError(f"poll_us={self.poll_us!r} must be a whole number of microseconds in [0, {MAX_POLL_US}] "
+                              "(0: never poll)")
         if not 0 < self.function_timeout_s <= MAX_TIMEOUT_S:
             raise ConfigError(f"function_timeout_s must be in (0, {MAX_TIMEOUT_S:g}] seconds, got "
                               f"{self.function_timeout_s}")

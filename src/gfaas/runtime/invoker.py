@@ -33,6 +33,7 @@ from ..dataplane.protocol import QueueEntry
 from ..errors import ConfigError, FunctionFailed, GfaasError, NotFound, Overloaded, SpecError
 from ..policy.bandwidth import input_deadline, slo_for
 from ..policy.locality import choose_node
+from ..policy.polling import invoker_polls
 from .accel import DSCS, Decision, DscsDrives
 from .config import RuntimeConfig
 from .dag import DagState
@@ -228,7 +229,10 @@ class Invoker:
         self._seq = 0  # invocations submitted: which drive stores an invocation's inputs
         self._running: dict[int, _Running] = {}  # id(worker) -> its task in flight
         self._steps: dict[tuple[int, str], _Step] = {}
-        self._loop = ReplyLoop(self._on_message, tick=self._sweep)
+        self._unresolved = 0  # invocations submitted whose result is not set yet
+        cores, poll_s = len(os.sched_getaffinity(0)), config.poll_us * 1e-6
+        self._loop = ReplyLoop(self._on_message, tick=self._sweep, poll_s=poll_s,
+                               polls=lambda: invoker_polls(poll_s, cores, self._unresolved, len(self._running)))
         self._opens: concurrent.futures.ThreadPoolExecutor | None = None  # Nodes.opens_lazily: _opener
         self._hinter: QueueHinter | None = None
         if config.queue_hints:
@@ -304,6 +308,7 @@ class Invoker:
             self._ensure_open(inv)
         with self._lock:
             self._invs[inv_id] = inv
+            self._unresolved += 1
             seq = self._seq
             self._seq += 1
         if self.drives.drives:
@@ -613,6 +618,7 @@ class Invoker:
             if opening:
                 self._open_on(inv, node)
             worker.send_task(task)
+            self._loop.nudge()
         except WorkerDied as exc:
             self._loop.post(functools.partial(self._on_message, worker, exc))
 
@@ -910,6 +916,7 @@ class Invoker:
         scalars = {f"{fn}.{k}": v for fn, vals in inv.dag.scalars.items() for k, v in vals.items()}
         inv.result = InvocationResult(inv.id, inv.spec.name, inv.status, outputs, scalars, inv.error, b, tuple(recs),
                                       inv.failure if inv.status == "failed" else None)
+        self._unresolved -= 1
         inv.done.set()
         for cb in inv.callbacks:  # each waiter is told of its own invocation only (no broadcast)
             try:

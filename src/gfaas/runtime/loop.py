@@ -52,9 +52,15 @@ class ReplyLoop:
     """The loop thread; ``on_message(worker, message)`` runs on it for every reply."""
 
     def __init__(self, on_message: OnMessage, name: str = "gfaas-invoker",
-                 tick: Callable[[], None] | None = None) -> None:
+                 tick: Callable[[], None] | None = None, polls: Callable[[], bool] | None = None,
+                 poll_s: float = 0.0) -> None:
         self._on_message = on_message
         self._tick = tick
+        # Whether to ask for replies without blocking, for up to poll_s after the last one, rather than
+        # sleep on them (policy.polling; the invoker's rule); only while the loop has its own thread
+        self._polls = polls if poll_s > 0 else None
+        self._poll_s = poll_s
+        self._sleeping = False  # blocked in epoll on its own thread: a task sent may wake it (nudge)
         self._next_tick = time.monotonic() + TICK_S
         # epoll itself, not selectors: one look-up per reply (fd -> worker) is all a step pays here
         self._ep = select.epoll()
@@ -147,6 +153,15 @@ class ReplyLoop:
         except OSError:
             if not self._closing:
                 raise
+
+    def nudge(self) -> None:
+        """A task just went out: wake the loop if it sleeps and polls for replies, so that it polls for
+        this one (the wake-up overlaps the task's run instead of following its reply)."""
+        if self._sleeping and self._polls is not None and self._polls():
+            try:
+                os.write(self._wake_w, b"\0")
+            except OSError:  # full (it is awake already) or closed
+                pass
 
     def attach(self, worker: Any) -> None:
         """Read ``worker``'s replies from now on: a socket worker's on the loop, a blocking one's on a
@@ -245,17 +260,30 @@ class ReplyLoop:
         return until
 
     def _run(self) -> None:
+        polls = self._polls
         while not self._closing and not self._handover:
+            if polls is not None and polls():
+                end = time.perf_counter() + self._poll_s
+                while not self._closing and polls():
+                    if self._once(0.0):
+                        end = time.perf_counter() + self._poll_s
+                    elif time.perf_counter() > end:
+                        break
             until = self._due()
+            self._sleeping = True
             self._once(-1.0 if until is None else max(0.0, until - time.monotonic()))
+            self._sleeping = False
 
-    def _once(self, timeout: float) -> None:
+    def _once(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds (-1: until something comes) and handle what came, what was
-        posted, and the timers and tick now due."""
+        posted, and the timers and tick now due. False: nothing came and nothing was due."""
         try:
             events = self._ep.poll(timeout)
         except OSError:  # a socket closed under epoll: look again
             events = []
+        if not events and not self._posted and not self._timers and (
+                self._tick is None or time.monotonic() < self._next_tick):
+            return False
         for fd, _ in events:
             worker = self._watched.get(fd)
             if worker is None:
@@ -283,6 +311,7 @@ class ReplyLoop:
         if self._tick is not None and now >= self._next_tick:
             self._next_tick = now + TICK_S
             self._call(self._tick)
+        return True
 
     def _on_message_safely(self, worker: Any, msg: Any) -> None:
         try:

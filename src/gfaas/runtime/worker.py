@@ -35,6 +35,7 @@ from ..dataplane.device_client import device_of
 from ..dataplane.ids import DataRef
 from ..errors import DaemonUnavailable, DedupError, FunctionFailed, GfaasError, ProtocolError, SpecError
 from ..gcpause import freeze_startup
+from ..policy.polling import worker_poll_s
 from ..pyexec import module_argv
 from .context import Context
 from .logs import Capture, LogLine
@@ -83,6 +84,9 @@ class Init(_Ctl):
     # The functions of the same workflow this worker also loads, to run right after its own in one
     # task (policy.fusion: a chain; Task.then); they run only if they loaded (Ready.follow).
     follow: list[str] = []
+    # How long it asks for its next task without blocking before it sleeps (RuntimeConfig.poll_us,
+    # policy.polling); 0: it sleeps at once.
+    poll_s: float = 0.0
 
 
 class Ready(_Ctl):
@@ -269,10 +273,10 @@ def recv_message(sock: socket.socket, flags: int = 0) -> memoryview:
     return view[:sock.recv_into(view, MAX_MSG, flags)]
 
 
-def recv_message_fds(sock: socket.socket, maxfds: int) -> tuple[memoryview, list[int]]:
+def recv_message_fds(sock: socket.socket, maxfds: int, flags: int = 0) -> tuple[memoryview, list[int]]:
     """:func:`recv_message` with up to ``maxfds`` file descriptors passed along (SCM_RIGHTS)."""
     view = _buffer()
-    n, anc, _flags, _addr = sock.recvmsg_into([view], socket.CMSG_SPACE(maxfds * _FD_SIZE))
+    n, anc, _flags, _addr = sock.recvmsg_into([view], socket.CMSG_SPACE(maxfds * _FD_SIZE), flags)
     if not anc:
         return view[:n], []
     fds = array("i")
@@ -1175,8 +1179,13 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
         os.close(listener[0])  # the runtime holds it now; function code must not answer its own calls
     else:
         sock.send(ready)
+    cores = len(os.sched_getaffinity(0))
+    replied: float | None = None  # when the last reply went (perf_counter), None before the first
+    gap: float | None = None
     while True:
-        data, fds = recv_message_fds(sock, 1)
+        data, fds = _next_message(sock, worker_poll_s(init.poll_s, cores, gap))
+        if replied is not None:
+            gap = time.perf_counter() - replied
         if not data:
             return 0  # the runtime went away
         msg = _dec.decode(data)
@@ -1200,3 +1209,18 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
         sock.send(_enc.encode(reply))
         if host.link_lost():
             return 1
+        replied = time.perf_counter()
+
+
+def _next_message(sock: socket.socket, poll_s: float) -> tuple[memoryview, list[int]]:
+    """The next message from the runtime: asked for without blocking for ``poll_s`` seconds first
+    (policy.polling: a message that comes meanwhile finds this process awake), then waited for."""
+    if poll_s > 0:
+        end = time.perf_counter() + poll_s
+        while True:
+            try:
+                return recv_message_fds(sock, 1, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                if time.perf_counter() > end:
+                    break
+    return recv_message_fds(sock, 1)

@@ -1,0 +1,47 @@
+"""How long a thread that waits for the next message polls before it sleeps.
+
+A thread blocked in ``recv`` or ``epoll_wait`` gives its CPU back; the message that ends the wait
+must then wake it, and on a virtual machine with idle vCPUs a wake-up is an inter-processor
+interrupt and a vCPU leaving its halt: 50-80 us on the 2-vCPU machines this project runs on, against
+a few microseconds for a round trip between two processes that are both awake (``make
+profile-results`` measures both: ``wake`` in ``benchmarks/results/profile-after-cpu.json``). A tiny invocation waits twice on its critical path (its
+worker for the task, the invoker for the reply), so sleeping costs more than all of its Python.
+
+Polling for a short window first (asking without blocking, over and over) keeps the thread awake
+for a message that comes soon and costs CPU for one that does not. The rule here bounds that cost:
+
+* never on a single core, where the poller would hold the CPU its sender needs;
+* a worker polls only while its tasks come close together: if the last gap between its reply and
+  its next task was longer than the window, it sleeps at once (arrivals are sparse, and polling
+  would burn the whole window for nothing); the gap is measured either way, so it polls again as
+  soon as tasks come close again;
+* the invoker polls only while exactly one invocation is unresolved and a task of it is out: with
+  more, other threads of its process need the interpreter's lock to submit theirs, and a poller
+  that takes it back after every look would slow them (measured: at 4 concurrent callers a polling
+  invoker lost 10-30% of the throughput).
+
+Pure: the caller measures the gap and the cores, and passes them in.
+"""
+
+from __future__ import annotations
+
+DEFAULT_POLL_US = 300  # RuntimeConfig.poll_us: about 3x the gap of a closed loop of tiny invocations here
+MAX_POLL_US = 10_000
+
+
+def worker_poll_s(window_s: float, cores: int, last_gap_s: float | None) -> float:
+    """Seconds a worker asks for its next task without blocking before it sleeps on its socket.
+
+    ``window_s``: the configured window (0: never poll); ``cores``: the CPUs this process may run on;
+    ``last_gap_s``: from its last reply to the task after it (None: no task came after a reply yet)."""
+    if window_s <= 0 or cores < 2:
+        return 0.0
+    if last_gap_s is not None and last_gap_s > window_s:
+        return 0.0
+    return window_s
+
+
+def invoker_polls(window_s: float, cores: int, unresolved: int, tasks_out: int) -> bool:
+    """Whether the invoker's loop polls for replies rather than sleeping on them: a window is set,
+    there are two cores or more, exactly one invocation is unresolved, and it has a task out."""
+    return window_s > 0 and cores >= 2 and unresolved == 1 and tasks_out > 0
