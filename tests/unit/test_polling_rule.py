@@ -74,7 +74,8 @@ def _sleeps_within(rl: ReplyLoop, seconds: float) -> bool:
 def test_the_loop_polls_while_told_for_its_window_after_each_reply_then_sleeps() -> None:
     """With the rule saying yes, a nudge wakes the sleeping loop, which then stays awake (polling)
     for its window after each reply and sleeps once the window passes with nothing; each reply is
-    handled once either way. With the rule saying no, a nudge does not wake it."""
+    handled once either way (a timer pending but not due is not something handled: it must not keep
+    the loop polling). With the rule saying no, a nudge does not wake it."""
     got: list[str] = []
     lock = threading.Lock()
 
@@ -87,6 +88,7 @@ def test_the_loop_polls_while_told_for_its_window_after_each_reply_then_sleeps()
     w = _Worker()
     try:
         rl.attach(w)
+        rl.call_at(time.monotonic() + 600, lambda: None)  # a timer pending, not due: nothing to handle
         assert _sleeps_within(rl, 5)
         rl.nudge()  # the rule says no: it sleeps on
         time.sleep(0.05)

@@ -281,9 +281,7 @@ class ReplyLoop:
             events = self._ep.poll(timeout)
         except OSError:  # a socket closed under epoll: look again
             events = []
-        if not events and not self._posted and not self._timers and (
-                self._tick is None or time.monotonic() < self._next_tick):
-            return False
+        handled = bool(events) or bool(self._posted)
         for fd, _ in events:
             worker = self._watched.get(fd)
             if worker is None:
@@ -307,11 +305,13 @@ class ReplyLoop:
             self._call(self._posted.popleft())
         now = time.monotonic()
         while self._timers and self._timers[0][0] <= now:
+            handled = True
             self._call(heapq.heappop(self._timers)[2])
         if self._tick is not None and now >= self._next_tick:
+            handled = True
             self._next_tick = now + TICK_S
             self._call(self._tick)
-        return True
+        return handled
 
     def _on_message_safely(self, worker: Any, msg: Any) -> None:
         try:
