@@ -28,18 +28,22 @@ def test_the_worker_rule_case_by_case() -> None:
     assert worker_poll_s(w, 2, 2 * w) == 0.0  # sparse: sleep at once
     assert worker_poll_s(w, 1, 50e-6) == 0.0  # one core: the sender needs it
     assert worker_poll_s(0.0, 16, 0.0) == 0.0  # switched off
+    assert worker_poll_s(w, 16, 50e-6, light=False) == 0.0  # its last task used the data plane
 
 
-@given(st.floats(0, 0.01), st.integers(1, 256), st.none() | st.floats(0, 1))
-def test_a_worker_polls_its_whole_window_or_not_at_all(window: float, cores: int, gap: float | None) -> None:
-    got = worker_poll_s(window, cores, gap)
+@given(st.floats(0, 0.01), st.integers(1, 256), st.none() | st.floats(0, 1), st.booleans())
+def test_a_worker_polls_its_whole_window_or_not_at_all(window: float, cores: int, gap: float | None,
+                                                       light: bool) -> None:
+    got = worker_poll_s(window, cores, gap, light)
     assert got in (0.0, window)
-    assert got == 0.0 or (cores >= 2 and (gap is None or gap <= window))
+    assert got == 0.0 or (light and cores >= 2 and (gap is None or gap <= window))
 
 
-@given(st.floats(0, 0.01), st.integers(1, 64), st.integers(0, 100), st.integers(0, 100))
-def test_the_invoker_polls_for_a_lone_invocation_only(window: float, cores: int, unresolved: int, out: int) -> None:
-    assert invoker_polls(window, cores, unresolved, out) == (window > 0 and cores >= 2 and unresolved == 1 and out > 0)
+@given(st.floats(0, 0.01), st.integers(1, 64), st.integers(0, 100), st.integers(0, 100), st.booleans())
+def test_the_invoker_polls_for_a_lone_light_invocation_only(window: float, cores: int, unresolved: int, out: int,
+                                                            light: bool) -> None:
+    assert invoker_polls(window, cores, unresolved, out, light) == (
+        window > 0 and cores >= 2 and unresolved == 1 and out > 0 and light)
 
 
 @pytest.mark.parametrize("bad", [-1, MAX_POLL_US + 1, 1.5, True, "300"])

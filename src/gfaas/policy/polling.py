@@ -11,6 +11,9 @@ Polling for a short window first (asking without blocking, over and over) keeps 
 for a message that comes soon and costs CPU for one that does not. The rule here bounds that cost:
 
 * never on a single core, where the poller would hold the CPU its sender needs;
+* only around light tasks, whose values ride in the messages: a task that uses the node's data
+  plane needs the node daemon's CPU too, and on two cores a poller takes it (measured: a 4 MiB
+  pipeline, whose daemon and second worker work while the first polls, slowed 7-30%);
 * a worker polls only while its tasks come close together: if the last gap between its reply and
   its next task was longer than the window, it sleeps at once (arrivals are sparse, and polling
   would burn the whole window for nothing); the gap is measured either way, so it polls again as
@@ -29,19 +32,21 @@ DEFAULT_POLL_US = 300  # RuntimeConfig.poll_us: about 3x the gap of a closed loo
 MAX_POLL_US = 10_000
 
 
-def worker_poll_s(window_s: float, cores: int, last_gap_s: float | None) -> float:
+def worker_poll_s(window_s: float, cores: int, last_gap_s: float | None, light: bool = True) -> float:
     """Seconds a worker asks for its next task without blocking before it sleeps on its socket.
 
     ``window_s``: the configured window (0: never poll); ``cores``: the CPUs this process may run on;
-    ``last_gap_s``: from its last reply to the task after it (None: no task came after a reply yet)."""
-    if window_s <= 0 or cores < 2:
+    ``last_gap_s``: from its last reply to the task after it (None: no task came after a reply yet);
+    ``light``: its last task ran on carried values alone (it never asked for the data plane)."""
+    if window_s <= 0 or cores < 2 or not light:
         return 0.0
     if last_gap_s is not None and last_gap_s > window_s:
         return 0.0
     return window_s
 
 
-def invoker_polls(window_s: float, cores: int, unresolved: int, tasks_out: int) -> bool:
+def invoker_polls(window_s: float, cores: int, unresolved: int, tasks_out: int, light: bool = True) -> bool:
     """Whether the invoker's loop polls for replies rather than sleeping on them: a window is set,
-    there are two cores or more, exactly one invocation is unresolved, and it has a task out."""
-    return window_s > 0 and cores >= 2 and unresolved == 1 and tasks_out > 0
+    there are two cores or more, exactly one invocation is unresolved, it has a task out, and every
+    task out is light (sent on values alone, and has not asked for the data plane)."""
+    return window_s > 0 and cores >= 2 and unresolved == 1 and tasks_out > 0 and light

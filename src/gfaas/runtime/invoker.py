@@ -155,7 +155,7 @@ def _ready(once: _Once | None) -> bool:
 class _Running:
     """A task sent to a worker whose reply has not come yet (keyed by the worker)."""
 
-    __slots__ = ("bound", "chain", "cold_start_s", "deadline", "done", "fn", "inv", "node", "owner", "pool",
+    __slots__ = ("chain", "cold_start_s", "deadline", "done", "fn", "inv", "light", "node", "owner", "pool",
                  "started", "timeout", "where", "worker")
 
     def __init__(self, inv: _Invocation, fn: str, pool: FunctionPool, worker: Any, started: float,
@@ -167,6 +167,7 @@ class _Running:
         self.done = False
         self.timeout = 0.0
         self.deadline = 0.0  # monotonic; 0: none enforced here (a blocking worker's own run does)
+        self.light = False  # sent on values alone and not asking for the data plane (policy.polling)
 
 
 class _Step:
@@ -232,7 +233,8 @@ class Invoker:
         self._unresolved = 0  # invocations submitted whose result is not set yet
         cores, poll_s = len(os.sched_getaffinity(0)), config.poll_us * 1e-6
         self._loop = ReplyLoop(self._on_message, tick=self._sweep, poll_s=poll_s,
-                               polls=lambda: invoker_polls(poll_s, cores, self._unresolved, len(self._running)))
+                               polls=lambda: invoker_polls(poll_s, cores, self._unresolved, len(self._running),
+                                                           all(r.light for r in self._running.values())))
         self._opens: concurrent.futures.ThreadPoolExecutor | None = None  # Nodes.opens_lazily: _opener
         self._hinter: QueueHinter | None = None
         if config.queue_hints:
@@ -599,7 +601,7 @@ class Invoker:
         if lazy and step.follow and (follows := getattr(worker, "follows", ())):
             task.then, chain, extra_s = self._then(inv, step.follow, follows)
         run = _Running(inv, fn, pool, worker, started, cold_start_s, where, node)
-        run.chain = chain
+        run.chain, run.light = chain, lazy
         self._running[id(worker)] = run
         timeout = step.timeout + extra_s
         opening = inv.on_nodes is not None and not _ready(inv.on_nodes.get(node))
@@ -711,6 +713,7 @@ class Invoker:
         if fn != run.fn and fn not in run.chain:
             worker.refuse_data(f"function {fn!r} is not in the task this worker was given")
             return
+        run.light = False  # the node daemon works for it now: polling would take its CPU
         try:
             self._ensure_open(run.inv)
             worker.grant_data(run.inv.tokens[fn])

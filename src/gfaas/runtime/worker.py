@@ -1182,8 +1182,9 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
     cores = len(os.sched_getaffinity(0))
     replied: float | None = None  # when the last reply went (perf_counter), None before the first
     gap: float | None = None
+    light = True  # the last task ran on carried values alone (policy.polling)
     while True:
-        data, fds = _next_message(sock, worker_poll_s(init.poll_s, cores, gap))
+        data, fds = _next_message(sock, worker_poll_s(init.poll_s, cores, gap, light))
         if replied is not None:
             gap = time.perf_counter() - replied
         if not data:
@@ -1209,7 +1210,7 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
         sock.send(_enc.encode(reply))
         if host.link_lost():
             return 1
-        replied = time.perf_counter()
+        replied, light = time.perf_counter(), msg.lazy and not asked[0]
 
 
 def _next_message(sock: socket.socket, poll_s: float) -> tuple[memoryview, list[int]]:
