@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gfaas.errors import ConfigError
-from gfaas.policy.polling import MAX_POLL_US, invoker_polls, worker_poll_s
+from gfaas.policy.polling import MAX_POLL_US, PROBE_EVERY, invoker_polls, worker_poll_s
 from gfaas.runtime.config import RuntimeConfig
 from gfaas.runtime.loop import ReplyLoop
 
@@ -29,14 +29,16 @@ def test_the_worker_rule_case_by_case() -> None:
     assert worker_poll_s(w, 1, 50e-6) == 0.0  # one core: the sender needs it
     assert worker_poll_s(0.0, 16, 0.0) == 0.0  # switched off
     assert worker_poll_s(w, 16, 50e-6, light=False) == 0.0  # its last task used the data plane
+    # slept at once PROBE_EVERY - 1 times in a row: the next wait polls, to measure the gap awake
+    assert [worker_poll_s(w, 2, 2 * w, slept=k) for k in range(PROBE_EVERY)] == [0.0] * (PROBE_EVERY - 1) + [w]
 
 
-@given(st.floats(0, 0.01), st.integers(1, 256), st.none() | st.floats(0, 1), st.booleans())
+@given(st.floats(0, 0.01), st.integers(1, 256), st.none() | st.floats(0, 1), st.booleans(), st.integers(0, 100))
 def test_a_worker_polls_its_whole_window_or_not_at_all(window: float, cores: int, gap: float | None,
-                                                       light: bool) -> None:
-    got = worker_poll_s(window, cores, gap, light)
+                                                       light: bool, slept: int) -> None:
+    got = worker_poll_s(window, cores, gap, light, slept)
     assert got in (0.0, window)
-    assert got == 0.0 or (light and cores >= 2 and (gap is None or gap <= window))
+    assert got == 0.0 or (light and cores >= 2 and (gap is None or gap <= window or slept + 1 >= PROBE_EVERY))
 
 
 @given(st.floats(0, 0.01), st.integers(1, 64), st.integers(0, 100), st.integers(0, 100), st.booleans())

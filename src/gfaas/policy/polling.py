@@ -16,8 +16,9 @@ for a message that comes soon and costs CPU for one that does not. The rule here
   pipeline, whose daemon and second worker work while the first polls, slowed 7-30%);
 * a worker polls only while its tasks come close together: if the last gap between its reply and
   its next task was longer than the window, it sleeps at once (arrivals are sparse, and polling
-  would burn the whole window for nothing); the gap is measured either way, so it polls again as
-  soon as tasks come close again;
+  would burn the whole window for nothing). A gap measured asleep includes the wake-up itself, which
+  can keep it over the window although tasks come close again, so every ``PROBE_EVERY``-th wait
+  polls anyway and measures the gap awake;
 * the invoker polls only while exactly one invocation is unresolved and a task of it is out: with
   more, other threads of its process need the interpreter's lock to submit theirs, and a poller
   that takes it back after every look would slow them (measured: at 4 concurrent callers a polling
@@ -30,17 +31,20 @@ from __future__ import annotations
 
 DEFAULT_POLL_US = 300  # RuntimeConfig.poll_us: about 3x the gap of a closed loop of tiny invocations here
 MAX_POLL_US = 10_000
+PROBE_EVERY = 8  # a worker that sleeps at once polls on this many-th wait all the same
 
 
-def worker_poll_s(window_s: float, cores: int, last_gap_s: float | None, light: bool = True) -> float:
+def worker_poll_s(window_s: float, cores: int, last_gap_s: float | None, light: bool = True,
+                  slept: int = 0) -> float:
     """Seconds a worker asks for its next task without blocking before it sleeps on its socket.
 
     ``window_s``: the configured window (0: never poll); ``cores``: the CPUs this process may run on;
     ``last_gap_s``: from its last reply to the task after it (None: no task came after a reply yet);
-    ``light``: its last task ran on carried values alone (it never asked for the data plane)."""
+    ``light``: its last task ran on carried values alone (it never asked for the data plane);
+    ``slept``: how many waits in a row it slept at once because of the gap."""
     if window_s <= 0 or cores < 2 or not light:
         return 0.0
-    if last_gap_s is not None and last_gap_s > window_s:
+    if last_gap_s is not None and last_gap_s > window_s and slept + 1 < PROBE_EVERY:
         return 0.0
     return window_s
 

@@ -1183,8 +1183,11 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
     replied: float | None = None  # when the last reply went (perf_counter), None before the first
     gap: float | None = None
     light = True  # the last task ran on carried values alone (policy.polling)
+    slept = 0  # waits in a row slept at once because of the gap
     while True:
-        data, fds = _next_message(sock, worker_poll_s(init.poll_s, cores, gap, light))
+        poll_s = worker_poll_s(init.poll_s, cores, gap, light, slept)
+        slept = slept + 1 if not poll_s and light and gap is not None and gap > init.poll_s else 0
+        data, fds = _next_message(sock, poll_s)
         if replied is not None:
             gap = time.perf_counter() - replied
         if not data:
