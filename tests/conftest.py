@@ -60,6 +60,7 @@ EXCLUSIVE = {
     "integration/test_bench_dataplane.py": "ratios of transfer times",
     "integration/test_bench_overload.py": "goodput and latency ratios under load",
     "integration/test_dataplane_speed_guard.py": "ratios of transfer times",
+    "integration/test_polling_guard.py": "ratios of invocation latencies",
 }
 MACHINE_WIDE = {
     "integration/test_cluster_ray.py": "machines made of network namespaces, a Ray cluster",

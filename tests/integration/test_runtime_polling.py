@@ -1,7 +1,8 @@
 """Workers and the invoker poll for their next message before they sleep (policy.polling,
 ``RuntimeConfig.poll_us``): every answer is the same with polling off, on, across gaps longer than
 the window (the worker then sleeps at once, and polls again once tasks come close), and with
-invocations in flight together (the invoker then sleeps on its replies)."""
+invocations in flight together (then nobody polls: a task tells its worker whether its invocation
+was the only one unresolved, ``Task.alone``)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,23 @@ import numpy as np
 import pytest
 
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
+from gfaas.runtime.worker import ProcessWorker
 from gfaas.workflows.tiny import SPEC, expected_total
 
 pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.mark.parametrize("poll_us", [0, 300, 10_000])
-def test_answers_are_the_same_however_long_the_waiters_poll(poll_us: int) -> None:
+def test_answers_are_the_same_however_long_the_waiters_poll(poll_us: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    alone: list[bool] = []
+    send = ProcessWorker.send_task
+
+    def record(self: ProcessWorker, task: object) -> None:
+        alone.append(task.alone)  # type: ignore[attr-defined]
+        send(self, task)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ProcessWorker, "send_task", record)
+
     def total(n: int) -> float:
         res = rt.invoke("tiny", {"n": np.asarray(n, dtype=np.int64)}, timeout=60)
         assert res.status == "done", res.error
@@ -28,11 +39,15 @@ def test_answers_are_the_same_however_long_the_waiters_poll(poll_us: int) -> Non
         rt.deploy(SPEC)
         sizes = [1 + 37 * i for i in range(40)]
         assert [total(n) for n in sizes] == [expected_total(n) for n in sizes]  # back to back
+        assert alone and all(alone)  # one at a time: each invocation was the only one
+        alone.clear()
         for n in (5, 600, 7000):  # each after a gap longer than any window
             time.sleep(0.03)
             assert total(n) == expected_total(n)
+        alone.clear()
         with ThreadPoolExecutor(6) as ex:  # several unresolved at once
             assert list(ex.map(total, sizes)) == [expected_total(n) for n in sizes]
+        assert not all(alone)  # some went out while others were unresolved
         assert total(3) == expected_total(3)
         windows = {p.init.poll_s for p in rt.deployments.pools.values()}
     assert windows == {poll_us * 1e-6}  # what each worker was told

@@ -115,4 +115,6 @@ def test_the_loop_polls_while_told_for_its_window_after_each_reply_then_sleeps()
         assert _sleeps_within(rl, 0.5)
     finally:
         rl.close()
+        w.ours.close()
+        w.peer.close()
     assert got == ["one", "two"]

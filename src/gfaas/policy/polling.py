@@ -2,27 +2,30 @@
 
 A thread blocked in ``recv`` or ``epoll_wait`` gives its CPU back; the message that ends the wait
 must then wake it, and on a virtual machine with idle vCPUs a wake-up is an inter-processor
-interrupt and a vCPU leaving its halt: 50-80 us on the 2-vCPU machines this project runs on, against
-a few microseconds for a round trip between two processes that are both awake (``make
-profile-results`` measures both: ``wake`` in ``benchmarks/results/profile-after-cpu.json``). A tiny invocation waits twice on its critical path (its
-worker for the task, the invoker for the reply), so sleeping costs more than all of its Python.
+interrupt and a vCPU leaving its halt: tens of microseconds, against a few for a round trip between
+two processes that are both awake (``make profile-results`` measures both: ``wake`` in
+``benchmarks/results/profile-after-cpu.json``). A tiny invocation waits twice on its critical path
+(its worker for the task, the invoker for the reply).
 
 Polling for a short window first (asking without blocking, over and over) keeps the thread awake
 for a message that comes soon and costs CPU for one that does not. The rule here bounds that cost:
 
 * never on a single core, where the poller would hold the CPU its sender needs;
+* only while the runtime has one invocation unresolved, the latency-bound case of a caller that
+  waits for each result: under load (several unresolved) the CPU a poller would burn is the
+  gateway's and the other workers', and tasks queue anyway, so nobody polls (``gfaas bench
+  overload`` kept its goodput at 256 and 2,000 connections only so);
 * only around light tasks, whose values ride in the messages: a task that uses the node's data
-  plane needs the node daemon's CPU too, and on two cores a poller takes it (measured: a 4 MiB
-  pipeline, whose daemon and second worker work while the first polls, slowed 7-30%);
+  plane needs the node daemon's CPU too, and on two cores a poller takes it (a 4 MiB pipeline,
+  whose daemon and second worker work while the first polls, was slower polling);
 * a worker polls only while its tasks come close together: if the last gap between its reply and
   its next task was longer than the window, it sleeps at once (arrivals are sparse, and polling
   would burn the whole window for nothing). A gap measured asleep includes the wake-up itself, which
   can keep it over the window although tasks come close again, so every ``PROBE_EVERY``-th wait
   polls anyway and measures the gap awake;
-* the invoker polls only while exactly one invocation is unresolved and a task of it is out: with
-  more, other threads of its process need the interpreter's lock to submit theirs, and a poller
-  that takes it back after every look would slow them (measured: at 4 concurrent callers a polling
-  invoker lost 10-30% of the throughput).
+* for the invoker, one unresolved invocation matters twice: with more, other threads of its
+  process need the interpreter's lock to submit theirs, and a poller that takes it back after every
+  look slows them (callers on four threads lost throughput).
 
 Pure: the caller measures the gap and the cores, and passes them in.
 """
@@ -40,7 +43,8 @@ def worker_poll_s(window_s: float, cores: int, last_gap_s: float | None, light: 
 
     ``window_s``: the configured window (0: never poll); ``cores``: the CPUs this process may run on;
     ``last_gap_s``: from its last reply to the task after it (None: no task came after a reply yet);
-    ``light``: its last task ran on carried values alone (it never asked for the data plane);
+    ``light``: its last task ran on carried values alone (it never asked for the data plane), and
+    was its invocation's while that was the runtime's only one unresolved (``Task.alone``);
     ``slept``: how many waits in a row it slept at once because of the gap."""
     if window_s <= 0 or cores < 2 or not light:
         return 0.0

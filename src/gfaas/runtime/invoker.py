@@ -595,7 +595,8 @@ class Invoker:
         lazy = self.nodes.lazy and inv.kind == "gfaas" and len(values) == len(inputs) and hasattr(worker, "grant_data")
         task = Task(inv.id, "" if lazy else inv.tokens.get(fn, ""), inputs, step.host_inputs, step.consumers,
                     {} if lazy else self.nodes.transport_settings(node, inv.kind), deadline_s=pool.budget_s,
-                    accel=where.preset, values=values, inline_max=inv.inline_max, lazy=lazy)
+                    accel=where.preset, values=values, inline_max=inv.inline_max, lazy=lazy,
+                    alone=self._unresolved == 1)
         chain: tuple[str, ...] = ()
         extra_s = 0.0
         if lazy and step.follow and (follows := getattr(worker, "follows", ())):

@@ -197,6 +197,9 @@ class Task(_Ctl):
     function: str = ""
     then: Task | None = None
     carry: dict[str, str] = {}  # input name -> the previous task's output it is
+    # Its invocation was the runtime's only one unresolved when it was sent: the worker may poll for
+    # its next task afterwards (policy.polling); under load nobody polls.
+    alone: bool = False
 
 
 class Done(_Ctl):
@@ -1213,7 +1216,7 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
         sock.send(_enc.encode(reply))
         if host.link_lost():
             return 1
-        replied, light = time.perf_counter(), msg.lazy and not asked[0]
+        replied, light = time.perf_counter(), msg.lazy and msg.alone and not asked[0]
 
 
 def _next_message(sock: socket.socket, poll_s: float) -> tuple[memoryview, list[int]]:
