@@ -1,11 +1,8 @@
-"""When a waiting thread polls before it sleeps (policy.polling), and the reply loop that applies
-the invoker's rule: it polls only while the rule says so, for its window after the last reply."""
+"""When a waiting thread polls before it sleeps (policy.polling), against the rule's cases. The reply
+loop that applies the invoker's rule is tested in test_reply_loop.py."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from typing import Any
 
 import pytest
@@ -15,7 +12,6 @@ from hypothesis import strategies as st
 from gfaas.errors import ConfigError
 from gfaas.policy.polling import MAX_POLL_US, PROBE_EVERY, invoker_polls, worker_poll_s
 from gfaas.runtime.config import RuntimeConfig
-from gfaas.runtime.loop import ReplyLoop
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,69 +48,3 @@ def test_the_invoker_polls_for_a_lone_light_invocation_only(window: float, cores
 def test_a_bad_window_is_refused_naming_it(bad: Any) -> None:
     with pytest.raises(ConfigError, match=r"poll_us=.*microseconds"):
         RuntimeConfig(poll_us=bad)
-
-
-class _Worker:
-    def __init__(self) -> None:
-        self.name = "w"
-        self.ours, self.peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.ours.setblocking(False)
-
-    def fileno(self) -> int:
-        return self.ours.fileno()
-
-    def receive(self) -> Any:
-        data = self.ours.recv(1024)
-        return data.decode() if data else None
-
-
-def _sleeps_within(rl: ReplyLoop, seconds: float) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if rl._sleeping:
-            return True
-        time.sleep(0.001)
-    return False
-
-
-def test_the_loop_polls_while_told_for_its_window_after_each_reply_then_sleeps() -> None:
-    """With the rule saying yes, a nudge wakes the sleeping loop, which then stays awake (polling)
-    for its window after each reply and sleeps once the window passes with nothing; each reply is
-    handled once either way (a timer pending but not due is not something handled: it must not keep
-    the loop polling). With the rule saying no, a nudge does not wake it."""
-    got: list[str] = []
-    lock = threading.Lock()
-
-    def on_message(_w: Any, msg: Any) -> None:
-        with lock:
-            got.append(msg)
-
-    polling = [False]
-    rl = ReplyLoop(on_message, name="gfaas-invoker-test", polls=lambda: polling[0], poll_s=1.0)
-    w = _Worker()
-    try:
-        rl.attach(w)
-        rl.call_at(time.monotonic() + 600, lambda: None)  # a timer pending, not due: nothing to handle
-        assert _sleeps_within(rl, 5)
-        rl.nudge()  # the rule says no: it sleeps on
-        time.sleep(0.05)
-        assert rl._sleeping
-        polling[0] = True
-        rl.nudge()
-        time.sleep(0.05)
-        assert not rl._sleeping  # awake, polling
-        w.peer.send(b"one")
-        time.sleep(0.1)  # within the window after the reply: still polling
-        assert not rl._sleeping and got == ["one"]
-        assert _sleeps_within(rl, 5)  # the window passed with nothing: asleep
-        w.peer.send(b"two")  # a reply to a sleeping loop is handled all the same
-        end = time.monotonic() + 5
-        while len(got) < 2 and time.monotonic() < end:
-            time.sleep(0.005)
-        polling[0] = False  # the rule turns: it sleeps at once, without its window
-        assert _sleeps_within(rl, 0.5)
-    finally:
-        rl.close()
-        w.ours.close()
-        w.peer.close()
-    assert got == ["one", "two"]
