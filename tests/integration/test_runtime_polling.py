@@ -51,3 +51,26 @@ def test_answers_are_the_same_however_long_the_waiters_poll(poll_us: int, monkey
         assert total(3) == expected_total(3)
         windows = {p.init.poll_s for p in rt.deployments.pools.values()}
     assert windows == {poll_us * 1e-6}  # what each worker was told
+
+
+def test_a_task_that_asks_for_the_data_plane_stops_the_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lazy task whose output outgrows the messages asks for the data plane (NeedData): from then on
+    it is not light, so the invoker's loop stops polling for it (the node daemon needs the CPU)."""
+    from gfaas.runtime.invoker import Invoker
+
+    seen: list[tuple[bool, bool]] = []
+    grant = Invoker._grant
+
+    def watched(self: Invoker, worker: object, run: object, msg: object) -> None:
+        before = getattr(run, "light", None)
+        grant(self, worker, run, msg)  # type: ignore[arg-type]
+        seen.append((bool(before), bool(getattr(run, "light", None))))
+
+    monkeypatch.setattr(Invoker, "_grant", watched)
+    with LocalRuntime(RuntimeConfig(sandbox="none", queue_hints=False)) as rt:
+        rt.deploy(SPEC)
+        n = 100_000  # gen's array is 400 kB: over inline_max, so gen's worker asks for the data plane
+        res = rt.invoke("tiny", {"n": np.asarray(n, dtype=np.int64)}, timeout=60)
+        assert res.status == "done", res.error
+        assert float(res.outputs["total"]) == expected_total(n)
+    assert seen and seen[0] == (True, False)
