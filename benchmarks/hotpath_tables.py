@@ -57,14 +57,14 @@ def control_path(doc: dict[str, Any]) -> str:
     lines += [f"| {name}, per task (its hosts alone: no socket, no log capture) | {n:.0f} |"
               for name, n in sorted(calls["workers"].items())]
     what = "the worker" if len(workers) == 1 else f"the {len(workers)} workers"
-    lines += ["", f"The runtime's threads take {r_us:.0f} us of CPU per invocation and {what} {w_us:.0f} us. "
-              f"The workers' share is on the critical path, so even a runtime that cost nothing "
-              f"would leave at least {w_us:.0f} us, {w_us / floor:.0f}x the floor."]
     off, wake = doc.get("without_polling"), doc.get("wake")
-    if off and wake:
-        lines[-1] = (f"The runtime's threads take {r_us:.0f} us of CPU per invocation and {what} {w_us:.0f} us, both "
-                     f"counting the time they poll, which is off the critical path (the timeline below follows it).")
-        lines += ["", f"Waiting without sleeping (`RuntimeConfig.poll_us` = {doc['poll_us']}): the same loop with nobody "
+    cpu = f"The runtime's threads take {r_us:.0f} us of CPU per invocation and {what} {w_us:.0f} us"
+    if not (off and wake):  # a profile from before the waiters polled
+        lines += ["", f"{cpu}. The workers' share is on the critical path, so even a runtime that cost nothing "
+                  f"would leave at least {w_us:.0f} us, {w_us / floor:.0f}x the floor."]
+    else:
+        lines += ["", f"{cpu}, both counting the time they poll, which is off the critical path (the timeline "
+                  f"below follows it).", "", f"Waiting without sleeping (`RuntimeConfig.poll_us` = {doc['poll_us']}): the same loop with nobody "
                   f"polling (`poll_us=0`), in the same run, takes p50 {off['p50_ms'] * 1e3:.0f} us and "
                   f"{off['cpu_ms_per_invocation'] * 1e3:.0f} us of CPU per invocation, against "
                   f"{p50_us:.0f} us and {sum(doc['cpu_ms_per_invocation'].values()) * 1e3:.0f} us polling. "

@@ -1,7 +1,7 @@
 """A guard on the waiters' polling (policy.polling): with it on, the tiny embedded invocation is not
-slower than with it off, in the same minutes. On an idle 2-vCPU machine it is about twice as fast
-(``make profile-results``: ``without_polling`` in benchmarks/results/profile-after-cpu.json); the
-bound here is generous, a ratio inside one run, never an absolute time."""
+slower than with it off, in the same minutes. On an idle 2-vCPU machine it is faster (``make
+profile-results``: ``without_polling`` in benchmarks/results/profile-after-cpu.json); the bound here
+is generous, a ratio inside one run, never an absolute time."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gfaas.errors import ConfigError
-from gfaas.policy.polling import MAX_POLL_US, PROBE_EVERY, invoker_polls, worker_poll_s
+from gfaas.policy.polling import MAX_POLL_US, PROBE_EVERY, invoker_polls, worker_poll_s, worker_wait
 from gfaas.runtime.config import RuntimeConfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -48,3 +48,16 @@ def test_the_invoker_polls_for_a_lone_light_invocation_only(window: float, cores
 def test_a_bad_window_is_refused_naming_it(bad: Any) -> None:
     with pytest.raises(ConfigError, match=r"poll_us=.*microseconds"):
         RuntimeConfig(poll_us=bad)
+
+
+def test_a_worker_that_sleeps_because_of_the_gap_probes_every_few_waits() -> None:
+    """The worker's loop (worker_wait): with every gap over the window it polls on every
+    PROBE_EVERY-th wait only; a gap within the window, a heavy task or one core resets the count."""
+    w, slept, polled = 300e-6, 0, []
+    for _ in range(2 * PROBE_EVERY):
+        poll_s, slept = worker_wait(w, 2, 2 * w, True, slept)
+        polled.append(poll_s)
+    assert polled == ([0.0] * (PROBE_EVERY - 1) + [w]) * 2
+    assert worker_wait(w, 2, 50e-6, True, 5) == (w, 0)  # tasks close again: polls, count reset
+    assert worker_wait(w, 2, 2 * w, False, 5) == (0.0, 0)  # a heavy task: sleeps, not for the gap
+    assert worker_wait(w, 1, 2 * w, True, 5) == (0.0, 0)  # one core: never polls, never counts

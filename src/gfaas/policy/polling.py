@@ -13,11 +13,10 @@ for a message that comes soon and costs CPU for one that does not. The rule here
 * never on a single core, where the poller would hold the CPU its sender needs;
 * only while the runtime has one invocation unresolved, the latency-bound case of a caller that
   waits for each result: under load (several unresolved) the CPU a poller would burn is the
-  gateway's and the other workers', and tasks queue anyway, so nobody polls (``gfaas bench
-  overload`` kept its goodput at 256 and 2,000 connections only so);
+  gateway's and the other workers', and tasks queue anyway, so nobody polls;
 * only around light tasks, whose values ride in the messages: a task that uses the node's data
-  plane needs the node daemon's CPU too, and on two cores a poller takes it (a 4 MiB pipeline,
-  whose daemon and second worker work while the first polls, was slower polling);
+  plane needs the node daemon's CPU too (and the next step's worker), and on two cores a poller
+  takes it;
 * a worker polls only while its tasks come close together: if the last gap between its reply and
   its next task was longer than the window, it sleeps at once (arrivals are sparse, and polling
   would burn the whole window for nothing). A gap measured asleep includes the wake-up itself, which
@@ -25,7 +24,7 @@ for a message that comes soon and costs CPU for one that does not. The rule here
   polls anyway and measures the gap awake;
 * for the invoker, one unresolved invocation matters twice: with more, other threads of its
   process need the interpreter's lock to submit theirs, and a poller that takes it back after every
-  look slows them (callers on four threads lost throughput).
+  look slows them.
 
 Pure: the caller measures the gap and the cores, and passes them in.
 """
@@ -51,6 +50,15 @@ def worker_poll_s(window_s: float, cores: int, last_gap_s: float | None, light: 
     if last_gap_s is not None and last_gap_s > window_s and slept + 1 < PROBE_EVERY:
         return 0.0
     return window_s
+
+
+def worker_wait(window_s: float, cores: int, last_gap_s: float | None, light: bool, slept: int) -> tuple[float, int]:
+    """:func:`worker_poll_s`, and what ``slept`` becomes for the wait after this one: one more when
+    this wait sleeps at once because of the gap alone, 0 otherwise (it polls, or sleeps for another
+    reason, which a probe would not change)."""
+    poll_s = worker_poll_s(window_s, cores, last_gap_s, light, slept)
+    gapped = window_s > 0 and cores >= 2 and light and last_gap_s is not None and last_gap_s > window_s
+    return poll_s, slept + 1 if gapped and not poll_s else 0
 
 
 def invoker_polls(window_s: float, cores: int, unresolved: int, tasks_out: int, light: bool = True) -> bool:

@@ -232,9 +232,12 @@ class Invoker:
         self._steps: dict[tuple[int, str], _Step] = {}
         self._unresolved = 0  # invocations submitted whose result is not set yet
         cores, poll_s = len(os.sched_getaffinity(0)), config.poll_us * 1e-6
+        # The loop asks at every dispatch while it sleeps: the tasks' light test, a walk over those in
+        # flight, runs only when the rule's cheap terms let it matter (one invocation unresolved).
         self._loop = ReplyLoop(self._on_message, tick=self._sweep, poll_s=poll_s,
                                polls=lambda: invoker_polls(poll_s, cores, self._unresolved, len(self._running),
-                                                           all(r.light for r in self._running.values())))
+                                                           self._unresolved == 1
+                                                           and all(r.light for r in self._running.values())))
         self._opens: concurrent.futures.ThreadPoolExecutor | None = None  # Nodes.opens_lazily: _opener
         self._hinter: QueueHinter | None = None
         if config.queue_hints:

@@ -35,7 +35,7 @@ from ..dataplane.device_client import device_of
 from ..dataplane.ids import DataRef
 from ..errors import DaemonUnavailable, DedupError, FunctionFailed, GfaasError, ProtocolError, SpecError
 from ..gcpause import freeze_startup
-from ..policy.polling import worker_poll_s
+from ..policy.polling import worker_wait
 from ..pyexec import module_argv
 from .context import Context
 from .logs import Capture, LogLine
@@ -1188,8 +1188,7 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
     light = True  # the last task ran on carried values alone (policy.polling)
     slept = 0  # waits in a row slept at once because of the gap
     while True:
-        poll_s = worker_poll_s(init.poll_s, cores, gap, light, slept)
-        slept = slept + 1 if not poll_s and light and gap is not None and gap > init.poll_s else 0
+        poll_s, slept = worker_wait(init.poll_s, cores, gap, light, slept)
         data, fds = _next_message(sock, poll_s)
         if replied is not None:
             gap = time.perf_counter() - replied
