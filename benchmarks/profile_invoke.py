@@ -261,7 +261,7 @@ def timeline(n: int) -> dict[str, Any]:
             msg = msg.next
 
     undo = [
-        _wrap(imod.Invoker, "submit", before=lambda *a, **k: mark("submit")),
+        _wrap(imod.Invoker, "_submit", before=lambda *a, **k: mark("submit")),
         _wrap(wmod.ProcessWorker, "send_task", after=sent),
         _wrap(imod.Invoker, "_on_message", before=replied),
         _wrap(imod.Invoker, "_set_result", after=lambda *a, **k: mark("result_set")),

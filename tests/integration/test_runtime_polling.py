@@ -6,12 +6,14 @@ was the only one unresolved, ``Task.alone``)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
+from gfaas.runtime.invoker import Invoker
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
 from gfaas.runtime.worker import ProcessWorker
 from gfaas.workflows.tiny import SPEC, expected_total
@@ -29,6 +31,14 @@ def test_answers_are_the_same_however_long_the_waiters_poll(poll_us: int, monkey
         send(self, task)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ProcessWorker, "send_task", record)
+    handlers: list[str] = []  # the thread that handled each reply
+    on_message = Invoker._on_message
+
+    def noted(self: Invoker, worker: object, msg: object) -> None:
+        handlers.append(threading.current_thread().name)
+        on_message(self, worker, msg)
+
+    monkeypatch.setattr(Invoker, "_on_message", noted)
 
     def total(n: int) -> float:
         res = rt.invoke("tiny", {"n": np.asarray(n, dtype=np.int64)}, timeout=60)
@@ -40,6 +50,14 @@ def test_answers_are_the_same_however_long_the_waiters_poll(poll_us: int, monkey
         sizes = [1 + 37 * i for i in range(40)]
         assert [total(n) for n in sizes] == [expected_total(n) for n in sizes]  # back to back
         assert alone and all(alone)  # one at a time: each invocation was the only one
+        # With a window, the caller that waits handles its replies itself (ReplyLoop.drive) while
+        # they come within it; a reply later than that (a loaded machine) is the loop thread's. With
+        # none, the loop's thread handles every reply.
+        warm = handlers[-30:]
+        if poll_us:
+            assert "MainThread" in warm, warm
+        else:
+            assert set(warm) == {"gfaas-invoker"}, warm
         alone.clear()
         for n in (5, 600, 7000):  # each after a gap longer than any window
             time.sleep(0.03)
@@ -56,7 +74,6 @@ def test_answers_are_the_same_however_long_the_waiters_poll(poll_us: int, monkey
 def test_a_task_that_asks_for_the_data_plane_stops_the_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     """A lazy task whose output outgrows the messages asks for the data plane (NeedData): from then on
     it is not light, so the invoker's loop stops polling for it (the node daemon needs the CPU)."""
-    from gfaas.runtime.invoker import Invoker
 
     seen: list[tuple[bool, bool]] = []
     grant = Invoker._grant

@@ -230,3 +230,102 @@ def test_the_loop_polls_while_told_for_its_window_after_each_reply_then_sleeps()
         w.ours.close()
         w.peer.close()
     assert got == ["one", "two"]
+
+
+def _counting(rl: ReplyLoop) -> list[str]:
+    """The names of the threads that ran a round of the loop (``_once``) from now on."""
+    rounds: list[str] = []
+    once = rl._once
+
+    def counted(timeout: float) -> bool:
+        rounds.append(threading.current_thread().name)
+        return once(timeout)
+
+    rl._once = counted  # type: ignore[method-assign]
+    return rounds
+
+
+def test_a_caller_that_drives_handles_the_replies_on_its_own_thread_and_the_loop_thread_sleeps() -> None:
+    """ReplyLoop.drive: the replies that come while a caller drives are handled on the caller's
+    thread, in order, and the loop's thread is not woken by them; the caller stops once its
+    ``done`` holds. A reply that comes after it stopped is the loop thread's again."""
+    seen = _Seen()
+    rl = ReplyLoop(seen.on_message, name="gfaas-invoker-test", polls=lambda: True, poll_s=1.0)
+    w = _Worker("w")
+    try:
+        rl.attach(w)
+        assert _sleeps_within(rl, 5)
+        rounds = _counting(rl)
+
+        def send_later() -> None:
+            for m in (b"a", b"b", b"c"):
+                time.sleep(0.02)
+                w.peer.send(m)
+
+        sender = threading.Thread(target=send_later)
+        sender.start()
+        assert rl.drive(lambda: len(seen.events) >= 3)
+        sender.join(5)
+        assert [e[2] for e in seen.events] == ["a", "b", "c"]
+        assert {e[0] for e in seen.events} == {threading.current_thread().name}
+        assert rounds == []  # the loop's thread slept through all three
+        w.peer.send(b"d")  # no caller drives now: the loop's thread wakes for it
+        got = seen.wait_for(4)
+        assert got[3][0] == "gfaas-invoker-test" and got[3][2] == "d"
+    finally:
+        rl.close()
+        w.ours.close()
+        w.peer.close()
+
+
+def test_a_caller_stops_driving_once_the_window_passes_and_the_loop_thread_takes_the_reply() -> None:
+    """With nothing for ``poll_s`` the caller gives the replies back; the late reply wakes the loop's
+    thread, which handles it once."""
+    seen = _Seen()
+    rl = ReplyLoop(seen.on_message, name="gfaas-invoker-test", polls=lambda: True, poll_s=0.05)
+    w = _Worker("w")
+    try:
+        rl.attach(w)
+        assert _sleeps_within(rl, 5)
+        t0 = time.monotonic()
+        assert rl.drive(lambda: False)
+        assert 0.05 <= time.monotonic() - t0 < 5
+        w.peer.send(b"late")
+        assert seen.wait_for(1) == [("gfaas-invoker-test", "w", "late")]
+    finally:
+        rl.close()
+        w.ours.close()
+        w.peer.close()
+
+
+def test_drive_declines_when_the_rule_says_sleep_on_the_loop_thread_and_under_an_asyncio_loop(
+        aloop: asyncio.AbstractEventLoop) -> None:
+    """It returns False at once, having read nothing, when it must not drive: the rule says sleep,
+    the caller is the loop's own thread, the loop's thread holds the baton, or an asyncio loop drives
+    the replies; those replies are handled by whoever drives the loop then."""
+    seen = _Seen()
+    polling = [False]
+    rl = ReplyLoop(seen.on_message, name="gfaas-invoker-test", polls=lambda: polling[0], poll_s=1.0)
+    w = _Worker("w")
+    try:
+        rl.attach(w)
+        assert not rl.drive(lambda: False)  # the rule says no
+        polling[0] = True
+        on_loop: list[bool] = []
+        rl.post(lambda: on_loop.append(rl.drive(lambda: False)))
+        with rl._baton:  # as when the loop's thread is handling something
+            assert not rl.drive(lambda: False)
+        deadline = time.monotonic() + 5
+        while not on_loop and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert on_loop == [False]
+        _on(aloop, lambda: rl.adopt(aloop))
+        assert not rl.drive(lambda: False)
+        w.peer.send(b"x")
+        assert seen.wait_for(1) == [("aio", "w", "x")]
+        _on(aloop, rl.release)
+    finally:
+        rl.close()
+        w.ours.close()
+        w.peer.close()
+    assert ReplyLoop(seen.on_message).drive(lambda: False) is False  # no window: never drives

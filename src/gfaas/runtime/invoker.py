@@ -73,7 +73,7 @@ InputGenerator = Callable[[str, int, str], dict[str, np.ndarray]]
 class _Invocation:
     """One invocation's state (a slotted class: one is made per request)."""
 
-    __slots__ = ("callbacks", "completing", "dag", "deadline", "done", "ended", "enqueued", "error", "failure",
+    __slots__ = ("callbacks", "completing", "dag", "deadline", "done", "driver", "ended", "enqueued", "error", "failure",
                  "homes", "host_s", "id", "inline_max", "kind", "on_nodes", "opened", "prefer", "queued", "records",
                  "refs", "result", "running", "spec", "status", "submitted", "tokens", "values", "version")
 
@@ -108,6 +108,9 @@ class _Invocation:
         self.callbacks: list[Callable[[InvocationResult], None]] = []  # add_done_callback
         self.failure: Failure | None = None  # the failing function's traceback and last lines
         self.queued: dict[str, tuple[str, int]] = {}  # function -> (queue, ticket) while queued
+        # The thread (ident) that submitted it to wait for it (invoke): it drives the loop, so its
+        # tasks go out without waking the loop's thread (ReplyLoop.drive); 0 for a plain submit
+        self.driver = 0
         self.prefer: dict[str, str] = {}  # function -> the node holding most of its inputs
 
 
@@ -287,6 +290,10 @@ class Invoker:
         its functions must start: a function still queued then is not run (the invocation fails as
         expired, freeing the worker for work someone still waits for), and a submit whose first
         functions' queues could not start it in time is refused at once with ``Overloaded``."""
+        return self._submit(workflow, inputs, seed, transport, deadline_s)
+
+    def _submit(self, workflow: str, inputs: Mapping[str, np.ndarray] | None, seed: int | None,
+                transport: str | None, deadline_s: float | None, driver: int = 0) -> str:
         if deadline_s is not None and not deadline_s > 0:
             raise SpecError(f"deadline_s={deadline_s!r}: give seconds > 0, or None for no deadline")
         current = self.deployments.current(workflow)
@@ -301,6 +308,7 @@ class Invoker:
             self.nodes.ensure_redis()
         inv_id = os.urandom(16).hex()  # the data plane's invocation ID too: 128 random bits
         inv = _Invocation(inv_id, spec, version, kind, None if deadline_s is None else time.monotonic() + deadline_s)
+        inv.driver = driver
         inv.inline_max = limit = self._inline_max(kind)
         stored = {}
         t0 = time.perf_counter()
@@ -419,6 +427,9 @@ class Invoker:
         inv = self._inv(invocation_id)
         if isinstance(inv, InvocationResult):
             return inv
+        if inv.driver == threading.get_ident() and not inv.done.is_set():
+            # Its tasks went out without a nudge: handle their replies here while the rule says poll
+            self._loop.drive(inv.done.is_set, None if timeout is None else time.perf_counter() + timeout)
         if not inv.done.wait(timeout):
             raise TimeoutError(f"invocation {invocation_id} still {inv.status} after {timeout} s")
         assert inv.result is not None
@@ -442,7 +453,7 @@ class Invoker:
     def invoke(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
                timeout: float | None = None, transport: str | None = None) -> InvocationResult:
         """Submit and wait: the synchronous call."""
-        return self.result(self.submit(workflow, inputs, seed, transport), timeout)
+        return self.result(self._submit(workflow, inputs, seed, transport, None, threading.get_ident()), timeout)
 
     def queue_depths(self) -> dict[str, int]:
         with self._lock:
@@ -624,7 +635,8 @@ class Invoker:
             if opening:
                 self._open_on(inv, node)
             worker.send_task(task)
-            self._loop.nudge()
+            if inv.driver != threading.get_ident():  # else the thread that waits for it reads its reply
+                self._loop.nudge()
         except WorkerDied as exc:
             self._loop.post(functools.partial(self._on_message, worker, exc))
 

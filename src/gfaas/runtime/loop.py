@@ -7,8 +7,12 @@ one message to a worker and one back, and no thread is woken per task. Workers w
 (a Ray actor, an in-process host) get a runner thread of their own, which posts each reply to the loop
 the same way. Timers (a call's ``timeout_s``) fire on the loop too.
 
-Everything the loop owns (the selector, the timers) is touched only on its thread: other threads
-``post`` a callable and wake it through a pipe.
+Everything the loop owns (the selector, the timers) is touched only by the thread that holds its
+baton, its own: other threads ``post`` a callable and wake it through a pipe. The one exception is
+a caller that waits for its own invocation (``Invoker.invoke``) while the polling rule says poll
+(gfaas.policy.polling): it takes the baton and reads the replies itself (:meth:`ReplyLoop.drive`),
+so a sequential tiny invocation wakes no thread at all, neither the loop's when its task goes out
+nor the caller's when its result is set.
 
 An asyncio event loop can drive it instead of its thread (:meth:`ReplyLoop.adopt`: that loop watches
 the epoll descriptor and runs the same rounds; :meth:`ReplyLoop.release` gives it a thread again).
@@ -62,11 +66,19 @@ class ReplyLoop:
         self._poll_s = poll_s
         self._sleeping = False  # blocked in epoll on its own thread: a task sent may wake it (nudge)
         self._next_tick = time.monotonic() + TICK_S
-        # epoll itself, not selectors: one look-up per reply (fd -> worker) is all a step pays here
+        # epoll itself, not selectors: one look-up per reply (fd -> worker) is all a step pays here.
+        # Two sets: the workers' sockets (_replies), and the one the loop waits on (_ep: the wake pipe
+        # and _replies), so that a caller that drives (drive) takes the replies off the loop's thread
+        # with one call, whatever the workers.
+        self._replies = select.epoll()
         self._ep = select.epoll()
+        self._ep.register(self._replies.fileno(), select.EPOLLIN)
         self._watched: dict[int, Any] = {}  # fd -> worker
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._ep.register(self._wake_r, select.EPOLLIN)
+        # Held by whoever handles replies and posted calls: the loop's thread, or a caller that drives
+        self._baton = threading.Lock()
+        self._driver: threading.Thread | None = None
         self._posted: deque[Callable[[], None]] = deque()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
@@ -84,7 +96,9 @@ class ReplyLoop:
 
     @property
     def on_loop(self) -> bool:
-        return threading.current_thread() is self._thread
+        """Whether this thread handles the replies now: the loop's, or a caller's while it drives."""
+        t = threading.current_thread()
+        return t is self._thread or t is self._driver
 
     # -- an asyncio event loop drives it (gfaas serve: the gateway's loop, so a reply is handled on
     # the thread that answers the request, with no second thread contending for the GIL)
@@ -163,6 +177,46 @@ class ReplyLoop:
             except OSError:  # full (it is awake already) or closed
                 pass
 
+    def drive(self, done: Callable[[], bool], until: float | None = None) -> bool:
+        """On a thread that waits for ``done()`` (Invoker.invoke's caller): read and handle the
+        replies here, asking for them without blocking, until ``done()``, until the rule (``polls``)
+        says sleep, until ``poll_s`` passes with nothing, or until ``until`` (perf_counter).
+        Meanwhile the loop's thread does not watch the replies (it still runs posted calls, timers
+        and the tick, once this returns), so no thread is woken per step: the caller's task went out
+        without a nudge, and the result is set on the thread that waits for it. False at once when
+        it cannot: an asyncio loop drives this one, the loop's thread is handling something, this is
+        the loop's thread, or the rule says sleep; the loop's thread handles the replies then."""
+        polls = self._polls
+        if polls is None or self._aloop is not None or self._handover or self._closing or self.on_loop \
+                or not polls() or not self._baton.acquire(blocking=False):
+            return False
+        self._driver = threading.current_thread()
+        rfd = self._replies.fileno()
+        try:
+            self._ep.unregister(rfd)  # the loop's thread, asleep or about to be, no longer sees them
+            end = time.perf_counter() + self._poll_s
+            while True:
+                if self._read_replies() or self._posted:
+                    while self._posted:
+                        self._call(self._posted.popleft())
+                    # Only what was handled can end the wait or turn the rule (a task asked for
+                    # the data plane, the result is set): asked here, not on every empty poll.
+                    if done() or not polls() or self._closing:
+                        break
+                    end = time.perf_counter() + self._poll_s
+                else:
+                    now = time.perf_counter()
+                    if now > end or (until is not None and now > until):
+                        break
+        finally:
+            try:
+                self._ep.register(rfd, select.EPOLLIN)  # what comes later wakes the loop's thread
+            except (OSError, ValueError):  # closed meanwhile
+                pass
+            self._driver = None
+            self._baton.release()
+        return True
+
     def attach(self, worker: Any) -> None:
         """Read ``worker``'s replies from now on: a socket worker's on the loop, a blocking one's on a
         runner thread of its own."""
@@ -221,6 +275,7 @@ class ReplyLoop:
             runner.close()
         self._runners.clear()
         self._ep.close()
+        self._replies.close()
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)
@@ -235,10 +290,10 @@ class ReplyLoop:
                 raise ValueError(f"fd {fd} is watched already")
             if self._watched.pop(fd, None) is not None:  # a closed worker's number, reused
                 try:
-                    self._ep.unregister(fd)
+                    self._replies.unregister(fd)
                 except OSError:
                     pass
-            self._ep.register(fd, select.EPOLLIN)
+            self._replies.register(fd, select.EPOLLIN)
             self._watched[fd] = worker
         except (ValueError, OSError) as exc:  # registered twice, or its socket closed already
             log.debug("not watching worker %s: %s", getattr(worker, "name", "?"), exc)
@@ -248,7 +303,7 @@ class ReplyLoop:
             if w is worker:
                 del self._watched[fd]
                 try:
-                    self._ep.unregister(fd)
+                    self._replies.unregister(fd)
                 except OSError:  # its socket closed already (epoll forgot it then)
                     pass
 
@@ -262,13 +317,15 @@ class ReplyLoop:
     def _run(self) -> None:
         polls = self._polls
         while not self._closing and not self._handover:
-            if polls is not None and polls():
+            if polls is not None and self._driver is None and polls():
                 end = time.perf_counter() + self._poll_s
-                while not self._closing and polls():
+                while not self._closing and not self._handover and self._driver is None and polls():
                     if self._once(0.0):
                         end = time.perf_counter() + self._poll_s
                     elif time.perf_counter() > end:
                         break
+                if self._closing or self._handover:  # its wake-up was read while polling: no sleep
+                    break
             until = self._due()
             self._sleeping = True
             self._once(-1.0 if until is None else max(0.0, until - time.monotonic()))
@@ -282,15 +339,37 @@ class ReplyLoop:
         except OSError:  # a socket closed under epoll: look again
             events = []
         handled = bool(events) or bool(self._posted)
-        for fd, _ in events:
-            worker = self._watched.get(fd)
-            if worker is None:
+        with self._baton:  # a caller that drives has it: this waits for it to finish
+            for fd, _ in events:
                 if fd == self._wake_r:
                     try:
                         while os.read(self._wake_r, 4096):
                             pass
                     except BlockingIOError:
                         pass
+            if events:
+                self._read_replies()  # asked again: a caller may have read what woke this thread
+            while self._posted:
+                self._call(self._posted.popleft())
+            now = time.monotonic()
+            while self._timers and self._timers[0][0] <= now:
+                handled = True
+                self._call(heapq.heappop(self._timers)[2])
+            if self._tick is not None and now >= self._next_tick:
+                handled = True
+                self._next_tick = now + TICK_S
+                self._call(self._tick)
+        return handled
+
+    def _read_replies(self) -> bool:
+        """Handle every reply in now (holding the baton); whether there was one."""
+        try:
+            events = self._replies.poll(0)
+        except OSError:  # a socket closed under epoll: look again next time
+            return False
+        for fd, _ in events:
+            worker = self._watched.get(fd)
+            if worker is None:
                 continue
             try:
                 msg = worker.receive()
@@ -301,17 +380,7 @@ class ReplyLoop:
             if msg is None or isinstance(msg, BaseException):
                 self._unregister(worker)  # its end is reported once
             self._on_message_safely(worker, msg)
-        while self._posted:
-            self._call(self._posted.popleft())
-        now = time.monotonic()
-        while self._timers and self._timers[0][0] <= now:
-            handled = True
-            self._call(heapq.heappop(self._timers)[2])
-        if self._tick is not None and now >= self._next_tick:
-            handled = True
-            self._next_tick = now + TICK_S
-            self._call(self._tick)
-        return handled
+        return bool(events)
 
     def _on_message_safely(self, worker: Any, msg: Any) -> None:
         try:
