@@ -90,6 +90,12 @@ def timeline(doc: dict[str, Any]) -> str:
         lines += ["", f"The worker's round trip takes {trip:.0f} us at p50, of which its handlers report {handlers:.0f} us "
                   f"(get, compute and put, medians summed): the other {trip - handlers:.0f} us are two process hops "
                   f"and the worker's own framework, {(trip - handlers) / floor:.1f}x the floor by themselves."]
+    readers = doc.get("reply_threads") or {}
+    if readers:
+        total = sum(readers.values())
+        lines += ["", "Replies handled, by thread: " + ", ".join(
+            f"{name} {n / total:.0%}" for name, n in sorted(readers.items(), key=lambda kv: -kv[1])) +
+            " (the caller: it read its own replies, ReplyLoop.drive)."]
     return "\n".join(lines)
 
 

@@ -226,11 +226,13 @@ STEPS = {
     "gen_sent": "inputs checked, invocation and DAG made, gen's worker claimed, its Task sent",
     "red_sent": "red's Task sent: with gen's when red's worker takes its input from gen's (a hand-off), else "
                 "after gen's Done was checked and recorded (DagState.finished)",
-    "gen_reply": "gen: Task -> worker -> Done, read by the invoker's thread (the worker's share below)",
-    "red_reply": "red: Task -> worker -> Done, read by the invoker's thread (in a chain: red runs in gen's "
+    "gen_reply": "gen: Task -> worker -> Done, read by the thread that handles replies (reply_threads; "
+                 "the worker's share below)",
+    "red_reply": "red: Task -> worker -> Done, read the same way (in a chain: red runs in gen's "
                  "worker right after it and its reply comes in gen's Done, so this is gen's moment too)",
     "result_set": "Done checked and recorded, outputs copied, result built, the latch set",
-    "woke": "the caller's thread wakes with the result",
+    "woke": "invoke returns: the rest of the reply's handling and the return, on the caller's thread when it "
+            "read the reply itself (ReplyLoop.drive), else its wake-up",
 }
 
 
@@ -242,6 +244,7 @@ def timeline(n: int) -> dict[str, Any]:
     ev: dict[str, float] = {}
     rows: list[dict[str, float]] = []
     worker_parts: defaultdict[str, list[float]] = defaultdict(list)
+    readers: Counter[str] = Counter()  # the threads that handled the replies (ReplyLoop.drive or the loop's)
     now = time.perf_counter
 
     def mark(key: str) -> None:
@@ -251,6 +254,7 @@ def timeline(n: int) -> dict[str, Any]:
         mark(f"{self.name.split('@')[0]}_sent")
 
     def replied(self: Any, worker: Any, msg: Any) -> None:
+        readers[threading.current_thread().name] += 1
         run = self._running.get(id(worker))
         fns = [run.fn, *run.chain] if run is not None else []
         while fns and isinstance(msg, wmod.Done):  # a chain's replies come in one (Done.next)
@@ -270,6 +274,8 @@ def timeline(n: int) -> dict[str, Any]:
         with LocalRuntime(RuntimeConfig()) as rt:
             rt.deploy(SPEC)
             for k in range(30 + n):
+                if k == 30:
+                    readers.clear()
                 ev.clear()
                 res = rt.invoke("tiny", INPUTS, timeout=60)
                 mark("woke")
@@ -294,6 +300,7 @@ def timeline(n: int) -> dict[str, Any]:
             "steps": steps,
             "sum_of_step_p50_ms": round(sum(s["p50_ms"] for s in steps), 3),
             "worker_reported_p50_ms": {k: round(float(np.median(v)) * 1e3, 3) for k, v in worker_parts.items()},
+            "reply_threads": {("caller" if k == threading.main_thread().name else k): v for k, v in readers.items()},
             "note": "each step: the median time from the previous moment to this one (the wrappers add a few us); "
                     "a worker's share is what its Done reports (the handler's get, compute and put)"}
 
