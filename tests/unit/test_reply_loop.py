@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -245,16 +246,27 @@ def _counting(rl: ReplyLoop) -> list[str]:
     return rounds
 
 
-def test_a_caller_that_drives_handles_the_replies_on_its_own_thread_and_the_loop_thread_sleeps() -> None:
-    """ReplyLoop.drive: the replies that come while a caller drives are handled on the caller's
-    thread, in order, and the loop's thread is not woken by them; the caller stops once its
-    ``done`` holds. A reply that comes after it stopped is the loop thread's again."""
+@contextmanager
+def _driven(poll_s: float) -> Iterator[tuple[_Seen, ReplyLoop, _Worker]]:
+    """A loop whose rule always says poll, with one worker attached, asleep."""
     seen = _Seen()
-    rl = ReplyLoop(seen.on_message, name="gfaas-invoker-test", polls=lambda: True, poll_s=1.0)
+    rl = ReplyLoop(seen.on_message, name="gfaas-invoker-test", polls=lambda: True, poll_s=poll_s)
     w = _Worker("w")
     try:
         rl.attach(w)
         assert _sleeps_within(rl, 5)
+        yield seen, rl, w
+    finally:
+        rl.close()
+        w.ours.close()
+        w.peer.close()
+
+
+def test_a_caller_that_drives_handles_the_replies_on_its_own_thread_and_the_loop_thread_sleeps() -> None:
+    """ReplyLoop.drive: the replies that come while a caller drives are handled on the caller's
+    thread, in order, and the loop's thread is not woken by them; the caller stops once its
+    ``done`` holds. A reply that comes after it stopped is the loop thread's again."""
+    with _driven(poll_s=1.0) as (seen, rl, w):
         rounds = _counting(rl)
 
         def send_later() -> None:
@@ -272,30 +284,17 @@ def test_a_caller_that_drives_handles_the_replies_on_its_own_thread_and_the_loop
         w.peer.send(b"d")  # no caller drives now: the loop's thread wakes for it
         got = seen.wait_for(4)
         assert got[3][0] == "gfaas-invoker-test" and got[3][2] == "d"
-    finally:
-        rl.close()
-        w.ours.close()
-        w.peer.close()
 
 
 def test_a_caller_stops_driving_once_the_window_passes_and_the_loop_thread_takes_the_reply() -> None:
     """With nothing for ``poll_s`` the caller gives the replies back; the late reply wakes the loop's
     thread, which handles it once."""
-    seen = _Seen()
-    rl = ReplyLoop(seen.on_message, name="gfaas-invoker-test", polls=lambda: True, poll_s=0.05)
-    w = _Worker("w")
-    try:
-        rl.attach(w)
-        assert _sleeps_within(rl, 5)
+    with _driven(poll_s=0.05) as (seen, rl, w):
         t0 = time.monotonic()
         assert rl.drive(lambda: False)
         assert 0.05 <= time.monotonic() - t0 < 5
         w.peer.send(b"late")
         assert seen.wait_for(1) == [("gfaas-invoker-test", "w", "late")]
-    finally:
-        rl.close()
-        w.ours.close()
-        w.peer.close()
 
 
 def test_drive_declines_when_the_rule_says_sleep_on_the_loop_thread_and_under_an_asyncio_loop(
