@@ -121,8 +121,9 @@ class RuntimeConfig:
             (:mod:`gfaas.runtime.logs`; made 0700, files 0600); ``""`` (default): a private temporary
             directory removed with the runtime. The last lines of each function are also kept in memory
             (:meth:`LocalRuntime.logs`).
-        poll_us: how long (microseconds) a warm worker asks for its next task, and the invoker for the
-            reply of a lone invocation, without blocking before they sleep (:mod:`gfaas.policy.polling`:
+        poll_us: how long (microseconds) a warm worker asks for its next task, and whoever reads the
+            reply of a lone invocation (the caller of ``invoke`` itself, else the invoker's thread),
+            without blocking before they sleep (:mod:`gfaas.policy.polling`:
             a sleeping process costs a wake-up of tens of microseconds on a virtual machine; polling
             costs CPU while it lasts). 0: always sleep; never on a single core.
     """
