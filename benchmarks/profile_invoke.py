@@ -50,19 +50,13 @@ from typing import Any
 import numpy as np
 
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
-from gfaas.workflows.tiny import SPEC
+from gfaas.workflows.tiny import SPEC, timed_invokes
 
 INPUTS = {"n": np.asarray(256, dtype=np.int64)}
 
 
 def _loop(rt: LocalRuntime, n: int) -> list[float]:
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        res = rt.invoke("tiny", INPUTS, timeout=60)
-        ts.append(time.perf_counter() - t0)
-        assert res.status == "done", res.error
-    return ts
+    return timed_invokes(rt, n, int(INPUTS["n"]))
 
 
 def _pool_class() -> Any:

@@ -5,27 +5,17 @@ is generous, a ratio inside one run, never an absolute time."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
-from gfaas.workflows.tiny import SPEC
+from gfaas.workflows.tiny import SPEC, timed_invokes
 
 pytestmark = pytest.mark.timeout(300)
 
-INPUTS = {"n": np.asarray(256, dtype=np.int64)}
-
 
 def _p50_us(rt: LocalRuntime, n: int) -> float:
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        res = rt.invoke("tiny", INPUTS, timeout=60)
-        ts.append(time.perf_counter() - t)
-        assert res.status == "done", res.error
-    return float(np.median(ts)) * 1e6
+    return float(np.median(timed_invokes(rt, n))) * 1e6
 
 
 def test_polling_does_not_slow_the_tiny_invocation() -> None:

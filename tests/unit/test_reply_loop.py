@@ -327,4 +327,32 @@ def test_drive_declines_when_the_rule_says_sleep_on_the_loop_thread_and_under_an
         rl.close()
         w.ours.close()
         w.peer.close()
-    assert ReplyLoop(seen.on_message).drive(lambda: False) is False  # no window: never drives
+    plain = ReplyLoop(seen.on_message)
+    try:
+        assert plain.drive(lambda: False) is False  # no window: never drives
+    finally:
+        plain.close()
+
+
+def test_a_caller_stops_driving_at_its_deadline_even_while_replies_keep_coming() -> None:
+    """``until`` bounds the drive whatever comes: replies every few milliseconds for a second keep the
+    window open, yet the caller gives the replies back at its deadline (Invoker.result's timeout)."""
+    with _driven(poll_s=1.0) as (seen, rl, w):
+        stop = threading.Event()
+
+        def chatter() -> None:
+            while not stop.is_set():
+                w.peer.send(b"m")
+                time.sleep(0.002)
+
+        sender = threading.Thread(target=chatter)
+        sender.start()
+        try:
+            t0 = time.perf_counter()
+            assert rl.drive(lambda: False, until=t0 + 0.1)
+            took = time.perf_counter() - t0
+        finally:
+            stop.set()
+            sender.join(5)
+        assert 0.1 <= took < 0.6, took
+        assert any(e[0] == threading.current_thread().name for e in seen.events)

@@ -429,7 +429,11 @@ class Invoker:
             return inv
         if inv.driver == threading.get_ident() and not inv.done.is_set():
             # Its tasks went out without a nudge: handle their replies here while the rule says poll
-            self._loop.drive(inv.done.is_set, None if timeout is None else time.perf_counter() + timeout)
+            # (the time it drives counts against ``timeout``)
+            until = None if timeout is None else time.perf_counter() + timeout
+            self._loop.drive(inv.done.is_set, until)
+            if until is not None:
+                timeout = max(0.0, until - time.perf_counter())
         if not inv.done.wait(timeout):
             raise TimeoutError(f"invocation {invocation_id} still {inv.status} after {timeout} s")
         assert inv.result is not None

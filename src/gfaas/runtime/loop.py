@@ -204,10 +204,9 @@ class ReplyLoop:
                     if done() or not polls() or self._closing:
                         break
                     end = time.perf_counter() + self._poll_s
-                else:
-                    now = time.perf_counter()
-                    if now > end or (until is not None and now > until):
-                        break
+                now = time.perf_counter()
+                if now > end or (until is not None and now > until):
+                    break
         finally:
             try:
                 self._ep.register(rfd, select.EPOLLIN)  # what comes later wakes the loop's thread

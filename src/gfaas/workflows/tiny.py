@@ -6,6 +6,7 @@ handlers are in ``gfaas.workflows``, the package a gateway allows by default.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -37,3 +38,17 @@ def red(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
 def expected_total(n: int, stride: int = 4) -> float:
     """What ``red`` answers for ``gen``'s array of ``n`` elements (the benchmarks check every answer)."""
     return float(np.float32(np.arange(n, dtype=np.float64)[::stride].sum()))
+
+
+def timed_invokes(runtime: Any, n: int, elements: int = 256) -> list[float]:
+    """Seconds each of ``n`` invocations of ``tiny`` (deployed on ``runtime``) takes, one after another,
+    through the synchronous ``invoke``; every answer is checked (:class:`AssertionError` if wrong)."""
+    inputs = {"n": np.asarray(elements, dtype=np.int64)}
+    expect = expected_total(elements)
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        res = runtime.invoke("tiny", inputs, timeout=60)
+        ts.append(time.perf_counter() - t0)
+        assert res.status == "done" and float(res.outputs["total"]) == expect, (res.status, res.error)
+    return ts
