@@ -354,5 +354,5 @@ def test_a_caller_stops_driving_at_its_deadline_even_while_replies_keep_coming()
         finally:
             stop.set()
             sender.join(5)
-        assert 0.1 <= took < 0.6, took
+        assert 0.1 <= took < 3, took  # without the deadline it would never return: the chatter never stops
         assert any(e[0] == threading.current_thread().name for e in seen.events)
