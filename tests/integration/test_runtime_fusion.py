@@ -77,6 +77,38 @@ def test_a_chain_of_three_runs_in_one_worker_and_each_keeps_its_record_and_logs(
         assert [workers[f].split("@")[0] for f in "abc"] == ["a", "b", "c"], workers
 
 
+@pytest.mark.parametrize("fuse", [True, False])
+def test_a_value_only_the_chain_reads_does_not_travel_back(fuse: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a chain, a's ``y`` goes to b and b's to c inside the worker, so their replies carry neither
+    (worker._keep_outside); what the client reads (every ``pid``, c's ``y``) comes back. Unfused, every
+    value a reader elsewhere needs travels; a follower that fails keeps its input's value in the reply."""
+    from gfaas.runtime.invoker import Invoker
+
+    carried: list[tuple[str, list[str]]] = []
+    finish = Invoker._finish
+
+    def noted(self: Invoker, worker: Any, run: Any, reply: Any) -> None:
+        carried.append((run.fn, sorted(getattr(reply, "values", {}))))
+        finish(self, worker, run, reply)
+
+    monkeypatch.setattr(Invoker, "_finish", noted)
+    with _rt(fuse_chains=fuse) as rt:
+        rt.deploy(CHAIN3)
+        res = rt.invoke("chain3", {"x": np.arange(5.0)}, timeout=60)
+        assert res.ok, res.error
+        np.testing.assert_array_equal(res.outputs["y"], np.arange(5.0))
+        assert {f: int(res.outputs[f"p{f}"]) > 0 for f in "abc"} == dict.fromkeys("abc", True)
+        if fuse:
+            assert carried == [("a", ["pid"]), ("b", ["pid"]), ("c", ["pid", "y"])], carried
+        else:
+            assert carried == [("a", ["pid", "y"]), ("b", ["pid", "y"]), ("c", ["pid", "y"])], carried
+        carried.clear()
+        rt.deploy(FAILS)
+        bad = rt.invoke("fails", {"x": -np.ones(2)}, timeout=60)
+        assert bad.status == "failed"
+        assert carried == [("a", ["pid", "y"]), ("b", [])], carried  # b failed: a's y is not b's to drop
+
+
 def test_a_chain_stops_where_a_value_is_too_large_to_carry_and_the_rest_run_in_their_own_workers() -> None:
     """n = 100,000: g's array (400 KB) is stored, through the data plane g's task asks for under its
     own name (NeedData for g, granted as g's credentials); r reads it in its own worker."""

@@ -86,6 +86,7 @@ functions:
     ("object", "function 'f': output 'y': dtype object is not numeric"),
     ("short", "function 'f': output 'y': 8 bytes where dtype float64 and shape [4] make 32"),
     ("next", "answered Done.next, for a task that had no chain, to f's task (its control channel is out of step)"),
+    ("lost", "function 'f' sent back neither a value nor a reference for its output 'y', which 'gateway' reads"),
 ])
 def test_a_forged_reply_with_bad_values_is_refused(forge: str, words: str, rt_handlers: str) -> None:
     """Function code can write to its worker's socket to the runtime: a reply it makes up, carrying a
@@ -113,6 +114,20 @@ def test_a_forged_reply_for_a_chains_next_function_is_checked_as_that_functions(
         res = rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
     assert res.status == "failed", res.error
     assert "function 'g' sent back a value for 'secret', which is not an output anything reads" in (res.error or "")
+
+
+def test_a_chains_reply_may_leave_out_only_what_the_functions_that_ran_in_it_read(rt_handlers: str) -> None:
+    """A chain's worker keeps back a value that only the chain's functions which ran there read
+    (worker._keep_outside). f's code forges a reply that leaves out ``y`` with g never run (no
+    Done.next): g would be left without its input, so the invocation fails naming g, not a crash."""
+    spec = FORGER.replace("FORGE", "lost").replace("outputs: {out: f.y}", "outputs: {out: g.y}") + (
+        '  - {name: g, kind: cpu, handler: "rt_handlers:negate", inputs: {x: f.y}, outputs: {y: null}}\n')
+    with _attack_runtime() as rt:
+        rt.deploy(spec)
+        res = rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
+    assert res.status == "failed", res.error
+    assert "function 'f' sent back neither a value nor a reference for its output 'y', which 'g' reads" \
+        in (res.error or ""), res.error
 
 
 def test_a_worker_cannot_get_the_data_plane_as_a_function_it_does_not_run(rt_handlers: str) -> None:

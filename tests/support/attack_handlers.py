@@ -180,7 +180,7 @@ def _control_socket() -> Any:
 def forge_reply(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     """Send the runtime a Done of its own making before the real one: ``params.forge`` says what it holds
     (a value for an output the spec does not declare, one over the size a reply may carry, an object
-    dtype, a size that does not match its shape)."""
+    dtype, a size that does not match its shape, or nothing for an output someone reads)."""
     from gfaas.runtime.worker import Done, Value, _enc
 
     kind = ctx.params["forge"]
@@ -189,6 +189,8 @@ def forge_reply(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
         nxt = Done(ctx.invocation, {}, {}, 0.0, 0.0, 0.0, 0.0, 0.0, values=secret)
         done = Done(ctx.invocation, {}, {}, 0.0, 0.0, 0.0, 0.0, 0.0,
                     values={"y": Value("<f8", [1], np.zeros(1).tobytes())}, next=nxt)
+    elif kind == "lost":  # no value and no reference for y, which a reader elsewhere needs
+        done = Done(ctx.invocation, {}, {}, 0.0, 0.0, 0.0, 0.0, 0.0)
     else:
         bad = {"undeclared": secret,
                "oversized": {"y": Value("|u1", [100_000], bytes(100_000))},

@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -206,6 +206,23 @@ class _Step:
 
 _NUMERIC = frozenset("biufc")  # the dtype kinds a value carried in a message may hold
 _NOWHERE = Decision("", -1)  # no drives: every call runs on its worker, and no drive holds its data
+
+
+def _lost(fn: str, consumers: Mapping[str, list[str]], chain: Sequence[str], nxt: Any, lost: list[str]) -> str:
+    """Why ``fn``'s reply may not lack the outputs ``lost`` ("" if it may). Only a chain's worker keeps
+    a value back, one that the functions of the chain which ran there alone read (worker._keep_outside);
+    anything else missing, from code that forged the reply, would leave a reader without its input."""
+    ran = set()
+    for name in chain:  # the chain's replies, nested in order (Done.next)
+        if type(nxt) is not Done:
+            break
+        ran.add(name)
+        nxt = nxt.next
+    for out in lost:
+        if waiting := sorted(set(consumers[out]) - ran):
+            return (f"function {fn!r} sent back neither a value nor a reference for its output {out!r}, which "
+                    f"{', '.join(map(repr, waiting))} read{'s' if len(waiting) == 1 else ''}")
+    return ""
 
 
 class Invoker:
@@ -782,6 +799,10 @@ class Invoker:
             except SpecError as exc:
                 self.failed(inv, fn, str(exc))
                 return
+        lost = [out for out in step.consumers if out not in reply.values and out not in reply.outputs]
+        if lost and (why := _lost(fn, step.consumers, run.chain, nxt, lost)):
+            self.failed(inv, fn, why)
+            return
         if reply.hinted_bytes:  # ctx.merge during the call
             with self.nodes.lock:
                 self.dedup.hinted(worker, inv.spec.name, fn, self.nodes.admins.get(run.node) or self.nodes.admin,

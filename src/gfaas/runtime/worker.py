@@ -1102,28 +1102,51 @@ def _follow(reply: Done, task: Task, hosts: dict[str, FunctionHost], sock: socke
             cap: Capture | None, asked: list[bool]) -> None:
     """Run the chain after ``task`` (Task.then) in this worker: each next task, its inputs filled
     from the last reply's values, while the last one ran whole on values (nothing stored, the
-    connection never bound); each reply goes in the last one's ``next``."""
+    connection never bound); each reply goes in the last one's ``next``. A value that only the
+    functions which ran here read does not travel back (:func:`_keep_outside`)."""
     last, t = reply, task.then
+    ran: list[tuple[Done, dict[str, list[str]]]] = [(reply, task.consumers)]  # each Done and its readers
+    done: set[str] = set()  # the chain's functions that ran here, to the end
     while t is not None and not asked[0] and not last.outputs:
         host = hosts.get(t.function)
-        if host is None:
-            return
-        values = dict(t.values)
-        for name, out in t.carry.items():
-            v = last.values.get(out)
-            if v is None:  # stored, or not made: the runtime schedules the rest
-                return
-            values[name] = v
-        nxt = msgspec.structs.replace(t, values=values, then=None)
+        values = _carried(last, t)
+        if host is None or values is None:  # stored, or not made: the runtime schedules the rest
+            break
         if cap is not None:
             cap.begin()
-        r = host.run(nxt, None, _need_data(sock, t.invocation, t.function, asked))
+        r = host.run(msgspec.structs.replace(t, values=values, then=None), None,
+                     _need_data(sock, t.invocation, t.function, asked))
         if cap is not None:
             r.logs = cap.take()
         last.next = r
         if type(r) is not Done:
-            return
+            break
+        ran.append((r, t.consumers))
+        done.add(t.function)
         last, t = r, t.then
+    if done:
+        _keep_outside(ran, done)
+
+
+def _carried(last: Done, t: Task) -> dict[str, Value] | None:
+    """``t``'s values: its own, and what it reads from the step before, if that came back as values."""
+    values = dict(t.values)
+    for name, out in t.carry.items():
+        v = last.values.get(out)
+        if v is None:
+            return None
+        values[name] = v
+    return values
+
+
+def _keep_outside(ran: list[tuple[Done, dict[str, list[str]]]], done: set[str]) -> None:
+    """Drop from a chain's replies each value that only functions which ran here (``done``) read: it
+    was handed over inside this worker, and nobody else needs it to travel back. The runtime checks
+    that whatever is missing from a reply had only such readers (Invoker._finish)."""
+    for reply, consumers in ran:
+        gone = [name for name in reply.values if (readers := consumers.get(name)) and set(readers) <= done]
+        for name in gone:
+            del reply.values[name]
 
 
 def _take(cap: Capture | None) -> list[LogLine]:
