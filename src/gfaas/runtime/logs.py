@@ -179,6 +179,12 @@ class Capture:
         with self._lock:
             self._in_task = True
 
+    def resume(self) -> None:
+        """:meth:`begin` right after a :meth:`take` (a chain's next function): that take emptied the
+        pipes a moment ago, so this one skips their system call."""
+        with self._lock:
+            self._in_task = True
+
     def take(self) -> list[LogLine]:
         """The lines since the last take (pipes drained; an unterminated line ends here)."""
         _flush()

@@ -1113,7 +1113,7 @@ def _follow(reply: Done, task: Task, hosts: dict[str, FunctionHost], sock: socke
         if host is None or values is None:  # stored, or not made: the runtime schedules the rest
             break
         if cap is not None:
-            cap.begin()
+            cap.resume()  # the last reply's take() drained the pipes just now
         r = host.run(msgspec.structs.replace(t, values=values, then=None), None,
                      _need_data(sock, t.invocation, t.function, asked))
         if cap is not None:
