@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import re
 import time
 from typing import Annotated, Any, Literal, Protocol
 
+import msgspec
 import numpy as np
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -47,8 +47,12 @@ OutputsMode = Annotated[Literal["full", "digest"], Query(
 
 
 def _json_bytes(res: InvocationResult, outputs: str = "full") -> bytes:
-    return json.dumps(result_document(res, outputs), ensure_ascii=False, allow_nan=False,
-                      separators=(",", ":")).encode()
+    # msgspec, not json.dumps: the same compact UTF-8 JSON (result_document leaves no NaN or infinity
+    # for either to refuse) in 2 us rather than 19 for a tiny result, on every answered request.
+    return _ENCODE(result_document(res, outputs))
+
+
+_ENCODE = msgspec.json.Encoder().encode
 
 
 def _urls(request: Request, inv: str) -> dict[str, str]:
