@@ -754,10 +754,12 @@ def test_the_result_body_is_the_result_document_as_strict_json() -> None:
     res = InvocationResult("i-1", "wf", "failed", {"y": np.arange(3, dtype=np.float64)},
                            {"f.nan": float("nan"), "f.inf": float("-inf"), "f.tiny": 4.6e-05, "f.big": 1e300},
                            "función 'f' failed: ∞", Breakdown(1e-7, 2.5, 0.0, 3.0, 123456.789),
-                           (FunctionRecord("f", "f@1", 0.1, 0.2, 0.3, 0.4),))
+                           (FunctionRecord("f", "f@1", 0.1, 0.2, 0.3, 0.4),
+                            FunctionRecord("g", "g@1", float("inf"), float("nan"), 0.0, 1e-9)))
     body = _json_bytes(res)
     assert json.loads(body.decode("utf-8")) == result_document(res)
     assert b'"f.nan":"NaN"' in body and b'"f.inf":"-Infinity"' in body
+    assert b'"queued_s":"Infinity","get_s":"NaN"' in body  # times too (wire._seconds)
     assert "función 'f' failed: ∞".encode() in body  # not escaped to ASCII
     assert json.loads(_json_bytes(res, "digest"))["outputs"] == result_document(res, "digest")["outputs"]
 

@@ -177,21 +177,28 @@ def result_document(res: InvocationResult, outputs: str = "full") -> dict[str, A
         "error": res.error,
         "outputs": {name: enc(arr) for name, arr in res.outputs.items()},
         "scalars": {str(k): jsonable(v) for k, v in res.scalars.items()},
-        "breakdown": {k: jsonable(float(v)) for k, v in res.breakdown.as_dict().items()},
+        "breakdown": {k: _seconds(v) for k, v in res.breakdown.as_dict().items()},
         "functions": [_record_doc(r) for r in res.functions],
         **({"failure": {"function": res.failure.function, "error": res.failure.error, "trace": res.failure.trace,
                         "logs": list(res.failure.logs)}} if res.failure is not None else {}),
     }
 
 
+def _seconds(x: Any) -> Any:
+    """A time as strict JSON: the float when finite (every time the runtime measures), else as
+    :func:`jsonable` writes it. A dozen per result document, so the usual case is one test."""
+    x = float(x)
+    return x if x - x == 0.0 else jsonable(x)  # inf - inf and nan - nan are nan
+
+
 def _record_doc(r: FunctionRecord) -> dict[str, Any]:
-    d: dict[str, Any] = {"function": r.function, "worker": r.worker, "queued_s": jsonable(float(r.queued_s)),
-                         "get_s": jsonable(float(r.get_s)), "compute_s": jsonable(float(r.compute_s)),
-                         "put_s": jsonable(float(r.put_s)), "skipped": bool(r.skipped)}
+    d: dict[str, Any] = {"function": r.function, "worker": r.worker, "queued_s": _seconds(r.queued_s),
+                         "get_s": _seconds(r.get_s), "compute_s": _seconds(r.compute_s),
+                         "put_s": _seconds(r.put_s), "skipped": bool(r.skipped)}
     if r.placement:  # an `accelerator:` function (runtime.accel): where it ran, and its modelled seconds
-        d.update(placement=r.placement, drive=int(r.drive), accel_s=jsonable(float(r.accel_s)))
+        d.update(placement=r.placement, drive=int(r.drive), accel_s=_seconds(r.accel_s))
     if r.cold_start_s:
-        d["cold_start_s"] = jsonable(float(r.cold_start_s))
+        d["cold_start_s"] = _seconds(r.cold_start_s)
     return d
 
 
