@@ -10,15 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gfaas.errors import ConfigError
-from gfaas.policy.polling import (
-    DRIVE_FACTOR,
-    MAX_POLL_US,
-    PROBE_EVERY,
-    driver_window_s,
-    invoker_polls,
-    worker_poll_s,
-    worker_wait,
-)
+from gfaas.policy.polling import MAX_POLL_US, PROBE_EVERY, invoker_polls, worker_poll_s, worker_wait
 from gfaas.runtime.config import RuntimeConfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -69,43 +61,3 @@ def test_a_worker_that_sleeps_because_of_the_gap_probes_every_few_waits() -> Non
     assert worker_wait(w, 2, 50e-6, True, 5) == (w, 0)  # tasks close again: polls, count reset
     assert worker_wait(w, 2, 2 * w, False, 5) == (0.0, 0)  # a heavy task: sleeps, not for the gap
     assert worker_wait(w, 1, 2 * w, True, 5) == (0.0, 0)  # one core: never polls, never counts
-
-
-def _closed_loop(wake_s: float, caller_window_s: float, n: int = 40, window: float = 300e-6,
-                 run_s: float = 30e-6, handle_s: float = 60e-6) -> list[bool]:
-    """A caller invoking a one-step workflow back to back on one worker, by this module's rules: the
-    worker's (worker_wait, on the gap it measures from its last reply to getting the next task) and
-    the caller's window, after which it sleeps and the loop's thread handles the reply and wakes it.
-    Each wake-up costs ``wake_s``; the worker starts asleep (after a pause). Per invocation: whether
-    nobody slept (the worker got the task polling and the caller got the reply driving)."""
-    t, poll_until, replied, slept, gap = 0.0, -1.0, -1.0, 0, None
-    fast = []
-    for _ in range(n):
-        poll_s, slept = worker_wait(window, 2, gap, True, slept)  # the wait before this task
-        awake = t <= poll_until if poll_s > 0 else False
-        start = t if awake else t + wake_s
-        gap = start - replied  # measured asleep, it includes the wake-up (the rule knows: probes)
-        reply = start + run_s
-        caught = reply - t <= caller_window_s
-        fast.append(awake and caught)
-        replied = reply
-        poll_until = reply + window
-        t = reply + handle_s + (0.0 if caught else 2 * wake_s)
-    return fast
-
-
-def test_a_caller_that_outlasts_a_wake_up_pulls_a_slow_phase_back_to_polling() -> None:
-    """Wake-ups about a window long (a slow phase of this machine): a caller that gives up after one
-    window sleeps before each reply, so the worker sees gaps over its window and sleeps too, for
-    good. With the caller's window (driver_window_s) the reply finds it awake, the next task follows
-    at once, and the worker's next probe finds it: everyone polls from then on. Quick wake-ups settle
-    either way."""
-    w = 300e-6
-    assert driver_window_s(w) == DRIVE_FACTOR * w > w and driver_window_s(0.0) == 0.0
-    slow_wake = 1.1 * w
-    stuck = _closed_loop(slow_wake, caller_window_s=w)
-    assert not any(stuck), stuck  # the equal windows: slow for good
-    settles = _closed_loop(slow_wake, caller_window_s=driver_window_s(w))
-    assert not any(settles[:PROBE_EVERY - 1]) and all(settles[PROBE_EVERY + 1:]), settles
-    for caller in (w, driver_window_s(w)):
-        assert all(_closed_loop(50e-6, caller)[PROBE_EVERY + 1:])

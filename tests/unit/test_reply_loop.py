@@ -247,10 +247,10 @@ def _counting(rl: ReplyLoop) -> list[str]:
 
 
 @contextmanager
-def _driven(poll_s: float, drive_s: float | None = None) -> Iterator[tuple[_Seen, ReplyLoop, _Worker]]:
+def _driven(poll_s: float) -> Iterator[tuple[_Seen, ReplyLoop, _Worker]]:
     """A loop whose rule always says poll, with one worker attached, asleep."""
     seen = _Seen()
-    rl = ReplyLoop(seen.on_message, name="gfaas-invoker-test", polls=lambda: True, poll_s=poll_s, drive_s=drive_s)
+    rl = ReplyLoop(seen.on_message, name="gfaas-invoker-test", polls=lambda: True, poll_s=poll_s)
     w = _Worker("w")
     try:
         rl.attach(w)
@@ -297,15 +297,35 @@ def test_a_caller_stops_driving_once_the_window_passes_and_the_loop_thread_takes
         assert seen.wait_for(1) == [("gfaas-invoker-test", "w", "late")]
 
 
-def test_a_caller_drives_for_its_own_window_longer_than_the_loops() -> None:
-    """``drive_s`` (policy.polling.driver_window_s) bounds the caller's wait, not ``poll_s``: a reply
-    that comes after the loop's window but within the caller's is the caller's."""
-    with _driven(poll_s=0.05, drive_s=1.5) as (seen, rl, w):
-        threading.Timer(0.3, lambda: w.peer.send(b"late")).start()
-        t0 = time.monotonic()
+def test_pollers_yield_the_cpu_between_looks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller that drives and a worker that polls for its next task call ``sched_yield`` between
+    looks: a process woken on their CPU (the worker they wait for, the runtime that sends) runs at
+    once instead of after the scheduler preempts the poller (policy.polling)."""
+    import os
+
+    from gfaas.runtime.worker import _next_message
+
+    yields = [0]
+    real = os.sched_yield
+
+    def counted() -> None:
+        yields[0] += 1
+        real()
+
+    monkeypatch.setattr(os, "sched_yield", counted)
+    with _driven(poll_s=2.0) as (seen, rl, w):
+        threading.Timer(0.05, lambda: w.peer.send(b"r")).start()
         assert rl.drive(lambda: len(seen.events) >= 1)
-        assert time.monotonic() - t0 < 1.5
-        assert seen.events == [(threading.current_thread().name, "w", "late")]
+        assert seen.events == [(threading.current_thread().name, "w", "r")] and yields[0] > 0
+    yields[0] = 0
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        threading.Timer(0.05, lambda: b.send(b"task")).start()
+        data, fds = _next_message(a, 2.0)
+        assert bytes(data) == b"task" and fds == [] and yields[0] > 0
+    finally:
+        a.close()
+        b.close()
 
 
 def test_drive_declines_when_the_rule_says_sleep_on_the_loop_thread_and_under_an_asyncio_loop(

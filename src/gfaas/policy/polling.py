@@ -22,14 +22,11 @@ for a message that comes soon and costs CPU for one that does not. The rule here
   would burn the whole window for nothing). A gap measured asleep includes the wake-up itself, which
   can keep it over the window although tasks come close again, so every ``PROBE_EVERY``-th wait
   polls anyway and measures the gap awake;
-* a caller that waits for its own invocation (``ReplyLoop.drive``) keeps asking for
-  ``DRIVE_FACTOR`` windows (:func:`driver_window_s`), longer than a worker polls, so that it
-  outlasts a sleeping worker's wake-up. With the two windows equal, a slow phase of the machine
-  (wake-ups near the window; seen here) is self-sustaining: the caller gives up just before the
-  reply, sleeps, and is woken twice (the loop's thread, then itself), so the worker's next task
-  comes after a gap over its window and the worker sleeps too. A caller that stays awake sends the
-  next task at once, so a worker's probe finds tasks close together and both poll again
-  (``tests/unit/test_polling_rule.py`` runs both closed loops against this rule);
+* a poller yields its CPU between looks (``sched_yield``, in the runtime's loops): with two
+  pollers on two vCPUs, a process woken while it slept is queued on its waker's CPU, behind the
+  poller that waits for it, and without the yield it runs only when the scheduler preempts that
+  poller (whole runs of tiny invocations at 0.5 ms instead of 0.15; a yield costs nothing when
+  no one is queued);
 * for the invoker, one unresolved invocation matters twice: with more, other threads of its
   process need the interpreter's lock to submit theirs, and a poller that takes it back after every
   look slows them.
@@ -42,9 +39,6 @@ from __future__ import annotations
 DEFAULT_POLL_US = 300  # RuntimeConfig.poll_us: about 3x the gap of a closed loop of tiny invocations here
 MAX_POLL_US = 10_000
 PROBE_EVERY = 8  # a worker that sleeps at once polls on this many-th wait all the same
-# A caller that drives polls this many windows: wake-ups here reach about a window in slow phases
-# (a drive of one window gave up just before the reply, stop 52's session), so three leave a margin.
-DRIVE_FACTOR = 3
 
 
 def worker_poll_s(window_s: float, cores: int, last_gap_s: float | None, light: bool = True,
@@ -77,10 +71,3 @@ def invoker_polls(window_s: float, cores: int, unresolved: int, tasks_out: int, 
     there are two cores or more, exactly one invocation is unresolved, it has a task out, and every
     task out is light (sent on values alone, and has not asked for the data plane)."""
     return window_s > 0 and cores >= 2 and unresolved == 1 and tasks_out > 0 and light
-
-
-def driver_window_s(window_s: float) -> float:
-    """Seconds a caller that waits for its own invocation asks for each reply without blocking
-    before it gives the replies back to the loop's thread and sleeps (``RuntimeConfig.poll_us`` is
-    ``window_s``; 0: never). Longer than a worker polls (see the module's notes)."""
-    return DRIVE_FACTOR * window_s if window_s > 0 else 0.0

@@ -122,8 +122,8 @@ class RuntimeConfig:
             directory removed with the runtime. The last lines of each function are also kept in memory
             (:meth:`LocalRuntime.logs`).
         poll_us: how long (microseconds) a warm worker asks for its next task, and whoever reads the
-            reply of a lone invocation (the caller of ``invoke`` itself, for three times as long,
-            else the invoker's thread), without blocking before they sleep (:mod:`gfaas.policy.polling`:
+            reply of a lone invocation (the caller of ``invoke`` itself, else the invoker's thread),
+            without blocking before they sleep (:mod:`gfaas.policy.polling`:
             a sleeping process costs a wake-up of tens of microseconds on a virtual machine; polling
             costs CPU while it lasts). 0: always sleep; never on a single core.
     """

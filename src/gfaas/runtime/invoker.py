@@ -33,7 +33,7 @@ from ..dataplane.protocol import QueueEntry
 from ..errors import ConfigError, FunctionFailed, GfaasError, NotFound, Overloaded, SpecError
 from ..policy.bandwidth import input_deadline, slo_for
 from ..policy.locality import choose_node
-from ..policy.polling import driver_window_s, invoker_polls
+from ..policy.polling import invoker_polls
 from .accel import DSCS, Decision, DscsDrives
 from .config import RuntimeConfig
 from .dag import DagState
@@ -254,7 +254,7 @@ class Invoker:
         cores, poll_s = len(os.sched_getaffinity(0)), config.poll_us * 1e-6
         # The loop asks at every dispatch while it sleeps: the tasks' light test, a walk over those in
         # flight, runs only when the rule's cheap terms let it matter (one invocation unresolved).
-        self._loop = ReplyLoop(self._on_message, tick=self._sweep, poll_s=poll_s, drive_s=driver_window_s(poll_s),
+        self._loop = ReplyLoop(self._on_message, tick=self._sweep, poll_s=poll_s,
                                polls=lambda: invoker_polls(poll_s, cores, self._unresolved, len(self._running),
                                                            self._unresolved == 1
                                                            and all(r.light for r in self._running.values())))

@@ -57,14 +57,13 @@ class ReplyLoop:
 
     def __init__(self, on_message: OnMessage, name: str = "gfaas-invoker",
                  tick: Callable[[], None] | None = None, polls: Callable[[], bool] | None = None,
-                 poll_s: float = 0.0, drive_s: float | None = None) -> None:
+                 poll_s: float = 0.0) -> None:
         self._on_message = on_message
         self._tick = tick
         # Whether to ask for replies without blocking, for up to poll_s after the last one, rather than
         # sleep on them (policy.polling; the invoker's rule); only while the loop has its own thread
         self._polls = polls if poll_s > 0 else None
         self._poll_s = poll_s
-        self._drive_s = poll_s if drive_s is None else drive_s  # a caller's window (drive): policy.polling
         self._sleeping = False  # blocked in epoll on its own thread: a task sent may wake it (nudge)
         self._next_tick = time.monotonic() + TICK_S
         # epoll itself, not selectors: one look-up per reply (fd -> worker) is all a step pays here.
@@ -181,7 +180,7 @@ class ReplyLoop:
     def drive(self, done: Callable[[], bool], until: float | None = None) -> bool:
         """On a thread that waits for ``done()`` (Invoker.invoke's caller): read and handle the
         replies here, asking for them without blocking, until ``done()``, until the rule (``polls``)
-        says sleep, until ``drive_s`` passes with nothing, or until ``until`` (perf_counter).
+        says sleep, until ``poll_s`` passes with nothing, or until ``until`` (perf_counter).
         Meanwhile the loop's thread does not watch the replies (it still runs posted calls, timers
         and the tick, once this returns), so no thread is woken per step: the caller's task went out
         without a nudge, and the result is set on the thread that waits for it. False at once when
@@ -195,7 +194,7 @@ class ReplyLoop:
         rfd = self._replies.fileno()
         try:
             self._ep.unregister(rfd)  # the loop's thread, asleep or about to be, no longer sees them
-            end = time.perf_counter() + self._drive_s
+            end = time.perf_counter() + self._poll_s
             while True:
                 if self._read_replies() or self._posted:
                     while self._posted:
@@ -204,10 +203,11 @@ class ReplyLoop:
                     # the data plane, the result is set): asked here, not on every empty poll.
                     if done() or not polls() or self._closing:
                         break
-                    end = time.perf_counter() + self._drive_s
+                    end = time.perf_counter() + self._poll_s
                 now = time.perf_counter()
                 if now > end or (until is not None and now > until):
                     break
+                os.sched_yield()  # a process queued on this CPU (the worker it waits for) runs now
         finally:
             try:
                 self._ep.register(rfd, select.EPOLLIN)  # what comes later wakes the loop's thread
@@ -324,6 +324,8 @@ class ReplyLoop:
                         end = time.perf_counter() + self._poll_s
                     elif time.perf_counter() > end:
                         break
+                    else:
+                        os.sched_yield()  # as in drive
                 if self._closing or self._handover:  # its wake-up was read while polling: no sleep
                     break
             until = self._due()

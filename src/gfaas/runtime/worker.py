@@ -1252,4 +1252,5 @@ def _next_message(sock: socket.socket, poll_s: float) -> tuple[memoryview, list[
             except BlockingIOError:
                 if time.perf_counter() > end:
                     break
+                os.sched_yield()  # a process queued on this CPU (the runtime, woken here) runs now
     return recv_message_fds(sock, 1)
