@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import pytest
@@ -104,14 +105,19 @@ def test_a_forged_reply_with_bad_values_is_refused(forge: str, words: str, rt_ha
         assert again.status == "failed" and words in (again.error or "")  # the same refusal, nothing worse
 
 
-def test_a_forged_reply_for_a_chains_next_function_is_checked_as_that_functions(rt_handlers: str) -> None:
-    """In a chain (gfaas.policy.fusion: g runs in f's worker right after f), the reply f's code makes
-    up for g carries a value for an output g does not have: the invocation fails naming g."""
-    spec = FORGER.replace("FORGE", "next").replace("outputs: {out: f.y}", "outputs: {out: g.y}") + (
+def _forged_in_a_chain(forge: str) -> Any:
+    """One invocation of f -> g, a chain (g runs in f's worker right after f), whose f forges ``forge``."""
+    spec = FORGER.replace("FORGE", forge).replace("outputs: {out: f.y}", "outputs: {out: g.y}") + (
         '  - {name: g, kind: cpu, handler: "rt_handlers:negate", inputs: {x: f.y}, outputs: {y: null}}\n')
     with _attack_runtime() as rt:
         rt.deploy(spec)
-        res = rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
+        return rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
+
+
+def test_a_forged_reply_for_a_chains_next_function_is_checked_as_that_functions(rt_handlers: str) -> None:
+    """In a chain (gfaas.policy.fusion: g runs in f's worker right after f), the reply f's code makes
+    up for g carries a value for an output g does not have: the invocation fails naming g."""
+    res = _forged_in_a_chain("next")
     assert res.status == "failed", res.error
     assert "function 'g' sent back a value for 'secret', which is not an output anything reads" in (res.error or "")
 
@@ -120,11 +126,7 @@ def test_a_chains_reply_may_leave_out_only_what_the_functions_that_ran_in_it_rea
     """A chain's worker keeps back a value that only the chain's functions which ran there read
     (worker._keep_outside). f's code forges a reply that leaves out ``y`` with g never run (no
     Done.next): g would be left without its input, so the invocation fails naming g, not a crash."""
-    spec = FORGER.replace("FORGE", "lost").replace("outputs: {out: f.y}", "outputs: {out: g.y}") + (
-        '  - {name: g, kind: cpu, handler: "rt_handlers:negate", inputs: {x: f.y}, outputs: {y: null}}\n')
-    with _attack_runtime() as rt:
-        rt.deploy(spec)
-        res = rt.invoke("forger", {"x": np.arange(3.0)}, timeout=60)
+    res = _forged_in_a_chain("lost")
     assert res.status == "failed", res.error
     assert "function 'f' sent back neither a value nor a reference for its output 'y', which 'g' reads" \
         in (res.error or ""), res.error

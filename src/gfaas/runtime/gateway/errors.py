@@ -31,10 +31,10 @@ class _ErrorJSON(JSONResponse):
     at a fraction of its cost, which was a sixth of a refusal's (py-spy, an all-refused load)."""
 
     def render(self, content: Any) -> bytes:
-        return _ENCODE(content)
+        return encode_json(content)
 
 
-_ENCODE = msgspec.json.Encoder().encode
+encode_json = msgspec.json.Encoder().encode  # compact UTF-8 JSON (error and result bodies)
 
 
 def error_response(http_status: int, code: str, message: str, headers: Mapping[str, str] | None = None,

@@ -14,7 +14,6 @@ import re
 import time
 from typing import Annotated, Any, Literal, Protocol
 
-import msgspec
 import numpy as np
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -24,7 +23,7 @@ from ...errors import GfaasError, NotFound, Overloaded
 from ..result import InvocationResult
 from ..wire import WireError, decode_array, result_document
 from .admission import wait_until, watch
-from .errors import error_response
+from .errors import encode_json, error_response
 from .schemas import (
     ErrorBody,
     InvocationAccepted,
@@ -49,10 +48,7 @@ OutputsMode = Annotated[Literal["full", "digest"], Query(
 def _json_bytes(res: InvocationResult, outputs: str = "full") -> bytes:
     # msgspec, not json.dumps: the same compact UTF-8 JSON (result_document leaves no NaN or infinity
     # for either to refuse) in 2 us rather than 19 for a tiny result, on every answered request.
-    return _ENCODE(result_document(res, outputs))
-
-
-_ENCODE = msgspec.json.Encoder().encode
+    return encode_json(result_document(res, outputs))
 
 
 def _urls(request: Request, inv: str) -> dict[str, str]:
