@@ -1000,6 +1000,31 @@ def own_descriptors() -> list[int]:
     return fds
 
 
+def driver_target(target: str) -> bool:
+    """Whether a descriptor whose ``/proc/self/fd`` link reads ``target`` may be the GPU driver's: a
+    device file of NVIDIA's driver, or a pipe or event descriptor (CUDA's own threads wake through
+    them). Files and sockets never are."""
+    return target.startswith(("/dev/nvidia", "pipe:", "anon_inode:"))
+
+
+def driver_descriptors(before: set[int]) -> set[int]:
+    """The descriptors opened since ``before`` (taken before a CUDA function's model load) that belong
+    to the GPU driver (:func:`driver_target`). They stay open across the sandbox's close: closing them
+    pulls the CUDA context from under the function, and every kernel it launches then fails with
+    'unspecified launch failure' (the first H200 run). A file the load read is still closed."""
+    out = set()
+    for fd in own_descriptors():
+        if fd in before:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if driver_target(target):
+            out.add(fd)
+    return out
+
+
 def _close_others(keep: set[int]) -> None:
     """Close every descriptor but ``keep`` and stdio: what the root phase opened (its libraries' files,
     a duplicate of the runtime's stderr) must not reach the tenant's code."""
@@ -1046,6 +1071,8 @@ def serve_fd(fd: int) -> int:
         return 0  # the runtime went away before it sent Init
     init = _dec.decode(data)
     assert isinstance(init, Init)
+    # Before the daemon connection and the model load, either of which may initialise the GPU driver.
+    before_load = set(own_descriptors()) if init.device.startswith("cuda") else None
     link = _attached_client(init, fds)
     # From here on, what this process prints or logs is the function's log (runtime.logs), sent with
     # each reply: model load and start-up lines with Ready, a task's lines with its Done or Failed.
@@ -1053,10 +1080,10 @@ def serve_fd(fd: int) -> int:
     # A sandboxed function's output is always captured: fd 2 must not be the runtime's own stderr.
     cap = Capture() if os.environ.get("GFAAS_WORKER_LOGS", "on") != "off" or init.sandbox_uid >= 0 else None
     if cap is None:
-        return _serve(sock, init, None, link, entry)
+        return _serve(sock, init, None, link, entry, before_load)
     cap.install()
     try:
-        return _serve(sock, init, cap, link, entry)
+        return _serve(sock, init, cap, link, entry, before_load)
     except BaseException:
         cap.fatal(f"gfaas worker {init.workflow}/{init.function} (pid {os.getpid()}) failed:\n"
                   f"{traceback.format_exc()}")
@@ -1170,11 +1197,16 @@ def _attached_client(init: Init, fds: list[int]) -> Any:
     return Client(init.transport.get("socket_path", ""), None, sock=conn, welcome=welcome)
 
 
-def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = None, entry: float = 0.0) -> int:
+def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = None, entry: float = 0.0,
+           before_load: set[int] | None = None) -> int:
+    """``before_load``: a CUDA function's descriptors before anything here could initialise the GPU
+    driver (the model load does), so that the driver's own survive the sandbox's close."""
     listener: list[int] = []  # the seccomp listener, sent to the runtime with Ready (runtime.merge_supervisor)
 
     def sandbox() -> None:
         keep = {sock.fileno(), *(cap.pipe_fds() if cap is not None else ())}
+        if before_load is not None:
+            keep |= driver_descriptors(before_load)
         if link is not None:
             keep.add(link.fileno())
         if cap is not None:
