@@ -5,6 +5,7 @@ Run them alone with ``make test-gpu``. Each checks bytes against numpy, the orac
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 from typing import Any
@@ -205,7 +206,11 @@ def test_two_clients_share_the_process_mapper_and_close_arenas_once() -> None:
         for _ in range(3):
             p.allocate(16, np.uint8, device=0)
             c.allocate(16, np.uint8, device=0)
-        assert set(process_mapper()._opened) <= before  # ours closed, once
+        gc.collect()
+        left = {k: n for k, (_, n) in process_mapper()._opened.items() if k not in before}
+        # Still failing on the H200 (2026-11-30), undiagnosed: the users left tell which client never
+        # heard the arena was gone (2: neither; 1: one).
+        assert not left, f"our arena is still open with {list(left.values())} users"  # ours closed, once
         p.close()
         c.close()
 
