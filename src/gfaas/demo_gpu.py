@@ -156,7 +156,7 @@ def run(a: argparse.Namespace) -> int:
             got = _run_mode(rt, names, a.requests, transports, a.scale, say)
             first = next(iter(rt.node_stats().values()))
             stats_nodes[passing] = {k: int(v) for k, v in first.items()
-                                    if k.startswith(("device", "deliveries", "bytes_delivered"))}
+                                    if k.startswith(("device", "deliveries", "bytes_delivered", "bytes_host_"))}
         for t, by_wf in got.items():
             results["gfaas-device" if (t, passing) == ("gfaas", "device") else
                     "redis" if t == "redis" else "gfaas-host"] = by_wf

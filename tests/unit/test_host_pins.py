@@ -80,6 +80,7 @@ def test_a_registered_segment_goes_to_the_gpu_and_back_by_one_dma_each_way(rt: F
         assert bytes(host.host_view(back)[: data.nbytes]) == data.tobytes()
         assert _memcpys(rt, rt.memcpyDeviceToHost) == [data.nbytes]
         assert be.direct_copies == 2 and pins.stats()["registered"] == 2
+        assert (be.bytes_host_direct, be.bytes_host_ring) == (2 * data.nbytes, 0)  # the daemon's stats say so
         view.release()
         host.free(back)
     finally:
@@ -140,6 +141,7 @@ def test_buffers_that_are_not_node_segments_use_the_ring(rt: FakeRuntime) -> Non
         assert not any(c[0] == "host-register" for c in rt.calls)
         assert _memcpys(rt, rt.memcpyHostToDevice) == [2 * MiB, MiB] * 2
         assert pins.stats()["mappings"] == 0
+        assert (be.bytes_host_direct, be.bytes_host_ring) == (0, 2 * data.nbytes)
     finally:
         be.free(dev)
         be.close()

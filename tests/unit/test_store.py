@@ -600,6 +600,7 @@ def test_stats_exact(env: Env) -> None:
         "bytes_restored": 0, "queue_hints": 0, "spills": 0, "objects_on_disk": 0, "bytes_on_disk": 0,
         "pool_target": env.config.warm_pool_bytes, "device_pool_target": 0,
         "device_objects": 0, "deliveries_to_device": 0, "deliveries_to_host": 0, "bytes_delivered": 0, "staged_for_transfer": 0, "prefetched": 0,
+        "bytes_host_direct": 0, "bytes_host_ring": 0,
     }
 
 

@@ -379,6 +379,8 @@ class StatsReply(_Msg):
     staged_for_transfer: int = 0  # GPU objects copied into host memory to be sent to another machine
     prefetched: int = 0  # GPU objects located with a task's Bind, so its get needed no round trip
     spills: int = 0  # segments written to disk, in all (each holds one or more of the objects evicted)
+    bytes_host_direct: int = 0  # host <-> GPU bytes moved by one DMA from a registered node segment
+    bytes_host_ring: int = 0  # host <-> GPU bytes staged through the pinned ring
 
 
 class TierFigures(msgspec.Struct, array_like=True):

@@ -927,6 +927,8 @@ class Store:
             "bytes_on_disk": self.tiers.spill.bytes_on_disk if self.tiers.spill is not None else 0,
             "pool_target": self.tiers.host_target,
             "device_pool_target": sum(b.pool.target for b in self.devices.values()),
+            "bytes_host_direct": sum(b.bytes_host_direct for b in self.devices.values()),
+            "bytes_host_ring": sum(b.bytes_host_ring for b in self.devices.values()),
         }
 
     # ---- the tiers, as the daemon and tools see them (see gfaas.dataplane.tiers) -----------------

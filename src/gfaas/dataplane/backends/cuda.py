@@ -213,14 +213,20 @@ class CudaBackend(DeviceBackend):
         return bytes(self.rt.ipcGetMemHandle(base))
 
     def _copy_in(self, handle: Any, offset: int, src: memoryview, deadline: float = math.inf) -> None:
-        if not self._dma(H2D, handle.address + offset, src, src.nbytes):
+        if self._dma(H2D, handle.address + offset, src, src.nbytes):
+            self.bytes_host_direct += src.nbytes
+        else:
             self.engine.copy(H2D, handle.address + offset, src, deadline)
+            self.bytes_host_ring += src.nbytes
 
     def _copy_out(self, handle: Any, offset: int, nbytes: int, dst: memoryview,
                   deadline: float = math.inf) -> None:
         dst = dst.cast("B")[:nbytes]
-        if not self._dma(D2H, handle.address + offset, dst, nbytes):
+        if self._dma(D2H, handle.address + offset, dst, nbytes):
+            self.bytes_host_direct += nbytes
+        else:
             self.engine.copy(D2H, handle.address + offset, dst, deadline)
+            self.bytes_host_ring += nbytes
 
     def _dma(self, kind: str, device_addr: int, host: memoryview, nbytes: int) -> bool:
         """One DMA between ``host`` and the device, if ``host`` is a registered node segment (see

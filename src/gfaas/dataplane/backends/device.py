@@ -55,6 +55,11 @@ class DeviceBackend(Backend):
     peer_link_gbps: float = 0.0
     #: How long :meth:`wait_event` polls a producer's event before failing (it may never complete).
     event_timeout_s: float = EVENT_TIMEOUT_S
+    #: Bytes copied between host memory and this device, by route: one DMA from a registered node
+    #: segment, or staged through the pinned ring (a backend without routes counts neither). They say
+    #: where a run's host <-> GPU time went (daemon stats, ``gfaas demo --gpu``'s node counters).
+    bytes_host_direct: int = 0
+    bytes_host_ring: int = 0
 
     def __init__(self, device: int, *, cap_bytes: int, arena_bytes: int = 64 * MiB,
                  target_bytes: int = DEFAULT_TARGET_BYTES) -> None:
