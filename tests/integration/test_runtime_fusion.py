@@ -109,21 +109,91 @@ def test_a_value_only_the_chain_reads_does_not_travel_back(fuse: bool, monkeypat
         assert carried == [("a", ["pid", "y"]), ("b", [])], carried  # b failed: a's y is not b's to drop
 
 
-def test_a_chain_stops_where_a_value_is_too_large_to_carry_and_the_rest_run_in_their_own_workers() -> None:
-    """n = 100,000: g's array (400 KB) is stored, through the data plane g's task asks for under its
-    own name (NeedData for g, granted as g's credentials); r reads it in its own worker."""
+def _stored(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
+    """Each reply's stored outputs (references), by function, as the runtime reads them."""
+    from gfaas.runtime.invoker import Invoker
+
+    seen: list[tuple[str, list[str]]] = []
+    finish = Invoker._finish
+
+    def noted(self: Invoker, worker: Any, run: Any, reply: Any) -> None:
+        seen.append((run.fn, sorted(getattr(reply, "outputs", {}))))
+        finish(self, worker, run, reply)
+
+    monkeypatch.setattr(Invoker, "_finish", noted)
+    return seen
+
+
+def test_a_large_value_only_the_next_function_reads_is_handed_over_in_the_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """n = 100,000: g's array (400 KB) is more than a reply carries, and r alone reads it: g's worker
+    hands it to r there, read-only (worker._holdable), so it is never stored. Before, the chain stopped
+    at g, g stored the array and r read it from the node in its own worker."""
+    stored = _stored(monkeypatch)
     with _rt() as rt:
         rt.deploy(GROW)
         small = rt.invoke("grow", {"n": np.asarray(100, dtype=np.int64)}, timeout=60)
         big = rt.invoke("grow", {"n": np.asarray(100_000, dtype=np.int64)}, timeout=60)
-    assert small.ok and big.ok, (small.error, big.error)
+        rt.deploy(GROW.replace("name: grow", "name: growrw").replace('"gfaas.workflows.tiny:red", params: {stride: 4}',
+                                                                     '"rt_handlers:writable"')
+                  .replace("outputs: {total: {dtype: float32, shape: []}}", "outputs: {writable: {shape: []}}")
+                  .replace("total: r.total", "total: r.writable"))
+        rw = rt.invoke("growrw", {"n": np.asarray(100_000, dtype=np.int64)}, timeout=60)
+    assert small.ok and big.ok and rw.ok, (small.error, big.error, rw.error)
     assert float(small.outputs["total"]) == expected_total(100)
     assert float(big.outputs["total"]) == expected_total(100_000)
-    w = _workers(small)
-    assert w["a"] == w["g"] == w["r"], w
+    for res in (small, big, rw):
+        w = _workers(res)
+        assert w["a"] == w["g"] == w["r"], w
+    assert stored == [(f, []) for f in "agr"] * 3, stored  # nothing stored (before: ("g", ["x"]) for big)
+    assert float(rw.outputs["total"]) == 0.0  # r could not write into g's array
+
+
+HANDED_FAILS = """
+name: hfails
+inputs: {n: {dtype: int64, shape: []}}
+outputs: {y: f.y}
+functions:
+  - {name: g, kind: cpu, handler: "gfaas.workflows.tiny:gen", inputs: {n: input.n},
+     outputs: {x: {dtype: float32, shape: [-1]}}}
+  - {name: ng, kind: cpu, handler: "rt_handlers:negate", inputs: {x: g.x}, outputs: {y: null}}
+  - {name: f, kind: cpu, handler: "rt_handlers:fail_if_negative", inputs: {x: ng.y}, outputs: {y: null}}
+"""
+
+
+def test_a_follower_that_fails_on_a_value_handed_over_fails_the_invocation_as_itself(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """g's 400 KB array goes to ng and ng's to f inside the worker, never stored; f fails on what it
+    was handed: the invocation fails as f's failure (the runtime does not take ng's reply, which lacks
+    its array, for a forged one), and the worker serves the next invocation the same way."""
+    stored = _stored(monkeypatch)
+    with _rt() as rt:
+        rt.deploy(HANDED_FAILS)
+        bad = rt.invoke("hfails", {"n": np.asarray(100_000, dtype=np.int64)}, timeout=60)
+        good = rt.invoke("hfails", {"n": np.asarray(1, dtype=np.int64)}, timeout=60)  # [0] -> [-0.] -> [1.]
+    assert bad.status == "failed" and "function 'f': negative input at 1" in (bad.error or ""), bad.error
+    assert bad.failure is not None and bad.failure.function == "f" and bad.failure.error == "ValueError"
+    assert good.ok, good.error
+    np.testing.assert_array_equal(good.outputs["y"], np.ones(1, np.float32))
+    assert _workers(bad)["g"] == _workers(good)["g"] == _workers(good)["f"]  # one worker, not replaced
+    assert stored[:3] == [("g", []), ("ng", []), ("f", [])], stored
+
+
+def test_a_chain_stops_where_a_large_value_has_a_reader_outside_it() -> None:
+    """The client reads g's array too: it is stored, through the data plane g's task asks for under its
+    own name (NeedData for g, granted as g's credentials), and r reads it from the node in its own
+    worker."""
+    with _rt() as rt:
+        rt.deploy(GROW.replace("name: grow", "name: grow_out").replace("pa: a.pid}", "pa: a.pid, x: g.x}"))
+        big = rt.invoke("grow_out", {"n": np.asarray(100_000, dtype=np.int64)}, timeout=60)
+    assert big.ok, big.error
+    assert float(big.outputs["total"]) == expected_total(100_000)
+    np.testing.assert_array_equal(big.outputs["x"], np.arange(100_000, dtype=np.float32))
     w = _workers(big)
     assert w["a"] == w["g"] and w["r"].startswith("r@"), w
     assert big.breakdown.fn_pass_s > 0  # r read g's array from the node
+
+
 
 
 def test_a_follower_that_fails_fails_the_invocation_as_itself_and_the_worker_serves_on() -> None:

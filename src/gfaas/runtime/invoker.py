@@ -210,10 +210,14 @@ _NOWHERE = Decision("", -1)  # no drives: every call runs on its worker, and no 
 
 def _lost(fn: str, consumers: Mapping[str, list[str]], chain: Sequence[str], nxt: Any, lost: list[str]) -> str:
     """Why ``fn``'s reply may not lack the outputs ``lost`` ("" if it may). Only a chain's worker keeps
-    a value back, one that the functions of the chain which ran there alone read (worker._keep_outside);
-    anything else missing, from code that forged the reply, would leave a reader without its input."""
+    a value back, one that the functions of the chain which ran there alone read (worker._keep_outside,
+    and a large one handed to the next function there, never stored: worker._holdable); anything else
+    missing, from code that forged the reply, would leave a reader without its input. A function that
+    ran and failed counts as having read its input: its failure ends the invocation."""
     ran = set()
     for name in chain:  # the chain's replies, nested in order (Done.next)
+        if type(nxt) is Failed:
+            ran.add(name)
         if type(nxt) is not Done:
             break
         ran.add(name)

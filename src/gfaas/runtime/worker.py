@@ -361,14 +361,20 @@ class FunctionHost:
         self._emulated: dict[str, Any] = {}  # accelerator preset -> EmulatedModel, built on first use
         self._fn_log = logging.getLogger(f"gfaas.fn.{self.workflow}.{self.fn.name}")  # ctx.log, made once
         self.load_s = time.perf_counter() - t0
+        self.held: dict[str, np.ndarray] = {}  # the last task's outputs kept for the chain's next function
 
     def run(self, task: Task, sock: socket.socket | None = None, need_data: Any = None,
-            transport: Any = None) -> Reply:
+            transport: Any = None, hold: frozenset[str] = frozenset(), asked: list[bool] | None = None) -> Reply:
         """Run one task. ``need_data``: for a lazy task, what asks the runtime to bind the attached
         connection (called at the task's first use of the data plane, if any). ``transport``: the
-        task's transport, made by the caller (a Ray actor's attached connection); closed after."""
+        task's transport, made by the caller (a Ray actor's attached connection); closed after.
+
+        ``hold``: outputs that only the chain's next function, in this worker, reads (:func:`_holdable`):
+        a host array among them is kept in :attr:`held` for it instead of stored, unless the task used
+        the data plane (``asked[0]``), which ends the chain here, so its reader needs it stored."""
+        self.held = {}
         try:
-            return self._run(task, sock, need_data, transport)
+            return self._run(task, sock, need_data, transport, hold, asked)
         except Exception as exc:  # a handler's failure is its invocation's, never the worker's
             if sock is not None:
                 sock.close()
@@ -380,7 +386,8 @@ class FunctionHost:
             return Failed(task.invocation, type(exc).__name__, f"function {self.fn.name!r}: {exc}{hint}",
                           traceback.format_exc()[-8000:])
 
-    def _run(self, task: Task, sock: socket.socket | None, need_data: Any = None, transport: Any = None) -> Done:
+    def _run(self, task: Task, sock: socket.socket | None, need_data: Any = None, transport: Any = None,
+             hold: frozenset[str] = frozenset(), asked: list[bool] | None = None) -> Done:
         t: Any
         if transport is not None:
             t = transport
@@ -397,11 +404,12 @@ class FunctionHost:
             cfg = TransportConfig(**task.transport) if task.transport else self.transport  # type: ignore[arg-type]
             t = open_transport(cfg, task.invocation, self.fn.name, task.token, sock)
         try:
-            return self._call(t, task)
+            return self._call(t, task, hold, asked)
         finally:
             t.close()
 
-    def _call(self, t: Transport, task: Task) -> Done:
+    def _call(self, t: Transport, task: Task, hold: frozenset[str] = frozenset(),
+              asked: list[bool] | None = None) -> Done:
         inputs = task.inputs
         host_refs = {inputs[n] for n in task.host_inputs} if task.host_inputs else _NO_REFS
         host_get = [0.0]
@@ -418,7 +426,7 @@ class FunctionHost:
             if type(ref) is str and ref.startswith(INLINE):
                 v = carried.get(ref[_INLINE_LEN:])
                 if v is not None:
-                    return from_value(v, ref)
+                    return v if type(v) is np.ndarray else from_value(v, ref)  # an array: held (_carried)
             if ref not in host_refs:
                 return t.get(ref, left())
             t0 = time.perf_counter()
@@ -434,7 +442,8 @@ class FunctionHost:
             t0 = time.perf_counter()
             try:
                 if isinstance(ref, str) and ref.startswith(INLINE) and ref[len(INLINE):] in carried:
-                    return _upload(from_value(carried[ref[len(INLINE):]], ref), self.cuda)
+                    v = carried[ref[len(INLINE):]]
+                    return _upload(v if type(v) is np.ndarray else from_value(v, ref), self.cuda)
                 if self.gpu_passing == "device" and self.cuda in getattr(t, "devices", ()):
                     return _device_array(t.get(ref, left(), device=self.cuda))
                 return _upload(t.get(ref, left()), self.cuda)
@@ -459,12 +468,16 @@ class FunctionHost:
                    if v.ndim == 0 and v.dtype.kind in "biuf"}
         refs: dict[str, str] = {}
         inline: dict[str, Value] = {}
+        held: dict[str, np.ndarray] = {}
         put_s = host_put_s = 0.0
         limit = task.inline_max
         for name, readers in task.consumers.items():
             v = values[name]
             if limit and type(v) is np.ndarray and v.nbytes <= limit:
                 inline[name] = to_value(v)  # back in the reply: no data plane for it (and no time to count)
+                continue
+            if name in hold and type(v) is np.ndarray:
+                held[name] = v  # for the chain's next function, here: decided below
                 continue
             t1 = time.perf_counter()
             refs[name] = t.put(self._outgoing(v, readers, t), readers)
@@ -473,6 +486,16 @@ class FunctionHost:
                 host_put_s += dt
             else:
                 put_s += dt
+        if held and (asked is None or asked[0]):  # the data plane was used: the chain ends here
+            t1 = time.perf_counter()
+            for name, v in held.items():
+                refs[name] = t.put(v, task.consumers[name])
+            put_s += time.perf_counter() - t1
+            held = {}
+        for name, v in held.items():  # handed over read-only, as the data plane would
+            v = v.view()
+            v.flags.writeable = False
+            self.held[name] = v
         hinted = 0
         if self.dedup != "off":
             from ..dedup.hint import take_hinted
@@ -1126,7 +1149,7 @@ def _load_followers(init: Init, link: Any) -> dict[str, FunctionHost]:
 
 
 def _follow(reply: Done, task: Task, hosts: dict[str, FunctionHost], sock: socket.socket,
-            cap: Capture | None, asked: list[bool]) -> None:
+            cap: Capture | None, asked: list[bool], held: Mapping[str, np.ndarray]) -> None:
     """Run the chain after ``task`` (Task.then) in this worker: each next task, its inputs filled
     from the last reply's values, while the last one ran whole on values (nothing stored, the
     connection never bound); each reply goes in the last one's ``next``. A value that only the
@@ -1136,13 +1159,14 @@ def _follow(reply: Done, task: Task, hosts: dict[str, FunctionHost], sock: socke
     done: set[str] = set()  # the chain's functions that ran here, to the end
     while t is not None and not asked[0] and not last.outputs:
         host = hosts.get(t.function)
-        values = _carried(last, t)
+        values = _carried(last, t, held)
         if host is None or values is None:  # stored, or not made: the runtime schedules the rest
             break
         if cap is not None:
             cap.resume()  # the last reply's take() drained the pipes just now
         r = host.run(msgspec.structs.replace(t, values=values, then=None), None,
-                     _need_data(sock, t.invocation, t.function, asked))
+                     _need_data(sock, t.invocation, t.function, asked), hold=_holdable(t, hosts), asked=asked)
+        held = host.held
         if cap is not None:
             r.logs = cap.take()
         last.next = r
@@ -1155,15 +1179,30 @@ def _follow(reply: Done, task: Task, hosts: dict[str, FunctionHost], sock: socke
         _keep_outside(ran, done)
 
 
-def _carried(last: Done, t: Task) -> dict[str, Value] | None:
-    """``t``'s values: its own, and what it reads from the step before, if that came back as values."""
-    values = dict(t.values)
+def _carried(last: Done, t: Task, held: Mapping[str, np.ndarray]) -> dict[str, Any] | None:
+    """``t``'s values: its own, and what it reads from the step before, if that came back as values
+    or was held for it in this worker (``held``, a host array: :meth:`FunctionHost.run`)."""
+    values: dict[str, Any] = dict(t.values)
     for name, out in t.carry.items():
-        v = last.values.get(out)
+        v: Value | np.ndarray | None = last.values.get(out)
         if v is None:
-            return None
+            v = held.get(out)
+            if v is None:
+                return None
         values[name] = v
     return values
+
+
+def _holdable(task: Task, hosts: Mapping[str, FunctionHost]) -> frozenset[str]:
+    """The outputs of ``task`` that only the chain's next function reads, through its carry, when that
+    function runs in this worker: they can be handed to it here, never stored (``FunctionHost.run``).
+    If it then fails, its invocation fails as its failure, and nobody else reads them."""
+    nxt = task.then
+    if nxt is None or not task.lazy or nxt.function not in hosts:
+        return frozenset()
+    carried = set(nxt.carry.values())
+    return frozenset(name for name, readers in task.consumers.items()
+                     if readers == [nxt.function] and name in carried)
 
 
 def _keep_outside(ran: list[tuple[Done, dict[str, list[str]]]], done: set[str]) -> None:
@@ -1262,11 +1301,11 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
         need = _need_data(sock, msg.invocation, "", asked) if msg.lazy else None
         if cap is not None:
             cap.begin()
-        reply = host.run(msg, conn, need)
+        reply = host.run(msg, conn, need, hold=_holdable(msg, hosts), asked=asked)
         if cap is not None:
             reply.logs = cap.take()
         if msg.then is not None and type(reply) is Done and msg.lazy:
-            _follow(reply, msg, hosts, sock, cap, asked)
+            _follow(reply, msg, hosts, sock, cap, asked, host.held)
         sock.send(_enc.encode(reply))
         if host.link_lost():
             return 1
