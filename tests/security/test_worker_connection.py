@@ -132,6 +132,15 @@ def test_a_chains_reply_may_leave_out_only_what_the_functions_that_ran_in_it_rea
         in (res.error or ""), res.error
 
 
+def test_a_chains_reply_that_leaves_out_what_a_failed_reader_read_fails_the_invocation(rt_handlers: str) -> None:
+    """A value handed to the next function in the worker is never stored (worker._holdable), so a reply
+    may lack it when that function ran and failed. f's code forges exactly that: the invocation ends
+    failed, with the failure it made up; it never ends done, and nothing waits for ``y``."""
+    res = _forged_in_a_chain("lost-failed")
+    assert res.status == "failed", res.error
+    assert "function 'g': made up by f" in (res.error or ""), res.error
+
+
 def test_a_worker_cannot_get_the_data_plane_as_a_function_it_does_not_run(rt_handlers: str) -> None:
     """A lazy task's NeedData may name a function of its chain (which runs in the same worker); naming
     another function of the invocation, one run by other workers, is refused."""

@@ -191,6 +191,11 @@ def forge_reply(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
                     values={"y": Value("<f8", [1], np.zeros(1).tobytes())}, next=nxt)
     elif kind == "lost":  # no value and no reference for y, which a reader elsewhere needs
         done = Done(ctx.invocation, {}, {}, 0.0, 0.0, 0.0, 0.0, 0.0)
+    elif kind == "lost-failed":  # no y, and a made-up failure of its chained reader g
+        from gfaas.runtime.worker import Failed
+
+        done = Done(ctx.invocation, {}, {}, 0.0, 0.0, 0.0, 0.0, 0.0,
+                    next=Failed(ctx.invocation, "ValueError", "function 'g': made up by f", ""))
     else:
         bad = {"undeclared": secret,
                "oversized": {"y": Value("|u1", [100_000], bytes(100_000))},
