@@ -76,8 +76,10 @@ def test_answers_are_the_same_however_long_the_waiters_poll(poll_us: int, monkey
 
 
 def test_a_task_that_asks_for_the_data_plane_stops_the_polling(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A lazy task whose output outgrows the messages asks for the data plane (NeedData): from then on
-    it is not light, so the invoker's loop stops polling for it (the node daemon needs the CPU)."""
+    """A lazy task whose output outgrows the messages, and has a reader outside its chain (here the
+    client), asks for the data plane (NeedData): from then on it is not light, so the invoker's loop
+    stops polling for it (the node daemon needs the CPU). (With ``red`` its only reader, the array
+    would be handed over in the worker, never stored: test_runtime_fusion.)"""
 
     seen: list[tuple[bool, bool]] = []
     grant = Invoker._grant
@@ -89,9 +91,10 @@ def test_a_task_that_asks_for_the_data_plane_stops_the_polling(monkeypatch: pyte
 
     monkeypatch.setattr(Invoker, "_grant", watched)
     with LocalRuntime(RuntimeConfig(sandbox="none", queue_hints=False)) as rt:
-        rt.deploy(SPEC)
+        rt.deploy(SPEC.replace("outputs: {total: red.total}", "outputs: {total: red.total, x: gen.x}"))
         n = 100_000  # gen's array is 400 kB: over inline_max, so gen's worker asks for the data plane
         res = rt.invoke("tiny", {"n": np.asarray(n, dtype=np.int64)}, timeout=60)
+        assert res.outputs["x"].nbytes == 4 * n
         assert res.status == "done", res.error
         assert float(res.outputs["total"]) == expected_total(n)
     assert seen and seen[0] == (True, False)
