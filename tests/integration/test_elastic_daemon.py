@@ -157,7 +157,7 @@ class _Mapper:
     def mark(self, device: int) -> None:
         pass
 
-    def done(self, device: int) -> bool:
+    def done(self, device: int, token: Any = None) -> bool:
         return True
 
     def wait(self, device: int, event: bytes) -> None:

@@ -24,7 +24,7 @@ from gfaas.config import MiB
 from gfaas.dataplane import device_client
 from gfaas.dataplane.backends import cuda
 from gfaas.dataplane.backends.device import NullDeviceBackend
-from gfaas.dataplane.device_client import CudaMapper, DeviceView, as_torch
+from gfaas.dataplane.device_client import CudaMapper, DeviceView, as_torch, wait_until
 from gfaas.errors import CapacityError, DataPlaneError
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "support"))
@@ -210,11 +210,30 @@ def test_mark_and_done_follow_the_readers_stream(cp: FakeCupy, rt: FakeRuntime) 
     assert m.done(0)  # nothing marked
     gate = threading.Event()
     rt.launch(0, gate.wait)  # a kernel still reading the block
-    m.mark(0)
-    assert not m.done(0)
+    token = m.mark(0)
+    assert not m.done(0, token)
     gate.set()
     m.finish(0)
-    assert m.done(0)
+    assert m.done(0, token)
+
+
+def test_a_later_mark_never_holds_back_an_earlier_one(cp: FakeCupy, rt: FakeRuntime) -> None:
+    """Each dropped view's mark has an event of its own: a client that keeps dropping views (and so
+    marking) still sees each earlier drop's work complete. With one event re-recorded at every mark,
+    the H200 run's two clients never released a freed 100 MiB block, and its arena stayed open."""
+    m = CudaMapper(cp)
+    first, second = threading.Event(), threading.Event()
+    rt.launch(0, first.wait)
+    early = m.mark(0)  # after the first kernel
+    rt.launch(0, second.wait)
+    late = m.mark(0)  # after the second
+    first.set()
+    wait_until(lambda: m.done(0, early), 5.0, "the first kernel")
+    assert not m.done(0, late)  # the second kernel still runs
+    second.set()
+    wait_until(lambda: m.done(0, late), 5.0, "the second kernel")
+    m.mark(0)  # a completed mark's event is used again, not a new one
+    assert [c[0] for c in rt.calls].count("event-create") == 2
 
 
 def test_ipc_handles_are_opened_once_per_process_and_closed_by_the_last_user(cp: FakeCupy, rt: FakeRuntime) -> None:

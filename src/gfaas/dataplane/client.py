@@ -239,7 +239,7 @@ class Client:
         self._mapper = device_mapper
         self._arenas: dict[int, tuple[int, int]] = {}  # arena -> (GPU, base address here)
         # Device blocks whose views died -> their GPU: released once the work queued before is done.
-        self._device_dropped: list[tuple[int, int]] = []
+        self._device_dropped: list[tuple[int, int, Any]] = []  # (segment, GPU, its mark's token)
         self._ch = Channel(socket_path, timeout, sock)
         self.attached = welcome is not None
         if welcome is None:
@@ -494,23 +494,26 @@ class Client:
     def _device_view_died(self, seg: int, device: int, gen: int) -> None:
         """A device view's finalizer: its block may still be read by kernels queued on this
         thread's stream, so mark that point; the release waits for it (_flush_device_dropped)."""
+        token = None
         try:
-            self._device_mapper().mark(device)
+            token = self._device_mapper().mark(device)
         finally:
             if gen == self._gen:  # as _view_died
-                self._device_dropped.append((seg, device))
+                self._device_dropped.append((seg, device, token))
 
     def _flush_device_dropped(self, wait: bool = False) -> None:
         """Release the dropped device blocks whose queued work has completed (``wait``: all)."""
         mapper = self._device_mapper()
-        devices = {d for _, d in self._device_dropped}
-        if wait:
-            for d in devices:
-                wait_until(lambda d=d: mapper.done(d), EVENT_TIMEOUT_S,  # type: ignore[misc]
+        keep = []
+        for s, d, token in self._device_dropped:
+            if wait:
+                wait_until(lambda d=d, token=token: mapper.done(d, token), EVENT_TIMEOUT_S,  # type: ignore[misc]
                            f"the work queued on GPU {d} before its views were dropped")
-        ready = {d for d in devices if mapper.done(d)}
-        keep = [(s, d) for s, d in self._device_dropped if d not in ready]
-        self._released.extend(s for s, d in self._device_dropped if d in ready)
+                self._released.append(s)
+            elif mapper.done(d, token):
+                self._released.append(s)
+            else:
+                keep.append((s, d, token))
         self._device_dropped[:] = keep
 
     def _device_view(self, ref: P.DeviceRef, offset_in_seg: int, nbytes: int, dtype: str, shape: list[int],

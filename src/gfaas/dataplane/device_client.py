@@ -66,13 +66,13 @@ class DeviceMapper(Protocol):
         thread's current stream) has completed: a producer's writes, before its seal."""
         ...
 
-    def mark(self, device: int) -> None:
+    def mark(self, device: int) -> Any:
         """Record that the work queued so far on the current stream must complete before the
-        blocks whose views just died are reused (see :meth:`done`)."""
+        block whose view just died is reused; returns a token for :meth:`done`."""
         ...
 
-    def done(self, device: int) -> bool:
-        """Whether the work of every :meth:`mark` on ``device`` so far has completed."""
+    def done(self, device: int, token: Any = None) -> bool:
+        """Whether the work of the :meth:`mark` that returned ``token`` has completed (None: no mark)."""
         ...
 
     def wait(self, device: int, event: bytes) -> None:
@@ -106,8 +106,11 @@ def _cupy() -> Any:
 class CudaMapper:
     """The real mapper, on CuPy's runtime bindings; use :func:`process_mapper` (one per process).
 
-    Two plain events per GPU, created once: one re-recorded at each :meth:`finish`, one at each
-    :meth:`mark`; waiting on a later record of an event waits for more work, never less."""
+    One plain event per GPU, created once, re-recorded at each :meth:`finish` (waiting on a later
+    record of an event waits for more work, never less). Each :meth:`mark` records an event of its
+    own, taken from the GPU's completed ones: re-recording one shared event at every view that dies
+    would let a client that keeps dropping views never see its earlier drops complete (a fake CUDA
+    runtime showed the H200 run's arena that was never closed this way)."""
 
     def __init__(self, cp: Any = None, event_timeout_s: float = EVENT_TIMEOUT_S) -> None:
         cp = cp if cp is not None else _cupy()
@@ -118,6 +121,7 @@ class CudaMapper:
         self._handles: dict[tuple[int, int], bytes] = {}  # (GPU, base) -> handle
         self._events: dict[tuple[int, str], int] = {}
         self._opened_events: dict[bytes, int] = {}
+        self._free_marks: dict[int, set[int]] = {}  # GPU -> mark events whose work completed
         self._lock = threading.Lock()
 
     def _stream(self) -> int:
@@ -160,13 +164,21 @@ class CudaMapper:
         wait_until(lambda: int(self._rt.eventQuery(e)) == 0, self.event_timeout_s,
                    f"the writes queued on GPU {device} before a seal")
 
-    def mark(self, device: int) -> None:
+    def mark(self, device: int) -> int:
         with self._lock, self._cp.cuda.Device(device):
-            self._rt.eventRecord(self._event(device, "mark"), self._stream())
+            free = self._free_marks.get(device)
+            e = free.pop() if free else int(self._rt.eventCreateWithFlags(self._rt.eventDisableTiming))
+            self._rt.eventRecord(e, self._stream())
+            return e
 
-    def done(self, device: int) -> bool:
-        e = self._events.get((device, "mark"))
-        return e is None or int(self._rt.eventQuery(e)) == 0
+    def done(self, device: int, token: Any = None) -> bool:
+        if token is None:
+            return True
+        if int(self._rt.eventQuery(token)) != 0:
+            return False
+        with self._lock:  # reusable: whoever records it next waits for its own work only
+            self._free_marks.setdefault(device, set()).add(token)
+        return True
 
     def wait(self, device: int, event: bytes) -> None:
         with self._lock, self._cp.cuda.Device(device):
