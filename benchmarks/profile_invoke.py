@@ -413,7 +413,7 @@ def _python_calls(n: int) -> dict[str, Any]:
                 asked = [False]  # as the worker's loop runs a task and its chain (worker._serve)
                 reply = host.run(task, None, lambda: None, hold=wmod._holdable(task, followers), asked=asked)
                 if task.then is not None and type(reply) is wmod.Done:
-                    wmod._follow(reply, task, followers, None, None, asked, host.held)  # type: ignore[arg-type]
+                    wmod._follow(reply, task, followers, None, None, asked, host.take_held())  # type: ignore[arg-type]
                 msgspec.msgpack.encode(reply)
         finally:
             sys.setprofile(None)

@@ -82,16 +82,7 @@ def test_a_value_only_the_chain_reads_does_not_travel_back(fuse: bool, monkeypat
     """In a chain, a's ``y`` goes to b and b's to c inside the worker, so their replies carry neither
     (worker._keep_outside); what the client reads (every ``pid``, c's ``y``) comes back. Unfused, every
     value a reader elsewhere needs travels; a follower that fails keeps its input's value in the reply."""
-    from gfaas.runtime.invoker import Invoker
-
-    carried: list[tuple[str, list[str]]] = []
-    finish = Invoker._finish
-
-    def noted(self: Invoker, worker: Any, run: Any, reply: Any) -> None:
-        carried.append((run.fn, sorted(getattr(reply, "values", {}))))
-        finish(self, worker, run, reply)
-
-    monkeypatch.setattr(Invoker, "_finish", noted)
+    carried = _replies(monkeypatch, "values")
     with _rt(fuse_chains=fuse) as rt:
         rt.deploy(CHAIN3)
         res = rt.invoke("chain3", {"x": np.arange(5.0)}, timeout=60)
@@ -109,19 +100,24 @@ def test_a_value_only_the_chain_reads_does_not_travel_back(fuse: bool, monkeypat
         assert carried == [("a", ["pid", "y"]), ("b", [])], carried  # b failed: a's y is not b's to drop
 
 
-def _stored(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
-    """Each reply's stored outputs (references), by function, as the runtime reads them."""
+def _replies(monkeypatch: pytest.MonkeyPatch, what: str) -> list[tuple[str, list[str]]]:
+    """Each reply's ``what`` (``values``: the outputs carried in it; ``outputs``: those stored, as
+    references), by function, in the order the runtime reads them."""
     from gfaas.runtime.invoker import Invoker
 
     seen: list[tuple[str, list[str]]] = []
     finish = Invoker._finish
 
     def noted(self: Invoker, worker: Any, run: Any, reply: Any) -> None:
-        seen.append((run.fn, sorted(getattr(reply, "outputs", {}))))
+        seen.append((run.fn, sorted(getattr(reply, what, {}))))
         finish(self, worker, run, reply)
 
     monkeypatch.setattr(Invoker, "_finish", noted)
     return seen
+
+
+def _stored(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
+    return _replies(monkeypatch, "outputs")
 
 
 def test_a_large_value_only_the_next_function_reads_is_handed_over_in_the_worker(
@@ -241,3 +237,45 @@ def test_chains_are_off_where_tasks_cannot_be_lazy_or_workers_are_not_processes(
     with _rt() as rt:
         assert rt.deployments.follow(spec, "a") == ("b", "c") and rt.deployments.follow(spec, "b") == ("c",)
         assert rt.deployments.follow(spec, "c") == ()
+
+
+def test_a_held_value_is_handed_read_only_stored_once_the_data_plane_was_used_and_never_kept() -> None:
+    """FunctionHost.run on its own (a recording transport, no worker): an output ``hold`` names is
+    kept for the chain's next function, read-only, and not stored; if the task used the data plane
+    (``asked``), the chain ends and it is stored; ``take_held`` gives it up, so an idle worker keeps
+    no large array alive until its next task."""
+    from gfaas.runtime.worker import FunctionHost, Init, Task
+    from gfaas.workflows.tiny import SPEC
+
+    class Stored:
+        def __init__(self) -> None:
+            self.puts: list[str] = []
+
+        def get(self, ref: str, deadline_s: float | None = None) -> Any:
+            raise AssertionError("n is carried, never read from the node")
+
+        def put(self, value: Any, consumers: Any) -> str:
+            self.puts.append(list(consumers)[0])
+            return "ref"
+
+        def close(self) -> None:
+            pass
+
+    host = FunctionHost(Init("tiny", "gen", SPEC))
+    task = Task("inv", "tok", {"n": "inline:n"}, [], {"x": ["red"]}, inline_max=1024, lazy=True,
+                values={"n": _value(np.asarray(100_000, dtype=np.int64))})
+    for asked, stored in (([False], []), ([True], ["red"])):
+        t = Stored()
+        done = host.run(task, None, None, transport=t, hold=frozenset({"x"}), asked=asked)
+        assert t.puts == stored and sorted(done.outputs) == (["x"] if stored else []), done
+        held = host.take_held()
+        assert host.held == {} and sorted(held) == ([] if stored else ["x"])
+        if held:
+            np.testing.assert_array_equal(held["x"], np.arange(100_000, dtype=np.float32))
+            assert not held["x"].flags.writeable
+
+
+def _value(a: np.ndarray) -> Any:
+    from gfaas.runtime.worker import to_value
+
+    return to_value(a)

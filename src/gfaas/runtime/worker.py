@@ -363,6 +363,12 @@ class FunctionHost:
         self.load_s = time.perf_counter() - t0
         self.held: dict[str, np.ndarray] = {}  # the last task's outputs kept for the chain's next function
 
+    def take_held(self) -> dict[str, np.ndarray]:
+        """What the last task held for the chain's next function (:meth:`run`), given up here: an idle
+        worker must not keep a large array alive until its next task."""
+        held, self.held = self.held, {}
+        return held
+
     def run(self, task: Task, sock: socket.socket | None = None, need_data: Any = None,
             transport: Any = None, hold: frozenset[str] = frozenset(), asked: list[bool] | None = None) -> Reply:
         """Run one task. ``need_data``: for a lazy task, what asks the runtime to bind the attached
@@ -372,7 +378,6 @@ class FunctionHost:
         ``hold``: outputs that only the chain's next function, in this worker, reads (:func:`_holdable`):
         a host array among them is kept in :attr:`held` for it instead of stored, unless the task used
         the data plane (``asked[0]``), which ends the chain here, so its reader needs it stored."""
-        self.held = {}
         try:
             return self._run(task, sock, need_data, transport, hold, asked)
         except Exception as exc:  # a handler's failure is its invocation's, never the worker's
@@ -426,7 +431,7 @@ class FunctionHost:
             if type(ref) is str and ref.startswith(INLINE):
                 v = carried.get(ref[_INLINE_LEN:])
                 if v is not None:
-                    return v if type(v) is np.ndarray else from_value(v, ref)  # an array: held (_carried)
+                    return _carried_array(v, ref)
             if ref not in host_refs:
                 return t.get(ref, left())
             t0 = time.perf_counter()
@@ -442,8 +447,7 @@ class FunctionHost:
             t0 = time.perf_counter()
             try:
                 if isinstance(ref, str) and ref.startswith(INLINE) and ref[len(INLINE):] in carried:
-                    v = carried[ref[len(INLINE):]]
-                    return _upload(v if type(v) is np.ndarray else from_value(v, ref), self.cuda)
+                    return _upload(_carried_array(carried[ref[len(INLINE):]], ref), self.cuda)
                 if self.gpu_passing == "device" and self.cuda in getattr(t, "devices", ()):
                     return _device_array(t.get(ref, left(), device=self.cuda))
                 return _upload(t.get(ref, left()), self.cuda)
@@ -493,9 +497,9 @@ class FunctionHost:
             put_s += time.perf_counter() - t1
             held = {}
         for name, v in held.items():  # handed over read-only, as the data plane would
-            v = v.view()
+            held[name] = v = v.view()
             v.flags.writeable = False
-            self.held[name] = v
+        self.held = held
         hinted = 0
         if self.dedup != "off":
             from ..dedup.hint import take_hinted
@@ -1166,7 +1170,7 @@ def _follow(reply: Done, task: Task, hosts: dict[str, FunctionHost], sock: socke
             cap.resume()  # the last reply's take() drained the pipes just now
         r = host.run(msgspec.structs.replace(t, values=values, then=None), None,
                      _need_data(sock, t.invocation, t.function, asked), hold=_holdable(t, hosts), asked=asked)
-        held = host.held
+        held = host.take_held()
         if cap is not None:
             r.logs = cap.take()
         last.next = r
@@ -1191,6 +1195,12 @@ def _carried(last: Done, t: Task, held: Mapping[str, np.ndarray]) -> dict[str, A
                 return None
         values[name] = v
     return values
+
+
+def _carried_array(v: Value | np.ndarray, ref: str) -> np.ndarray:
+    """A carried input as its handler reads it: a Value from a message, or an array a function before
+    it in this worker held for it (already read-only: :meth:`FunctionHost.run`)."""
+    return v if type(v) is np.ndarray else from_value(v, ref)  # type: ignore[arg-type]
 
 
 def _holdable(task: Task, hosts: Mapping[str, FunctionHost]) -> frozenset[str]:
@@ -1305,7 +1315,7 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
         if cap is not None:
             reply.logs = cap.take()
         if msg.then is not None and type(reply) is Done and msg.lazy:
-            _follow(reply, msg, hosts, sock, cap, asked, host.held)
+            _follow(reply, msg, hosts, sock, cap, asked, host.take_held())
         sock.send(_enc.encode(reply))
         if host.link_lost():
             return 1
