@@ -2,17 +2,32 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+PYSTAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# The native part (native/: the simulator's event kernel in Rust, PyO3 + maturin), rebuilt when its
+# sources change. Every target below depends on STAMP, so on both.
+NATIVE_SRC := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(sort $(wildcard native/src/*.rs))
+STAMP := $(VENV)/.native-$(shell cat $(NATIVE_SRC) | cksum | cut -d' ' -f1)
+export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu gpu-tier results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results overload-retry-ab-results overload-gateway-ab-results isolation-ab-results ray-serve-results profile-results cluster-results pull-results
 
-$(STAMP): pyproject.toml
+$(PYSTAMP): pyproject.toml
 	@echo "setting up $(VENV): gfaas and its test dependencies (first time: 1-2 minutes, about 1 GB; then seconds)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
 	@$(BIN)/python -m pip install -q --progress-bar off -e '.[dev]'
 	@rm -f $(VENV)/.stamp-[0-9]*; touch $@
 	@echo "$(VENV) is ready ($$(du -sh $(VENV) | cut -f1))"
+
+# Without cargo the simulator runs its pure-Python kernel (the same events, slower): a warning, not a
+# failure. A build that fails is one.
+$(STAMP): $(PYSTAMP) $(NATIVE_SRC)
+	@if command -v cargo > /dev/null; then \
+	  echo "building gfaas_native (Rust: the simulator's event kernel; the first time about 30 s)"; \
+	  $(BIN)/python -m pip install -q --progress-bar off ./native && rm -f $(VENV)/.native-* && touch $@; \
+	else \
+	  echo "warning: cargo not found, so gfaas_native is not built and the simulator runs its pure-Python kernel (slower); install Rust (https://rustup.rs) and run make setup again" >&2; \
+	fi
 
 setup: $(STAMP)
 
@@ -70,7 +85,7 @@ gpu-tier:
 # tree), then the doc tables generated from them. About 20 minutes on 2 cores; run it on a quiet machine.
 R := benchmarks/results
 results: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas bench dataplane --json --out $(R)/dataplane-cpu.json > /dev/null
 	$(BIN)/python benchmarks/machine_probes.py --try-shmem-thp --json $(R)/machine-probes-cpu.json > /dev/null
 	$(BIN)/python benchmarks/pool_alloc.py --json $(R)/pool-alloc-cpu.json
@@ -90,14 +105,14 @@ results: $(STAMP)
 # gfaas demo --scale small and make demo, with no pip cache and an empty model cache; the README's
 # quick start quotes it.
 first-run-results: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make first-run-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make first-run-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python benchmarks/first_run.py --json $(R)/first-run-cpu.json > /dev/null
 	$(BIN)/python benchmarks/readme_tables.py --write README.md
 
 # The cluster-scale experiment on its own (not in `sim run all` or `results`: ~10 minutes at full
 # size): its result file, the figure docs/results/cluster-day.png and the block of docs/results/cluster-day.md.
 cluster-day: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make cluster-day: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make cluster-day: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas sim run cluster-day --save $(R)/cluster-day.json --out out/cluster-day
 	cp out/cluster-day/cluster-day.png docs/results/cluster-day.png
 	$(BIN)/python benchmarks/sim_tables.py $(R)/cluster-day.json --write docs/results/cluster-day.md
@@ -106,7 +121,7 @@ cluster-day: $(STAMP)
 # comparison, the design-space exploration and the DSCS serverless experiments, with their pages.
 DSCS_EXPERIMENTS = dscs-platforms,dscs-batch,dscs-tail,dscs-functions,dscs-cold,dscs-rack
 accel-results: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make accel-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make accel-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas bench accel --json --out $(R)/accel-scalesim.json > /dev/null
 	$(BIN)/gfaas accel dse --out out/accel-dse --json > $(R)/accel-dse.json
 	cp out/accel-dse/dse_frontiers.png docs/accel-dse.png
@@ -120,7 +135,7 @@ accel-results: $(STAMP)
 # the figure docs/scaling-ramp.png and the Measured block of docs/scaling.md.
 scale-results: $(STAMP)
 	@[ "$$(id -u)" = 0 ] || { echo "make scale-results: network namespaces need root; run: sudo make scale-results"; exit 2; }
-	@git diff --quiet -- src benchmarks/*.py || { echo "make scale-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make scale-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas bench scale --json --out $(R)/scale-netns.json --figure docs/scaling-ramp.png > /dev/null
 	$(BIN)/python benchmarks/scale_tables.py $(R)/scale-netns.json --write docs/scaling.md
 
@@ -128,21 +143,24 @@ scale-results: $(STAMP)
 # the result file, the figure docs/dedup.png and the generated tables of docs/dedup.md.
 dedup-results: $(STAMP)
 	@[ "$$(id -u)" = 0 ] || { echo "make dedup-results: KSM and other processes' memory need root; run: sudo make dedup-results"; exit 2; }
-	@git diff --quiet -- src benchmarks/*.py || { echo "make dedup-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make dedup-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas bench dedup --json --out $(R)/dedup.json --figure docs/dedup.png > /dev/null
 	$(BIN)/python benchmarks/dedup_tables.py $(R)/dedup.json --write docs/dedup.md
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
+	@if command -v cargo > /dev/null; then \
+	  cd native && cargo fmt --check && cargo clippy -q --release -- -D warnings; \
+	else echo "warning: cargo not found: native/ not checked" >&2; fi
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache native/target
 
 # The keep-alive simulator's result (one synthetic day of 10,000 functions; about a minute on 2 cores) and
 # its Pareto figure, quoted by docs/autoscaling.md.
 keepalive-results: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make keepalive-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make keepalive-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas sim keepalive --policies fixed:10,fixed:60,hybrid,gfaas,gfaas:300 --json \
 		--out $(R)/keepalive.json --figure docs/autoscaling.png > /dev/null
 
@@ -150,7 +168,7 @@ keepalive-results: $(STAMP)
 # workers, then three runs of bursty arrivals under
 # always-warm, fixed:1 and gfaas, and the simulator's replay of the same arrivals (docs/autoscaling.md).
 autoscale-results: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make autoscale-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make autoscale-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas bench autoscale --runs 3 --json --out $(R)/autoscale.json > /dev/null
 	$(BIN)/python benchmarks/autoscale_tables.py $(R)/autoscale.json --write docs/autoscaling.md
 
@@ -165,7 +183,7 @@ autoscale-results: $(STAMP)
 # device pool's allocation and the data plane, interleaved A/B (benchmarks/ab_*.py).
 ISOLATION_AB_BASE := 8cc1143
 isolation-ab-results: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make isolation-ab-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make isolation-ab-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python benchmarks/ab_pool_alloc.py --base $(ISOLATION_AB_BASE) --pairs 7 --json $(R)/pool-alloc-ab-issue37-cpu.json
 	$(BIN)/python benchmarks/ab_dataplane.py --base $(ISOLATION_AB_BASE) --pairs 6 --json $(R)/dataplane-ab-issue37-cpu.json
 
@@ -174,23 +192,23 @@ OVERLOAD_AB_BASE := 75b7b63
 # that honour it, 16 and 2,000 connections, interleaved (about 7 minutes)
 RETRY_AB_BASE := b878c4f
 overload-retry-ab-results: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-retry-ab-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make overload-retry-ab-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python benchmarks/ab_overload.py --base $(RETRY_AB_BASE) --pairs 3 --connections 16,2000 --retry-after-cap 30 --json $(R)/overload-retry-ab.json
 
 # This round's gateway changes together (replies polled between connections, Retry-After counting the
 # clients already told to come back) against the commit before them, clients honouring Retry-After
 SESSION_AB_BASE := 989d9b1
 overload-gateway-ab-results: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-gateway-ab-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make overload-gateway-ab-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python benchmarks/ab_overload.py --base $(SESSION_AB_BASE) --pairs 3 --connections 16,2000 --retry-after-cap 30 --json $(R)/overload-gateway-ab.json
 
 overload-ab-results: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-ab-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make overload-ab-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python benchmarks/ab_overload.py --base $(OVERLOAD_AB_BASE) --pairs 3 --json $(R)/overload-ab.json
 	$(BIN)/python benchmarks/overload_tables.py $(R)/overload-ab.json --block overload-ab --write docs/performance.md
 
 ray-serve-results: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make ray-serve-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make ray-serve-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python -m pip install -q -e '.[dev,ray]'
 	$(BIN)/gfaas bench ray-serve --json --out $(R)/ray-serve.json > /dev/null
 	$(BIN)/python benchmarks/hotpath_tables.py $(R)/ray-serve.json --block ray-serve --write docs/performance.md
@@ -199,7 +217,7 @@ ray-serve-results: $(STAMP)
 # 2 minutes; needs the ray extra; not in `results`): gfaas vs Redis vs Ray's object store (issue 20).
 cluster-results: $(STAMP)
 	@[ "$$(id -u)" = 0 ] || { echo "make cluster-results: network namespaces need root; run: sudo make cluster-results"; exit 2; }
-	@git diff --quiet -- src benchmarks/*.py || { echo "make cluster-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make cluster-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python -m pip install -q -e '.[dev,ray]'
 	$(BIN)/gfaas bench cluster --json --out $(R)/cluster-cpu.json > /dev/null
 	$(BIN)/python benchmarks/cluster_tables.py $(R)/cluster-cpu.json --write docs/deploy.md
@@ -209,7 +227,7 @@ cluster-results: $(STAMP)
 PULL_ENGINE := mooncake-transfer-engine-non-cuda==0.3.13.post1
 pull-results: $(STAMP)
 	@[ "$$(id -u)" = 0 ] || { echo "make pull-results: network namespaces need root; run: sudo make pull-results"; exit 2; }
-	@git diff --quiet -- src benchmarks/*.py || { echo "make pull-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make pull-results: commit your changes first (results record the commit)"; exit 1; }
 	@ldconfig -p | grep -q librdmacm.so.1 || { apt-get update -q && apt-get install -y -q libibverbs1 librdmacm1; }
 	@[ -x .venv-te/bin/python ] || { python3 -m venv .venv-te && .venv-te/bin/pip install -q '$(PULL_ENGINE)'; }
 	$(BIN)/gfaas bench pull --json --engine-python .venv-te/bin/python --out $(R)/pull-cpu.json > /dev/null
@@ -218,7 +236,7 @@ pull-results: $(STAMP)
 # The embedded invocation's profile after issue 23's work: docs/perf-after.svg (py-spy, all processes)
 # and benchmarks/results/profile-after-cpu.json (p50 and CPU per process), quoted by docs/performance.md.
 profile-results: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make profile-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make profile-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python -m pip install -q py-spy
 	$(BIN)/py-spy record --rate 250 --function --subprocesses -o docs/perf-after.svg -- \
 		$(BIN)/python benchmarks/profile_invoke.py loop --n 1500 > /dev/null
@@ -229,7 +247,7 @@ profile-results: $(STAMP)
 	$(BIN)/python benchmarks/hotpath_tables.py $(R)/profile-after-cpu.json --block control-path --write docs/performance.md
 
 overload-results: $(STAMP)
-	@git diff --quiet -- src benchmarks/*.py || { echo "make overload-results: commit your changes first (results record the commit)"; exit 1; }
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make overload-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/gfaas bench overload --json --rounds 3 --out $(R)/overload.json > /dev/null
 	$(BIN)/gfaas bench overload --json --rounds 3 --retry-after-cap 30 --out $(R)/overload-honoured.json > /dev/null
 	$(BIN)/gfaas bench overload --json --rounds 3 --retry-after-cap 0 --out $(R)/overload-at-once.json > /dev/null

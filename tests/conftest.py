@@ -271,3 +271,35 @@ def thread_daemon() -> Any:
     """``with thread_daemon(config) as d:`` a node daemon serving on a thread of this process, for
     tests that reach into it (its store, its devices' logs) or patch it; stopped on exit."""
     return _daemon_in_thread
+
+
+def _sim_kernel_params() -> list[Any]:
+    from gfaas.sim import kernel
+
+    native = pytest.param(kernel.NativeSimulator, id="native-kernel", marks=pytest.mark.skipif(
+        kernel.NativeSimulator is None, reason="gfaas_native is not built here (make setup builds it; needs cargo)"))
+    return [pytest.param(kernel.PySimulator, id="python-kernel"), native]
+
+
+@pytest.fixture(scope="module", params=_sim_kernel_params())
+def sim_kernel(request: pytest.FixtureRequest) -> Any:
+    """Each implementation of the simulator's kernel in turn: the pure-Python reference and the Rust one
+    (gfaas.sim.kernel); a module whose tests take it runs them all on both."""
+    return request.param
+
+
+def _sim_core_params() -> list[Any]:
+    from gfaas.sim import kernel, network
+
+    skip = pytest.mark.skipif(network.NativeNetwork is None,
+                              reason="gfaas_native is not built here (make setup builds it; needs cargo)")
+    return [pytest.param((kernel.PySimulator, network.PyNetwork), id="python-core"),
+            pytest.param((kernel.NativeSimulator, network.NativeNetwork), id="native-core", marks=skip),
+            pytest.param((kernel.PySimulator, network.NativeNetwork), id="native-network-python-kernel", marks=skip)]
+
+
+@pytest.fixture(scope="module", params=_sim_core_params())
+def sim_core(request: pytest.FixtureRequest) -> Any:
+    """(kernel class, network class) of the simulator: both pure Python (the reference), both native,
+    and the native network on the reference kernel (gfaas.sim.kernel, gfaas.sim.network)."""
+    return request.param

@@ -262,8 +262,9 @@ def bench_sim(a: argparse.Namespace) -> int:
         pass
     if _save_or_emit(res, a):
         return 0
-    print(f"event kernel: gfaas {res['gfaas_events_per_s']:,.0f} events/s, SimPy {res['simpy_events_per_s']:,.0f} "
-          f"events/s; ratio {res['ratio']:.2f}x (same M/M/1 jobs)")
+    print(f"event kernel ({res['core']}): gfaas {res['gfaas_events_per_s']:,.0f} events/s, SimPy "
+          f"{res['simpy_events_per_s']:,.0f} events/s; ratio {res['ratio']:.2f}x (same M/M/1 jobs); "
+          f"{res['core_over_python']:.2f}x the pure-Python kernel")
     if "policy_decision" in res:
         print("policy decision times:", json.dumps(res["policy_decision"], indent=1))
     return 0
@@ -276,8 +277,10 @@ def bench_simscale(a: argparse.Namespace) -> int:
     if _save_or_emit(res, a):
         return 0
     for r in res["rows"]:  # type: ignore[attr-defined]
+        ref = (f"  (pure-Python core {r['python_us_per_request']:.1f} us/request: {r['speedup']:.2f}x)"
+               if "speedup" in r else "")
         print(f"{r['nodes']:>4} nodes {r['gpus']:>5} GPUs {r['requests']:>7} requests  {r['wall_s']:>8.2f} s wall"
-              f"  {r['us_per_request']:>7.1f} us/request  p50 {r['p50_ms']:.2f} ms")
+              f"  {r['us_per_request']:>7.1f} us/request  p50 {r['p50_ms']:.2f} ms{ref}")
     return 0
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 #: What a measurement runs: an uncommitted change here makes the tree "dirty" for it. Docs and
 #: the result files a batch of runs is writing do not.
-_MEASURED = ("src", "benchmarks/*.py", "pyproject.toml", "Makefile")
+_MEASURED = ("src", "native", "benchmarks/*.py", "pyproject.toml", "Makefile")
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
@@ -140,4 +140,7 @@ def provenance(command: list[str] | None = None, settings: dict[str, Any] | None
     chosen = settings if settings is not None else _SETTINGS
     if chosen is not None:
         block["settings"] = chosen
+    kernel = sys.modules.get("gfaas.sim.kernel")  # a simulator ran here: its core, native or python
+    if kernel is not None:
+        block["sim_core"] = kernel.CORE
     return block

@@ -15,6 +15,15 @@ from gfaas.errors import ConfigError
 from gfaas.sim.kernel import Event, EventLog, SimClock, Simulator
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _on_each_kernel(sim_kernel: Any) -> Any:
+    """Every test here runs on the reference kernel and on the native one (tests/conftest.py)."""
+    global Simulator
+    saved, Simulator = Simulator, sim_kernel
+    yield
+    Simulator = saved
+
+
 def _logger(sim: Simulator, log: list[tuple[float, str]]) -> Any:
     def rec(name: str) -> None:
         log.append((sim.now, name))
@@ -386,3 +395,8 @@ def test_bench_smoke() -> None:
     assert r["simpy_events"] > r["events"]  # SimPy needs several events per job
     assert r["mean_sojourn_gfaas"] == pytest.approx(r["mean_sojourn_simpy"], rel=1e-9)
     assert r["gfaas_events_per_s"] > 0 and r["simpy_events_per_s"] > 0
+    from gfaas.sim.kernel import CORE
+
+    # The pure-Python kernel ran the same jobs beside the default one (it raises if they disagree).
+    assert r["core"] == CORE and r["python_kernel_jobs_per_s"] > 0
+    assert r["core_over_python"] == pytest.approx(r["gfaas_jobs_per_s"] / r["python_kernel_jobs_per_s"], rel=1e-9)

@@ -14,6 +14,15 @@ from hypothesis import strategies as st
 from gfaas.errors import ConfigError
 from gfaas.sim.kernel import Simulator
 
+
+@pytest.fixture(scope="module", autouse=True)
+def _on_each_kernel(sim_kernel: Any) -> Any:
+    """Every test here runs on the reference kernel and on the native one (tests/conftest.py)."""
+    global Simulator
+    saved, Simulator = Simulator, sim_kernel
+    yield
+    Simulator = saved
+
 times = st.lists(st.integers(0, 12).map(lambda k: k / 4), max_size=30)  # many ties on purpose
 
 
@@ -74,9 +83,9 @@ def test_at_many_keeps_the_heap_small() -> None:
     """A million arrivals: the heap holds the next one, not all of them."""
     sim = Simulator()
     sim.at_many(np.arange(1_000_000) * 1e-3, lambda: None)
-    assert sim.pending == 1_000_000 and len(sim._heap) == 1
+    assert sim.pending == 1_000_000 and sim.heap_size == 1
     sim.run(1.0)
-    assert sim.events_run == 1001 and len(sim._heap) == 1
+    assert sim.events_run == 1001 and sim.heap_size == 1
 
 
 def test_at_many_rejects_past_nan_and_infinite_times_before_scheduling_any() -> None:

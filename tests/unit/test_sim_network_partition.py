@@ -11,14 +11,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gfaas.sim.kernel import Event, Simulator
-from gfaas.sim.network import Network
+from gfaas.sim.network import NativeNetwork, Network, PyNetwork
 from gfaas.topology import Device, Link, Topology
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _on_each_core(sim_core: Any) -> Any:
+    """Every test here runs on the reference kernel and network, on the native ones, and on the native
+    network over the reference kernel (tests/conftest.py)."""
+    global Simulator, Network
+    saved = Simulator, Network
+    Simulator, Network = sim_core
+    yield
+    Simulator, Network = saved
 
 GB = 1e9
 
@@ -240,3 +252,15 @@ def test_a_batch_reallocates_once_and_moves_the_completion_event_once() -> None:
     net.commit()
     assert sim.pending == 1
     assert [f.rate for f in fs] == [1 * GB, 4.5 * GB, 4.5 * GB]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(op, min_size=1, max_size=25), st.booleans())
+def test_the_native_network_agrees_with_the_reference_bit_for_bit(
+        ops: list[tuple[str, int, float, float | None, float, int]], batch: bool) -> None:
+    """Not only up to rounding: the same finish times, bytes left and bytes per edge, as floats."""
+    if NativeNetwork is None:
+        pytest.skip("gfaas_native is not built here (make setup builds it; needs cargo)")
+    native, ref = _drive(NativeNetwork, ops, batch=batch), _drive(PyNetwork, ops, batch=batch)
+    assert native == ref
+    assert [list(d) for d in native] == [list(d) for d in ref]  # and in the same order

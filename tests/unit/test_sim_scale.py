@@ -55,12 +55,19 @@ def test_simscale_bench_prints_the_issue_rows(capsys: pytest.CaptureFixture[str]
     import json
 
     from gfaas.cli import main
+    from gfaas.sim.kernel import CORE
 
     assert main(["bench", "simscale", "--quick", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["rows"]
+    assert doc["core"] == CORE == doc["provenance"]["sim_core"]
     assert [(r["nodes"], r["gpus"]) for r in rows] == [(1, 8), (8, 64)]
+    # On the native core each size also ran on the pure-Python one, in the same run (the reference).
+    extra = {"python_us_per_request", "speedup"} if CORE == "native" else set()
     for r in rows:
-        assert set(r) == {"nodes", "gpus", "requests", "wall_s", "us_per_request", "p50_ms"}
+        assert set(r) == {"nodes", "gpus", "requests", "wall_s", "us_per_request", "p50_ms"} | extra
         assert r["us_per_request"] == pytest.approx(r["wall_s"] / r["requests"] * 1e6, abs=0.1)
+        if extra:
+            assert r["speedup"] == pytest.approx(r["python_us_per_request"] / r["us_per_request"], rel=0.02)
     assert rows[1]["requests"] > 5 * rows[0]["requests"]
     assert rows[1]["p50_ms"] == pytest.approx(rows[0]["p50_ms"], rel=0.10)

@@ -7,8 +7,10 @@ must produce identical sojourn times; the benchmark checks that the two mean soj
 a relative 1e-9 and raises otherwise.
 
 * gfaas: :func:`gfaas.sim.queueing.simulate_fifo`, two callbacks (arrival, departure) on
-  :class:`gfaas.sim.kernel.Simulator`; it also integrates the time-average statistics, which the
-  SimPy side does not, so any bias is against gfaas.
+  :class:`gfaas.sim.kernel.Simulator` (the native kernel where it is built: ``core``); it also
+  integrates the time-average statistics, which the SimPy side does not, so any bias is against gfaas.
+  The pure-Python kernel (:class:`~gfaas.sim.kernel.PySimulator`, the reference) runs the same jobs
+  too: ``python_kernel_jobs_per_s`` and ``core_over_python`` (1.0 when the core is the Python one).
 * SimPy: the idiomatic model, a source process that waits each interarrival time and starts one
   process per job; the job requests a ``simpy.Resource`` of capacity 1, holds it for its service
   time and records its sojourn time.
@@ -43,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, require_extra
+from ..sim.kernel import CORE, PySimulator
 from ..sim.queueing import simulate_fifo
 
 log = logging.getLogger(__name__)
@@ -132,6 +135,9 @@ def run(events: int = 200_000, seed: int = 1, repeats: int = 3) -> dict[str, Any
     sv_list: list[float] = sv.tolist()
 
     g_time, g_stats = _best_of(repeats, lambda: simulate_fifo(ia, sv))
+    p_time, p_stats = _best_of(repeats, lambda: simulate_fifo(ia, sv, kernel=PySimulator))
+    if p_stats != g_stats:
+        raise RuntimeError(f"the {CORE} kernel and the pure-Python one disagree on the same jobs: {g_stats} vs {p_stats}")
     s_time, (s_sojourn, _) = _best_of(repeats, lambda: _simpy_mm1(simpy, ia_list, sv_list, False))
     _, simpy_events = _simpy_mm1(simpy, ia_list, sv_list, True)
 
@@ -153,6 +159,9 @@ def run(events: int = 200_000, seed: int = 1, repeats: int = 3) -> dict[str, Any
         "gfaas_jobs_per_s": g_jobs_per_s,
         "simpy_jobs_per_s": s_jobs_per_s,
         "ratio": g_jobs_per_s / s_jobs_per_s,
+        "core": CORE,
+        "python_kernel_jobs_per_s": jobs / p_time,
+        "core_over_python": p_time / g_time,
         "gfaas_seconds": g_time,
         "simpy_seconds": s_time,
         "mean_sojourn_gfaas": g_sojourn,

@@ -11,6 +11,11 @@ Per row: ``requests`` simulated, ``wall_s`` from building the cluster to the las
 ``us_per_request = wall_s / requests`` and the simulated ``p50_ms``. Wall times depend on the CPU
 and what else runs on it; compare rows of one run, or runs on one machine.
 
+Where the simulator's core is the native one (``gfaas.sim.kernel.CORE``), every size is run again in a
+child process on the pure-Python core (``GFAAS_SIM_CORE=python``), the reference, in the same run:
+``python_us_per_request`` and ``speedup`` (its wall time over the native one's); the two must simulate
+the same requests with the same p50, or the benchmark raises.
+
 Run ``gfaas bench simscale --json`` (``--quick``: 1 and 8 nodes, 1 simulated second) or
 ``python -m gfaas.bench.simscale [--nodes 1,8] [--seconds S]``.
 """
@@ -19,6 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 
@@ -26,6 +34,7 @@ import numpy as np
 
 from ..sim.arrivals import poisson
 from ..sim.cluster import Cluster
+from ..sim.kernel import CORE
 from ..sim.systems import system
 from ..sim.workflows import workflow
 from ..topology import preset
@@ -53,9 +62,30 @@ def row(nodes: int, seconds: float = SECONDS, seed: int = 1) -> dict[str, object
             "p50_ms": round(float(np.median(lat)) * 1e3, 3) if lat else float("nan")}
 
 
+def python_row(nodes: int, seconds: float = SECONDS, seed: int = 1) -> dict[str, object]:
+    """:func:`row` on the pure-Python core, in a child process (the core is chosen at import)."""
+    env = {**os.environ, "GFAAS_SIM_CORE": "python"}
+    code = f"import json; from gfaas.bench.simscale import row; print(json.dumps(row({nodes}, {seconds!r}, {seed})))"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    if p.returncode != 0:
+        raise RuntimeError(f"the pure-Python row at {nodes} nodes failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout)
+
+
 def run(nodes: Sequence[int] = NODES, seconds: float = SECONDS) -> dict[str, object]:
+    rows = []
+    for n in nodes:
+        r = row(n, seconds)
+        if CORE == "native":
+            ref = python_row(n, seconds)
+            if (ref["requests"], ref["p50_ms"]) != (r["requests"], r["p50_ms"]):
+                raise RuntimeError(f"at {n} nodes the native core simulated {r['requests']} requests, p50 "
+                                   f"{r['p50_ms']} ms, and the pure-Python one {ref['requests']}, {ref['p50_ms']} ms")
+            r["python_us_per_request"] = ref["us_per_request"]
+            r["speedup"] = round(float(ref["wall_s"]) / float(r["wall_s"]), 2)  # type: ignore[arg-type]
+        rows.append(r)
     return {"workflow": WORKFLOW, "machine": MACHINE, "rate_per_node": RATE_PER_NODE, "seconds": seconds,
-            "rows": [row(n, seconds) for n in nodes]}
+            "core": CORE, "rows": rows}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

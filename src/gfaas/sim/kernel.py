@@ -25,24 +25,33 @@ the events in flight (a heap of a million pending arrivals makes every push and 
 Cancellation is lazy: :meth:`Simulator.cancel` only sets a flag and the event is dropped when it
 reaches the head of the heap. That keeps cancel O(1), which matters for models that reschedule a
 completion every time a rate changes (see ``gfaas.sim.network``).
+
+Two implementations of this contract: :class:`PySimulator` below, the reference, and
+:class:`NativeSimulator`, the same kernel in Rust (``native/``, built by ``make setup``), which must
+agree with it event for event (``tests/unit/test_sim_kernel.py`` runs against both; the cross-checks
+in ``tests/integration/test_sim_native_core.py`` compare whole runs). ``Simulator`` is the native one
+when it is built, else the reference; ``GFAAS_SIM_CORE=python`` (or ``native``) picks one, for the
+kernel and the fluid network (``gfaas.sim.network``) together: :data:`CORE` says which.
 """
 
 from __future__ import annotations
 
 import gc
 import heapq
+import importlib
 import logging
 import math
+import os
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock
 from ..errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Event", "EventLog", "SimClock", "Simulator"]
+__all__ = ["CORE", "Event", "EventLog", "NativeSimulator", "PySimulator", "SimClock", "Simulator"]
 
 _INF = math.inf
 _GC_GEN0 = 100_000  # allocations between generation-0 collections while a run is in progress
@@ -80,14 +89,14 @@ class SimClock:
 
     __slots__ = ("_sim",)
 
-    def __init__(self, sim: Simulator) -> None:
+    def __init__(self, sim: PySimulator) -> None:
         self._sim = sim
 
     def now(self) -> float:
-        return self._sim._now
+        return self._sim.now
 
 
-class Simulator:
+class PySimulator:
     """Event queue plus simulated time (seconds, a float starting at ``start``).
 
     ``now`` is read-only from outside; it moves only when :meth:`step` or :meth:`run` execute an
@@ -211,6 +220,11 @@ class Simulator:
         """Number of scheduled events that have neither run nor been cancelled."""
         return len(self._heap) - self._ncancelled + self._unpushed
 
+    @property
+    def heap_size(self) -> int:
+        """Entries in the heap now, cancelled ones not yet dropped included (what each push and pop costs)."""
+        return len(self._heap)
+
     def step(self) -> bool:
         """Run the next live event; return False (and leave time alone) if there is none."""
         heap = self._heap
@@ -281,7 +295,7 @@ class _Stream:
 
     __slots__ = ("args", "base", "fn", "i", "priority", "seqs", "sim", "times")
 
-    def __init__(self, sim: Simulator, times: array[float], base: int, seqs: array[int] | None,
+    def __init__(self, sim: PySimulator, times: array[float], base: int, seqs: array[int] | None,
                  fn: Callable[..., None], args: tuple[Any, ...], priority: int) -> None:
         self.sim = sim
         self.times = times
@@ -316,8 +330,9 @@ class EventLog:
 
     __slots__ = ("_clock", "entries")
 
-    def __init__(self, source: Simulator | Clock) -> None:
-        self._clock: Clock = source.clock() if isinstance(source, Simulator) else source
+    def __init__(self, source: PySimulator | Clock) -> None:
+        # The native kernel is no PySimulator subclass: a Clock is anything else.
+        self._clock: Clock = source.clock() if isinstance(source, _KERNELS) else source  # type: ignore[union-attr, assignment]
         self.entries: list[tuple[Any, ...]] = []
 
     def record(self, kind: str, *details: Any) -> None:
@@ -337,3 +352,50 @@ class EventLog:
 
 def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def native_module() -> Any:
+    """``gfaas_native`` (the simulator's native core), or None when it is not built (``make setup`` builds it)."""
+    try:
+        return importlib.import_module("gfaas_native")
+    except ImportError:
+        return None
+
+
+_native = native_module()
+_Native = None if _native is None else _native.Kernel
+
+if _Native is not None:
+    class NativeSimulator(_Native):  # type: ignore[misc, valid-type]
+        """:class:`PySimulator`'s contract in Rust (``native/src/lib.rs``); the same events in the same order."""
+
+        __slots__ = ()
+
+        def clock(self) -> SimClock:
+            return SimClock(self)
+else:
+    NativeSimulator = None  # type: ignore[assignment, misc]
+
+
+def _choose() -> tuple[str, Any]:
+    want = os.environ.get("GFAAS_SIM_CORE", "").strip().lower()
+    if want not in ("", "native", "python"):
+        raise ConfigError(f"GFAAS_SIM_CORE={want!r}: use 'native', 'python' or leave it unset (native when built)")
+    if want == "python" or (want == "" and NativeSimulator is None):
+        if want == "":
+            log.debug("gfaas_native is not built: the simulator runs the pure-Python kernel (make setup builds it)")
+        return "python", PySimulator
+    if NativeSimulator is None:
+        raise ConfigError("GFAAS_SIM_CORE=native but gfaas_native is not installed: run `make setup` (needs cargo) "
+                          "or `pip install ./native`, or unset GFAAS_SIM_CORE")
+    return "native", NativeSimulator
+
+
+#: Which core ``Simulator`` and ``gfaas.sim.network.Network`` are: ``"native"`` or ``"python"``
+#: (result files record it in their provenance).
+CORE: str
+if TYPE_CHECKING:
+    Simulator = PySimulator
+else:
+    CORE, Simulator = _choose()
+_KERNELS: tuple[type, ...] = (PySimulator,) if NativeSimulator is None else (PySimulator, NativeSimulator)

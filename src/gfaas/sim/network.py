@@ -21,6 +21,10 @@ group the changes of one instant into one re-allocation (no time passes in betwe
 the same as re-allocating after each change). All of this gives the same rates as one global
 max-min allocation up to float rounding (the per-round shares are summed in a different order);
 ``tests/unit/test_sim_network_partition.py`` checks it against a global reference.
+
+:class:`PyNetwork` below is the reference; :class:`NativeNetwork` is the same model in Rust
+(``native/src/network.rs``), whose floats come from the same operations in the same order, so runs
+agree bit for bit. ``Network`` is the native one when the simulator's core is (``kernel.CORE``).
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..topology import GB, Topology
-from .kernel import Event, Simulator
+from .kernel import CORE, Event, Simulator, native_module
 
 EdgeKey = tuple[str, str]
 _EPS_BYTES = 1e-6
@@ -63,7 +68,7 @@ def _ident(f: Flow) -> int:
     return f.ident
 
 
-class Network:
+class PyNetwork:
     """The fluid network of one simulation; every edge of the topology is a shared resource."""
 
     def __init__(self, sim: Simulator, topology: Topology) -> None:
@@ -332,3 +337,20 @@ class Network:
                 f.on_done()
         finally:
             self.commit()
+
+
+_native: Any = native_module()
+
+if _native is not None:
+    class NativeNetwork(_native.FluidNetwork):
+        """:class:`PyNetwork`'s contract in Rust (``native/src/network.rs``): the same rates, finish
+        times and bytes, bit for bit."""
+
+        __slots__ = ()
+else:
+    NativeNetwork = None  # type: ignore[assignment, misc]
+
+if TYPE_CHECKING:
+    Network = PyNetwork
+else:
+    Network = NativeNetwork if CORE == "native" and NativeNetwork is not None else PyNetwork

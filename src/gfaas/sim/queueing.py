@@ -268,12 +268,14 @@ def _run_fifo(sim: Simulator, ia: list[float], sv: list[float], warmup: int) -> 
 
 
 def simulate_fifo(interarrivals: Sequence[float] | np.ndarray, services: Sequence[float] | np.ndarray,
-                  *, warmup: int = 0) -> QueueStats:
+                  *, warmup: int = 0, kernel: type[Simulator] | None = None) -> QueueStats:
     """Run one FIFO single-server queue on a fresh :class:`Simulator` with the given times.
 
     Job ``i`` arrives ``interarrivals[i]`` seconds after job ``i-1`` (job 0 after time 0) and needs
     ``services[i]`` seconds of service. Taking the times as input, rather than a seed, lets the
-    benchmark feed the very same numbers to SimPy and compare results exactly.
+    benchmark feed the very same numbers to SimPy and compare results exactly. ``kernel``: the
+    simulator class to run on (default :data:`gfaas.sim.kernel.Simulator`; ``gfaas bench sim`` times
+    the pure-Python reference beside the native kernel).
     """
     ia_arr = np.asarray(interarrivals, dtype=np.float64)
     sv_arr = np.asarray(services, dtype=np.float64)
@@ -290,7 +292,7 @@ def simulate_fifo(interarrivals: Sequence[float] | np.ndarray, services: Sequenc
             raise ConfigError(f"{what} time of job {j} is {float(xs[j])!r}; times must be finite and >= 0")
     ia: list[float] = ia_arr.tolist()
     sv: list[float] = sv_arr.tolist()
-    sim = Simulator()
+    sim = (kernel or Simulator)()
     m = _run_fifo(sim, ia, sv, warmup)
     t0, area0, busy0 = m.mark
     window = sim.now - t0

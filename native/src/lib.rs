@@ -1,0 +1,58 @@
+//! Native parts of gfaas, loaded by the Python package when built (`make setup` builds them): the
+//! simulator's event kernel (`kernel.rs`, `gfaas.sim.kernel`) and its fluid network (`network.rs`,
+//! `gfaas.sim.network`). The pure-Python classes stay the reference: the native ones give the same
+//! events in the same order, with the same floats (tests/unit/test_sim_kernel.py,
+//! tests/unit/test_sim_network*.py, tests/integration/test_sim_native_core.py). Why native: at cluster
+//! scale a run is millions of heap operations and rate re-allocations, each a few Python-level
+//! operations in the reference (docs/design/simulator.md, "A native core").
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyFloat;
+
+mod kernel;
+mod network;
+
+static CONFIG_ERROR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// gfaas's own `ConfigError` (gfaas.errors), with `msg`: what the reference raises for bad input.
+pub(crate) fn config_error(py: Python<'_>, msg: String) -> PyErr {
+    match CONFIG_ERROR.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("gfaas.errors")?.getattr("ConfigError")?.unbind())
+    }) {
+        Ok(cls) => match cls.bind(py).call1((msg,)) {
+            Ok(err) => PyErr::from_value(err),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
+/// Python's `repr` of a float (error messages read as the reference's).
+pub(crate) fn float_repr(py: Python<'_>, v: f64) -> String {
+    PyFloat::new(py, v)
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| v.to_string())
+}
+
+/// `getattr(fn, "__qualname__", None) or repr(fn)`, as the reference names a callback in errors.
+pub(crate) fn callable_name(func: &Bound<'_, PyAny>) -> String {
+    if let Ok(q) = func.getattr("__qualname__") {
+        if q.is_truthy().unwrap_or(false) {
+            return q.to_string();
+        }
+    }
+    func.repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| "<callback>".into())
+}
+
+#[pymodule]
+fn gfaas_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<kernel::Kernel>()?;
+    m.add_class::<kernel::Event>()?;
+    m.add_class::<network::FluidNetwork>()?;
+    m.add_class::<network::Flow>()?;
+    Ok(())
+}
