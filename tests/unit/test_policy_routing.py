@@ -8,6 +8,8 @@ pcie2 (4, 5), pcie3 (6, 7), 12 GB/s each; one 12.5 GB/s NIC per switch.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gfaas.errors import ConfigError
 from gfaas.policy import MiB, Path, Plan, Router, RoutingOptions
@@ -485,6 +487,14 @@ def test_split_is_proportional_in_whole_chunks_and_exact() -> None:
     with pytest.raises(ConfigError, match="chunk_bytes"):
         plan.split(10, chunk_bytes=0)
     assert Path(g(0, 1, 3), 1.0).edges == (("gpu0", "gpu1"), ("gpu1", "gpu3"))
+
+
+@given(st.integers(0, 1 << 34), st.integers(1, 64 * MiB), st.floats(1e-3, 1e3), st.floats(1e-3, 1e3))
+def test_split_over_one_path_is_the_whole_size_and_over_two_sums_to_it(n: int, chunk: int, a: float, b: float) -> None:
+    """One path takes every byte (the fast path gives what the chunk rule gives); two share it exactly."""
+    assert Plan("t", "a", "b", (Path(("a", "b"), a),)).split(n, chunk) == [n]
+    two = Plan("t", "a", "b", (Path(("a", "b"), a), Path(("a", "c", "b"), b))).split(n, chunk)
+    assert sum(two) == n and all(x >= 0 for x in two)
 
 
 def test_no_balancing_against_a_holder_with_no_more_bandwidth() -> None:

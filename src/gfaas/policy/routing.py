@@ -95,6 +95,8 @@ class Plan:
             raise ConfigError(f"split({nbytes}, {chunk_bytes}): nbytes must be >= 0 and chunk_bytes > 0")
         if not self.paths:
             return []
+        if len(self.paths) == 1:  # what the rule below gives one path, without its float work
+            return [nbytes]
         chunks = -(-nbytes // chunk_bytes)
         total = self.total_gbps
         quota = [chunks * p.gbps / total for p in self.paths]
