@@ -87,9 +87,20 @@ def timeline(doc: dict[str, Any]) -> str:
     handlers = sum(v for k, v in worker.items()) * 1e3
     trip = next((st["p50_ms"] * 1e3 for st in doc["steps"] if st["step"].endswith("_reply")), None)
     if trip is not None:
-        lines += ["", f"The worker's round trip takes {trip:.0f} us at p50, of which its handlers report {handlers:.0f} us "
-                  f"(get, compute and put, medians summed): the other {trip - handlers:.0f} us are two process hops "
-                  f"and the worker's own framework, {(trip - handlers) / floor:.1f}x the floor by themselves."]
+        split = doc.get("round_trip_split") or {}
+        if split:  # the worker's own loop time came back in its Done (busy_s)
+            lines += ["", f"The worker's round trip takes {trip:.0f} us at p50. Inside the worker, from the task's "
+                      f"arrival to the reply's encoding, {split['worker_loop_p50_ms'] * 1e3:.0f} us: the handlers "
+                      f"report {split['handlers_p50_ms'] * 1e3:.0f} us (get, compute and put), and the worker's "
+                      f"framework around them (checks, contexts, values, log capture, the chain) takes "
+                      f"{split['worker_framework_p50_ms'] * 1e3:.0f} us. The two process hops with their encoding "
+                      f"and decoding take the rest, {split['hops_p50_ms'] * 1e3:.0f} us (medians of per-invocation "
+                      "differences)."]
+        else:
+            lines += ["", f"The worker's round trip takes {trip:.0f} us at p50, of which its handlers report "
+                      f"{handlers:.0f} us (get, compute and put, medians summed): the other {trip - handlers:.0f} us "
+                      f"are two process hops and the worker's own framework, {(trip - handlers) / floor:.1f}x the "
+                      "floor by themselves."]
     readers = doc.get("reply_threads") or {}
     if readers:
         total = sum(readers.values())

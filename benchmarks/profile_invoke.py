@@ -251,11 +251,14 @@ def timeline(n: int) -> dict[str, Any]:
         readers[threading.current_thread().name] += 1
         run = self._running.get(id(worker))
         fns = [run.fn, *run.chain] if run is not None else []
+        if isinstance(msg, wmod.Done) and fns:
+            ev.setdefault("busy", msg.busy_s)
         while fns and isinstance(msg, wmod.Done):  # a chain's replies come in one (Done.next)
             fn = fns.pop(0)
             mark(f"{fn}_reply")
             for f in ("compute_s", "fn_get_s", "put_s"):
                 worker_parts[f"{fn} {f.removesuffix('_s')}"].append(getattr(msg, f))
+                ev["handlers"] = ev.get("handlers", 0.0) + getattr(msg, f)
             msg = msg.next
 
     undo = [
@@ -289,14 +292,30 @@ def timeline(n: int) -> dict[str, Any]:
         steps.append({"step": key, "what": what, "p50_ms": round(float(np.median(d)), 3),
                       "mean_ms": round(float(d.mean()), 3)})
     total = np.asarray([r["woke"] - r["submit"] for r in rows]) * 1e3
+    # The worker's round trip split: its loop's own time (Done.busy_s: from the task's arrival to the
+    # reply's encoding, the chain included) and the rest, the two process hops and their framing.
+    first = next((k for k in keys if k.endswith("_sent")), None)
+    reply = next((k for k in keys if k.endswith("_reply")), None)
+    split: dict[str, float] = {}
+    if first and reply and all("busy" in r for r in rows):
+        inside = np.asarray([r["busy"] for r in rows]) * 1e3
+        hops = np.asarray([r[reply] - r[first] - r["busy"] for r in rows]) * 1e3
+        handlers = np.asarray([r["handlers"] for r in rows]) * 1e3
+        split = {"worker_loop_p50_ms": round(float(np.median(inside)), 3),
+                 "handlers_p50_ms": round(float(np.median(handlers)), 3),
+                 "worker_framework_p50_ms": round(float(np.median(inside - handlers)), 3),
+                 "hops_p50_ms": round(float(np.median(hops)), 3)}
     return {"invocations": len(rows), "wall_ms": {"p50": round(float(np.median(total)), 3),
                                                   "mean": round(float(total.mean()), 3)},
             "steps": steps,
             "sum_of_step_p50_ms": round(sum(s["p50_ms"] for s in steps), 3),
             "worker_reported_p50_ms": {k: round(float(np.median(v)) * 1e3, 3) for k, v in worker_parts.items()},
+            "round_trip_split": split,
             "reply_threads": {("caller" if k == threading.main_thread().name else k): v for k, v in readers.items()},
             "note": "each step: the median time from the previous moment to this one (the wrappers add a few us); "
-                    "a worker's share is what its Done reports (the handler's get, compute and put)"}
+                    "a worker's share is what its Done reports (the handler's get, compute and put); round_trip_split "
+                    "divides the first worker round trip into the worker loop's own time (Done.busy_s: handlers, "
+                    "their framework and the log capture) and the rest (the two process hops, encoding and decoding)"}
 
 
 # ---- registry -------------------------------------------------------------------------------------

@@ -20,3 +20,17 @@ def test_the_call_count_replays_the_worker_loop(monkeypatch: pytest.MonkeyPatch)
     assert got["runtime_total"] > 0, got
     # tiny's red runs in gen's worker (a chain), so one worker serves both and counts both
     assert list(got["workers"]) == ["worker of gen"] and got["workers"]["worker of gen"] > 0, got
+
+
+def test_the_timeline_splits_the_workers_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker reports its loop's own time (Done.busy_s); the timeline divides the round trip into
+    that (handlers plus their framework) and the hops, each part positive and inside the round trip."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import profile_invoke
+
+    doc = profile_invoke.timeline(20)
+    split = doc["round_trip_split"]
+    trip = next(s["p50_ms"] for s in doc["steps"] if s["step"] == "gen_reply")
+    assert 0 < split["handlers_p50_ms"] < split["worker_loop_p50_ms"], split
+    assert split["worker_framework_p50_ms"] > 0 and split["hops_p50_ms"] > 0, split
+    assert split["worker_loop_p50_ms"] < trip * 1.5, (split, trip)  # medians of differences, not exact sums

@@ -217,6 +217,10 @@ class Done(_Ctl):
     slab_used: bool = False  # a put packed an object into a slab (the next Bind leases one with it)
     values: dict[str, Value] = {}  # output -> value of the outputs carried here (Task.inline_max)
     next: Done | Failed | None = None  # the reply of Task.then, when it ran (a chain)
+    # Seconds from the task's arrival in the worker's loop to its reply being encoded, the chain's
+    # functions and the log capture included (0: not measured). For profiles only: where an
+    # invocation's time goes between the worker's framework and the two process hops.
+    busy_s: float = 0.0
 
 
 class Failed(_Ctl):
@@ -1294,8 +1298,9 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
     while True:
         poll_s, slept = worker_wait(init.poll_s, cores, gap, light, slept)
         data, fds = _next_message(sock, poll_s)
+        arrived = time.perf_counter()
         if replied is not None:
-            gap = time.perf_counter() - replied
+            gap = arrived - replied
         if not data:
             return 0  # the runtime went away
         msg = _dec.decode(data)
@@ -1316,6 +1321,8 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
             reply.logs = cap.take()
         if msg.then is not None and type(reply) is Done and msg.lazy:
             _follow(reply, msg, hosts, sock, cap, asked, host.take_held())
+        if type(reply) is Done:
+            reply.busy_s = time.perf_counter() - arrived
         sock.send(_enc.encode(reply))
         if host.link_lost():
             return 1
