@@ -23,7 +23,7 @@ $(PYSTAMP): pyproject.toml
 # failure. A build that fails is one.
 $(STAMP): $(PYSTAMP) $(NATIVE_SRC)
 	@if command -v cargo > /dev/null; then \
-	  echo "building gfaas_native (Rust: the simulator's event kernel; the first time about 30 s)"; \
+	  echo "building gfaas_native (Rust: the simulator's event kernel, fluid network and router; the first time about 30 s)"; \
 	  $(BIN)/python -m pip install -q --progress-bar off ./native && rm -f $(VENV)/.native-* && touch $@; \
 	else \
 	  echo "warning: cargo not found, so gfaas_native is not built and the simulator runs its pure-Python kernel (slower); install Rust (https://rustup.rs) and run make setup again" >&2; \
@@ -98,7 +98,8 @@ results: $(STAMP)
 	$(BIN)/gfaas demo --out out/demo --json > $(R)/demo-cpu.json
 	$(BIN)/python benchmarks/dataplane_tables.py $(R)/dataplane-cpu.json --write docs/benchmarks.md
 	$(BIN)/python benchmarks/sim_tables.py $(R)/sim-experiments.json --write docs/results/README.md
-	$(BIN)/python benchmarks/simbench_table.py $(R)/sim-cpu.json --write docs/benchmarks.md
+	$(BIN)/python benchmarks/simbench_table.py $(R)/sim-cpu.json --write docs/benchmarks.md \
+	  --simscale $(R)/simscale-cpu.json --native-page docs/design/native-core.md
 	$(BIN)/python benchmarks/readme_tables.py --write README.md
 
 # What a newcomer's first run costs (about 12 minutes; not in `results`): a fresh clone's make setup,

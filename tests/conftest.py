@@ -303,3 +303,19 @@ def sim_core(request: pytest.FixtureRequest) -> Any:
     """(kernel class, network class) of the simulator: both pure Python (the reference), both native,
     and the native network on the reference kernel (gfaas.sim.kernel, gfaas.sim.network)."""
     return request.param
+
+
+def _router_params() -> list[Any]:
+    from gfaas.policy.routing import Router
+    from gfaas.policy.routing_native import NativeRouter, native_router_available
+
+    skip = pytest.mark.skipif(not native_router_available(),
+                              reason="gfaas_native is not built here (make setup builds it; needs cargo)")
+    return [pytest.param(Router, id="python-router"), pytest.param(NativeRouter, id="native-router", marks=skip)]
+
+
+@pytest.fixture(scope="module", params=_router_params())
+def router_class(request: pytest.FixtureRequest) -> Any:
+    """The reference Router and the native one in turn (gfaas.policy.routing_native); a router test
+    module that swaps its ``Router`` name through this runs every test on both."""
+    return request.param

@@ -1,6 +1,6 @@
 //! Native parts of gfaas, loaded by the Python package when built (`make setup` builds them): the
-//! simulator's event kernel (`kernel.rs`, `gfaas.sim.kernel`) and its fluid network (`network.rs`,
-//! `gfaas.sim.network`). The pure-Python classes stay the reference: the native ones give the same
+//! simulator's event kernel (`kernel.rs`, `gfaas.sim.kernel`), its fluid network (`network.rs`,
+//! `gfaas.sim.network`) and the router's planning (`router.rs`, `gfaas.policy.routing`). The pure-Python classes stay the reference: the native ones give the same
 //! events in the same order, with the same floats (tests/unit/test_sim_kernel.py,
 //! tests/unit/test_sim_network*.py, tests/integration/test_sim_native_core.py). Why native: at cluster
 //! scale a run is millions of heap operations and rate re-allocations, each a few Python-level
@@ -12,6 +12,7 @@ use pyo3::types::PyFloat;
 
 mod kernel;
 mod network;
+mod router;
 
 static CONFIG_ERROR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -54,5 +55,6 @@ fn gfaas_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kernel::Event>()?;
     m.add_class::<network::FluidNetwork>()?;
     m.add_class::<network::Flow>()?;
+    m.add_class::<router::RouterCore>()?;
     Ok(())
 }

@@ -256,8 +256,16 @@ def bench_sim(a: argparse.Namespace) -> int:
     res = run(events=20_000 if a.quick else 200_000)
     try:
         from .bench.policy import run as policy_run
+        from .policy import Router
 
-        res["policy_decision"] = policy_run(n=500 if a.quick else 20_000)
+        # The router the simulator plans with (the native one where it is built), and the reference
+        # on the same samples (same seed).
+        from .sim.dataplane import router_class
+
+        n = 500 if a.quick else 20_000
+        res["policy_decision"] = policy_run(n=n, router=router_class())
+        if router_class() is not Router:
+            res["policy_decision_python"] = policy_run(n=n, router=Router)
     except ImportError:  # pragma: no cover - the policy benchmark ships with the policy package
         pass
     if _save_or_emit(res, a):

@@ -48,22 +48,24 @@ def test_a_cluster_scale_row_is_the_same_run_on_either_core() -> None:
 
 def test_the_core_is_chosen_explicitly_and_recorded() -> None:
     code = ("import gfaas.sim.kernel as k, gfaas.sim.network as n; from gfaas.provenance import provenance; "
-            "print(k.CORE, k.Simulator.__name__, n.Network.__name__, provenance()['sim_core'])")
+            "from gfaas.sim.dataplane import router_class; "
+            "print(k.CORE, k.Simulator.__name__, n.Network.__name__, router_class().__name__, provenance()['sim_core'])")
     p = _python(code, "python")
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == ["python", "PySimulator", "PyNetwork", "python"]
+    assert p.stdout.split() == ["python", "PySimulator", "PyNetwork", "Router", "python"]
     bad = _python("import gfaas.sim.kernel", "fast")
     assert bad.returncode != 0 and "GFAAS_SIM_CORE='fast'" in bad.stderr and "'native', 'python'" in bad.stderr
     if kernel.NativeSimulator is not None:
         p = _python(code, None)  # the default, where it is built
-        assert p.stdout.split() == ["native", "NativeSimulator", "NativeNetwork", "native"]
+        assert p.stdout.split() == ["native", "NativeSimulator", "NativeNetwork", "NativeRouter", "native"]
     assert network.Network in (network.PyNetwork, network.NativeNetwork)
 
 
 def test_without_the_native_part_the_reference_runs_and_asking_for_native_says_how_to_build_it() -> None:
     hide = "import sys; sys.modules['gfaas_native'] = None; "  # import gfaas_native now raises ImportError
-    p = _python(hide + "import gfaas.sim.kernel as k, gfaas.sim.network as n; print(k.CORE, n.Network.__name__)", None)
-    assert p.returncode == 0 and p.stdout.split() == ["python", "PyNetwork"], p.stderr
+    p = _python(hide + "import gfaas.sim.kernel as k, gfaas.sim.network as n; from gfaas.sim.dataplane import "
+                "router_class; print(k.CORE, n.Network.__name__, router_class().__name__)", None)
+    assert p.returncode == 0 and p.stdout.split() == ["python", "PyNetwork", "Router"], p.stderr
     p = _python(hide + "import gfaas.sim.kernel", "native")
     assert p.returncode != 0 and "gfaas_native is not installed" in p.stderr and "make setup" in p.stderr
 

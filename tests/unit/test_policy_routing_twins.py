@@ -5,6 +5,7 @@ Router on 128 nodes). The renamed sets must equal what ``route_set`` computes fo
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,15 @@ from gfaas.policy.paths import route_set
 from gfaas.policy.routing import _twin_nodes, _twin_route_set
 from gfaas.sim.systems import SYSTEMS
 from gfaas.topology import Device, Link, Topology, preset
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _on_each_router(router_class: Any) -> Any:
+    """Every test here runs on the reference router and on the native one (tests/conftest.py)."""
+    global Router
+    saved, Router = Router, router_class
+    yield
+    Router = saved
 
 OPTIONS = sorted({s.routing for s in SYSTEMS.values()} | {
     RoutingOptions(), RoutingOptions(max_flow=False), RoutingOptions(load_paths="all"),

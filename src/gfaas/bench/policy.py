@@ -17,6 +17,10 @@ CPU and on what else runs on it; compare runs on the same machine only.
 Kinds: ``gpu->gpu`` (same node), ``host->gpu`` (same node) and ``cross-node`` (GPU to GPU on a
 two-node copy of the machine, NIC harvesting on). The policy code never reads the clock; only
 this benchmark does.
+
+``router``: the class timed, :class:`~gfaas.policy.Router` (the reference) by default or
+:class:`~gfaas.policy.routing_native.NativeRouter` (the same plans, planned in Rust); ``gfaas bench sim``
+times both on the same samples.
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ def _pct(sorted_ns: list[int], q: float) -> float:
 
 def _sample(topo: Topology, rng: random.Random, n: int, n_bg: int,
             pick: Callable[[random.Random], tuple[str, str]],
-            background: Callable[[random.Random], tuple[str, str]]) -> dict[str, float]:
-    router = Router(topo)
+            background: Callable[[random.Random], tuple[str, str]], router_class: type[Router] = Router
+            ) -> dict[str, float]:
+    router = router_class(topo)
     times: list[int] = []
     clock = time.perf_counter_ns
     gc.collect()
@@ -78,13 +83,15 @@ def _loop(router: Router, rng: random.Random, n: int, n_bg: int,
         router.changed()
 
 
-def run(n: int = 20000, seed: int = 1, background: int = BACKGROUND) -> dict[str, object]:
+def run(n: int = 20000, seed: int = 1, background: int = BACKGROUND,
+        router: type[Router] = Router) -> dict[str, object]:
     """Median and p99 microseconds per plan()+release(), per topology and transfer kind.
 
     ``background=0`` measures an idle machine (the floor of the decision time).
     """
     rng = random.Random(seed)
-    out: dict[str, object] = {"n": n, "seed": seed, "background": background, "unit": "us"}
+    out: dict[str, object] = {"n": n, "seed": seed, "background": background, "unit": "us",
+                              "router": router.__name__}
     for name in TOPOLOGIES:
         one = preset(name)
         two = preset(f"{name}*2")
@@ -112,9 +119,9 @@ def run(n: int = 20000, seed: int = 1, background: int = BACKGROUND) -> dict[str
             return a, b
 
         out[name] = {
-            "gpu->gpu": _sample(one, rng, n, background, gpu_pair, mixed),
-            "host->gpu": _sample(one, rng, n, background, host_pair, mixed),
-            "cross-node": _sample(two, rng, n, background, cross, cross_bg),
+            "gpu->gpu": _sample(one, rng, n, background, gpu_pair, mixed, router),
+            "host->gpu": _sample(one, rng, n, background, host_pair, mixed, router),
+            "cross-node": _sample(two, rng, n, background, cross, cross_bg, router),
         }
     return out
 

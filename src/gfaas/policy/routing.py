@@ -407,15 +407,19 @@ class Router:
     def _cset(self, src: str, dst: str) -> _CSet:
         cs = self._sets.get((src, dst))
         if cs is None:
-            rs = self._pre.get((src, dst))
-            if rs is None:
-                if self._twins is None:
-                    self._twins = _twin_nodes(self.topology)
-                rs = _twin_route_set(self.topology, src, dst, self.options, self._twins, self._canon)
-            if rs is None:
-                rs = route_set(self.topology, src, dst, self.options)
-            cs = self._sets[(src, dst)] = _CSet(rs, self._index)
+            cs = self._sets[(src, dst)] = _CSet(self._route_set(src, dst), self._index)
         return cs
+
+    def _route_set(self, src: str, dst: str) -> RouteSet:
+        """The pair's route set: precomputed, renamed from an identical node's, or computed now."""
+        rs = self._pre.get((src, dst))
+        if rs is None:
+            if self._twins is None:
+                self._twins = _twin_nodes(self.topology)
+            rs = _twin_route_set(self.topology, src, dst, self.options, self._twins, self._canon)
+        if rs is None:
+            rs = route_set(self.topology, src, dst, self.options)
+        return rs
 
     def _register(self, transfer: Hashable, src: str, dst: str) -> _Held:
         if transfer in self._held:

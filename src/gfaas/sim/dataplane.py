@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from ..policy import Demand, Path, Plan, Router, RoutingOptions, slo_rates
+from ..policy.routing_native import NativeRouter, native_router_available
 from ..topology import Topology
-from .kernel import Simulator
+from .kernel import CORE, Simulator
 from .network import Flow, Network
 from .systems import PIN_S_PER_BYTE, TRANSFER_SETUP_S, SystemConfig
 
@@ -45,6 +46,12 @@ class Transfer:
     managed: bool = False
 
 
+def router_class() -> type[Router]:
+    """The router the simulator plans with: the native one (the same plans, in Rust) when the
+    simulator's core is native (``kernel.CORE``) and it is built, else the reference."""
+    return NativeRouter if CORE == "native" and native_router_available() else Router
+
+
 class DataPlane:
     """One node-or-cluster's data movement under one :class:`SystemConfig`."""
 
@@ -54,8 +61,9 @@ class DataPlane:
         self.cfg = cfg
         self.net = Network(sim, topology)
         # Route sets are compiled per pair on first use: a cluster uses few of its pairs.
-        self.router = Router(topology, cfg.routing, precompute=False)
-        self._direct = Router(topology, _DIRECT, precompute=False)
+        routers = router_class()
+        self.router = routers(topology, cfg.routing, precompute=False)
+        self._direct = routers(topology, _DIRECT, precompute=False)
         self._ids = itertools.count(1)
         self.active: dict[int, Transfer] = {}
         # Per-device facts looked up on every transfer, so that no lookup scans the cluster.

@@ -1,0 +1,163 @@
+""":class:`NativeRouter`: :class:`~gfaas.policy.routing.Router` with its planning in Rust.
+
+The route sets stay the reference's (maximum flows, identical nodes renamed, compiled per pair on
+first use); each is handed to ``gfaas_native.RouterCore`` once, as candidates of integer edge indices
+in the reference's rank order. ``plan``, ``plan_many``, ``release``, ``changed`` and ``active`` then run
+natively and give the same plans as the reference, bit for bit
+(``tests/unit/test_policy_routing_native.py``); this class maps transfer keys to the core's integer
+handles and builds the ``Plan`` and ``Path`` objects. It exists only where ``gfaas_native`` is built
+(``make setup``): :func:`native_router_available`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Hashable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import ConfigError
+from ..topology import Topology
+from .routing import Path, Plan, Router, RoutingOptions
+
+_PATH_CACHE = 64  # Path objects kept per candidate, by rate, before that cache is cleared (as the reference)
+
+
+def _core_class() -> Any:
+    try:
+        return importlib.import_module("gfaas_native").RouterCore
+    except (ImportError, AttributeError):
+        return None
+
+
+_Core = _core_class()
+
+
+def native_router_available() -> bool:
+    """Whether ``gfaas_native`` (with the router) is built here."""
+    return _Core is not None
+
+
+class NativeRouter(Router):
+    """The reference router's contract, planned natively (see the module docstring)."""
+
+    def __init__(self, topology: Topology, options: RoutingOptions | None = None, *,
+                 precompute: bool = True) -> None:
+        if _Core is None:
+            raise ConfigError("NativeRouter needs gfaas_native: run `make setup` (needs cargo) or "
+                              "`pip install ./native`; the pure-Python Router gives the same plans")
+        super().__init__(topology, options, precompute=precompute)
+        self._core = _Core(list(self._cap), self._reroute, self._multipath)
+        self._ncs: dict[tuple[str, str], int] = {}
+        self._groups: dict[str, int] = {}
+        self._hops: list[tuple[str, ...]] = []  # candidate id -> its route's hops
+        self._paths: list[dict[float, Path]] = []  # candidate id -> its Path objects by rate
+        self._handle: dict[Hashable, int] = {}
+        self._who: dict[int, tuple[Hashable, str, str]] = {}
+        self._next = 0
+
+    # ---- public -------------------------------------------------------------------------------
+    @property
+    def active(self) -> Mapping[Hashable, Plan]:
+        for n, picks in self._core.take_stale():
+            self._store(n, picks)
+        return MappingProxyType(self._plans)
+
+    def residual(self, a: str, b: str) -> float:
+        return float(self._core.residual(self._edge_index(a, b)))
+
+    def plan(self, transfer: Hashable, src: str, dst: str) -> Plan:
+        if transfer in self._handle:
+            raise ConfigError(f"transfer {transfer!r} already has a plan; release it before planning it again")
+        cs = self._ncs.get((src, dst))
+        if cs is None:
+            cs = self._native_cset(src, dst)
+        n = self._next
+        self._next = n + 1
+        picks = self._core.plan(n, cs)
+        self._handle[transfer] = n
+        self._who[n] = (transfer, src, dst)
+        plan = self._plans[transfer] = Plan(transfer, src, dst, self._built(picks))
+        return plan
+
+    def plan_many(self, requests: Sequence[tuple[Hashable, str, str]]) -> list[Plan]:
+        ids = [t for t, _, _ in requests]
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"plan_many got duplicate transfer ids {ids!r}; give each transfer its own id")
+        sets = []
+        for t, s, d in requests:  # validate all before reserving anything
+            if t in self._handle:
+                raise ConfigError(f"transfer {t!r} already has a plan; release it before planning it again")
+            cs = self._ncs.get((s, d))
+            sets.append(cs if cs is not None else self._native_cset(s, d))
+        handles = list(range(self._next, self._next + len(requests)))
+        self._next += len(requests)
+        got = self._core.plan_many(list(zip(handles, sets, strict=True)))
+        plans = []
+        for n, (t, s, d), picks in zip(handles, requests, got, strict=True):
+            self._handle[t] = n
+            self._who[n] = (t, s, d)
+            plans.append(self._store(n, picks))
+        return plans
+
+    def release(self, transfer: Hashable) -> None:
+        n = self._handle.pop(transfer, None)
+        if n is None:
+            raise ConfigError(f"transfer {transfer!r} has no plan to release; plan it first (or it was released)")
+        self._core.release(n)
+        del self._who[n]
+        del self._plans[transfer]
+
+    def changed(self) -> list[Plan]:
+        return [self._store(n, picks) for n, picks in self._core.take_changed()]
+
+    # ---- internals ----------------------------------------------------------------------------
+    def _store(self, n: int, picks: list[tuple[int, float]]) -> Plan:
+        t, s, d = self._who[n]
+        plan = self._plans[t] = Plan(t, s, d, self._built(picks))
+        return plan
+
+    def _built(self, picks: list[tuple[int, float]]) -> tuple[Path, ...]:
+        out = []
+        for c, g in picks:
+            cache = self._paths[c]
+            p = cache.get(g)
+            if p is None:
+                if len(cache) >= _PATH_CACHE:
+                    cache.clear()
+                p = cache[g] = Path(self._hops[c], g)
+            out.append(p)
+        return tuple(out)
+
+    def _native_cset(self, src: str, dst: str) -> int:
+        """Compile the pair's route set into the core, in the reference's rank order (``_CSet``)."""
+        rs = self._route_set(src, dst)
+        index = self._index
+        seen: dict[tuple[str, ...], int] = {}
+        cands: list[tuple[list[int], int, float, bool, float]] = []
+        hops: list[tuple[str, ...]] = []
+
+        def compile_(routes: Sequence[Any]) -> list[int]:
+            out = []
+            for r in routes:
+                k = seen.get(r.hops)
+                if k is None:
+                    edges = [index[(a, b)] for a, b in zip(r.hops, r.hops[1:], strict=False)]
+                    group = -1 if r.group is None else self._groups.setdefault(r.group, len(self._groups))
+                    k = seen[r.hops] = len(cands)
+                    cands.append((edges, group, float(r.cap), bool(r.direct), float(r.share)))
+                    hops.append(tuple(r.hops))
+                out.append(k)
+            return out
+
+        direct, flow = compile_(rs.direct), compile_(rs.flow)
+        tiers = [compile_(t) for t in rs.tiers]
+        fallback = compile_(rs.fallback)
+        load_tiers = [compile_(t) for t in rs.load_tiers]
+        cs, base = self._core.add_cset(cands, direct, flow, tiers, fallback, rs.fair, rs.balance, rs.load, load_tiers,
+                                       [index[e] for e in rs.stop_out], [index[e] for e in rs.stop_in])
+        assert base == len(self._hops), (base, len(self._hops))
+        self._hops += hops
+        self._paths += [{} for _ in hops]
+        self._ncs[(src, dst)] = cs
+        return int(cs)
