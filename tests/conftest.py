@@ -273,49 +273,62 @@ def thread_daemon() -> Any:
     return _daemon_in_thread
 
 
+_NOT_BUILT = "gfaas_native is not built here (make setup builds it; needs cargo)"
+
+
+def _swapped(module: Any, names: tuple[str, ...], values: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
+    """Rebind ``names`` in the requesting test module to ``values`` while its tests run."""
+    g = vars(module)
+    saved = [g[n] for n in names]
+    g.update(zip(names, values, strict=True))
+    try:
+        yield values
+    finally:
+        g.update(zip(names, saved, strict=True))
+
+
 def _sim_kernel_params() -> list[Any]:
     from gfaas.sim import kernel
 
-    native = pytest.param(kernel.NativeSimulator, id="native-kernel", marks=pytest.mark.skipif(
-        kernel.NativeSimulator is None, reason="gfaas_native is not built here (make setup builds it; needs cargo)"))
-    return [pytest.param(kernel.PySimulator, id="python-kernel"), native]
+    skip = pytest.mark.skipif(kernel.NativeSimulator is None, reason=_NOT_BUILT)
+    return [pytest.param(kernel.PySimulator, id="python-kernel"),
+            pytest.param(kernel.NativeSimulator, id="native-kernel", marks=skip)]
 
 
 @pytest.fixture(scope="module", params=_sim_kernel_params())
-def sim_kernel(request: pytest.FixtureRequest) -> Any:
-    """Each implementation of the simulator's kernel in turn: the pure-Python reference and the Rust one
-    (gfaas.sim.kernel); a module whose tests take it runs them all on both."""
-    return request.param
+def sim_kernel(request: pytest.FixtureRequest) -> Iterator[tuple[Any, ...]]:
+    """Each implementation of the simulator's kernel in turn, the pure-Python reference and the Rust one
+    (gfaas.sim.kernel), bound to the module's name ``Simulator``: a module that uses it
+    (``pytestmark = pytest.mark.usefixtures("sim_kernel")``) runs every test on both."""
+    yield from _swapped(request.module, ("Simulator",), (request.param,))
 
 
 def _sim_core_params() -> list[Any]:
     from gfaas.sim import kernel, network
 
-    skip = pytest.mark.skipif(network.NativeNetwork is None,
-                              reason="gfaas_native is not built here (make setup builds it; needs cargo)")
+    skip = pytest.mark.skipif(network.NativeNetwork is None, reason=_NOT_BUILT)
     return [pytest.param((kernel.PySimulator, network.PyNetwork), id="python-core"),
             pytest.param((kernel.NativeSimulator, network.NativeNetwork), id="native-core", marks=skip),
             pytest.param((kernel.PySimulator, network.NativeNetwork), id="native-network-python-kernel", marks=skip)]
 
 
 @pytest.fixture(scope="module", params=_sim_core_params())
-def sim_core(request: pytest.FixtureRequest) -> Any:
-    """(kernel class, network class) of the simulator: both pure Python (the reference), both native,
-    and the native network on the reference kernel (gfaas.sim.kernel, gfaas.sim.network)."""
-    return request.param
+def sim_core(request: pytest.FixtureRequest) -> Iterator[tuple[Any, ...]]:
+    """(kernel class, network class) of the simulator bound to the module's ``Simulator`` and ``Network``:
+    both pure Python (the reference), both native, and the native network on the reference kernel."""
+    yield from _swapped(request.module, ("Simulator", "Network"), request.param)
 
 
 def _router_params() -> list[Any]:
     from gfaas.policy.routing import Router
     from gfaas.policy.routing_native import NativeRouter, native_router_available
 
-    skip = pytest.mark.skipif(not native_router_available(),
-                              reason="gfaas_native is not built here (make setup builds it; needs cargo)")
+    skip = pytest.mark.skipif(not native_router_available(), reason=_NOT_BUILT)
     return [pytest.param(Router, id="python-router"), pytest.param(NativeRouter, id="native-router", marks=skip)]
 
 
 @pytest.fixture(scope="module", params=_router_params())
-def router_class(request: pytest.FixtureRequest) -> Any:
-    """The reference Router and the native one in turn (gfaas.policy.routing_native); a router test
-    module that swaps its ``Router`` name through this runs every test on both."""
-    return request.param
+def router_class(request: pytest.FixtureRequest) -> Iterator[tuple[Any, ...]]:
+    """The reference Router and the native one (gfaas.policy.routing_native) in turn, bound to the
+    module's name ``Router``."""
+    yield from _swapped(request.module, ("Router",), (request.param,))

@@ -128,6 +128,23 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// `t` must be finite and not before now (false for NaN too), as `at` and `at_many` require.
+    fn check_time(&self, py: Python<'_>, func: &Bound<'_, PyAny>, t: f64) -> PyResult<()> {
+        if self.now <= t && t < f64::INFINITY {
+            return Ok(());
+        }
+        Err(config_error(
+            py,
+            format!(
+                "cannot schedule {} at time {} s: it must be finite and not before now ({} s); use a later time or \
+                 schedule(delay, ...)",
+                callable_name(func),
+                float_repr(py, t),
+                float_repr(py, self.now)
+            ),
+        ))
+    }
+
     /// Pop the next live event due at or before `limit` and make it current: its callback and
     /// arguments, or None when nothing is due (time is then left alone).
     fn next_due(&mut self, py: Python<'_>, limit: f64) -> Option<(Py<PyAny>, Py<PyTuple>)> {
@@ -281,18 +298,7 @@ impl Kernel {
         args: Bound<'_, PyTuple>,
         priority: i64,
     ) -> PyResult<Py<Event>> {
-        if !(self.now <= time && time < f64::INFINITY) {
-            return Err(config_error(
-                py,
-                format!(
-                    "cannot schedule {} at time {} s: it must be finite and not before now ({} s); use a later \
-                 time or schedule(delay, ...)",
-                    callable_name(&func),
-                    float_repr(py, time),
-                    float_repr(py, self.now)
-                ),
-            ));
-        }
+        self.check_time(py, &func, time)?;
         self.push_event(py, time, func, args, priority)
     }
 
@@ -321,18 +327,7 @@ impl Kernel {
             return Ok(());
         }
         for &t in &ts {
-            if !(self.now <= t && t < f64::INFINITY) {
-                return Err(config_error(
-                    py,
-                    format!(
-                        "cannot schedule {} at time {} s: it must be finite and not before now ({} s); use a later \
-                     time or schedule(delay, ...)",
-                        callable_name(&func),
-                        float_repr(py, t),
-                        float_repr(py, self.now)
-                    ),
-                ));
-            }
+            self.check_time(py, &func, t)?;
         }
         let n = ts.len();
         let base = self.seq;

@@ -464,47 +464,31 @@ impl RouterCore {
     /// Other transfers give up their idle-flow detours that cross the routes `hi` takes under load.
     fn yield_detours(&mut self, hi: usize) -> Vec<usize> {
         let cs = self.h(hi).cs;
-        let mut out = Vec::new();
-        for v in self.others(hi) {
-            let hit: Vec<usize> = self
-                .h(v)
-                .res
-                .iter()
-                .map(|&(d, _)| d)
-                .filter(|&d| {
-                    let c = &self.cands[d];
-                    c.detour && c.edges.iter().any(|e| self.csets[cs].load_mask.contains(e))
-                })
-                .collect();
-            for &d in &hit {
-                self.drop_rate(v, d, None);
-            }
-            if !hit.is_empty() {
-                out.push(v);
-            }
-        }
-        out
+        let mine = self.csets[cs].load_mask.clone();
+        self.give_up(hi, |c| c.detour && c.edges.iter().any(|e| mine.contains(e)))
     }
 
     /// Take every other transfer's indirect path off the edges of `hi`'s direct route `ci`.
     fn evict(&mut self, hi: usize, ci: usize) -> Vec<usize> {
         let mine = self.cands[ci].edges.clone();
+        self.give_up(hi, |c| !c.direct && c.edges.iter().any(|e| mine.contains(e)))
+    }
+
+    /// Every other transfer drops its paths that `hit` picks; the transfers that dropped any.
+    fn give_up(&mut self, hi: usize, hit: impl Fn(&Cand) -> bool) -> Vec<usize> {
         let mut out = Vec::new();
         for v in self.others(hi) {
-            let hit: Vec<usize> = self
+            let gone: Vec<usize> = self
                 .h(v)
                 .res
                 .iter()
                 .map(|&(d, _)| d)
-                .filter(|&d| {
-                    let c = &self.cands[d];
-                    !c.direct && c.edges.iter().any(|e| mine.contains(e))
-                })
+                .filter(|&d| hit(&self.cands[d]))
                 .collect();
-            for &d in &hit {
+            for &d in &gone {
                 self.drop_rate(v, d, None);
             }
-            if !hit.is_empty() {
+            if !gone.is_empty() {
                 out.push(v);
             }
         }

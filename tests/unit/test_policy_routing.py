@@ -7,8 +7,6 @@ pcie2 (4, 5), pcie3 (6, 7), 12 GB/s each; one 12.5 GB/s NIC per switch.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,14 +16,8 @@ from gfaas.policy import MiB, Path, Plan, Router, RoutingOptions
 from gfaas.policy.paths import flow_paths
 from gfaas.topology import Device, Link, Topology, preset
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _on_each_router(router_class: Any) -> Any:
-    """Every test here runs on the reference router and on the native one (tests/conftest.py)."""
-    global Router
-    saved, Router = Router, router_class
-    yield
-    Router = saved
+# Every test here runs on each implementation (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("router_class")
 
 #: The greedy planner over enumerated short routes (before maximum-flow path sets, issue 12).
 GREEDY = RoutingOptions(max_flow=False)

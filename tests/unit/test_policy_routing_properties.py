@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from functools import cache
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -22,14 +21,8 @@ from hypothesis import strategies as st
 from gfaas.policy import Router, RoutingOptions
 from gfaas.topology import Topology, preset
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _on_each_router(router_class: Any) -> Any:
-    """Every test here runs on the reference router and on the native one (tests/conftest.py)."""
-    global Router
-    saved, Router = Router, router_class
-    yield
-    Router = saved
+# Every test here runs on each implementation (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("router_class")
 
 TOPOS = ("dgx-v100", "dgx-a100", "dgx-v100*2")
 

@@ -5,7 +5,6 @@ Router on 128 nodes). The renamed sets must equal what ``route_set`` computes fo
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -15,14 +14,8 @@ from gfaas.policy.routing import _twin_nodes, _twin_route_set
 from gfaas.sim.systems import SYSTEMS
 from gfaas.topology import Device, Link, Topology, preset
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _on_each_router(router_class: Any) -> Any:
-    """Every test here runs on the reference router and on the native one (tests/conftest.py)."""
-    global Router
-    saved, Router = Router, router_class
-    yield
-    Router = saved
+# Every test here runs on each implementation (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("router_class")
 
 OPTIONS = sorted({s.routing for s in SYSTEMS.values()} | {
     RoutingOptions(), RoutingOptions(max_flow=False), RoutingOptions(load_paths="all"),

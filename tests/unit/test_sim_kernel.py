@@ -14,14 +14,8 @@ from gfaas.clock import Clock
 from gfaas.errors import ConfigError
 from gfaas.sim.kernel import Event, EventLog, SimClock, Simulator
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _on_each_kernel(sim_kernel: Any) -> Any:
-    """Every test here runs on the reference kernel and on the native one (tests/conftest.py)."""
-    global Simulator
-    saved, Simulator = Simulator, sim_kernel
-    yield
-    Simulator = saved
+# Every test here runs on each implementation (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("sim_kernel")
 
 
 def _logger(sim: Simulator, log: list[tuple[float, str]]) -> Any:

@@ -14,14 +14,8 @@ from hypothesis import strategies as st
 from gfaas.errors import ConfigError
 from gfaas.sim.kernel import Simulator
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _on_each_kernel(sim_kernel: Any) -> Any:
-    """Every test here runs on the reference kernel and on the native one (tests/conftest.py)."""
-    global Simulator
-    saved, Simulator = Simulator, sim_kernel
-    yield
-    Simulator = saved
+# Every test here runs on each implementation (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("sim_kernel")
 
 times = st.lists(st.integers(0, 12).map(lambda k: k / 4), max_size=30)  # many ties on purpose
 

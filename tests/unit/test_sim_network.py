@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from gfaas.errors import ConfigError
@@ -11,16 +9,8 @@ from gfaas.sim.kernel import Simulator
 from gfaas.sim.network import Network
 from gfaas.topology import Device, Link, Topology
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _on_each_core(sim_core: Any) -> Any:
-    """Every test here runs on the reference kernel and network, on the native ones, and on the native
-    network over the reference kernel (tests/conftest.py)."""
-    global Simulator, Network
-    saved = Simulator, Network
-    Simulator, Network = sim_core
-    yield
-    Simulator, Network = saved
+# Every test here runs on each implementation (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("sim_core")
 
 GB = 1e9
 

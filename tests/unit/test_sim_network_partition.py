@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -21,16 +20,8 @@ from gfaas.sim.kernel import Event, Simulator
 from gfaas.sim.network import NativeNetwork, Network, PyNetwork
 from gfaas.topology import Device, Link, Topology
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _on_each_core(sim_core: Any) -> Any:
-    """Every test here runs on the reference kernel and network, on the native ones, and on the native
-    network over the reference kernel (tests/conftest.py)."""
-    global Simulator, Network
-    saved = Simulator, Network
-    Simulator, Network = sim_core
-    yield
-    Simulator, Network = saved
+# Every test here runs on each implementation (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("sim_core")
 
 GB = 1e9
 
