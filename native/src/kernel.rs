@@ -6,6 +6,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+use pyo3::{PyTraverseError, PyVisit};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
@@ -16,7 +17,7 @@ use crate::{callable_name, config_error, float_repr};
 const GC_GEN0: i64 = 100_000;
 
 /// One scheduled callback, as `Kernel.schedule` and `Kernel.at` return it (for `cancel`).
-#[pyclass(module = "gfaas_native", freelist = 1024)]
+#[pyclass(module = "gfaas_native")]
 pub struct Event {
     #[pyo3(get)]
     time: f64,
@@ -32,6 +33,13 @@ pub struct Event {
 
 #[pymethods]
 impl Event {
+    // A callback usually refers back to the model, and the model to the kernel that holds this event:
+    // the cycle collector must see these references (docs/design/native-core.md).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.func)?;
+        visit.call(&self.args)
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         let state = if self.cancelled {
             "cancelled"
@@ -232,6 +240,26 @@ fn run_due(slf: &Bound<'_, Kernel>, limit: f64) -> PyResult<()> {
 
 #[pymethods]
 impl Kernel {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for entry in self.heap.iter() {
+            if let Item::Ev(ev) = &entry.item {
+                visit.call(ev)?;
+            }
+        }
+        for stream in self.streams.iter().flatten() {
+            visit.call(&stream.func)?;
+            visit.call(&stream.args)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the pending events (what the cycle collector calls to break a cycle through them).
+    fn __clear__(&mut self) {
+        self.heap.clear();
+        self.streams.clear();
+        self.free_streams.clear();
+    }
+
     #[new]
     #[pyo3(signature = (start = 0.0))]
     fn new(py: Python<'_>, start: f64) -> PyResult<Self> {

@@ -9,6 +9,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashSet};
 use std::sync::Arc;
@@ -41,7 +42,7 @@ fn py_max(a: f64, b: f64) -> f64 {
 
 /// One fluid flow (`gfaas.sim.network.Flow`): `rate` in bytes per second, `remaining` in bytes at
 /// time `t` (`FluidNetwork.left` gives the bytes left now).
-#[pyclass(module = "gfaas_native", freelist = 1024)]
+#[pyclass(module = "gfaas_native")]
 pub struct Flow {
     #[pyo3(get)]
     ident: u64,
@@ -62,6 +63,15 @@ pub struct Flow {
     t: f64,
     #[pyo3(get)]
     finish: f64,
+}
+
+#[pymethods]
+impl Flow {
+    // on_done usually refers back to the model that holds the network holding this flow.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.on_done)?;
+        visit.call(&self.edges)
+    }
 }
 
 struct Path {
@@ -392,6 +402,34 @@ impl FluidNetwork {
 
 #[pymethods]
 impl FluidNetwork {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.sim)?;
+        visit.call(&self.native_sim)?;
+        visit.call(&self.topology)?;
+        visit.call(&self.index)?;
+        visit.call(&self.paths)?;
+        for k in &self.edge_keys {
+            visit.call(k)?;
+        }
+        for p in &self.path_list {
+            visit.call(&p.keys)?;
+        }
+        for f in self.flows.values() {
+            visit.call(f)?;
+        }
+        if let Some((ev, _)) = &self.next {
+            visit.call(ev)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the live flows and the completion event (to break a cycle through them).
+    fn __clear__(&mut self) {
+        self.flows.clear();
+        self.next = None;
+        self.native_sim = None;
+    }
+
     #[new]
     fn new(py: Python<'_>, sim: Bound<'_, PyAny>, topology: Bound<'_, PyAny>) -> PyResult<Self> {
         let index = PyDict::new(py);
