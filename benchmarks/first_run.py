@@ -1,5 +1,6 @@
 """A newcomer's first run, timed: a fresh clone, ``make setup``, ``gfaas demo --scale small`` and ``make
-demo`` with an empty model cache and no pip cache (a fresh machine has neither), and the disk each leaves.
+demo`` with an empty model cache, no pip cache and an empty cargo registry (a fresh machine has none of
+them; ``make setup`` builds the simulator's native core with cargo), and the disk each leaves.
 
     .venv/bin/python benchmarks/first_run.py --json benchmarks/results/first-run-cpu.json
 
@@ -67,11 +68,13 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "GFAAS_CACHE_DIR": str(cache), "GFAAS_RUN_DIR": str(tmp / "run")}
         if not a.pip_cache:
             env["PIP_NO_CACHE_DIR"] = "1"
+            env["CARGO_HOME"] = str(tmp / "cargo")  # crates downloaded again; the toolchain stays rustup's
         for k in ("VIRTUAL_ENV", "PYTHONPATH"):
             env.pop(k, None)
         doc: dict[str, Any] = {}
         doc["setup_s"] = timed(["make", "setup"], clone, env, "make setup")
         doc["venv_bytes"] = du(clone / ".venv")
+        doc["native_build_bytes"] = du(clone / "native" / "target") + du(tmp / "cargo")
         doc["small_demo_s"] = timed([".venv/bin/gfaas", "demo", "--scale", "small", "--out", str(tmp / "small")],
                                     clone, env, "gfaas demo --scale small (empty model cache)")
         doc["small_cache_bytes"] = du(cache)

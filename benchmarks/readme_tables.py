@@ -29,12 +29,14 @@ def _min(s: float) -> str:
 def first_run(doc: dict[str, Any]) -> str:
     p = doc["provenance"]
     m = p["machine"]
-    cache = "no pip cache" if not p.get("settings", {}).get("pip_cache") else "pip's cache warm"
+    cache = ("no pip cache, no cargo registry" if not p.get("settings", {}).get("pip_cache")
+             else "pip's cache warm")
     lines = [f"What a first run cost on a fresh clone ({m['cores']} cores, {m['mem_bytes'] / 2**30:.0f} GiB, no GPU; "
              f"{cache}, an empty model cache; `make first-run-results`, commit {p['commit'][:7]}):", "",
              "| step | time | disk it adds |", "|---|---:|---:|",
              f"| `make setup` (the first make command does it) | {_min(doc['setup_s'])} | {_gb(doc['venv_bytes'])} "
-             "in `.venv` |",
+             "in `.venv`" + (f", {_gb(doc['native_build_bytes'])} building the native core"
+                             if doc.get("native_build_bytes") else "") + " |",
              f"| `.venv/bin/gfaas demo --scale small`: a first try, shrunk models | {_min(doc['small_demo_s'])} | "
              f"{_gb(doc['small_cache_bytes'])} of models |"]
     if "full_demo_s" in doc:
