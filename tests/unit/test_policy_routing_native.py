@@ -72,6 +72,46 @@ def test_the_native_router_plans_what_the_reference_plans(name: str, opts: Routi
     assert len(nat.active) == 0
 
 
+def test_seeded_sequences_reach_every_phase_and_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The random sequences above are not all easy ones: seeded ones like them reach evictions, yielded
+    detours, fair sharing and both kinds of busy-path balancing (counted on the reference, where each
+    phase is a method), and the native router plans the same through all of them."""
+    import random
+    from collections import Counter
+
+    reached: Counter[str] = Counter()
+    for name in ("_compensate", "_share", "_evict", "_yield_detours", "_take_fair"):
+        orig = getattr(Router, name)
+
+        def counted(self: Router, *a: object, _orig: object = orig, _name: str = name) -> object:
+            out = _orig(self, *a)  # type: ignore[operator]
+            if out or _name == "_take_fair":  # a phase that did something (a move, a victim)
+                reached[_name] += 1
+            return out
+
+        monkeypatch.setattr(Router, name, counted)
+    rng = random.Random(1)
+    for name in ("dgx-v100", "dgx-v100*2", "4xa10", "h800x4"):
+        t = topo(name)
+        ends = t.gpus + t.of_kind("host")
+        for _ in range(12):
+            opts = RoutingOptions(multipath=rng.random() < .8, topology_aware=rng.random() < .8,
+                                  reroute_direct=rng.random() < .8, balance_busy=rng.random() < .8)
+            ref, nat = Router(t, opts), NativeRouter(t, opts)
+            live: list[int] = []
+            for step in range(40):
+                if live and rng.random() < .3:
+                    tid = live.pop(rng.randrange(len(live)))
+                    ref.release(tid)
+                    nat.release(tid)
+                else:
+                    s, d = rng.choice(ends), rng.choice(ends)
+                    assert nat.plan(step, s, d) == ref.plan(step, s, d)
+                    live.append(step)
+                assert nat.changed() == ref.changed()
+    assert set(reached) == {"_compensate", "_share", "_evict", "_yield_detours", "_take_fair"}, reached
+
+
 def test_a_cluster_router_compiles_pairs_on_first_use_and_agrees() -> None:
     """The simulator's routers on a cluster (precompute=False): route sets of twin nodes, renamed."""
     t = preset("dgx-a100*4")

@@ -11,26 +11,19 @@ handles and builds the ``Plan`` and ``Path`` objects. It exists only where ``gfa
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Hashable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
+from ..native import native_class
 from ..topology import Topology
 from .routing import Path, Plan, Router, RoutingOptions
 
 _PATH_CACHE = 64  # Path objects kept per candidate, by rate, before that cache is cleared (as the reference)
 
 
-def _core_class() -> Any:
-    try:
-        return importlib.import_module("gfaas_native").RouterCore
-    except (ImportError, AttributeError):
-        return None
-
-
-_Core = _core_class()
+_Core: Any = native_class("RouterCore")
 
 
 def native_router_available() -> bool:

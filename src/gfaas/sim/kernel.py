@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import gc
 import heapq
-import importlib
 import logging
 import math
 import os
@@ -48,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock
 from ..errors import ConfigError
+from ..native import native_class
 
 log = logging.getLogger(__name__)
 
@@ -354,16 +354,7 @@ def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
-def native_module() -> Any:
-    """``gfaas_native`` (the simulator's native core), or None when it is not built (``make setup`` builds it)."""
-    try:
-        return importlib.import_module("gfaas_native")
-    except ImportError:
-        return None
-
-
-_native = native_module()
-_Native = None if _native is None else _native.Kernel
+_Native = native_class("Kernel")
 
 if _Native is not None:
     class NativeSimulator(_Native):  # type: ignore[misc, valid-type]

@@ -35,8 +35,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..native import native_class
 from ..topology import GB, Topology
-from .kernel import CORE, Event, Simulator, native_module
+from .kernel import CORE, Event, Simulator
 
 EdgeKey = tuple[str, str]
 _EPS_BYTES = 1e-6
@@ -339,10 +340,10 @@ class PyNetwork:
             self.commit()
 
 
-_native: Any = native_module()
+_Fluid: Any = native_class("FluidNetwork")
 
-if _native is not None:
-    class NativeNetwork(_native.FluidNetwork):
+if _Fluid is not None:
+    class NativeNetwork(_Fluid):
         """:class:`PyNetwork`'s contract in Rust (``native/src/network.rs``): the same rates, finish
         times and bytes, bit for bit."""
 
