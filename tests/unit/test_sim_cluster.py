@@ -151,3 +151,32 @@ def test_undeployed_workflow_and_gpu_less_machine_are_errors() -> None:
         Cluster(preset("cpu-only"), system("gfaas")).deploy(_two_stage())
     with pytest.raises(ConfigError, match="unknown system"):
         system("magic")
+
+
+def test_a_request_leaves_no_garbage_for_the_cycle_collector() -> None:
+    """What a request allocates (its closures, transfers, flows and their callbacks) is freed by
+    reference counting as it finishes. One cycle (a transfer holding its flows, whose callbacks
+    hold the transfer) once kept about 190 objects per request for the cycle collector, whose young
+    collections then took a fifth of the wall time at 1,024 GPUs and grew with the cluster."""
+    import gc
+
+    from gfaas.sim.arrivals import poisson
+    from gfaas.sim.workflows import workflow
+
+    topo = preset("dgx-a100*2")
+    c = Cluster(topo, system("gfaas"), seed=0)
+    wf = workflow("traffic")
+    c.deploy(wf, len(topo.gpus) // len(wf.gpu_functions))
+    c.submit_many("traffic", poisson(40.0, 4.0, 1))
+    c.run(1.0)  # first uses (route sets, profiles) leave their own one-time garbage
+    gc.collect()
+    done = sum(r.finish >= 0 for r in c.records)
+    gc.disable()
+    try:
+        c.run()
+        found = gc.collect()
+    finally:
+        gc.enable()
+    requests = sum(r.finish >= 0 for r in c.records) - done
+    assert requests > 100
+    assert found < requests / 10, f"{found} objects in reference cycles after {requests} requests"

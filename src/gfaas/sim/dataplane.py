@@ -165,6 +165,9 @@ class DataPlane:
                 self._rebalance_host(t)
         finally:
             net.commit()
+        # Each flow's callback holds the transfer: letting go of the flows here frees both by
+        # reference counting, not by the cycle collector (docs/design/simulator.md).
+        t.flows = []
         t.on_done()
 
     def _apply_changes(self) -> None:
