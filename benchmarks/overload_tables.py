@@ -36,7 +36,10 @@ def block(doc: dict[str, Any]) -> str:
     lines = [f"One `{prov.get('command', 'gfaas bench overload --json')}` run at commit "
              f"`{str(prov.get('commit', '?'))[:7]}` on {m.get('cpu_model', '?')} ({m.get('cores', '?')} CPUs): "
              f"pipe floor {doc['floor_us']:.1f} us (p50 {_floor(doc, 'start')} us at the start, {_floor(doc, 'end')} us "
-             f"at the end), embedded tiny invocation p50 {doc['invoke_p50_us'] / 1e3:.2f} ms "
+             f"at the end"
+             + (f"; polling relays {_floor(doc, 'start, polling')} and {_floor(doc, 'end, polling')} us"
+                if "start, polling" in (doc.get("floor_runs") or {}) else "")
+             + f"), embedded tiny invocation p50 {doc['invoke_p50_us'] / 1e3:.2f} ms "
              f"({doc['invoke_p50_us'] / doc['floor_us']:.0f}x the floor)"
              + (f", {doc['cpu_ms_per_invocation']:.3f} ms of CPU per invocation in all its processes"
                 if doc.get("cpu_ms_per_invocation") is not None else "") + ". "

@@ -524,12 +524,13 @@ def main(argv: list[str] | None = None) -> int:
     floor: list[float] = []
 
     def floor_burst() -> None:
-        """The two-hop pipe floor now (p50 of a short burst): taken before and after the loop,
-        the least of them counts, as in gfaas bench overload (other jobs move it)."""
+        """The two-hop pipe floor now (p50 of a short burst, blocking and polling): taken before and
+        after the loop, the least of them counts, as in gfaas bench overload (other jobs move it)."""
         if a.out:
             from gfaas.bench.overload import relay_samples
 
             floor.append(float(np.median(relay_samples(400, 50))))
+            floor.append(float(np.median(relay_samples(400, 50, poll=True))))
 
     if a.mode == "loop":
         for _ in range(3):

@@ -5,8 +5,10 @@ Runs the CLI in a subprocess as a user would (``--json`` leaves nothing else on 
 one run with generous bounds (the targets and the measured values are in docs/performance.md):
 goodput at 200 connections at least 70% of goodput at 8; the embedded tiny invocation at most 150
 times the same run's two-hop pipe floor (488 times before the admission work, 46 after it, about 25
-with one message per step; the target is 10); and its CPU, every process summed, at most 100 times
-that floor in microseconds (about 26 with one message per step, some 300 before it); a refusal made by
+with one message per step; the target is 10; the floor is now also taken with polling relays, which
+never wait for a sleeping CPU, so it reads 6-13 us and the invocation about 20 times it); and its CPU,
+every process summed, at most 150 times that floor in microseconds (about 26 with one message per
+step against a 13 us floor, some 300 before it); a refusal made by
 the server's protocol at most twice as dear as one made by the guard (it is cheaper; one quick pair is noisy).
 """
 
@@ -87,7 +89,9 @@ def test_regression_guards_goodput_holds_and_the_invocation_stays_near_the_floor
     assert high["lost"] == high["duplicated"] == 0 and high["failed"] == 0, high
     assert high["goodput_rps"] >= 0.7 * low["goodput_rps"], (low["goodput_rps"], high["goodput_rps"])
     assert doc["invoke_p50_us"] <= 150 * doc["floor_us"], (doc["invoke_p50_us"], doc["floor_us"])
-    assert doc["cpu_ms_per_invocation"] * 1e3 <= 100 * doc["floor_us"], (doc["cpu_ms_per_invocation"], doc["floor_us"])
+    assert doc["cpu_ms_per_invocation"] * 1e3 <= 150 * doc["floor_us"], (doc["cpu_ms_per_invocation"], doc["floor_us"])
+    assert set(doc["floor_runs"]) >= {"start", "start, polling", "end", "end, polling"}, doc["floor_runs"]
+    assert doc["floor_us"] == min(r["p50_us"] for r in doc["floor_runs"].values())
     # A refusal answered by the server's protocol costs less than one made by the guard (1.1-1.5x less
     # in the committed runs). Generous: one quick pair decides, and single runs of either here have
     # ranged 55-110 us as the host's load moved; a protocol path twice the guard's is a regression.
