@@ -13,6 +13,7 @@ from ..units import GiB
 from .cluster import check_join
 from .dedup import check_mode as check_dedup_mode
 from .gpus import check_gpus
+from .heap import HEAP_MODES
 from .sandbox import sandbox_enabled
 from .spec import MAX_TIMEOUT_S
 
@@ -126,6 +127,10 @@ class RuntimeConfig:
             without blocking before they sleep (:mod:`gfaas.policy.polling`:
             a sleeping process costs a wake-up of tens of microseconds on a virtual machine; polling
             costs CPU while it lasts). 0: always sleep; never on a single core.
+        worker_heap: ``"reuse"`` (default): a warm worker keeps the memory its handlers free and
+            serves the next call's large arrays from it, with no page faults (:mod:`gfaas.runtime.heap`;
+            an idle worker then holds about its largest call's working set); ``"release"``: the C
+            library's behaviour, every block over 32 MiB mapped afresh and given back when freed.
     """
 
     transport: Literal["gfaas", "redis"] = "gfaas"
@@ -169,6 +174,7 @@ class RuntimeConfig:
     transfer_host: str = ""
     locality: bool | None = None
     poll_us: int = DEFAULT_POLL_US
+    worker_heap: Literal["reuse", "release"] = "reuse"
 
     def __post_init__(self) -> None:
         if self.transport not in ("gfaas", "redis"):
@@ -219,6 +225,8 @@ class RuntimeConfig:
         if isinstance(self.poll_us, bool) or not isinstance(self.poll_us, int) or not 0 <= self.poll_us <= MAX_POLL_US:
             raise ConfigError(f"poll_us={self.poll_us!r} must be a whole number of microseconds in [0, {MAX_POLL_US}] "
                               "(0: never poll)")
+        if self.worker_heap not in HEAP_MODES:
+            raise ConfigError(f"worker_heap={self.worker_heap!r} is not one of {', '.join(map(repr, HEAP_MODES))}")
         if not 0 < self.function_timeout_s <= MAX_TIMEOUT_S:
             raise ConfigError(f"function_timeout_s must be in (0, {MAX_TIMEOUT_S:g}] seconds, got "
                               f"{self.function_timeout_s}")

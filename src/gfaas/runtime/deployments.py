@@ -291,7 +291,8 @@ class Deployments:
                     self.config.threads_per_worker, self.device_of(spec.name, function),
                     self.gpu_of(spec.name, function), ident.uid if ident else -1, ident.gid if ident else -1,
                     **self.dedup.init_fields(spec.name), gpu_passing=self.config.gpu_passing, code_dir=code_dir,
-                    version=version, follow=list(self.follow(spec, function)), poll_s=self.config.poll_us * 1e-6)
+                    version=version, follow=list(self.follow(spec, function)), poll_s=self.config.poll_us * 1e-6,
+                    heap=self.config.worker_heap)
         if self.config.executor == "process":
             self.fork_server(init)  # its template starts now, not at the first request
         if self.config.executor == "ray":

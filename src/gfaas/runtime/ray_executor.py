@@ -31,6 +31,7 @@ import msgspec
 
 from ..errors import ConfigError, FunctionFailed, MachineRefused, require_extra
 from .gpus import ray_gpu_ordinal
+from .heap import keep_freed
 from .logs import Capture
 from .worker import Done, Failed, FunctionHost, Init, Reply, Task, TaskTimedOut, WorkerDied, _dec, _enc
 
@@ -53,6 +54,8 @@ class FunctionActor:
         self.cap = Capture()
         self.cap.install()
         self.host = FunctionHost(msg)
+        if msg.heap == "reuse":  # as a worker process does, once the model is loaded
+            keep_freed()
         self.gpu = msg.gpu
         self.transport = msg.transport
         # On a gfaas node's Ray node: one attached connection to the machine's daemon for the actor's

@@ -38,6 +38,7 @@ from ..gcpause import freeze_startup
 from ..policy.polling import worker_wait
 from ..pyexec import module_argv
 from .context import Context
+from .heap import keep_freed
 from .logs import Capture, LogLine
 from .sandbox import WORKER_ENV, Identity, drop_privileges, worker_env
 from .spec import FunctionSpec, loads, name_diff
@@ -87,6 +88,8 @@ class Init(_Ctl):
     # How long it asks for its next task without blocking before it sleeps (RuntimeConfig.poll_us,
     # policy.polling); 0: it sleeps at once.
     poll_s: float = 0.0
+    # Whether it keeps the memory its handlers free for the next call (RuntimeConfig.worker_heap).
+    heap: str = "release"
 
 
 class Ready(_Ctl):
@@ -1283,6 +1286,8 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
                                      _take(cap))))
         return 1
     freeze_startup()  # the handler and its model live as long as the worker: out of the collector's walks
+    if init.heap == "reuse":  # after the model's load, which keeps the C library's layout
+        keep_freed()
     ready = _enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes, _take(cap),
                               {"entry": entry, **host.phases}, list(hosts)))
     if listener:
