@@ -1286,8 +1286,6 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
                                      _take(cap))))
         return 1
     freeze_startup()  # the handler and its model live as long as the worker: out of the collector's walks
-    if init.heap == "reuse":  # after the model's load, which keeps the C library's layout
-        keep_freed()
     ready = _enc.encode(Ready(os.getpid(), host.load_s, host.hinted_bytes, _take(cap),
                               {"entry": entry, **host.phases}, list(hosts)))
     if listener:
@@ -1295,6 +1293,8 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
         os.close(listener[0])  # the runtime holds it now; function code must not answer its own calls
     else:
         sock.send(ready)
+    if init.heap == "reuse":  # after the model's load (its layout as before) and off the start's path
+        keep_freed()
     cores = len(os.sched_getaffinity(0))
     replied: float | None = None  # when the last reply went (perf_counter), None before the first
     gap: float | None = None
