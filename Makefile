@@ -9,7 +9,7 @@ NATIVE_SRC := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(sort $
 STAMP := $(VENV)/.native-$(shell cat $(NATIVE_SRC) | cksum | cut -d' ' -f1)
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu gpu-tier results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results overload-retry-ab-results overload-gateway-ab-results isolation-ab-results ray-serve-results profile-results cluster-results pull-results
+.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu gpu-tier results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results overload-retry-ab-results overload-gateway-ab-results isolation-ab-results ray-serve-results profile-results cluster-results pull-results heap-results
 
 $(PYSTAMP): pyproject.toml
 	@echo "setting up $(VENV): gfaas and its test dependencies (first time: 1-2 minutes, about 1 GB; then seconds)"
@@ -233,6 +233,12 @@ pull-results: $(STAMP)
 	@[ -x .venv-te/bin/python ] || { python3 -m venv .venv-te && .venv-te/bin/pip install -q '$(PULL_ENGINE)'; }
 	$(BIN)/gfaas bench pull --json --engine-python .venv-te/bin/python --out $(R)/pull-cpu.json > /dev/null
 	$(BIN)/python benchmarks/pull_tables.py $(R)/pull-cpu.json --write docs/deploy.md
+
+# Warm heaps both ways (RuntimeConfig.worker_heap), alternating (about 3 minutes): docs/performance.md's
+# "Warm heaps" paragraph quotes benchmarks/results/heap-cpu.json.
+heap-results: $(STAMP)
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make heap-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/python benchmarks/heap_ab.py --pairs 2 --invocations 6 --json $(R)/heap-cpu.json
 
 # The embedded invocation's profile after issue 23's work: docs/perf-after.svg (py-spy, all processes)
 # and benchmarks/results/profile-after-cpu.json (p50 and CPU per process), quoted by docs/performance.md.

@@ -3,15 +3,16 @@
 A handler that makes a large array (``np.arange(16 * 2**20)``: 64 MiB) gets, from glibc's malloc, a
 fresh mapping for every allocation over 32 MiB (the most its dynamic threshold reaches), and gives it
 back to the kernel when the array is freed. The next call's array then faults every page in again
-(16,384 small pages, or 32 huge ones), about 8 of the 20 ms ``gen`` took here (``docs/performance.md``,
-"Warm heaps"). A warm
-worker serves the same function again and again, so :func:`keep_freed` makes large allocations come
-from the process heap and keeps freed memory there, up to ``trim_mib`` at its top, for the next call.
+(16,384 small pages, or 32 huge ones). A warm worker serves the same function again and again, so
+:func:`keep_freed` makes large allocations come from the process heap and keeps freed memory there,
+up to ``trim_mib`` at its top, for the next call (``docs/performance.md``, "Warm heaps", with the
+numbers of ``benchmarks/heap_ab.py``).
 
 The cost: a worker keeps about its largest call's working set while idle (until its keep-alive ends
 it), and on a VM whose untouched pages are slow to fault in, other processes' fresh arrays come from
-colder memory (the runtime's copies of large results, measured in that section). ``RuntimeConfig.worker_heap="release"`` keeps the C library's behaviour. It is applied once the
-worker has loaded its model, so the model's own load is laid out as before.
+colder memory (the runtime's copies of large results). ``RuntimeConfig.worker_heap="release"`` keeps
+the C library's behaviour. It is applied once the worker has loaded its model, so the model's own
+load is laid out as before.
 """
 
 from __future__ import annotations
