@@ -65,7 +65,9 @@ def test_simscale_bench_prints_the_issue_rows(capsys: pytest.CaptureFixture[str]
     # On the native core each size also ran on the pure-Python one, in the same run (the reference).
     extra = {"python_us_per_request", "speedup"} if CORE == "native" else set()
     for r in rows:
-        assert set(r) == {"nodes", "gpus", "requests", "wall_s", "us_per_request", "p50_ms"} | extra
+        assert set(r) == {"nodes", "gpus", "requests", "wall_s", "us_per_request", "p50_ms", "gc_us_per_request",
+                          "gc_collected_per_request"} | extra
+        assert r["gc_us_per_request"] >= 0 and r["gc_collected_per_request"] >= 0
         assert r["us_per_request"] == pytest.approx(r["wall_s"] / r["requests"] * 1e6, abs=0.1)
         if extra:
             assert r["speedup"] == pytest.approx(r["python_us_per_request"] / r["us_per_request"], rel=0.02)

@@ -8,7 +8,9 @@ N and the simulated p50 should not move; what grows is the simulator's work.
 
 Per row: ``requests`` simulated, ``wall_s`` from building the cluster to the last event
 (``time.perf_counter``; the simulator never reads the clock, only this benchmark does),
-``us_per_request = wall_s / requests`` and the simulated ``p50_ms``. Wall times depend on the CPU
+``us_per_request = wall_s / requests`` and the simulated ``p50_ms``; ``gc_us_per_request`` and
+``gc_collected_per_request``: the cycle collector's time and the objects it freed while the row ran,
+per request (a request should leave it nothing: docs/design/simulator.md). Wall times depend on the CPU
 and what else runs on it; compare rows of one run, or runs on one machine.
 
 Where the simulator's core is the native one (``gfaas.sim.kernel.CORE``), every size is run again in a
@@ -23,6 +25,7 @@ Run ``gfaas bench simscale --json`` (``--quick``: 1 and 8 nodes, 1 simulated sec
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -48,18 +51,40 @@ SECONDS = 5.0
 
 def row(nodes: int, seconds: float = SECONDS, seed: int = 1) -> dict[str, object]:
     """One cluster size: build, deploy, run; the figures of the module docstring."""
-    t0 = time.perf_counter()
-    topo = preset(MACHINE if nodes == 1 else f"{MACHINE}*{nodes}")
-    c = Cluster(topo, system("gfaas"), seed=0)
-    wf = workflow(WORKFLOW)
-    c.deploy(wf, max(1, len(topo.gpus) // max(len(wf.gpu_functions), 1)))
-    c.submit_many(WORKFLOW, poisson(RATE_PER_NODE * nodes, seconds, seed))
-    recs = c.run()
-    wall = time.perf_counter() - t0
+    collector = _Collections()
+    gc.callbacks.append(collector)
+    try:
+        t0 = time.perf_counter()
+        topo = preset(MACHINE if nodes == 1 else f"{MACHINE}*{nodes}")
+        c = Cluster(topo, system("gfaas"), seed=0)
+        wf = workflow(WORKFLOW)
+        c.deploy(wf, max(1, len(topo.gpus) // max(len(wf.gpu_functions), 1)))
+        c.submit_many(WORKFLOW, poisson(RATE_PER_NODE * nodes, seconds, seed))
+        recs = c.run()
+        wall = time.perf_counter() - t0
+    finally:
+        gc.callbacks.remove(collector)
     lat = [r.latency for r in recs if r.finish >= 0]
+    n = max(len(recs), 1)
     return {"nodes": nodes, "gpus": len(topo.gpus), "requests": len(recs), "wall_s": round(wall, 6),
             "us_per_request": round(wall / len(recs) * 1e6, 1) if recs else float("nan"),
-            "p50_ms": round(float(np.median(lat)) * 1e3, 3) if lat else float("nan")}
+            "p50_ms": round(float(np.median(lat)) * 1e3, 3) if lat else float("nan"),
+            "gc_us_per_request": round(collector.seconds / n * 1e6, 1),
+            "gc_collected_per_request": round(collector.collected / n, 2)}
+
+
+class _Collections:
+    """The cycle collector's time and what it freed while a row ran (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds, self.collected, self._t0 = 0.0, 0, 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._t0
+            self.collected += info["collected"]
 
 
 def python_row(nodes: int, seconds: float = SECONDS, seed: int = 1) -> dict[str, object]:
