@@ -94,12 +94,16 @@ def run(pairs: int, invocations: int, say: Any = print) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=2, help="release/reuse runs, alternating (default 2)")
     ap.add_argument("--invocations", type=int, default=6, help="timed driving invocations per run (default 6)")
     ap.add_argument("--json", help="write the result (with provenance) to this file")
-    a = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    a = build_parser().parse_args()
     doc = {"provenance": provenance(["benchmarks/heap_ab.py", *sys.argv[1:]], settings=cli_settings(a)),
            **run(a.pairs, a.invocations, lambda s: print(s, file=sys.stderr))}
     if a.json:
