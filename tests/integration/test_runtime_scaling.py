@@ -197,3 +197,31 @@ def test_the_pool_tells_the_policy_what_starts_and_requests_took() -> None:
     assert costs is not None
     assert costs[0] == pytest.approx(statistics.median(starts)) and len(starts) >= 2
     assert 0.2 <= costs[1] < 1.0
+
+
+def test_queued_calls_at_max_with_every_worker_busy_cost_no_decision() -> None:
+    """At max workers, all busy, an arrival or a completion with calls still queued cannot start or
+    stop anything (WorkerPoolPolicy.decides_after): the pool makes no decision for it, and every
+    queued call is still served, in order, as its own."""
+    cfg = RuntimeConfig(queue_hints=False, scale_tick_s=5.0)  # no tick inside the window measured
+    with LocalRuntime(cfg) as rt:
+        rt.deploy(slow_spec("atmax", 0.01, "{max: 2, min: 2, keep_alive: 'fixed:1'}"))
+        pool = rt.deployments.pools["atmax/f"]
+        wait_for(lambda: pool.counts()["idle"] == 2, 60)
+        decisions: list[bool] = []
+        real = pool.policy.decide
+
+        def counted(now: float, queued: int, workers: object, *, sample: bool = False) -> object:
+            decisions.append(sample)
+            return real(now, queued, workers, sample=sample)  # type: ignore[arg-type]
+
+        pool.policy.decide = counted  # type: ignore[method-assign]
+        ids = [rt.submit("atmax", {"x": np.full(2, k, np.float64)}) for k in range(30)]
+        results = [rt.result(i, timeout=60) for i in ids]
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    for k, r in enumerate(results):
+        np.testing.assert_array_equal(r.outputs["out"], np.full(2, k, np.float64))
+    # 28 calls queued behind the two busy workers: 28 arrivals and 28 completions with a queue,
+    # each a decision before; now none (a tick may fall inside the window on a slow machine)
+    assert decisions.count(False) == 0, decisions
+    assert decisions.count(True) <= 2, decisions

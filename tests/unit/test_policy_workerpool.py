@@ -113,6 +113,8 @@ def _replay(spec: ScalingSpec, evs: list[tuple[float, int, list[str], bool, bool
         assert len(workers) - len(d.stop) >= min(d.target, len(workers))
         if queued > 0:  # a waiting request is never left without a worker
             assert d.target >= 1 and len(workers) - len(d.stop) + d.start >= 1
+        if queued > 0 and not p.decides_after(queued, len(workers), len(idle_ids)):  # skipped: at max, none idle
+            assert d.start == 0 and d.stop == ()
         out.append((d.target, d.start, d.cold, d.stop, d.next_check))
     return out
 
@@ -169,3 +171,30 @@ def test_a_ledger_used_as_the_runtime_uses_it_never_exceeds_capacity(ops: list[t
         elif held:
             led.release(held.pop(0))
         assert led.used_cpus <= led.cpus + 1e-6 and led.used_memory <= led.memory
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 50), st.lists(st.sampled_from(["busy", "starting"]), min_size=1, max_size=8),
+       st.booleans(), st.booleans(), st.lists(st.floats(0.0, 2.0), max_size=6))
+def test_a_decision_skipped_at_max_with_no_idle_worker_could_not_have_acted(
+        top: int, queued: int, states: list[str], ahead: bool, costs: bool, history: list[float]) -> None:
+    """decides_after skips the decision after an event when ``max`` workers are live and none is idle
+    (the runtime's pool and the simulator's replay): whatever the policy's history, that decision
+    would have started and stopped nothing."""
+    spec = ScalingSpec(max=top, keep_alive="gfaas", stable_window_s=4, panic_window_s=1)
+    p = WorkerPoolPolicy(spec, tick_s=0.5, ahead=ahead, costs=costs)
+    now = 0.0
+    for dt in history:  # arrivals, completions and ticks before: the scaler's samples, a burst's peak
+        now += dt
+        p.arrival(now)
+        p.started(0.01)
+        p.done(now + 0.001, 0.002)
+        p.decide(now, 1, [], sample=True)
+    workers = [WorkerView(k, s, now) for k, s in enumerate((states * top)[:top])]  # type: ignore[misc]
+    assert not p.decides_after(queued, len(workers), 0)
+    d = p.decide(now + 0.1, queued, workers)
+    assert (d.start, d.cold, d.stop) == (0, 0, ())
+    # one fewer live, or one idle: a decision may act, so it is made
+    assert p.decides_after(queued, top - 1, 0)
+    assert p.decides_after(queued, top, 1)
+    assert not p.decides_after(0, 0, 0)

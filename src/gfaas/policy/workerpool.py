@@ -14,9 +14,10 @@ The caller reports three kinds of event and applies what :meth:`WorkerPoolPolicy
 * :meth:`decide` on a fixed tick (``sample=True``: the scaler records the concurrency, in-flight plus
   queued, only then, as Knative's autoscaler samples on its own period rather than at arrivals, which
   would bias the average towards busy moments), and after an event (``sample=False``) when
-  :meth:`decides_after` says it can change anything: only while requests wait. With none waiting
-  there is nothing to start for, and a stop of a worker that just went idle waits for the next tick
-  (at most ``tick_s``), so a warm call costs no decision at all.
+  :meth:`decides_after` says it can change anything: only while requests wait, and not at ``max``
+  workers with none idle. With none waiting there is nothing to start for, and a stop of a worker
+  that just went idle waits for the next tick (at most ``tick_s``), so a warm call costs no decision
+  at all; at ``max`` with none idle nothing can start or stop, so a queued call costs none either.
 
 The target count is ``max(min, scaler's count, keep-alive floor, burst floor, hold, fast path)``,
 at most ``max``:
@@ -227,12 +228,17 @@ class WorkerPoolPolicy:
         held = self.hold if now < self.hold_until else 0
         self.hold, self.hold_until = max(held, workers), now + self.spec.panic_window_s
 
-    @staticmethod
-    def decides_after(queued: int) -> bool:
+    def decides_after(self, queued: int, live: int, idle: int) -> bool:
         """After an arrival (once a warm worker took it, if one could) or a completion (once the worker
         took the next request, if any): call :meth:`decide` now only if ``queued`` requests still
-        wait; else the next tick decides (see the module docstring)."""
-        return queued > 0
+        wait and a decision could act for them; else the next tick decides (see the module docstring).
+
+        ``live``: the workers :meth:`decide` would be given (starting, idle and busy); ``idle``: those
+        idle. With ``max`` of them live and none idle a decision can do nothing: it starts none (its
+        target is at most ``max``) and stops none (only idle workers stop). Under a sustained queue
+        that is every arrival and completion, and such a decision cost more CPU than the call it was
+        made for (benchmarks/results/pool-decisions-ab.json)."""
+        return queued > 0 and (idle > 0 or live < self.spec.max)
 
     def keep_floor(self, now: float) -> tuple[int, float | None]:
         """1 while the keep-alive policy wants the last instance loaded, else 0; and when that changes."""

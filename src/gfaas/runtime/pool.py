@@ -287,7 +287,8 @@ class FunctionPool:
                     self.rt.deadline_added(inv.deadline)
                 inv.queued[function] = (self.key, self.entered)
                 self.entered += 1
-                d = self._decide(now, sample=False)  # a start, perhaps (decides_after: it waits)
+                if self._decides_after():  # a start, perhaps (not at max with every worker busy)
+                    d = self._decide(now, sample=False)
         self.rt.queues_changed(inv, self.key)  # queued, or running (queue-aware eviction on the node)
         if slot is not None:
             self.rt.dispatch(inv, function, self, slot.worker, 0.0)
@@ -329,7 +330,7 @@ class FunctionPool:
             nxt, ended = self._take(slot, now) if slot.state == "idle" and self.queue else (None, ())
             stop = slot.state == "stopping"
             # A warm call's completion costs no decision: the tick takes it (policy.workerpool).
-            d = self._decide(now, sample=False) if self.policy.decides_after(len(self.queue)) else None
+            d = self._decide(now, sample=False) if self._decides_after() else None
         if ended or nxt is not None:
             self._ended(ended, nxt)
         if stop:
@@ -444,6 +445,18 @@ class FunctionPool:
             self.rt.failed(inv, fn, f"expired: {fn} was still queued when the invocation's deadline passed "
                                     "(it was not run)")
         return None if earliest is None else earliest + 1e-3
+
+    def _decides_after(self) -> bool:  # under self.cv
+        """Whether the event just handled (an arrival, a completion) calls for a decision now
+        (WorkerPoolPolicy.decides_after), from the workers ``_views`` would give it."""
+        if not self.queue:
+            return False
+        live = idle = 0
+        for s in self._slots.values():
+            if s.state != "stopping":
+                live += 1
+                idle += s.state == "idle"
+        return self.policy.decides_after(len(self.queue), live, idle)
 
     def _decide(self, now: float, sample: bool) -> PoolDecision:  # under self.cv
         d = self.policy.decide(now, len(self.queue), self._views(), sample=sample)

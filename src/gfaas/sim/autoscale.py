@@ -131,7 +131,7 @@ def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float | S
             queue.append(now)
             pol.arrival(now)
             dispatch(now)
-            if pol.decides_after(len(queue)):
+            if pol.decides_after(len(queue), len(workers), sum(w.state == "idle" for w in workers.values())):
                 act(now, sample=False)
         elif kind == "ready":
             w = workers[wid]
@@ -146,7 +146,7 @@ def replay(arrivals: Sequence[float], spec: ScalingSpec, *, service_s: float | S
             w.state, w.since = "idle", now
             pol.done(now, busy_s)
             dispatch(now)
-            if pol.decides_after(len(queue)):
+            if pol.decides_after(len(queue), len(workers), sum(w.state == "idle" for w in workers.values())):
                 act(now, sample=False)
         else:  # tick: on until the horizon; without one, until no request is left and only min workers are up
             act(now, sample=True)
