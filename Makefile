@@ -9,7 +9,7 @@ NATIVE_SRC := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(sort $
 STAMP := $(VENV)/.native-$(shell cat $(NATIVE_SRC) | cksum | cut -d' ' -f1)
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu gpu-tier results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results overload-retry-ab-results overload-gateway-ab-results isolation-ab-results ray-serve-results profile-results cluster-results pull-results heap-results
+.PHONY: first-run-results browser dashboard-screenshots accel-results demo test bench check setup clean test-gpu bench-gpu demo-gpu gpu-tier results cluster-day scale-results dedup-results keepalive-results autoscale-results overload-results overload-ab-results pool-decisions-ab-results overload-retry-ab-results overload-gateway-ab-results isolation-ab-results ray-serve-results profile-results cluster-results pull-results heap-results
 
 $(PYSTAMP): pyproject.toml
 	@echo "setting up $(VENV): gfaas and its test dependencies (first time: 1-2 minutes, about 1 GB; then seconds)"
@@ -202,6 +202,13 @@ SESSION_AB_BASE := 989d9b1
 overload-gateway-ab-results: $(STAMP)
 	@git diff --quiet -- src native benchmarks/*.py || { echo "make overload-gateway-ab-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python benchmarks/ab_overload.py --base $(SESSION_AB_BASE) --pairs 3 --connections 16,2000 --retry-after-cap 30 --json $(R)/overload-gateway-ab.json
+
+# No pool decision at max workers with none idle (issue 35), against the commit before it: goodput at
+# 16, 256 and 2,000 connections, clients that retry at once, interleaved (about 8 minutes)
+POOL_DECISIONS_AB_BASE := d5e95c5
+pool-decisions-ab-results: $(STAMP)
+	@git diff --quiet -- src native benchmarks/*.py || { echo "make pool-decisions-ab-results: commit your changes first (results record the commit)"; exit 1; }
+	$(BIN)/python benchmarks/ab_overload.py --base $(POOL_DECISIONS_AB_BASE) --pairs 2 --connections 16,256,2000 --retry-after-cap 0 --json $(R)/pool-decisions-ab.json
 
 overload-ab-results: $(STAMP)
 	@git diff --quiet -- src native benchmarks/*.py || { echo "make overload-ab-results: commit your changes first (results record the commit)"; exit 1; }
