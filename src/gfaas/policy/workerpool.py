@@ -237,7 +237,7 @@ class WorkerPoolPolicy:
         idle. With ``max`` of them live and none idle a decision can do nothing: it starts none (its
         target is at most ``max``) and stops none (only idle workers stop). Under a sustained queue
         that is every arrival and completion, and such a decision cost more CPU than the call it was
-        made for (benchmarks/results/pool-decisions-ab.json)."""
+        made for (benchmarks/results/queued-ab.json)."""
         return queued > 0 and (idle > 0 or live < self.spec.max)
 
     def keep_floor(self, now: float) -> tuple[int, float | None]:
