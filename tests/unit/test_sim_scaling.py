@@ -13,11 +13,13 @@ from gfaas.sim.experiments import run_experiment
 from gfaas.sim.scaling import (
     H800,
     LLAMA2,
+    NODE_STATES,
     SSD_GBPS,
     Fleet,
     block_bytes,
     multicast_seconds,
     run_burst,
+    run_trace,
 )
 from gfaas.topology import GB, preset
 
@@ -149,6 +151,37 @@ def test_ideal_scaling_uses_the_least_gpu_time() -> None:
     assert set(gpu) == {"ideal", "gfaas", "faasnet", "nccl", "serverlessllm"}
     assert all(gpu["ideal"] <= v for v in gpu.values()), gpu
     assert res.data["timeline"] and {c.metric for c in res.paper} >= {"largest gap to ideal scaling"}
+
+
+def test_gpu_time_splits_into_what_the_nodes_did_and_the_gap_into_its_parts() -> None:
+    """The state split sums to the GPU time the allocation intervals give (allocations change only at
+    ticks); ideal scaling never loads; each gap to ideal is loading + idle + serving points exactly."""
+    res = run_experiment("scaling-gpu-time", quick=True)
+    rows = {r["system"]: r for r in res.rows}
+    assert rows["ideal"]["loading_gpu_h"] == 0 and rows["ideal"]["gap_pct"] == 0
+    for s, r in rows.items():
+        assert 0 <= r["loading_gpu_h"] + r["idle_gpu_h"] <= r["gpu_hours"], s
+        assert r["gap_pct"] == pytest.approx((r["gpu_hours"] / rows["ideal"]["gpu_hours"] - 1) * 100)
+        parts = r["gap_loading_pts"] + r["gap_idle_pts"] + r["gap_serving_pts"]
+        assert parts == pytest.approx(r["gap_pct"], abs=1e-9), s
+    assert all(rows[s]["loading_gpu_h"] > 0 for s in ("gfaas", "faasnet", "nccl", "serverlessllm"))
+    # gfaas loads from host memory or by PipeCast from replicas: the least GPU time loading of all
+    assert rows["gfaas"]["loading_gpu_h"] < min(rows[s]["loading_gpu_h"] for s in ("faasnet", "nccl", "serverlessllm"))
+
+
+def test_a_trace_s_state_split_sums_to_its_gpu_seconds() -> None:
+    topo = preset("h800x1*4")
+    reqs = [(0.1 * k, 200, 20) for k in range(60)] + [(30.0 + 0.2 * k, 200, 20) for k in range(20)]
+    idle: dict[str, float] = {}
+    for system in ("ideal", "gfaas", "serverlessllm"):
+        res = run_trace(topo, LLAMA2["7b"], system, reqs)
+        assert set(res.states) == set(NODE_STATES)
+        assert sum(res.states.values()) == pytest.approx(res.gpu_seconds, rel=1e-12), system
+        idle[system] = res.states["idle"]
+        if system == "ideal":
+            assert res.states["loading"] == res.states["loading_serving"] == 0
+    # between the bursts the others keep nodes warm for their scale-in window; ideal lets them go
+    assert idle["gfaas"] > idle["ideal"] and idle["serverlessllm"] > idle["ideal"], idle
 
 
 def test_gpu_load_sweep_runs_the_trace_once_per_load() -> None:

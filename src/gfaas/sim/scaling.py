@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 from ..policy.multicast import Schedule
@@ -788,6 +788,30 @@ class TraceResult:
     gpu_seconds: float
     timeline: list[tuple[float, int]]  # (time, GPUs allocated), one per autoscaler tick
     span: float
+    # gpu_seconds by what the nodes did (NODE_STATES), as seen at each tick
+    states: dict[str, float] = field(default_factory=dict)
+
+
+#: What an allocated node did, for :attr:`TraceResult.states`, as seen at a tick: loading the model
+#: and not serving yet; loading while serving as a stage of a pipelined instance (PipeCast); serving
+#: (holding the model, in an instance with requests); idle (holding the model, no request: kept warm).
+NODE_STATES = ("loading", "loading_serving", "serving", "idle")
+
+
+def _node_states(fleet: Fleet) -> dict[str, int]:
+    """How many allocated nodes are in each of :data:`NODE_STATES` now."""
+    serving: set[int] = set()
+    for inst in fleet.instances:
+        if inst.active or inst.in_flight:
+            serving.update(inst.nodes)
+    out = dict.fromkeys(NODE_STATES, 0)
+    for n in fleet.allocated:
+        busy = n in serving
+        if n in fleet.loading:
+            out["loading_serving" if busy else "loading"] += 1
+        else:
+            out["serving" if busy else "idle"] += 1
+    return out
 
 
 def serving_rps(model: LlmSpec, gpus: int, mean_prompt: float, mean_output: float, gpu: GpuSpec = H800) -> float:
@@ -817,9 +841,20 @@ def run_trace(topology: Topology, model: LlmSpec, system: str, requests: Sequenc
     # Ideal scaling (seed 002 §7.4): loads and unloads take no time, so nothing is kept warm either.
     window = 0.0 if system == "ideal" else SCALE_IN_WINDOW_S
     timeline: list[tuple[float, int]] = []
+    # Allocations change only at ticks, so GPU time split by the nodes' states at the tick before sums
+    # to gpu_seconds exactly; a state changing between ticks (a load ending) counts from the next one.
+    states = dict.fromkeys(NODE_STATES, 0.0)
+    seen: list[tuple[float, dict[str, int]]] = []
+
+    def account(now: float) -> None:
+        if seen:
+            t, counts = seen[-1]
+            for k, c in counts.items():
+                states[k] += c * (now - t) * fleet.gpus_per_node
 
     def tick() -> None:
         now = fleet.sim.now
+        account(now)
         outstanding = len(fleet.waiting) + sum(len(i.active) for i in fleet.instances)
         want = min(len(nodes), math.ceil(outstanding / TARGET_CONCURRENCY))
         wants.append((now, want))
@@ -838,10 +873,12 @@ def run_trace(topology: Topology, model: LlmSpec, system: str, requests: Sequenc
             for n in idle[: max(0, len(allocated) - keep)]:
                 fleet.release(n)
         timeline.append((now, len(fleet.allocated) * fleet.gpus_per_node))
+        seen[:] = [(now, _node_states(fleet))]
         if now < end or fleet.completed < len(reqs):
             fleet.sim.schedule(SCALER_TICK_S, tick)
 
     fleet.sim.schedule(0.0, tick)
     fleet.sim.run()
     span = fleet.sim.now
-    return TraceResult(system, reqs, fleet.gpu_seconds(span), timeline, span)
+    account(span)
+    return TraceResult(system, reqs, fleet.gpu_seconds(span), timeline, span, states)
