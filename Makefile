@@ -204,13 +204,14 @@ overload-gateway-ab-results: $(STAMP)
 	$(BIN)/python benchmarks/ab_overload.py --base $(SESSION_AB_BASE) --pairs 3 --connections 16,2000 --retry-after-cap 30 --json $(R)/overload-gateway-ab.json
 
 # No pool decision at max workers with none idle (issue 35), against the commit before it, interleaved:
-# gfaas serve's goodput at 16, 256 and 2,000 connections with clients that retry at once, and embedded
-# invocations with 16 and 256 in flight (about 10 minutes)
+# gfaas serve's goodput at 16, 256 and 2,000 connections with clients that retry at once, embedded
+# invocations with 16 and 256 in flight, and goodput with clients that honour Retry-After (about 15 minutes)
 POOL_DECISIONS_AB_BASE := d5e95c5
 pool-decisions-ab-results: $(STAMP)
 	@git diff --quiet -- src native benchmarks/*.py || { echo "make pool-decisions-ab-results: commit your changes first (results record the commit)"; exit 1; }
 	$(BIN)/python benchmarks/ab_overload.py --base $(POOL_DECISIONS_AB_BASE) --pairs 2 --connections 16,256,2000 --retry-after-cap 0 --json $(R)/pool-decisions-ab.json
 	$(BIN)/python benchmarks/ab_queued.py --base $(POOL_DECISIONS_AB_BASE) --pairs 4 --concurrency 16,256 --json $(R)/queued-ab.json
+	$(BIN)/python benchmarks/ab_overload.py --base $(POOL_DECISIONS_AB_BASE) --pairs 2 --connections 16,2000 --retry-after-cap 30 --json $(R)/pool-decisions-ab-honoured.json
 
 overload-ab-results: $(STAMP)
 	@git diff --quiet -- src native benchmarks/*.py || { echo "make overload-ab-results: commit your changes first (results record the commit)"; exit 1; }
