@@ -8,6 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from gfaas.dataplane.store import DENIED_MESSAGE  # imported before a sandbox closes (denied, below)
+from gfaas.errors import AccessDenied
+
 
 def double(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     x = ctx.get(inputs["x"])
@@ -131,3 +134,9 @@ def relay(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     of them shows where each ran and whose log each line went to)."""
     print(f"relay ran as {ctx.function}")
     return {"y": np.array(ctx.get(inputs["x"]), copy=True), "pid": os.getpid()}
+
+
+def denied(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Reads its input as a node that never heard of it would answer: access denied (an input whose
+    node died before publishing it reads this way from another node)."""
+    raise AccessDenied(DENIED_MESSAGE)

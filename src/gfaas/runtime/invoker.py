@@ -30,7 +30,7 @@ import numpy as np
 
 from ..dataplane.ids import DataRef
 from ..dataplane.protocol import QueueEntry
-from ..errors import ConfigError, FunctionFailed, GfaasError, NotFound, Overloaded, SpecError
+from ..errors import AccessDenied, ConfigError, FunctionFailed, GfaasError, NotFound, Overloaded, SpecError
 from ..policy.bandwidth import input_deadline, slo_for
 from ..policy.locality import choose_node
 from ..policy.polling import invoker_polls
@@ -786,7 +786,13 @@ class Invoker:
         if type(reply) is Failed:
             if self.nodes.locality and reply.error in ("DaemonUnavailable", "RemoteError"):
                 self.nodes.check(run.node)  # its node's daemon is gone: no more calls there
-            self.failed(inv, fn, reply.message, Failure(fn, reply.error, reply.trace, failure_lines(recs, inv.id)))
+            message = reply.message
+            if reply.error == "AccessDenied":  # an input's node may have died before publishing it
+                gone = self._gone_holders([r for _, key, _ in step.inputs if (r := inv.refs.get(key))])
+                if gone:
+                    message = (f"{message} (node {', '.join(gone)}, which held its inputs, stopped answering and "
+                               "they were lost with it; retry the invocation)")
+            self.failed(inv, fn, message, Failure(fn, reply.error, reply.trace, failure_lines(recs, inv.id)))
             return
         if reply.values:
             try:  # what function code sent back is checked before anything uses it
@@ -918,9 +924,9 @@ class Invoker:
 
     def _complete(self, inv: _Invocation) -> None:
         outputs: dict[str, np.ndarray] = {}
+        stored: dict[str, str] = {}
         try:
             t0 = time.perf_counter()
-            stored = {}
             for name, key in inv.spec.outputs.items():
                 v = inv.values.get(key)
                 if v is not None:  # carried in the reply: the result's own copy, writable
@@ -936,15 +942,35 @@ class Invoker:
                     t.close()
             inv.host_s += time.perf_counter() - t0
         except Exception as exc:  # noqa: BLE001 - reported as the invocation's failure
+            why = f"collecting the outputs failed: {exc}"
+            gone = self._gone_holders(stored.values()) if isinstance(exc, AccessDenied) else []
+            if gone:
+                why = (f"collecting the outputs failed: node {', '.join(gone)}, which held them, stopped answering "
+                       f"and they were lost with it ({exc}); retry the invocation")
             with self._lock:
                 inv.running += 1
-                self._fail_locked(inv, f"collecting the outputs failed: {exc}")
+                self._fail_locked(inv, why)
             return
         with self._lock:
             if inv.result is None:
                 inv.status = "done"
                 self._set_result(inv, outputs)
             self._maybe_release(inv)
+
+    def _gone_holders(self, refs: Any) -> list[str]:
+        """The nodes holding ``refs`` that do not answer now (each probed once unless known down). A
+        node killed right after a function stored its output there may die before it published the
+        object in the directory: another node then finds no such object and can only say "access
+        denied" (it tells nothing about IDs it does not know), which would hide the real cause."""
+        names = {self.nodes.cluster.node_ids.get(n, n)
+                 for n in {DataRef.parse(r).node for r in refs if isinstance(r, str) and r.startswith("gfaas://")}}
+        gone = []
+        for name in sorted(names):
+            if self.nodes.cluster.up(name):  # not known to be down: ask it (once)
+                self.nodes.check(name)
+            if not self.nodes.cluster.up(name):
+                gone.append(name)
+        return gone
 
     def _set_result(self, inv: _Invocation, outputs: dict[str, np.ndarray]) -> None:
         recs = []
