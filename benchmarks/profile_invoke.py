@@ -52,6 +52,9 @@ import numpy as np
 from gfaas.runtime.local import LocalRuntime, RuntimeConfig
 from gfaas.workflows.tiny import SPEC, timed_invokes
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling queued_load, however it is loaded
+from queued_load import closed_loop  # noqa: E402
+
 INPUTS = {"n": np.asarray(256, dtype=np.int64)}
 
 
@@ -66,6 +69,20 @@ def _pool_class() -> Any:
 
     cls = getattr(lmod, "_Pool", None)
     return cls if cls is not None else importlib.import_module("gfaas.runtime.pool").FunctionPool
+
+
+def _first_with(attr: str, *owners: str) -> Any:
+    """The first of ``owners`` ("module:Class") that has ``attr``: the runtime's parts moved between
+    classes as it was split, and this file runs on older checkouts too."""
+    for name in owners:
+        mod, _, cls = name.partition(":")
+        try:
+            owner = getattr(importlib.import_module(mod), cls)
+        except (ImportError, AttributeError):
+            continue
+        if hasattr(owner, attr):
+            return owner
+    raise AttributeError(f"none of {owners} has {attr!r}")
 
 
 def _wrap(owner: Any, attr: str, before: Callable[..., None] | None = None,
@@ -149,35 +166,24 @@ def _daemon_in_thread(run_dir: str, counts: Counter[str], busy: defaultdict[str,
             u()
 
 
-def _closed_loop(rt: LocalRuntime, n: int, concurrency: int) -> None:
-    """``n`` invocations with ``concurrency`` of them in flight (submitted, not yet fetched)."""
-    from collections import deque
-
-    outstanding: deque[str] = deque()
-    submitted = 0
-    while submitted < n or outstanding:
-        while submitted < n and len(outstanding) < concurrency:
-            outstanding.append(rt.submit("tiny", INPUTS))
-            submitted += 1
-        res = rt.result(outstanding.popleft(), timeout=120)
-        assert res.status == "done", res.error
-
-
 def count(n: int, concurrency: int = 1) -> dict[str, Any]:
-    from gfaas.runtime import local as lmod
     from gfaas.runtime import worker as wmod
 
     counts: Counter[str] = Counter()
     busy: defaultdict[str, float] = defaultdict(float)  # message type -> daemon seconds (handler, reply, settle)
     run_dir = tempfile.mkdtemp(prefix="gfaas-prof-", dir="/tmp")
+    from gfaas.dataplane.client import Admin
+
+    inv_cls = _first_with("_gateway_transport", "gfaas.runtime.invoker:Invoker", "gfaas.runtime.local:LocalRuntime")
     undo = [
-        _wrap(wmod.ProcessWorker, "run", before=lambda *a, **k: counts.update(["worker Task -> Done round trip"])),
+        # tasks go out by send_task since the reply loop (run: the blocking path of before)
+        _wrap(wmod.ProcessWorker, "send_task" if hasattr(wmod.ProcessWorker, "send_task") else "run",
+              before=lambda *a, **k: counts.update(["worker Task -> Done round trip"])),
         _wrap(_pool_class(), "submit", before=lambda *a, **k: counts.update(["hand-off to a dispatcher thread"])),
-        _wrap(lmod.LocalRuntime, "queues_changed", before=lambda *a, **k: counts.update(["queue hinter pokes"])),
-        # one round trip per invocation hinted before issue 23's item 1 (_send_hint), one batch per node after
-        _wrap(lmod.LocalRuntime, "_send_hints" if hasattr(lmod.LocalRuntime, "_send_hints") else "_send_hint",
-              before=lambda *a, **k: counts.update(["queue hint rounds sent"])),
-        _wrap(lmod.LocalRuntime, "_gateway_transport",
+        _wrap(inv_cls, "queues_changed", before=lambda *a, **k: counts.update(["queue hinter pokes"])),
+        # one round trip per invocation hinted before issue 23's item 1, one batch per node after
+        _wrap(Admin, "queue_state", before=lambda *a, **k: counts.update(["queue hint rounds sent"])),
+        _wrap(inv_cls, "_gateway_transport",
               before=lambda *a, **k: counts.update(["gateway transports (the runtime's puts and gets)"])),
         _wrap(wmod, "_daemon_connection",
               before=lambda *a, **k: counts.update(["daemon connection opened for a sandboxed worker"])),
@@ -194,7 +200,7 @@ def count(n: int, concurrency: int = 1) -> dict[str, Any]:
             counts["daemon connections accepted"] += 0  # listed even when none is
             threads_mid = threading.active_count()
             t0 = time.perf_counter()
-            _closed_loop(rt, n, concurrency)
+            closed_loop(rt, n, concurrency)
             wall = time.perf_counter() - t0
             time.sleep(0.3)
             snapshot = Counter(counts)

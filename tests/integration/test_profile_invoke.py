@@ -34,3 +34,16 @@ def test_the_timeline_splits_the_workers_round_trip(monkeypatch: pytest.MonkeyPa
     assert 0 < split["handlers_p50_ms"] < split["worker_loop_p50_ms"], split
     assert split["worker_framework_p50_ms"] > 0 and split["hops_p50_ms"] > 0, split
     assert split["worker_loop_p50_ms"] < trip * 1.5, (split, trip)  # medians of differences, not exact sums
+
+
+def test_the_message_count_runs_on_this_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``count`` (docs/performance.md runs it) wraps the runtime's parts by name: it must find them
+    where the split runtime keeps them (it once wrapped a LocalRuntime method that had moved). A tiny
+    invocation costs one task to its worker (a chain) and no message to the node daemon."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import profile_invoke
+
+    doc = profile_invoke.count(40, concurrency=4)
+    per = doc["per_invocation"]
+    assert per["worker Task -> Done round trip"] == 1.0, per
+    assert per["daemon connections accepted"] == 0 and doc["daemon_us_per_message"] == {}, doc
