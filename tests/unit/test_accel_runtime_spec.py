@@ -28,6 +28,8 @@ def test_the_field_is_parsed_and_described() -> None:
     assert s.function("f").accelerator == "dscs"
     assert s.describe()["functions"][0]["accelerator"] == "dscs"
     assert loads(spec("")).function("f").accelerator is None
+    # the runtime tracks which drive holds each value only for a workflow with a marked function
+    assert s.accelerated and not loads(spec("")).accelerated
 
 
 @pytest.mark.parametrize("value, shown", [("tpu", "'tpu'"), ("DSCS", "'DSCS'"), ("3", "'3'"), ("[dscs]", "['dscs']")])

@@ -345,7 +345,7 @@ class Invoker:
             self._unresolved += 1
             seq = self._seq
             self._seq += 1
-        if self.drives.drives:
+        if self.drives.drives and spec.accelerated:
             drive = self.drives.input_drive(seq)
             inv.homes.update(((INPUT, name), drive) for name in arrays)
         try:
@@ -627,7 +627,7 @@ class Invoker:
             else:
                 inputs[name] = refs[key]
         where = _NOWHERE
-        if step.accelerator or self.drives.drives:  # the first input's drive: where a marked function runs
+        if step.accelerator or (self.drives.drives and inv.spec.accelerated):  # where a marked function runs: its first input's drive
             home = inv.homes.get(step.first, -1)
             where = self.drives.claim(home) if step.accelerator else Decision("", home)
         node = getattr(worker, "gfaas_node", "") or pool.node
@@ -875,7 +875,8 @@ class Invoker:
         with self._lock:
             inv.running += 1  # as _schedule counts a task
             inv.enqueued[fn] = now
-        where = _NOWHERE if not self.drives.drives else Decision("", inv.homes.get(self._step(inv.spec, fn).first, -1))
+        where = _NOWHERE if not (self.drives.drives and inv.spec.accelerated) \
+            else Decision("", inv.homes.get(self._step(inv.spec, fn).first, -1))
         nxt = _Running(inv, fn, pool, worker, now, 0.0, where, run.node, run.owner)
         nxt.chain = run.chain[1:]
         nxt.done = True

@@ -120,6 +120,7 @@ class Capture:
         self._in_task = False
         self._partial: dict[int, bytearray] = {}
         self._skip: dict[int, bool] = {}  # the rest of a cut line is dropped up to its newline
+        self._unfinished = False  # read since the last drain: a partial line or a skip may be pending
         self._fds: dict[int, str] = {}
         self._thread: threading.Thread | None = None
         self._ready = select.poll()
@@ -175,9 +176,7 @@ class Capture:
 
     def begin(self) -> None:
         """A task starts: lines from now on are its own (what came before is not)."""
-        self._drain(final=True)
-        with self._lock:
-            self._in_task = True
+        self._drain(in_task=True)
 
     def resume(self) -> None:
         """:meth:`begin` right after a :meth:`take` (a chain's next function): that take emptied the
@@ -188,7 +187,7 @@ class Capture:
     def take(self) -> list[LogLine]:
         """The lines since the last take (pipes drained; an unterminated line ends here)."""
         _flush()
-        self._drain(final=True)
+        self._drain()
         with self._lock:
             if not self._batch.lines and not self._batch.dropped:  # the usual task: it printed nothing
                 self._in_task = False
@@ -202,17 +201,25 @@ class Capture:
         return lines
 
     # -- the pipes
-    def _drain(self, final: bool) -> None:
+    def _drain(self, in_task: bool | None = None) -> None:
+        """Read what the pipes hold and end any unterminated line there; then, if ``in_task`` is
+        given, whether the lines from now on are a task's (under the same lock)."""
         with self._lock:
-            # One poll finds what is readable (a task that printed nothing costs this one system call).
-            ready = {fd for fd, _ in self._ready.poll(0)} if self._fds else set()
-            for fd in self._fds:
-                if fd in ready:
-                    self._read_fd(fd)
-                if final and self._partial[fd]:
-                    self._line(fd, bytes(self._partial[fd]))
-                    self._partial[fd].clear()
-                self._skip[fd] = False if final else self._skip[fd]
+            # One poll finds what is readable. A task that printed nothing costs this one system call
+            # and no more: nothing is left of a line from before (_unfinished) to end.
+            ready = self._ready.poll(0) if self._fds else ()
+            if ready or self._unfinished:
+                readable = {fd for fd, _ in ready}
+                for fd in self._fds:
+                    if fd in readable:
+                        self._read_fd(fd)
+                    if self._partial[fd]:
+                        self._line(fd, bytes(self._partial[fd]))
+                        self._partial[fd].clear()
+                    self._skip[fd] = False
+                self._unfinished = False
+            if in_task is not None:
+                self._in_task = in_task
 
     def _reader(self) -> None:
         # no_new_privs is a thread's own: the sandbox sets it on the thread that drops privileges, so
@@ -244,6 +251,7 @@ class Capture:
                 return
             if not data:
                 return
+            self._unfinished = True  # perhaps a line without its newline yet, or the rest of a cut one
             buf = self._partial[fd]
             buf += data
             if b"\n" in data:

@@ -205,6 +205,12 @@ class WorkflowSpec:
         return tuple((f.name, tuple(dict.fromkeys(i.source for i in f.inputs if not i.from_workflow)),
                       any(i.when is not None for i in f.inputs)) for f in self.functions)
 
+    @cached_property
+    def accelerated(self) -> bool:
+        """Whether a function is marked ``accelerator:`` (only then does the runtime track which
+        simulated drive holds each value: runtime.accel's rule reads it for those functions alone)."""
+        return any(f.accelerator for f in self.functions)
+
     def function(self, name: str) -> FunctionSpec:
         f = self._by_name.get(name)
         if f is None:
