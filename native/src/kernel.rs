@@ -293,7 +293,7 @@ impl Kernel {
 
     /// Run `fn(*args)` at `now + delay`; `delay` must be a finite number >= 0.
     #[pyo3(signature = (delay, func, *args, priority = 0))]
-    fn schedule(
+    pub(crate) fn schedule(
         &mut self,
         py: Python<'_>,
         delay: f64,

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyFloat;
 
+mod dataplane;
 mod kernel;
 mod network;
 mod router;
@@ -56,5 +57,7 @@ fn gfaas_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<network::FluidNetwork>()?;
     m.add_class::<network::Flow>()?;
     m.add_class::<router::RouterCore>()?;
+    m.add_class::<dataplane::DataPlaneCore>()?;
+    m.add_class::<dataplane::FlowDone>()?;
     Ok(())
 }

@@ -58,7 +58,7 @@ pub struct Flow {
     #[pyo3(get)]
     rate: f64,
     #[pyo3(get)]
-    done: bool,
+    pub(crate) done: bool,
     #[pyo3(get)]
     t: f64,
     #[pyo3(get)]
@@ -384,6 +384,133 @@ impl FluidNetwork {
         Ok(())
     }
 
+    /// The index of the path `hops` (checked against the topology the first time it is seen).
+    pub(crate) fn path_index(slf: &Bound<'_, Self>, hops: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let py = slf.py();
+        let key = PyTuple::new(py, hops.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
+        let mut net = slf.borrow_mut();
+        if let Some(i) = net.paths.bind(py).get_item(&key)? {
+            return i.extract::<usize>();
+        }
+        // A path seen for the first time: check its links once.
+        let n = key.len();
+        let mut ids = Vec::with_capacity(n.saturating_sub(1));
+        let mut keys = Vec::with_capacity(n.saturating_sub(1));
+        for j in 1..n {
+            let (a, b) = (key.get_item(j - 1)?, key.get_item(j)?);
+            let e = PyTuple::new(py, [&a, &b])?;
+            match net.index.bind(py).get_item(&e)? {
+                Some(i) => ids.push(i.extract::<usize>()?),
+                None => {
+                    let joined: Vec<String> = key.iter().map(|h| h.to_string()).collect();
+                    let name = net.topology.bind(py).getattr("name")?.repr()?.to_string();
+                    return Err(config_error(
+                        py,
+                        format!(
+                            "path {} uses {}->{}, which is not a link of topology {}",
+                            joined.join("->"),
+                            a,
+                            b,
+                            name
+                        ),
+                    ));
+                }
+            }
+            keys.push(e);
+        }
+        let i = net.path_list.len();
+        net.path_list.push(Path {
+            edges: ids.into(),
+            keys: PyTuple::new(py, keys)?.unbind(),
+        });
+        net.paths.bind(py).set_item(&key, i)?;
+        Ok(i)
+    }
+
+    /// `start` on a path `path_index` gave, with a size already checked to be >= 0.
+    pub(crate) fn start_path(
+        slf: &Bound<'_, Self>,
+        path: usize,
+        size: f64,
+        on_done: Bound<'_, PyAny>,
+        cap_gbps: Option<f64>,
+    ) -> PyResult<Py<Flow>> {
+        let py = slf.py();
+        let mut net = slf.borrow_mut();
+        net.seq += 1;
+        let ident = net.seq;
+        let now = net.now(py)?;
+        let (edge_ids, edges) = {
+            let p = &net.path_list[path];
+            (p.edges.clone(), p.keys.clone_ref(py))
+        };
+        let empty = edge_ids.is_empty();
+        let flow = Py::new(
+            py,
+            Flow {
+                ident,
+                edge_ids: edge_ids.clone(),
+                edges,
+                remaining: size,
+                cap: cap_gbps.map(|c| c * GB),
+                on_done: on_done.clone().unbind(),
+                rate: 0.0,
+                done: false,
+                t: now,
+                finish: f64::INFINITY,
+            },
+        )?;
+        if empty || size <= EPS_BYTES {
+            flow.borrow_mut(py).done = true;
+            let sim = net.sim.clone_ref(py);
+            drop(net);
+            sim.bind(py).call_method1("schedule", (0.0, on_done))?;
+            return Ok(flow);
+        }
+        net.flows.insert(ident, flow.clone_ref(py));
+        for &e in edge_ids.iter() {
+            net.on[e].push(ident);
+        }
+        net.mark_dirty(ident);
+        if net.depth == 0 {
+            net.commit_now(slf.as_any())?;
+        }
+        Ok(flow)
+    }
+
+    /// `set_caps` for caps computed natively (every one a number).
+    pub(crate) fn set_caps_of(slf: &Bound<'_, Self>, caps: &[(Py<Flow>, f64)]) -> PyResult<()> {
+        let py = slf.py();
+        let mut net = slf.borrow_mut();
+        for (flow, cap_gbps) in caps {
+            let mut f = flow.borrow_mut(py);
+            if !f.done {
+                f.cap = Some(cap_gbps * GB);
+                net.mark_dirty(f.ident);
+            }
+        }
+        if net.depth == 0 {
+            net.commit_now(slf.as_any())?;
+        }
+        Ok(())
+    }
+
+    /// Bytes `flow` has still to move at `now` (`left`, with the time already read).
+    pub(crate) fn left_at(f: &Flow, now: f64) -> f64 {
+        if f.done {
+            return 0.0;
+        }
+        if now > f.t {
+            f.remaining - f.rate * (now - f.t)
+        } else {
+            f.remaining
+        }
+    }
+
+    pub(crate) fn begin_batch(&mut self) {
+        self.begin_now();
+    }
+
     fn begin_now(&mut self) {
         self.depth += 1;
     }
@@ -488,46 +615,7 @@ impl FluidNetwork {
         cap_gbps: Option<f64>,
     ) -> PyResult<Py<Flow>> {
         let py = slf.py();
-        let key = PyTuple::new(py, hops.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
-        let mut net = slf.borrow_mut();
-        let path = match net.paths.bind(py).get_item(&key)? {
-            Some(i) => i.extract::<usize>()?,
-            None => {
-                // A path seen for the first time: check its links once.
-                let n = key.len();
-                let mut ids = Vec::with_capacity(n.saturating_sub(1));
-                let mut keys = Vec::with_capacity(n.saturating_sub(1));
-                for j in 1..n {
-                    let (a, b) = (key.get_item(j - 1)?, key.get_item(j)?);
-                    let e = PyTuple::new(py, [&a, &b])?;
-                    match net.index.bind(py).get_item(&e)? {
-                        Some(i) => ids.push(i.extract::<usize>()?),
-                        None => {
-                            let joined: Vec<String> = key.iter().map(|h| h.to_string()).collect();
-                            let name = net.topology.bind(py).getattr("name")?.repr()?.to_string();
-                            return Err(config_error(
-                                py,
-                                format!(
-                                    "path {} uses {}->{}, which is not a link of topology {}",
-                                    joined.join("->"),
-                                    a,
-                                    b,
-                                    name
-                                ),
-                            ));
-                        }
-                    }
-                    keys.push(e);
-                }
-                let i = net.path_list.len();
-                net.path_list.push(Path {
-                    edges: ids.into(),
-                    keys: PyTuple::new(py, keys)?.unbind(),
-                });
-                net.paths.bind(py).set_item(&key, i)?;
-                i
-            }
-        };
+        let path = Self::path_index(slf, &hops)?;
         let size: f64 = nbytes.extract()?;
         if size < 0.0 {
             return Err(config_error(
@@ -535,45 +623,7 @@ impl FluidNetwork {
                 format!("a flow cannot carry {} bytes; give a size >= 0", nbytes.str()?),
             ));
         }
-        net.seq += 1;
-        let ident = net.seq;
-        let now = net.now(py)?;
-        let (edge_ids, edges) = {
-            let p = &net.path_list[path];
-            (p.edges.clone(), p.keys.clone_ref(py))
-        };
-        let empty = edge_ids.is_empty();
-        let flow = Py::new(
-            py,
-            Flow {
-                ident,
-                edge_ids: edge_ids.clone(),
-                edges,
-                remaining: size,
-                cap: cap_gbps.map(|c| c * GB),
-                on_done: on_done.clone().unbind(),
-                rate: 0.0,
-                done: false,
-                t: now,
-                finish: f64::INFINITY,
-            },
-        )?;
-        if empty || size <= EPS_BYTES {
-            flow.borrow_mut(py).done = true;
-            let sim = net.sim.clone_ref(py);
-            drop(net);
-            sim.bind(py).call_method1("schedule", (0.0, on_done))?;
-            return Ok(flow);
-        }
-        net.flows.insert(ident, flow.clone_ref(py));
-        for &e in edge_ids.iter() {
-            net.on[e].push(ident);
-        }
-        net.mark_dirty(ident);
-        if net.depth == 0 {
-            net.commit_now(slf.as_any())?;
-        }
-        Ok(flow)
+        Self::start_path(slf, path, size, on_done, cap_gbps)
     }
 
     /// Change a flow's rate cap (a new SLO share); takes effect now.
@@ -613,7 +663,7 @@ impl FluidNetwork {
     }
 
     /// Stop a flow without calling its callback; returns the bytes it had left.
-    fn cancel(slf: &Bound<'_, Self>, flow: Bound<'_, Flow>) -> PyResult<f64> {
+    pub(crate) fn cancel(slf: &Bound<'_, Self>, flow: Bound<'_, Flow>) -> PyResult<f64> {
         let py = slf.py();
         let mut net = slf.borrow_mut();
         let remaining = {
@@ -701,7 +751,7 @@ impl FluidNetwork {
     }
 
     /// End a batch (or apply pending changes).
-    fn commit(slf: &Bound<'_, Self>) -> PyResult<()> {
+    pub(crate) fn commit(slf: &Bound<'_, Self>) -> PyResult<()> {
         slf.borrow_mut().commit_or_close(slf.as_any())
     }
 

@@ -129,7 +129,7 @@ impl Ordered {
     }
 }
 
-type Picks = Vec<(usize, f64)>;
+pub(crate) type Picks = Vec<(usize, f64)>;
 
 fn min_res(c: &Cand, res: &[f64]) -> f64 {
     let mut b = res[c.edges[0]];
@@ -929,7 +929,7 @@ impl RouterCore {
     }
 
     /// Plan transfer `handle` over route set `cs` and reserve its bandwidth: its (candidate, GB/s).
-    fn plan(&mut self, py: Python<'_>, handle: u64, cs: usize) -> PyResult<Picks> {
+    pub(crate) fn plan(&mut self, py: Python<'_>, handle: u64, cs: usize) -> PyResult<Picks> {
         if self.pos.contains_key(&handle) || cs >= self.csets.len() {
             return Err(config_error(
                 py,
@@ -1007,7 +1007,7 @@ impl RouterCore {
     }
 
     /// Return every reservation of `handle`.
-    fn release(&mut self, py: Python<'_>, handle: u64) -> PyResult<()> {
+    pub(crate) fn release(&mut self, py: Python<'_>, handle: u64) -> PyResult<()> {
         let h = match self.unregister(handle) {
             Some(h) => h,
             None => {
@@ -1046,7 +1046,7 @@ impl RouterCore {
     }
 
     /// The handles altered since the last call, in order, with their holdings; clears both lists.
-    fn take_changed(&mut self) -> Vec<(u64, Picks)> {
+    pub(crate) fn take_changed(&mut self) -> Vec<(u64, Picks)> {
         self.stale.take();
         let order = self.changed.take();
         order

@@ -7,16 +7,24 @@ GPUs yet),
 sizes each path's share. The simulator only adds physics: the :class:`~gfaas.sim.network.Network`
 decides how fast bytes actually move, max-min fairly over the chosen paths, so bandwidth a finished
 transfer frees is used at once (work conserving) rather than left idle behind a stale reservation.
+
+:class:`PyDataPlane` below is the reference; :class:`~gfaas.sim.dataplane_native.NativeDataPlane` runs
+the same per-transfer lifecycle in Rust (``native/src/dataplane.rs``), with the same events and floats.
+``DataPlane`` is the native one where the simulator's core is native (``kernel.CORE``) and the
+extension has it; ``GFAAS_SIM_DATAPLANE=python`` keeps the reference under the native core.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError
 from ..policy import Demand, Path, Plan, Router, RoutingOptions, slo_rates
 from ..policy.routing_native import NativeRouter, native_router_available
 from ..topology import Topology
@@ -52,8 +60,8 @@ def router_class() -> type[Router]:
     return NativeRouter if CORE == "native" and native_router_available() else Router
 
 
-class DataPlane:
-    """One node-or-cluster's data movement under one :class:`SystemConfig`."""
+class PyDataPlane:
+    """One node-or-cluster's data movement under one :class:`SystemConfig` (the reference)."""
 
     def __init__(self, sim: Simulator, topology: Topology, cfg: SystemConfig) -> None:
         self.sim = sim
@@ -214,3 +222,25 @@ class DataPlane:
             total = sum(p.gbps for _, p in live) or 1.0
             caps += [(f, max(rates[t.ident] * p.gbps / total, 1e-3)) for f, p in live]
         self.net.set_caps(caps)
+
+
+def _choose() -> type[Any]:
+    """The data plane the simulator runs: the native one where the core is native and it is built."""
+    want = os.environ.get("GFAAS_SIM_DATAPLANE", "").strip().lower()
+    if want not in ("", "native", "python"):
+        raise ConfigError(f"GFAAS_SIM_DATAPLANE={want!r}: use 'native', 'python' or leave it unset "
+                          "(native where the simulator's core is)")
+    from .dataplane_native import NativeDataPlane, native_dataplane_available
+
+    if want == "python" or (want == "" and not (CORE == "native" and native_dataplane_available())):
+        return PyDataPlane
+    if not native_dataplane_available():
+        raise ConfigError("GFAAS_SIM_DATAPLANE=native but gfaas_native has no DataPlaneCore: run `make setup` "
+                          "(needs cargo) or `pip install ./native`, or unset GFAAS_SIM_DATAPLANE")
+    return NativeDataPlane
+
+
+if TYPE_CHECKING:
+    DataPlane = PyDataPlane
+else:
+    DataPlane = _choose()
