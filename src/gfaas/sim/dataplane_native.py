@@ -58,7 +58,7 @@ class NativeDataPlane:
 
     @property
     def active(self) -> dict[int, tuple[Any, ...]]:
-        return self._core.active  # type: ignore[no-any-return]
+        return self._core.active
 
 
 def _host_gbps(topology: Topology) -> dict[int, float]:
