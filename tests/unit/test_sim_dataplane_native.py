@@ -206,6 +206,8 @@ def test_the_data_plane_is_chosen_like_the_core_and_can_be_kept_python() -> None
     assert run().stdout.split() == ["NativeDataPlane"]
     assert run(GFAAS_SIM_DATAPLANE="python").stdout.split() == ["PyDataPlane"]
     assert run(GFAAS_SIM_CORE="python").stdout.split() == ["PyDataPlane"]
+    # the Python core is all reference: a benchmark's reference child inherits the variable
+    assert run(GFAAS_SIM_CORE="python", GFAAS_SIM_DATAPLANE="native").stdout.split() == ["PyDataPlane"]
     bad = run(GFAAS_SIM_DATAPLANE="fast")
     assert bad.returncode != 0 and "GFAAS_SIM_DATAPLANE='fast'" in bad.stderr
     assert dataplane.DataPlane in (PyDataPlane, NativeDataPlane)

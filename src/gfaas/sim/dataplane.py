@@ -225,19 +225,23 @@ class PyDataPlane:
 
 
 def _choose() -> type[Any]:
-    """The data plane the simulator runs: the native one where the core is native and it is built."""
+    """The data plane the simulator runs: the native one where the core is native and it is built.
+    ``GFAAS_SIM_DATAPLANE`` chooses under the native core only: the Python core stays all reference
+    (a benchmark's reference child inherits the variable)."""
     want = os.environ.get("GFAAS_SIM_DATAPLANE", "").strip().lower()
     if want not in ("", "native", "python"):
         raise ConfigError(f"GFAAS_SIM_DATAPLANE={want!r}: use 'native', 'python' or leave it unset "
                           "(native where the simulator's core is)")
     from .dataplane_native import NativeDataPlane, native_dataplane_available
 
-    if want == "python" or (want == "" and not (CORE == "native" and native_dataplane_available())):
+    if CORE != "native" or want == "python":
         return PyDataPlane
-    if not native_dataplane_available():
+    if native_dataplane_available():
+        return NativeDataPlane
+    if want == "native":
         raise ConfigError("GFAAS_SIM_DATAPLANE=native but gfaas_native has no DataPlaneCore: run `make setup` "
                           "(needs cargo) or `pip install ./native`, or unset GFAAS_SIM_DATAPLANE")
-    return NativeDataPlane
+    return PyDataPlane
 
 
 if TYPE_CHECKING:
