@@ -229,3 +229,29 @@ def test_random_transfer_sequences_complete_at_the_same_times_with_the_same_byte
     cfg = replace(system(name), slo_control=slo)
     moves = [(at, s, d, n, at + dl) for at, s, d, n, dl in moves]
     _same("dgx-v100*2", cfg, moves, checkpoints=4)
+
+
+def test_an_abandoned_run_with_transfers_in_flight_is_collected() -> None:
+    """The core holds the caller's callbacks and its flows' callbacks hold the core: the cycle
+    collector must see through it, also with transfers waiting and flows live."""
+    import gc
+
+    freed: list[int] = []
+
+    class Model:
+        def __del__(self) -> None:
+            freed.append(1)
+
+        def done(self) -> None:
+            pass
+
+    for _ in range(3):
+        m, sim = Model(), Simulator()
+        m.plane = NativeDataPlane(sim, preset("dgx-a100"), system("gfaas"))  # type: ignore[attr-defined]
+        for _, s, d, n, dl in _burst(["host", *GPUS], GPUS, 12):
+            sim.at(1e-5, m.plane.move, s, d, n, m.done, dl)  # type: ignore[attr-defined]
+        sim.run(1e-4)
+        assert m.plane.active  # type: ignore[attr-defined]
+        del m, sim
+    gc.collect()
+    assert len(freed) == 3
