@@ -318,7 +318,7 @@ impl Kernel {
 
     /// Run `fn(*args)` at absolute time `time`, which must not be earlier than `now`.
     #[pyo3(signature = (time, func, *args, priority = 0))]
-    fn at(
+    pub(crate) fn at(
         &mut self,
         py: Python<'_>,
         time: f64,
@@ -392,7 +392,7 @@ impl Kernel {
     }
 
     /// Stop `ev` from running; a no-op if it already ran or was already cancelled.
-    fn cancel(&mut self, ev: &Bound<'_, Event>) {
+    pub(crate) fn cancel(&mut self, ev: &Bound<'_, Event>) {
         let mut e = ev.borrow_mut();
         if e.cancelled || e.done {
             return;

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashSet};
 use std::sync::Arc;
 
 use crate::config_error;
-use crate::kernel::Kernel;
+use crate::kernel::{Event, Kernel};
 
 const GB: f64 = 1e9;
 const EPS_BYTES: f64 = 1e-6;
@@ -370,16 +370,28 @@ impl FluidNetwork {
                 self.next = Some((ev, when)); // already due then: keep the event
                 return Ok(());
             }
-            self.sim.bind(py).call_method1("cancel", (ev,))?;
+            match &self.native_sim {
+                // The native kernel directly: the same cancel, without a Python call.
+                Some(k) => k.borrow_mut(py).cancel(ev.bind(py).cast::<Event>()?),
+                None => {
+                    self.sim.bind(py).call_method1("cancel", (ev,))?;
+                }
+            }
         }
         if t < f64::INFINITY {
-            let kwargs = PyDict::new(py);
-            kwargs.set_item("priority", -1)?;
-            let ev = self
-                .sim
-                .bind(py)
-                .call_method("at", (t, slf_obj.getattr("_complete")?), Some(&kwargs))?;
-            self.next = Some((ev.unbind(), t));
+            let complete = slf_obj.getattr("_complete")?;
+            let ev = match &self.native_sim {
+                Some(k) => k.borrow_mut(py).at(py, t, complete, PyTuple::empty(py), -1)?.into_any(),
+                None => {
+                    let kwargs = PyDict::new(py);
+                    kwargs.set_item("priority", -1)?;
+                    self.sim
+                        .bind(py)
+                        .call_method("at", (t, complete), Some(&kwargs))?
+                        .unbind()
+                }
+            };
+            self.next = Some((ev, t));
         }
         Ok(())
     }
