@@ -22,8 +22,7 @@ from hypothesis import strategies as st
 
 from gfaas.errors import ConfigError
 from gfaas.sim import dataplane
-from gfaas.sim.dataplane import PyDataPlane
-from gfaas.sim.dataplane_native import NativeDataPlane, native_dataplane_available
+from gfaas.sim.dataplane import NativeDataPlane, PyDataPlane, native_dataplane_available
 from gfaas.sim.kernel import Simulator
 from gfaas.sim.systems import SystemConfig, system
 from gfaas.topology import preset

@@ -8,8 +8,8 @@ sizes each path's share. The simulator only adds physics: the :class:`~gfaas.sim
 decides how fast bytes actually move, max-min fairly over the chosen paths, so bandwidth a finished
 transfer frees is used at once (work conserving) rather than left idle behind a stale reservation.
 
-:class:`PyDataPlane` below is the reference; :class:`~gfaas.sim.dataplane_native.NativeDataPlane` runs
-the same per-transfer lifecycle in Rust (``native/src/dataplane.rs``), with the same events and floats.
+:class:`PyDataPlane` below is the reference; :class:`NativeDataPlane` runs the same per-transfer
+lifecycle in Rust (``native/src/dataplane.rs``), with the same events and floats.
 ``DataPlane`` is the native one where the simulator's core is native (``kernel.CORE``) and the
 extension has it; ``GFAAS_SIM_DATAPLANE=python`` keeps the reference under the native core.
 """
@@ -25,11 +25,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..native import native_class
 from ..policy import Demand, Path, Plan, Router, RoutingOptions, slo_rates
 from ..policy.routing_native import NativeRouter, native_router_available
 from ..topology import Topology
 from .kernel import CORE, Simulator
-from .network import Flow, Network
+from .network import Flow, NativeNetwork, Network
 from .systems import PIN_S_PER_BYTE, TRANSFER_SETUP_S, SystemConfig
 
 log = logging.getLogger(__name__)
@@ -224,6 +225,60 @@ class PyDataPlane:
         self.net.set_caps(caps)
 
 
+_Core: Any = native_class("DataPlaneCore")
+
+
+def native_dataplane_available() -> bool:
+    """Whether ``gfaas_native`` here has the data plane (and the router and network it drives)."""
+    return _Core is not None and NativeNetwork is not None and native_router_available()
+
+
+class NativeDataPlane:
+    """:class:`PyDataPlane`'s contract (``move``, ``net``, ``router``, ``active``), run natively.
+
+    At cluster scale most of a run's wall time was Python glue around native parts: per transfer a
+    plan from the native router, ``Plan.split``, flows on the native network, then ``slo_rates`` and
+    new caps whenever a host transfer starts or ends. ``gfaas_native.DataPlaneCore`` does all of it,
+    calling the router core and the fluid network at the Rust level. What stays here is set up once:
+    the network, both routers (their wrappers still compile each pair's route set on first use) and
+    the device facts (``tests/unit/test_sim_dataplane_native.py`` holds it to the reference).
+
+    ``router``'s core holds the plans, but the core is driven directly, so the wrapper's own plan
+    bookkeeping (``router.active``) is not kept. ``active`` maps each started, unfinished transfer to
+    ``(src, dst, nbytes, host, managed, flows)``.
+    """
+
+    def __init__(self, sim: Simulator, topology: Topology, cfg: SystemConfig) -> None:
+        if not native_dataplane_available():
+            raise ConfigError("NativeDataPlane needs gfaas_native with DataPlaneCore: run `make setup` (needs "
+                              "cargo) or `pip install ./native`; the pure-Python PyDataPlane runs the same events")
+        self.sim = sim
+        self.topo = topology
+        self.cfg = cfg
+        self.net = NativeNetwork(sim, topology)
+        self.router = NativeRouter(topology, cfg.routing, precompute=False)
+        self._direct = NativeRouter(topology, _DIRECT, precompute=False)
+        devices = [(d.name, d.kind, d.node) for d in topology.devices]
+        self._core = _Core(sim, self.net, topology, self.router, self._direct, devices, _host_gbps(topology),
+                           cfg.pinned, bool(cfg.slo_control), CHUNK, TRANSFER_SETUP_S, PIN_S_PER_BYTE)
+        # Callers reach the core without a Python frame in between.
+        self.move: Callable[..., None] = self._core.move
+
+    @property
+    def active(self) -> dict[int, tuple[Any, ...]]:
+        return self._core.active
+
+
+def _host_gbps(topology: Topology) -> dict[int, float]:
+    """BW_all of the paper per node (every host uplink, one direction), summed as the reference does."""
+    out: dict[int, float] = {}
+    for e in topology.edges():
+        if topology.device(e.src).kind == "host":
+            node = topology.device(e.src).node
+            out[node] = out.get(node, 0.0) + e.gbps
+    return out
+
+
 def _choose() -> type[Any]:
     """The data plane the simulator runs: the native one where the core is native and it is built.
     ``GFAAS_SIM_DATAPLANE`` chooses under the native core only: the Python core stays all reference
@@ -232,8 +287,6 @@ def _choose() -> type[Any]:
     if want not in ("", "native", "python"):
         raise ConfigError(f"GFAAS_SIM_DATAPLANE={want!r}: use 'native', 'python' or leave it unset "
                           "(native where the simulator's core is)")
-    from .dataplane_native import NativeDataPlane, native_dataplane_available
-
     if CORE != "native" or want == "python":
         return PyDataPlane
     if native_dataplane_available():
