@@ -1,8 +1,10 @@
 //! Native parts of gfaas, loaded by the Python package when built (`make setup` builds them): the
 //! simulator's event kernel (`kernel.rs`, `gfaas.sim.kernel`), its fluid network (`network.rs`,
-//! `gfaas.sim.network`) and the router's planning (`router.rs`, `gfaas.policy.routing`). The pure-Python classes stay the reference: the native ones give the same
+//! `gfaas.sim.network`), the router's planning (`router.rs`, `gfaas.policy.routing`) and the data
+//! plane's transfer lifecycle (`dataplane.rs`, `gfaas.sim.dataplane`). The pure-Python classes stay the reference: the native ones give the same
 //! events in the same order, with the same floats (tests/unit/test_sim_kernel.py,
-//! tests/unit/test_sim_network*.py, tests/integration/test_sim_native_core.py). Why native: at cluster
+//! tests/unit/test_sim_network*.py, tests/unit/test_sim_dataplane_native.py,
+//! tests/integration/test_sim_native_core.py). Why native: at cluster
 //! scale a run is millions of heap operations and rate re-allocations, each a few Python-level
 //! operations in the reference (docs/design/simulator.md, "A native core").
 
