@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyFloat;
 
+mod dag;
 mod dataplane;
 mod kernel;
 mod network;
@@ -59,6 +60,8 @@ fn gfaas_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<network::FluidNetwork>()?;
     m.add_class::<network::Flow>()?;
     m.add_class::<router::RouterCore>()?;
+    m.add_class::<dag::DagPlan>()?;
+    m.add_class::<dag::DagCore>()?;
     m.add_class::<dataplane::DataPlaneCore>()?;
     m.add_class::<dataplane::FlowDone>()?;
     Ok(())
