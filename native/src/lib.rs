@@ -1,7 +1,9 @@
 //! Native parts of gfaas, loaded by the Python package when built (`make setup` builds them): the
 //! simulator's event kernel (`kernel.rs`, `gfaas.sim.kernel`), its fluid network (`network.rs`,
 //! `gfaas.sim.network`), the router's planning (`router.rs`, `gfaas.policy.routing`) and the data
-//! plane's transfer lifecycle (`dataplane.rs`, `gfaas.sim.dataplane`). The pure-Python classes stay the reference: the native ones give the same
+//! plane's transfer lifecycle (`dataplane.rs`, `gfaas.sim.dataplane`), and the warm worker's per-task
+//! path for tasks on carried values (`worker.rs`, `gfaas.runtime.worker_native`; cross-checked by
+//! tests/unit/test_worker_native.py). The pure-Python classes stay the reference: the native ones give the same
 //! events in the same order, with the same floats (tests/unit/test_sim_kernel.py,
 //! tests/unit/test_sim_network*.py, tests/unit/test_sim_dataplane_native.py,
 //! tests/integration/test_sim_native_core.py). Why native: at cluster
@@ -17,6 +19,7 @@ mod dataplane;
 mod kernel;
 mod network;
 mod router;
+mod worker;
 
 static CONFIG_ERROR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -64,5 +67,7 @@ fn gfaas_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dag::DagCore>()?;
     m.add_class::<dataplane::DataPlaneCore>()?;
     m.add_class::<dataplane::FlowDone>()?;
+    m.add_class::<worker::WorkerCore>()?;
+    m.add_class::<worker::CarriedGetter>()?;
     Ok(())
 }

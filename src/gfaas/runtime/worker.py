@@ -43,6 +43,7 @@ from .logs import Capture, LogLine
 from .sandbox import WORKER_ENV, Identity, drop_privileges, worker_env
 from .spec import FunctionSpec, loads, name_diff
 from .transport import BoundTransport, Transport, TransportConfig, open_transport
+from .worker_native import chosen_core, core_for
 
 if TYPE_CHECKING:
     from ..dataplane.client import Binder
@@ -369,6 +370,20 @@ class FunctionHost:
         self._fn_log = logging.getLogger(f"gfaas.fn.{self.workflow}.{self.fn.name}")  # ctx.log, made once
         self.load_s = time.perf_counter() - t0
         self.held: dict[str, np.ndarray] = {}  # the last task's outputs kept for the chain's next function
+        self.core: Any = None  # the native path for its common tasks (worker_native), set by the worker
+
+    def use_native(self) -> None:
+        """Run the common tasks on the native path from now on, where this function has one."""
+        self.core = core_for(self, Value, Done, _carried_array, _SCALARS)
+
+    def serve(self, task: Task, sock: socket.socket | None = None, need_data: Any = None,
+              hold: frozenset[str] = frozenset(), asked: list[bool] | None = None) -> Reply:
+        """:meth:`run`, or the native path (:meth:`use_native`) where the task is its common case."""
+        if self.core is not None and sock is None:
+            reply = self.core.run(task, need_data, hold, asked)
+            if reply is not None:
+                return reply
+        return self.run(task, sock, need_data, hold=hold, asked=asked)
 
     def take_held(self) -> dict[str, np.ndarray]:
         """What the last task held for the chain's next function (:meth:`run`), given up here: an idle
@@ -390,13 +405,17 @@ class FunctionHost:
         except Exception as exc:  # a handler's failure is its invocation's, never the worker's
             if sock is not None:
                 sock.close()
-            hint = ""
-            if isinstance(exc, ImportError) and self.sandboxed:
-                hint = ("; the worker runs sandboxed under another uid and can import only files it may "
-                        "read: import the module at the top of the handler's module (loaded before the "
-                        "sandbox closes), or make the Python installation readable to all users")
-            return Failed(task.invocation, type(exc).__name__, f"function {self.fn.name!r}: {exc}{hint}",
-                          traceback.format_exc()[-8000:])
+            return self._failed(task, exc)
+
+    def _failed(self, task: Task, exc: BaseException) -> Failed:
+        """The task's failure: what raised, with its traceback (the native path's too)."""
+        hint = ""
+        if isinstance(exc, ImportError) and self.sandboxed:
+            hint = ("; the worker runs sandboxed under another uid and can import only files it may "
+                    "read: import the module at the top of the handler's module (loaded before the "
+                    "sandbox closes), or make the Python installation readable to all users")
+        return Failed(task.invocation, type(exc).__name__, f"function {self.fn.name!r}: {exc}{hint}",
+                      "".join(traceback.format_exception(exc))[-8000:])
 
     def _run(self, task: Task, sock: socket.socket | None, need_data: Any = None, transport: Any = None,
              hold: frozenset[str] = frozenset(), asked: list[bool] | None = None) -> Done:
@@ -422,10 +441,27 @@ class FunctionHost:
 
     def _call(self, t: Transport, task: Task, hold: frozenset[str] = frozenset(),
               asked: list[bool] | None = None) -> Done:
+        host_get = [0.0]
+        getter, device_getter = self._getters(t, task, time.monotonic(), host_get)
+        model, accel0 = self.model, 0.0
+        if task.accel:
+            model = self._emulated_model(task.accel)
+            accel0 = model.seconds
+        ctx = Context(workflow=self.workflow, function=self.fn.name, invocation=task.invocation, getter=getter,
+                      params=self.fn.params, model=model, device=self.device, scale=self.scale, gpu=self.gpu,
+                      merger=_merge if self.dedup in ("merge", "on") else None,
+                      device_getter=device_getter if self.cuda is not None else None, logger=self._fn_log)
+        t0 = time.perf_counter()
+        out = self.handler(ctx, task.inputs)  # the task's own dict: nothing reads it after the handler
+        handler_s = time.perf_counter() - t0
+        accel_s = model.seconds - accel0 if task.accel else 0.0
+        return self._settle(t, task, out, ctx, handler_s, accel_s, host_get, hold, asked)
+
+    def _getters(self, t: Transport, task: Task, started: float, host_get: list[float]) -> tuple[Any, Any]:
+        """A task's getters (host and device) over transport ``t``; ``host_get`` adds up the time spent
+        reading the request's own inputs."""
         inputs = task.inputs
         host_refs = {inputs[n] for n in task.host_inputs} if task.host_inputs else _NO_REFS
-        host_get = [0.0]
-        started = time.monotonic()
         carried = task.values
 
         def left() -> float | None:
@@ -462,18 +498,32 @@ class FunctionHost:
                 if ref in host_refs:
                     host_get[0] += time.perf_counter() - t0
 
-        model, accel0 = self.model, 0.0
-        if task.accel:
-            model = self._emulated_model(task.accel)
-            accel0 = model.seconds
-        ctx = Context(workflow=self.workflow, function=self.fn.name, invocation=task.invocation, getter=getter,
-                      params=self.fn.params, model=model, device=self.device, scale=self.scale, gpu=self.gpu,
-                      merger=_merge if self.dedup in ("merge", "on") else None,
-                      device_getter=device_getter if self.cuda is not None else None, logger=self._fn_log)
-        t0 = time.perf_counter()
-        out = self.handler(ctx, inputs)  # the task's own dict: nothing reads it after the handler
-        handler_s = time.perf_counter() - t0
-        accel_s = model.seconds - accel0 if task.accel else 0.0
+        return getter, device_getter
+
+    def _native_slow(self, task: Task, need_data: Any, started: float) -> tuple[Any, Any, list[float]]:
+        """For the native path (worker_native), once its handler reads an input not carried in the task:
+        the Python getter over a lazy transport (NeedData on first use), the transport, its host time."""
+        t = _LazyTransport(self.link, need_data, task.invocation)
+        host_get = [0.0]
+        return self._getters(t, task, started, host_get)[0], t, host_get
+
+    def _native_settle(self, task: Task, out: Any, ctx: Context, handler_s: float, need_data: Any,
+                       hold: frozenset[str], asked: list[bool] | None, slow: Any) -> Reply:
+        """The native path's outputs where they are not its common case (one to store, one that fails its
+        declaration, the data plane used): settled here as :meth:`_call` would, over the task's lazy
+        transport (``slow``'s, if its handler made one)."""
+        t, host_get = (slow[1], slow[2]) if slow is not None else (_LazyTransport(self.link, need_data,
+                                                                                  task.invocation), [0.0])
+        try:
+            return self._settle(t, task, out, ctx, handler_s, 0.0, host_get, hold, asked)
+        except Exception as exc:  # noqa: BLE001 - as run(): the invocation's failure, never the worker's
+            return self._failed(task, exc)
+        finally:
+            t.close()
+
+    def _settle(self, t: Transport, task: Task, out: Any, ctx: Context, handler_s: float, accel_s: float,
+                host_get: list[float], hold: frozenset[str], asked: list[bool] | None) -> Done:
+        """A handler's outputs checked, then each carried back, held for the chain or stored."""
         values = self._check(out)
         scalars = {k: float(v if type(v) is np.ndarray else np.asarray(v)) for k, v in values.items()
                    if v.ndim == 0 and v.dtype.kind in "biuf"}
@@ -1175,8 +1225,8 @@ def _follow(reply: Done, task: Task, hosts: dict[str, FunctionHost], sock: socke
             break
         if cap is not None:
             cap.resume()  # the last reply's take() drained the pipes just now
-        r = host.run(msgspec.structs.replace(t, values=values, then=None), None,
-                     _need_data(sock, t.invocation, t.function, asked), hold=_holdable(t, hosts), asked=asked)
+        r = host.serve(msgspec.structs.replace(t, values=values, then=None), None,
+                       _need_data(sock, t.invocation, t.function, asked), hold=_holdable(t, hosts), asked=asked)
         held = host.take_held()
         if cap is not None:
             r.logs = cap.take()
@@ -1273,6 +1323,7 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
 
     try:
         sandboxed = init.sandbox_uid >= 0
+        native = chosen_core() == "native"  # read once, before any code of the function's runs
         host = FunctionHost(init, enter_sandbox=sandbox if sandboxed else None, link=link)
         # With a code package the sandbox is entered already and they import from it as the tenant;
         # else, like the worker's own, before it closes.
@@ -1281,6 +1332,9 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
             t = time.perf_counter()
             sandbox()
             host.phases["drop"] = time.perf_counter() - t
+        if native:
+            for h in (host, *hosts.values()):
+                h.use_native()
     except Exception as exc:
         sock.send(_enc.encode(Failed("", type(exc).__name__, str(exc), traceback.format_exc()[-8000:],
                                      _take(cap))))
@@ -1321,7 +1375,7 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
         need = _need_data(sock, msg.invocation, "", asked) if msg.lazy else None
         if cap is not None:
             cap.begin()
-        reply = host.run(msg, conn, need, hold=_holdable(msg, hosts), asked=asked)
+        reply = host.serve(msg, conn, need, hold=_holdable(msg, hosts), asked=asked)
         if cap is not None:
             reply.logs = cap.take()
         if msg.then is not None and type(reply) is Done and msg.lazy:

@@ -1,0 +1,333 @@
+//! The warm worker's per-task path for the common case (`gfaas.runtime.worker_native`): a lazy task
+//! whose inputs all travel in the task itself, on a CPU function. Why native: at a few microseconds of
+//! handler per task, the framework's Python around it (getter closures, the output checks, building
+//! `Value`s and the `Done`) was most of a warm worker's time.
+//!
+//! The Python `FunctionHost` stays the reference and the fallback: every decision here is "is this the
+//! common case?", and whatever is not (a stored input, a scalar or array that fails its declaration,
+//! an output to store, a handler that asked for the data plane) goes to the host's Python methods with
+//! nothing observable done yet, so they give the same reply, error messages included
+//! (tests/unit/test_worker_native.py replays the same tasks into both).
+//!
+//! It only calls Python objects (the handler, numpy, msgspec structs) and reads clocks: no system call
+//! of its own, so the worker's sandbox (runtime.seccomp) sees what the Python path makes.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use std::time::Instant;
+
+/// A carried input's reference: `inline:NAME` (worker.INLINE).
+const INLINE: &str = "inline:";
+
+/// The getter behind a native task's `Context`: carried values directly, anything else through the
+/// host's Python getter over a lazy transport, made on first use (a NeedData then, as in Python).
+#[pyclass(module = "gfaas_native")]
+pub struct CarriedGetter {
+    values: Py<PyDict>,
+    carried_array: Py<PyAny>,
+    host: Py<PyAny>,
+    task: Py<PyAny>,
+    need: Py<PyAny>,
+    started: f64,
+    /// (getter, transport, host_get) from `FunctionHost._native_slow`, once a stored input was read.
+    slow: Option<Py<PyTuple>>,
+}
+
+impl CarriedGetter {
+    fn slow_getter(slf: &Bound<'_, Self>) -> PyResult<Py<PyTuple>> {
+        let py = slf.py();
+        if let Some(s) = &slf.borrow().slow {
+            return Ok(s.clone_ref(py));
+        }
+        let made = {
+            let me = slf.borrow();
+            me.host.bind(py).call_method1(
+                intern!(py, "_native_slow"),
+                (me.task.bind(py), me.need.bind(py), me.started),
+            )?
+        };
+        let made = made.cast_into::<PyTuple>()?.unbind();
+        slf.borrow_mut().slow = Some(made.clone_ref(py));
+        Ok(made)
+    }
+}
+
+#[pymethods]
+impl CarriedGetter {
+    fn __call__(slf: &Bound<'_, Self>, r: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        if r.is_exact_instance_of::<PyString>() {
+            let s = r.cast::<PyString>()?.to_str()?;
+            if let Some(name) = s.strip_prefix(INLINE) {
+                let (v, conv) = {
+                    let me = slf.borrow();
+                    (me.values.bind(py).get_item(name)?, me.carried_array.clone_ref(py))
+                };
+                if let Some(v) = v {
+                    return Ok(conv.bind(py).call1((v, r))?.unbind());
+                }
+            }
+        }
+        let slow = Self::slow_getter(slf)?;
+        Ok(slow.bind(py).get_item(0)?.call1((r,))?.unbind())
+    }
+}
+
+/// One function's native task path: what `FunctionHost._call` would look up per task, looked up once.
+#[pyclass(module = "gfaas_native")]
+pub struct WorkerCore {
+    host: Py<PyAny>,
+    handler: Py<PyAny>,
+    context: Py<PyAny>,
+    ctx_kwargs: Py<PyDict>,
+    /// output name -> its declaration's `fits` (spec.TypeDecl.fits)
+    fits: Py<PyDict>,
+    ndarray: Py<PyAny>,
+    scalars: Py<PyAny>,
+    asarray: Py<PyAny>,
+    value: Py<PyAny>,
+    done: Py<PyAny>,
+    carried_array: Py<PyAny>,
+    monotonic: Py<PyAny>,
+}
+
+/// What a task's outputs came to on the native path, or None: the Python path decides.
+struct Settled {
+    scalars: Py<PyDict>,
+    inline: Py<PyDict>,
+    held: Py<PyDict>,
+}
+
+#[pymethods]
+impl WorkerCore {
+    /// `host`: the FunctionHost (its fallbacks); `kw`: what `worker_native.core_for` looked up.
+    #[new]
+    fn new(host: Py<PyAny>, kw: &Bound<'_, PyDict>) -> PyResult<Self> {
+        let py = kw.py();
+        let item = |k: &str| -> PyResult<Py<PyAny>> {
+            kw.get_item(k)?
+                .map(|v| v.unbind())
+                .ok_or_else(|| crate::config_error(py, format!("WorkerCore: {k} missing")))
+        };
+        Ok(WorkerCore {
+            host,
+            handler: item("handler")?,
+            context: item("context")?,
+            ctx_kwargs: item("ctx_kwargs")?.bind(py).cast::<PyDict>()?.clone().unbind(),
+            fits: item("fits")?.bind(py).cast::<PyDict>()?.clone().unbind(),
+            ndarray: item("ndarray")?,
+            scalars: item("scalars")?,
+            asarray: item("asarray")?,
+            value: item("value")?,
+            done: item("done")?,
+            carried_array: item("carried_array")?,
+            monotonic: item("monotonic")?,
+        })
+    }
+
+    /// Run `task` if it is the common case (a lazy task on carried values alone): its `Done` or
+    /// `Failed`; None, having done nothing, when it is not (the caller runs `FunctionHost.run`).
+    fn run(
+        &self,
+        py: Python<'_>,
+        task: &Bound<'_, PyAny>,
+        need: &Bound<'_, PyAny>,
+        hold: &Bound<'_, PyAny>,
+        asked: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        if need.is_none() || !eligible(task)? {
+            return Ok(None);
+        }
+        let host = self.host.bind(py);
+        let values = task.getattr(intern!(py, "values"))?.cast_into::<PyDict>()?;
+        let started: f64 = self.monotonic.bind(py).call0()?.extract()?;
+        let getter = Bound::new(
+            py,
+            CarriedGetter {
+                values: values.unbind(),
+                carried_array: self.carried_array.clone_ref(py),
+                host: self.host.clone_ref(py),
+                task: task.clone().unbind(),
+                need: need.clone().unbind(),
+                started,
+                slow: None,
+            },
+        )?;
+        let kw = self.ctx_kwargs.bind(py).copy()?;
+        kw.set_item(intern!(py, "invocation"), task.getattr(intern!(py, "invocation"))?)?;
+        kw.set_item(intern!(py, "getter"), &getter)?;
+        let ctx = self.context.bind(py).call((), Some(&kw))?;
+        let inputs = task.getattr(intern!(py, "inputs"))?;
+        let t0 = Instant::now();
+        let called = self.handler.bind(py).call1((&ctx, inputs));
+        let handler_s = t0.elapsed().as_secs_f64();
+        let out = match called {
+            Ok(out) => out,
+            Err(err) => {
+                let failed = host.call_method1(intern!(py, "_failed"), (task, err.into_value(py)))?;
+                return Ok(Some(failed.unbind()));
+            }
+        };
+        let slow = getter.borrow().slow.as_ref().map(|s| s.clone_ref(py));
+        let settled = match slow {
+            None => self.settle(py, task, &out, hold).unwrap_or(None),
+            Some(_) => None, // the data plane was bound: the Python path stores and closes
+        };
+        let Some(s) = settled else {
+            let slow: Py<PyAny> = match slow {
+                Some(s) => s.into_any(),
+                None => py.None(),
+            };
+            let reply = host.call_method1(
+                intern!(py, "_native_settle"),
+                (task, out, ctx, handler_s, need, hold, asked, slow),
+            )?;
+            return Ok(Some(reply.unbind()));
+        };
+        host.setattr(intern!(py, "held"), s.held.bind(py))?;
+        let get_s: f64 = ctx.getattr(intern!(py, "get_s"))?.extract()?;
+        let kw = PyDict::new(py);
+        kw.set_item(intern!(py, "values"), s.inline.bind(py))?;
+        let done = self.done.bind(py).call(
+            (
+                task.getattr(intern!(py, "invocation"))?,
+                PyDict::new(py),
+                s.scalars.bind(py),
+                0.0,
+                get_s,
+                handler_s - get_s,
+                0.0,
+                0.0,
+            ),
+            Some(&kw),
+        )?;
+        Ok(Some(done.unbind()))
+    }
+}
+
+/// A lazy task, not bound, on no accelerator, every input carried in it (`inline:NAME` in its values).
+fn eligible(task: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = task.py();
+    if !task.getattr(intern!(py, "lazy"))?.is_truthy()?
+        || task.getattr(intern!(py, "bound"))?.is_truthy()?
+        || task.getattr(intern!(py, "accel"))?.is_truthy()?
+    {
+        return Ok(false);
+    }
+    let values = task.getattr(intern!(py, "values"))?;
+    let values = values.cast::<PyDict>()?;
+    let inputs = task.getattr(intern!(py, "inputs"))?;
+    for (_, r) in inputs.cast::<PyDict>()?.iter() {
+        if !r.is_exact_instance_of::<PyString>() {
+            return Ok(false);
+        }
+        let s = r.cast::<PyString>()?.to_str()?.to_owned();
+        match s.strip_prefix(INLINE) {
+            Some(name) if values.contains(name)? => {}
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+impl WorkerCore {
+    /// The outputs checked and placed as `FunctionHost._check` and `_settle` would, when each is a
+    /// numeric array (or scalar) that fits its declaration and goes back as a value or is held for
+    /// the chain's next function; None when the Python path must decide (an error, a store).
+    fn settle(
+        &self,
+        py: Python<'_>,
+        task: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        hold: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Settled>> {
+        let Some(arrays) = self.checked(py, out)? else {
+            return Ok(None);
+        };
+        let scalars = PyDict::new(py);
+        for (name, v) in arrays.iter() {
+            if v.getattr(intern!(py, "ndim"))?.extract::<usize>()? == 0 && "biuf".contains(kind(&v)?) {
+                let f: f64 = v.extract()?;
+                scalars.set_item(name, f)?;
+            }
+        }
+        let limit: usize = task.getattr(intern!(py, "inline_max"))?.extract()?;
+        let inline = PyDict::new(py);
+        let held = PyDict::new(py);
+        let consumers = task.getattr(intern!(py, "consumers"))?;
+        for (name, _) in consumers.cast::<PyDict>()?.iter() {
+            let Some(v) = arrays.get_item(&name)? else {
+                return Ok(None);
+            };
+            let nbytes: usize = v.getattr(intern!(py, "nbytes"))?.extract()?;
+            if limit > 0 && nbytes <= limit {
+                inline.set_item(&name, self.to_value(&v)?)?;
+            } else if hold.contains(&name)? {
+                let view = v.call_method0(intern!(py, "view"))?;
+                view.getattr(intern!(py, "flags"))?
+                    .setattr(intern!(py, "writeable"), false)?;
+                held.set_item(&name, view)?;
+            } else {
+                return Ok(None); // stored: the lazy transport's NeedData and put are Python's
+            }
+        }
+        Ok(Some(Settled {
+            scalars: scalars.unbind(),
+            inline: inline.unbind(),
+            held: held.unbind(),
+        }))
+    }
+
+    /// The handler's outputs as arrays, when it returned exactly the declared names, each a numeric
+    /// array (or a scalar, made one) fitting its declaration: `_check`'s common case.
+    fn checked<'py>(&self, py: Python<'py>, out: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        if !out.is_exact_instance_of::<PyDict>() {
+            return Ok(None);
+        }
+        let out = out.cast::<PyDict>()?;
+        let fits = self.fits.bind(py);
+        if out.len() != fits.len() {
+            return Ok(None);
+        }
+        let arrays = PyDict::new(py);
+        for (name, v) in out.iter() {
+            if !name.is_exact_instance_of::<PyString>() {
+                return Ok(None);
+            }
+            let Some(fit) = fits.get_item(&name)? else {
+                return Ok(None);
+            };
+            let v = if v.is_instance(self.scalars.bind(py))? {
+                self.asarray.bind(py).call1((v,))?
+            } else {
+                v
+            };
+            if !v.get_type().is(self.ndarray.bind(py))
+                || !"biufc".contains(kind(&v)?)
+                || !fit.call1((&v,))?.is_truthy()?
+            {
+                return Ok(None);
+            }
+            arrays.set_item(name, v)?;
+        }
+        Ok(Some(arrays))
+    }
+
+    /// worker.to_value: dtype string, shape as a list, C-order bytes (`tobytes` copies in C order).
+    fn to_value<'py>(&self, v: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = v.py();
+        let dtype = v.getattr(intern!(py, "dtype"))?.getattr(intern!(py, "str"))?;
+        let shape = v.getattr(intern!(py, "shape"))?;
+        let shape = PyList::new(py, shape.cast::<PyTuple>()?.iter())?;
+        let data = v.call_method0(intern!(py, "tobytes"))?;
+        self.value.bind(py).call1((dtype, shape, data))
+    }
+}
+
+/// The one-character dtype kind of a numpy array.
+fn kind(v: &Bound<'_, PyAny>) -> PyResult<char> {
+    let py = v.py();
+    let k = v.getattr(intern!(py, "dtype"))?.getattr(intern!(py, "kind"))?;
+    Ok(k.cast::<PyString>()?.to_str()?.chars().next().unwrap_or('O'))
+}
