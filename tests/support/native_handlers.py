@@ -34,3 +34,10 @@ def boom(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
 def anyout(ctx: Any, inputs: dict[str, Any]) -> Any:
     ctx.get(inputs["n"])
     return NEXT["out"]
+
+
+def which(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """1 when this task runs on the worker's native path (its getter is the native one), else 0: the
+    switch reaching a worker, sandboxed or not, is seen from inside it."""
+    ctx.get(inputs["x"])
+    return {"native": np.int64(type(ctx._getter).__name__ == "CarriedGetter")}

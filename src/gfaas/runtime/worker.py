@@ -800,8 +800,11 @@ class ProcessWorker:
         self.sandboxed = init.sandbox_uid >= 0
         self.merge_listener: int | None = None  # its seccomp listener, for the runtime's merge supervisor
         ident = Identity(init.sandbox_uid, init.sandbox_gid) if self.sandboxed else None
-        child_env = worker_env({**os.environ, **(env or {})}, ident)
+        parent_env = {**os.environ, **(env or {})}
+        child_env = worker_env(parent_env, ident)
         child_env.update(WORKER_ENV)
+        if "GFAAS_WORKER_CORE" in parent_env:  # the operator's choice (worker_native), sandboxed or not
+            child_env["GFAAS_WORKER_CORE"] = parent_env["GFAAS_WORKER_CORE"]
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             child_env.setdefault(var, str(init.threads))  # numpy's BLAS would otherwise spin a thread per core
         self.forked = forks is not None and not prefix
