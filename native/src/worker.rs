@@ -170,11 +170,16 @@ impl WorkerCore {
             }
         };
         let slow = getter.borrow().slow.as_ref().map(|s| s.clone_ref(py));
+        // Any error here (a `get_s` the handler set to something else, say) leaves the outputs to the
+        // Python path, which raises it where the reference does: the task's Failed, not the worker's.
         let settled = match slow {
-            None => self.settle(py, task, &out, hold).unwrap_or(None),
-            Some(_) => None, // the data plane was bound: the Python path stores and closes
+            None => self.settle(py, task, &out, hold).and_then(|s| match s {
+                Some(s) => Ok(Some((s, ctx.getattr(intern!(py, "get_s"))?.extract::<f64>()?))),
+                None => Ok(None),
+            }),
+            Some(_) => Ok(None), // the data plane was bound: the Python path stores and closes
         };
-        let Some(s) = settled else {
+        let Ok(Some((s, get_s))) = settled else {
             let slow: Py<PyAny> = match slow {
                 Some(s) => s.into_any(),
                 None => py.None(),
@@ -186,7 +191,6 @@ impl WorkerCore {
             return Ok(Some(reply.unbind()));
         };
         host.setattr(intern!(py, "held"), s.held.bind(py))?;
-        let get_s: f64 = ctx.getattr(intern!(py, "get_s"))?.extract()?;
         let kw = PyDict::new(py);
         kw.set_item(intern!(py, "values"), s.inline.bind(py))?;
         let done = self.done.bind(py).call(

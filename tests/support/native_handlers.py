@@ -41,3 +41,10 @@ def which(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     switch reaching a worker, sandboxed or not, is seen from inside it."""
     ctx.get(inputs["x"])
     return {"native": np.int64(type(ctx._getter).__name__ == "CarriedGetter")}
+
+
+def tamper(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Function code that breaks what the framework reads back from its context."""
+    ctx.get(inputs["n"])
+    ctx.get_s = "not a number"
+    return {"y": np.zeros(2)}

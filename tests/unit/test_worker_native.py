@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.usefixtures("rt_handlers"),
 SPEC = """
 name: nat
 inputs: {n: {dtype: int64, shape: []}}
-outputs: {total: red.total, b: boom.y, s: strict.y, l: loose.y}
+outputs: {total: red.total, b: boom.y, s: strict.y, l: loose.y, t: tamper.y}
 functions:
   - {name: gen, kind: cpu, handler: "native_handlers:gen", inputs: {n: input.n},
      outputs: {x: {dtype: float32, shape: [-1]}}}
@@ -36,6 +36,7 @@ functions:
   - {name: strict, kind: cpu, handler: "native_handlers:anyout", inputs: {n: input.n},
      outputs: {y: {dtype: float64, shape: [2, -1]}}}
   - {name: loose, kind: cpu, handler: "native_handlers:anyout", inputs: {n: input.n}, outputs: {y: null}}
+  - {name: tamper, kind: cpu, handler: "native_handlers:tamper", inputs: {n: input.n}, outputs: {y: null}}
 """
 TIMINGS = ("host_get_s", "fn_get_s", "compute_s", "put_s", "host_put_s", "busy_s")
 
@@ -193,6 +194,11 @@ def test_scalar_outputs(value: Any) -> None:
     NEXT["out"] = {"y": value}
     r = _same("loose", _task("loose", consumers={"y": ["gateway"]}))
     assert type(r) is Done and ("y" in r.scalars) == (np.asarray(value).dtype.kind != "c")
+
+
+def test_a_tampered_context_fails_the_task_only() -> None:
+    r = _same("tamper", _task("tamper", consumers={"y": ["gateway"]}), native_runs=False)
+    assert type(r) is Failed and r.error == "TypeError"
 
 
 def test_unread_outputs_are_only_checked() -> None:
