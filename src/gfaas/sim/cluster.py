@@ -161,6 +161,7 @@ class Cluster:
         self.deployments: dict[str, list[Deployment]] = {}
         self._rr: dict[str, int] = {}
         self._fn_cost: dict[tuple[str, str, int], tuple[float, float, float]] = {}  # see _Request._run
+        self._hosts: dict[int, str] = {}  # node -> its host device (Topology.host_of), see _Request._host
         self._dag_plans: dict[int, tuple[object, object]] = {}  # id(spec) -> (spec, its native DagPlan)
         self.records: list[RequestRecord] = []
         self._ids = 0
@@ -361,7 +362,12 @@ class _Request:
         return set(self.dag.readers(fn, self.scalars.get(fn, {})))
 
     def _host(self, fn: str) -> str:
-        return self.c.topo.host_of(self.dep.node[fn])
+        node = self.dep.node[fn]
+        hosts = self.c._hosts
+        h = hosts.get(node)
+        if h is None:
+            h = hosts[node] = self.c.topo.host_of(node)
+        return h
 
     def _run(self, fn: str) -> None:
         wf = self.dep.workflow
@@ -507,6 +513,9 @@ def _all(c: Cluster, starts: Sequence[Callable[[Callable[[], None]], None]], the
     """Start every transfer at once; call ``then`` when the last one has landed."""
     if not starts:
         c.sim.schedule(0.0, then)
+        return
+    if len(starts) == 1:  # the last one to land is the only one: no count to keep
+        starts[0](then)
         return
     left = [len(starts)]
 

@@ -125,12 +125,14 @@ class Workflow:
     _by_name: dict[str, Function] = field(init=False, repr=False, compare=False)
     _preds: dict[str, list[DataEdge]] = field(init=False, repr=False, compare=False)
     _succs: dict[str, list[DataEdge]] = field(init=False, repr=False, compare=False)
+    _values: dict[tuple[str, str, bool], float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.functions]
         if len(set(names)) != len(names):
             raise ConfigError(f"workflow {self.name!r} repeats a function name: {names}")
         object.__setattr__(self, "_by_name", {f.name: f for f in self.functions})
+        object.__setattr__(self, "_values", {})
         for e in self.edges:
             for end in (e.src, e.dst):
                 if end not in self._by_name:
@@ -184,9 +186,13 @@ class Workflow:
         """One request's condition scalars, function -> {output: value}, drawn in spec order."""
         assert self.spec is not None
         out: dict[str, dict[str, float]] = {}
+        values = self._values  # (fn, output, holds) -> its scalar: the same for every request of the spec
         for (fn, output), p in self.conditions.items():
             holds = p >= 1 or rng.random() < p
-            out.setdefault(fn, {})[output] = condition_value(_conditions_over(self.spec, fn, output)[0], holds)
+            v = values.get((fn, output, holds))
+            if v is None:
+                v = values[(fn, output, holds)] = condition_value(_conditions_over(self.spec, fn, output)[0], holds)
+            out.setdefault(fn, {})[output] = v
         return out
 
 
