@@ -197,8 +197,13 @@ class Cluster:
         if not self.topo.gpus:
             raise ConfigError(f"topology {self.topo.name!r} has no GPU to deploy {wf.name!r} on")
         allowed = list(gpus or self.topo.gpus)
-        use = list(nodes) if nodes is not None else sorted({self.topo.device(g).node for g in allowed})
-        pools = {n: [g for g in allowed if self.topo.device(g).node == n] for n in use}
+        node_of_gpu = {g: self.topo.device(g).node for g in allowed}
+        use = list(nodes) if nodes is not None else sorted(set(node_of_gpu.values()))
+        pools: dict[int, list[str]] = {n: [] for n in use}
+        for g in allowed:  # each node's GPUs in the order given
+            pool = pools.get(node_of_gpu[g])
+            if pool is not None:
+                pool.append(g)
         used_gpus = {g for ds in self.deployments.values() for d in ds for g in d.gpu.values()}
         order = wf.topological_order()
         gpu_fns = [f for f in order if f in wf.gpu_functions]
@@ -209,19 +214,21 @@ class Cluster:
             raise ConfigError(f"nodes {use} hold none of the GPUs {allowed!r}; name nodes that have GPUs")
         plan = place_replicas(gpu_fns, fn_edges, replicas, slots, used=used, layout=layout)
         out: list[Deployment] = []
+        taken: set[str] = set()  # the GPUs of the replicas in out
         for r, placed in enumerate(plan):
             node_of = self._with_cpu_functions(wf, order, placed, use)
             gpu_of: dict[str, str] = {}
             for node in sorted(set(placed.values())):
                 fns = [f for f in wf.gpu_functions if node_of[f] == node]
                 pool = pools[node]
-                used_now = used_gpus | {g for d in out for g in d.gpu.values()} | set(gpu_of.values())
+                used_now = used_gpus | taken | set(gpu_of.values())
                 free = [g for g in pool if g not in used_now] or pool
                 edges = [(e.src, e.dst, e.nbytes) for e in wf.edges if e.src in fns and e.dst in fns]
                 gpu_of.update(place_workflow(self.topo, fns, edges, free,
                                              topology_aware=self.cfg.placement == "mapa",
                                              seed=self.rng.randrange(1 << 30) + r))
             out.append(Deployment(wf, gpu_of, node_of))
+            taken.update(gpu_of.values())
         self.deployments.setdefault(wf.name, []).extend(out)
         return out
 
