@@ -887,14 +887,26 @@ def _twin_route_set(topo: Topology, src: str, dst: str, opts: RoutingOptions,
 
 
 def _renamed(rs: RouteSet, f: Callable[[str], str]) -> RouteSet:
+    names: dict[str, str] = {}  # a name's new name, and a route's renamed copy, each made once per set
+    routes: dict[int, Route] = {}  # id(route) -> its copy: the routes are held by rs for the call
+
+    def name(n: str) -> str:
+        m = names.get(n)
+        if m is None:
+            m = names[n] = f(n)
+        return m
+
     def route(r: Route) -> Route:
-        return Route(tuple(map(f, r.hops)), r.tier, None if r.group is None else f(r.group), r.cap, r.direct,
-                     r.share)
+        x = routes.get(id(r))
+        if x is None:
+            x = routes[id(r)] = Route(tuple(map(name, r.hops)), r.tier, None if r.group is None else name(r.group),
+                                      r.cap, r.direct, r.share)
+        return x
 
     def tier(t: tuple[Route, ...]) -> tuple[Route, ...]:
         return tuple(map(route, t))
 
     return replace(rs, direct=tier(rs.direct), flow=tier(rs.flow), tiers=tuple(map(tier, rs.tiers)),
-                   fallback=tier(rs.fallback), stop_out=tuple((f(a), f(b)) for a, b in rs.stop_out),
-                   stop_in=tuple((f(a), f(b)) for a, b in rs.stop_in),
+                   fallback=tier(rs.fallback), stop_out=tuple((name(a), name(b)) for a, b in rs.stop_out),
+                   stop_in=tuple((name(a), name(b)) for a, b in rs.stop_in),
                    load_tiers=tuple(map(tier, rs.load_tiers)))
