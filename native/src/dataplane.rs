@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use crate::kernel::Kernel;
 use crate::network::{Flow, FluidNetwork};
 use crate::router::{Picks, RouterCore};
-use crate::{config_error, float_repr};
+use crate::{config_error, float_repr, py_max, py_min};
 
 const GB: f64 = 1e9;
 /// A handle no transfer gets: the direct router's plans are released at once, so one suffices.
@@ -35,24 +35,6 @@ fn kind_code(kind: &str) -> u8 {
         "pcie" => PCIE,
         "nic" => NIC,
         _ => 0,
-    }
-}
-
-/// Python's `min(a, b)`.
-fn py_min(a: f64, b: f64) -> f64 {
-    if b < a {
-        b
-    } else {
-        a
-    }
-}
-
-/// Python's `max(a, b)`.
-fn py_max(a: f64, b: f64) -> f64 {
-    if b > a {
-        b
-    } else {
-        a
     }
 }
 

@@ -36,6 +36,25 @@ pub(crate) fn config_error(py: Python<'_>, msg: String) -> PyErr {
     }
 }
 
+/// Python's `min(a, b)` of two floats: the first of two equal values (the sign of a zero included),
+/// as the references' `min` gives it, so the native parts' floats agree to the bit.
+pub(crate) fn py_min(a: f64, b: f64) -> f64 {
+    if b < a {
+        b
+    } else {
+        a
+    }
+}
+
+/// Python's `max(a, b)` of two floats (the first of two equal values).
+pub(crate) fn py_max(a: f64, b: f64) -> f64 {
+    if b > a {
+        b
+    } else {
+        a
+    }
+}
+
 /// Python's `repr` of a float (error messages read as the reference's).
 pub(crate) fn float_repr(py: Python<'_>, v: f64) -> String {
     PyFloat::new(py, v)

@@ -16,29 +16,12 @@ use std::sync::Arc;
 
 use crate::config_error;
 use crate::kernel::{Event, Kernel};
+use crate::{py_max, py_min};
 
 const GB: f64 = 1e9;
 const EPS_BYTES: f64 = 1e-6;
 /// Finish times within this many seconds after a completion event are checked for being done too.
 const SLACK_S: f64 = 1e-9;
-
-/// Python's `min(a, b)`: the first of two equal values (the sign of a zero included).
-fn py_min(a: f64, b: f64) -> f64 {
-    if b < a {
-        b
-    } else {
-        a
-    }
-}
-
-/// Python's `max(a, b)`.
-fn py_max(a: f64, b: f64) -> f64 {
-    if b > a {
-        b
-    } else {
-        a
-    }
-}
 
 /// One fluid flow (`gfaas.sim.network.Flow`): `rate` in bytes per second, `remaining` in bytes at
 /// time `t` (`FluidNetwork.left` gives the bytes left now).

@@ -11,17 +11,10 @@ use pyo3::prelude::*;
 use std::collections::{HashMap, HashSet};
 
 use crate::config_error;
+use crate::py_min;
 
 /// Residual at or below this (GB/s) counts as none (the reference's `EPS`).
 const EPS: f64 = 1e-9;
-
-fn py_min(a: f64, b: f64) -> f64 {
-    if b < a {
-        b
-    } else {
-        a
-    }
-}
 
 /// A bit per edge (the reference's integer masks for the saturated and the used edges).
 #[derive(Clone)]

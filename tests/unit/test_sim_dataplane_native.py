@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,9 @@ from gfaas.sim.dataplane import NativeDataPlane, PyDataPlane, native_dataplane_a
 from gfaas.sim.kernel import Simulator
 from gfaas.sim.systems import SystemConfig, system
 from gfaas.topology import preset
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from sim_switch import printed_with  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not native_dataplane_available(),
                                 reason="gfaas_native (with DataPlaneCore) is not built here: make setup builds it "
@@ -162,15 +166,7 @@ def test_trivial_moves_finish_as_in_the_reference() -> None:
 
 def test_a_cluster_run_prints_the_same_numbers_with_either_data_plane() -> None:
     """Whole experiments, each data plane in its own process: the same bytes."""
-    code = ("import sys; from gfaas.cli import main; "
-            "sys.exit(main(['sim', 'run', 'nvlink-vs-mapa,isolation', '--quick', '--json']))")
-    out = {}
-    for dp in ("python", "native"):
-        env = dict(os.environ, GFAAS_SIM_DATAPLANE=dp)
-        env.pop("GFAAS_SIM_CORE", None)
-        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-        assert p.returncode == 0, p.stderr[-2000:]
-        out[dp] = p.stdout
+    out = {dp: printed_with("GFAAS_SIM_DATAPLANE", dp, "nvlink-vs-mapa,isolation") for dp in ("python", "native")}
     assert len(out["python"]) > 1000
     assert out["native"] == out["python"]
 

@@ -12,35 +12,19 @@ built), ``python`` (the reference alone).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..native import native_class
+from ..native import choose, native_class
 from .context import Context
 
 log = logging.getLogger("gfaas.runtime")
 
-CHOICES = ("native", "python")
-
-
 def chosen_core() -> str:
     """``native`` or ``python``: what ``GFAAS_WORKER_CORE`` asks for, native by default where built."""
-    want = os.environ.get("GFAAS_WORKER_CORE", "").strip().lower()
-    if want not in ("", *CHOICES):
-        raise ConfigError(f"GFAAS_WORKER_CORE={want!r}: use 'native', 'python' or leave it unset "
-                          "(native where gfaas_native is built)")
-    if want == "python":
-        return "python"
-    if native_class("WorkerCore") is not None:
-        return "native"
-    if want == "native":
-        raise ConfigError("GFAAS_WORKER_CORE=native but gfaas_native has no WorkerCore: run `make setup` "
-                          "(needs cargo) or `pip install ./native`, or unset GFAAS_WORKER_CORE")
-    return "python"
+    return choose("GFAAS_WORKER_CORE", native_class("WorkerCore") is not None, "WorkerCore")
 
 
 def core_for(host: Any, value: type, done: type, carried_array: Any, scalars: tuple[type, ...]) -> Any:

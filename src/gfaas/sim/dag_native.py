@@ -12,11 +12,10 @@ the reference under the native core, and the pure-Python core is all reference.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ..errors import ConfigError
-from ..native import native_class
+from ..native import choose, native_class
 from ..runtime.spec import WorkflowSpec
 from .kernel import CORE
 
@@ -51,18 +50,10 @@ def new_core(plan: Any, events: list[tuple[str, str]] | None = None) -> Any:
 
 def dag_kind() -> str:
     """``"native"`` or ``"python"``: the DAG stepping the cluster uses (see the module docstring)."""
-    want = os.environ.get("GFAAS_SIM_DAG", "").strip().lower()
-    if want not in ("", "native", "python"):
-        raise ConfigError(f"GFAAS_SIM_DAG={want!r}: use 'native', 'python' or leave it unset "
-                          "(native where the simulator's core is)")
-    if CORE != "native" or want == "python":
+    if CORE != "native":
+        choose("GFAAS_SIM_DAG", True, "DagCore")  # a bad value is an error either way
         return "python"
-    if native_dag_available():
-        return "native"
-    if want == "native":
-        raise ConfigError("GFAAS_SIM_DAG=native but gfaas_native has no DagCore: run `make setup` "
-                          "(needs cargo) or `pip install ./native`, or unset GFAAS_SIM_DAG")
-    return "python"
+    return choose("GFAAS_SIM_DAG", native_dag_available(), "DagCore")
 
 
 DAG_KIND = dag_kind()

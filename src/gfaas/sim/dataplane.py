@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..native import native_class
+from ..native import choose, native_class
 from ..policy import Demand, Path, Plan, Router, RoutingOptions, slo_rates
 from ..policy.routing_native import NativeRouter, native_router_available
 from ..topology import Topology
@@ -283,18 +282,11 @@ def _choose() -> type[Any]:
     """The data plane the simulator runs: the native one where the core is native and it is built.
     ``GFAAS_SIM_DATAPLANE`` chooses under the native core only: the Python core stays all reference
     (a benchmark's reference child inherits the variable)."""
-    want = os.environ.get("GFAAS_SIM_DATAPLANE", "").strip().lower()
-    if want not in ("", "native", "python"):
-        raise ConfigError(f"GFAAS_SIM_DATAPLANE={want!r}: use 'native', 'python' or leave it unset "
-                          "(native where the simulator's core is)")
-    if CORE != "native" or want == "python":
+    if CORE != "native":
+        choose("GFAAS_SIM_DATAPLANE", True, "DataPlaneCore")  # a bad value is an error either way
         return PyDataPlane
-    if native_dataplane_available():
-        return NativeDataPlane
-    if want == "native":
-        raise ConfigError("GFAAS_SIM_DATAPLANE=native but gfaas_native has no DataPlaneCore: run `make setup` "
-                          "(needs cargo) or `pip install ./native`, or unset GFAAS_SIM_DATAPLANE")
-    return PyDataPlane
+    native = choose("GFAAS_SIM_DATAPLANE", native_dataplane_available(), "DataPlaneCore") == "native"
+    return NativeDataPlane if native else PyDataPlane
 
 
 if TYPE_CHECKING:

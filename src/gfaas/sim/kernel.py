@@ -40,14 +40,13 @@ import gc
 import heapq
 import logging
 import math
-import os
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock
 from ..errors import ConfigError
-from ..native import native_class
+from ..native import choose, native_class
 
 log = logging.getLogger(__name__)
 
@@ -369,17 +368,10 @@ else:
 
 
 def _choose() -> tuple[str, Any]:
-    want = os.environ.get("GFAAS_SIM_CORE", "").strip().lower()
-    if want not in ("", "native", "python"):
-        raise ConfigError(f"GFAAS_SIM_CORE={want!r}: use 'native', 'python' or leave it unset (native when built)")
-    if want == "python" or (want == "" and NativeSimulator is None):
-        if want == "":
-            log.debug("gfaas_native is not built: the simulator runs the pure-Python kernel (make setup builds it)")
-        return "python", PySimulator
-    if NativeSimulator is None:
-        raise ConfigError("GFAAS_SIM_CORE=native but gfaas_native is not installed: run `make setup` (needs cargo) "
-                          "or `pip install ./native`, or unset GFAAS_SIM_CORE")
-    return "native", NativeSimulator
+    core = choose("GFAAS_SIM_CORE", NativeSimulator is not None, "Kernel")
+    if core == "python" and NativeSimulator is None:
+        log.debug("gfaas_native is not built: the simulator runs the pure-Python kernel (make setup builds it)")
+    return core, (NativeSimulator if core == "native" else PySimulator)
 
 
 #: Which core ``Simulator`` and ``gfaas.sim.network.Network`` are: ``"native"`` or ``"python"``
