@@ -36,6 +36,6 @@ def choose(var: str, available: bool, part: str) -> str:
     if want == "python" or (want == "" and not available):
         return "python"
     if not available:
-        raise ConfigError(f"{var}=native but gfaas_native has no {part}: run `make setup` (needs cargo) or "
-                          f"`pip install ./native`, or unset {var}")
+        raise ConfigError(f"{var}=native but gfaas_native is not installed here (or has no {part}): run "
+                          f"`make setup` (needs cargo) or `pip install ./native`, or unset {var}")
     return "native"
