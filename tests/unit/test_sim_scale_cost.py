@@ -2,10 +2,14 @@
 
 Measured inside one run, as a ratio with a generous bound (timings on a shared machine vary): the
 wall time per request of ``gfaas bench simscale``'s setup at 32 nodes against 2 nodes, the same load
-per GPU, cluster construction included. Before issue 24's changes building the 32-node cluster took
-about 7 s (every node's route sets solved up front, each cache lookup hashing the whole topology),
-more than 10x the time of its 640 simulated requests, and the run itself cost 1.6x per request
-(one global fluid network, a heap holding every arrival).
+per GPU and the same number of requests (about 1,900), cluster construction included. Before issue
+24's changes building the 32-node cluster took about 7 s (every node's route sets solved up front,
+each cache lookup hashing the whole topology), more than 10x the time of its 640 simulated requests,
+and the run itself cost 1.6x per request (one global fluid network, a heap holding every arrival).
+Both sizes run the same number of requests since the native data plane and DAG stepping made a
+request several times cheaper: over 640 requests the 32-node cluster's one-off costs (building it,
+compiling the route sets of the pairs it uses) outweighed the requests themselves, and the ratio
+measured those, not growth per request.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ def test_cost_per_request_at_32_nodes_is_within_2_5x_of_2_nodes() -> None:
     gc.freeze()
     try:
         for _ in range(5):  # interleaved, best of five: a busy neighbour slows some samples, not the ratio
-            small.append(float(row(2, 8.0)["us_per_request"]))  # type: ignore[arg-type]  # ~320 requests
-            large.append(float(row(32, 1.0)["us_per_request"]))  # type: ignore[arg-type]  # ~640 requests
+            small.append(float(row(2, 48.0)["us_per_request"]))  # type: ignore[arg-type]  # ~1,920 requests
+            large.append(float(row(32, 3.0)["us_per_request"]))  # type: ignore[arg-type]  # ~1,920 requests
     finally:
         gc.unfreeze()
     assert min(large) <= 2.5 * min(small), (small, large)
