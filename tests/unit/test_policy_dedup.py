@@ -27,6 +27,7 @@ def test_burst_settings_bounds_and_sysfs() -> None:
         "advisor_mode": "none",
         "pages_to_scan": "25600",
         "sleep_millisecs": "0",
+        "smart_scan": "0",
         "run": "1",
     }
 

@@ -47,12 +47,19 @@ class BurstSettings:
     sleep_millisecs: int
 
     def as_sysfs(self) -> dict[str, str]:
-        """The sysfs values of the burst: the rate, the advisor off (it would override ``pages_to_scan``)
-        and ksmd running."""
+        """The sysfs values of the burst: the rate, the advisor off (it would override ``pages_to_scan``),
+        smart scan off and ksmd running (a kernel without a setting skips it).
+
+        Smart scan (Linux 6.7+) skips pages that failed to merge before, for more scans each time they
+        fail. A process hinted before its partner fails alone; when the partner is hinted, its pages
+        would be skipped for a while, the partner's would find nothing to merge with, and the burst
+        would end on :data:`SETTLE_FULL_SCANS` full scans with nothing merged (seen in CI). With smart
+        scan off every page is compared on every scan, which is what that rule counts on."""
         return {
             "advisor_mode": "none",
             "pages_to_scan": str(self.pages_to_scan),
             "sleep_millisecs": str(self.sleep_millisecs),
+            "smart_scan": "0",
             "run": "1",
         }
 
