@@ -64,6 +64,7 @@ struct Idle {
 }
 
 struct CSet {
+    cands: std::ops::Range<usize>, // its candidates' ids (added together, in rank order)
     direct: Vec<usize>,
     flow: Vec<usize>,
     tiers: Vec<Vec<usize>>,
@@ -899,6 +900,7 @@ impl RouterCore {
         allmask.sort_unstable();
         allmask.dedup();
         let cs = CSet {
+            cands: base..self.cands.len(),
             grouped: grouped_of(&tiers, &self.cands),
             load_grouped: grouped_of(&load_tiers, &self.cands),
             direct,
@@ -918,6 +920,78 @@ impl RouterCore {
             idle: None,
         };
         self.csets.push(cs);
+        Ok((self.csets.len() - 1, base))
+    }
+
+    /// Add a copy of route set `cs` for a node that copies `cs`'s node (the reference renames the
+    /// routes and compiles them again, which gives this set): each edge id through `edges` and each
+    /// group id through `groups`; an edge missing from `edges` stays (it lies outside both nodes).
+    /// Returns (set id, first candidate id), as `add_cset` does.
+    fn copy_cset(
+        &mut self,
+        cs: usize,
+        edges: HashMap<usize, usize>,
+        groups: HashMap<i64, i64>,
+    ) -> PyResult<(usize, usize)> {
+        let Some(from) = self.csets.get(cs) else {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!("no route set {cs}")));
+        };
+        if let Some(&e) = edges.values().find(|&&e| e >= self.cap.len()) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "edge {e} is outside 0..{}",
+                self.cap.len()
+            )));
+        }
+        let edge = |e: &usize| *edges.get(e).unwrap_or(e);
+        let base = self.cands.len();
+        let old = from.cands.start;
+        let ids = |v: &Vec<usize>| -> Vec<usize> { v.iter().map(|&c| c - old + base).collect() };
+        let mut allmask: Vec<usize> = from.allmask.iter().map(edge).collect();
+        allmask.sort_unstable();
+        allmask.dedup();
+        let copy = CSet {
+            cands: base..base + from.cands.len(),
+            direct: ids(&from.direct),
+            flow: ids(&from.flow),
+            tiers: from.tiers.iter().map(ids).collect(),
+            grouped: from.grouped.clone(),
+            fallback: ids(&from.fallback),
+            fair: from.fair,
+            balance: from.balance,
+            busy: ids(&from.busy),
+            load: from.load,
+            load_tiers: from.load_tiers.iter().map(ids).collect(),
+            load_grouped: from.load_grouped.clone(),
+            load_busy: ids(&from.load_busy),
+            load_mask: from.load_mask.iter().map(edge).collect(),
+            stop_out: from.stop_out.iter().map(edge).collect(),
+            stop_in: from.stop_in.iter().map(edge).collect(),
+            allmask,
+            idle: None,
+        };
+        let mut cands = Vec::with_capacity(from.cands.len());
+        for c in &self.cands[from.cands.clone()] {
+            let group = if c.group == -1 {
+                -1
+            } else {
+                match groups.get(&c.group) {
+                    Some(&g) => g,
+                    None => {
+                        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                            "group {} has no copy",
+                            c.group
+                        )))
+                    }
+                }
+            };
+            cands.push(Cand {
+                edges: c.edges.iter().map(edge).collect(),
+                group,
+                ..*c
+            });
+        }
+        self.cands.extend(cands);
+        self.csets.push(copy);
         Ok((self.csets.len() - 1, base))
     }
 

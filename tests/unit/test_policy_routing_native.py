@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from gfaas.errors import ConfigError
 from gfaas.policy import Router, RoutingOptions
 from gfaas.policy.routing_native import NativeRouter, native_router_available
+from gfaas.sim.systems import SYSTEMS
 from gfaas.topology import Topology, preset
 
 pytestmark = pytest.mark.skipif(not native_router_available(),
@@ -120,6 +121,44 @@ def test_a_cluster_router_compiles_pairs_on_first_use_and_agrees() -> None:
     for k, (a, b) in enumerate(pairs * 3):
         assert nat.plan(k, a, b) == ref.plan(k, a, b)
         _same(ref, nat, t)
+
+
+@pytest.mark.parametrize("name", ["dgx-a100*3", "dgx-v100*3", "4xa10*3"])
+def test_copied_route_sets_of_twin_nodes_plan_what_the_reference_plans(name: str) -> None:
+    """On a cluster the native router copies a twin node's compiled route set (``RouterCore.copy_cset``:
+    edges and groups translated) where the reference renames the routes and compiles them again.
+    Seeded sequences that mix the copied node's pairs, its twin's and cross-node ones, under every
+    system's options and more, must plan the same, hold the same residuals and name the twin's devices."""
+    import random
+
+    from gfaas.policy.routing import _twin_nodes
+
+    t = topo(name)
+    assert set(_twin_nodes(t)) == {2}
+    rng = random.Random(7)
+    ends = [d for n in (1, 2) for d in t.of_kind("gpu", n) + t.of_kind("host", n)[:1]]
+    copied = 0
+    for opts in sorted({s.routing for s in SYSTEMS.values()} | {
+            RoutingOptions(topology_aware=False), RoutingOptions(load_paths="all"), RoutingOptions(max_hops=2),
+            RoutingOptions(multipath=False), RoutingOptions(max_flow=False)}, key=repr):
+        ref, nat = Router(t, opts, precompute=False), NativeRouter(t, opts, precompute=False)
+        live: list[int] = []
+        for step in range(60):
+            if live and rng.random() < .3:
+                tid = live.pop(rng.randrange(len(live)))
+                ref.release(tid)
+                nat.release(tid)
+                continue
+            s, d = rng.choice(ends), rng.choice(ends)
+            plan = nat.plan(step, s, d)
+            assert plan == ref.plan(step, s, d)
+            if s != d and s[:3] == d[:3] == "n2.":
+                copied += 1
+                assert all(h.startswith("n2.") or not h.startswith("n1.") for p in plan.paths for h in p.hops)
+            live.append(step)
+            assert nat.changed() == ref.changed()
+        _same(ref, nat, t)
+    assert copied > 50
 
 
 def test_errors_are_the_references() -> None:

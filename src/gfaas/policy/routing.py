@@ -861,15 +861,10 @@ def _twin_route_set(topo: Topology, src: str, dst: str, opts: RoutingOptions,
                     canon_sets: dict[tuple[str, str], RouteSet] | None = None) -> RouteSet | None:
     """The route set of a same-node pair on a node that copies an earlier one, renamed from that
     node's (kept in ``canon_sets``); None where that does not apply (then ``route_set`` computes it)."""
-    if src == dst or src not in topo or dst not in topo:
+    twin = _twin_pair(topo, src, dst, twins if twins is not None else _twin_nodes(topo))
+    if twin is None:
         return None
-    node = topo.device(src).node
-    twin = (twins if twins is not None else _twin_nodes(topo)).get(node)
-    if twin is None or topo.device(dst).node != node:
-        return None
-    canon, own = twin
-    k = len(own)
-    key = (canon + src[k:], canon + dst[k:])
+    key, canon, own = twin
     rs = None if canon_sets is None else canon_sets.get(key)
     if rs is None:
         try:
@@ -878,12 +873,33 @@ def _twin_route_set(topo: Topology, src: str, dst: str, opts: RoutingOptions,
             return None  # let route_set raise it with this pair's names
         if canon_sets is not None:
             canon_sets[key] = rs
+    return _renamed(rs, _renaming(canon, own))
+
+
+def _twin_pair(topo: Topology, src: str, dst: str, twins: Mapping[int, tuple[str, str]]
+               ) -> tuple[tuple[str, str], str, str] | None:
+    """For a same-node pair on a node that copies an earlier one: (the same pair on that node, its
+    prefix, this node's prefix); None for any other pair."""
+    if src == dst or src not in topo or dst not in topo:
+        return None
+    node = topo.device(src).node
+    twin = twins.get(node)
+    if twin is None or topo.device(dst).node != node:
+        return None
+    canon, own = twin
+    k = len(own)
+    return (canon + src[k:], canon + dst[k:]), canon, own
+
+
+def _renaming(canon: str, own: str) -> Callable[[str], str]:
+    """A name on the node of prefix ``canon`` -> the same device's on the node of prefix ``own``
+    (a name outside that node stays)."""
     kc = len(canon)
 
     def fwd(n: str) -> str:
         return own + n[kc:] if n.startswith(canon) else n
 
-    return _renamed(rs, fwd)
+    return fwd
 
 
 def _renamed(rs: RouteSet, f: Callable[[str], str]) -> RouteSet:

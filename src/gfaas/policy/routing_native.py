@@ -11,14 +11,15 @@ handles and builds the ``Plan`` and ``Path`` objects. It exists only where ``gfa
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
 from ..native import native_class
 from ..topology import Topology
-from .routing import Path, Plan, Router, RoutingOptions
+from .paths import RouteSet
+from .routing import Path, Plan, Router, RoutingOptions, _renaming, _twin_nodes, _twin_pair
 
 _PATH_CACHE = 64  # Path objects kept per candidate, by rate, before that cache is cleared (as the reference)
 
@@ -42,7 +43,12 @@ class NativeRouter(Router):
         super().__init__(topology, options, precompute=precompute)
         self._core = _Core(list(self._cap), self._reroute, self._multipath)
         self._ncs: dict[tuple[str, str], int] = {}
-        self._groups: dict[str, int] = {}
+        self._groups: dict[str, int] = {}  # a route group's name -> its id in the core
+        self._group_names: list[str] = []  # and back
+        self._spans: list[tuple[int, int, frozenset[int]]] = []  # set id -> (first candidate, count, groups)
+        # Twin nodes (routing._twin_pair): (canon prefix, own prefix) -> names and edge ids, one to the other
+        self._renamings: dict[tuple[str, str], tuple[Callable[[str], str], dict[str, str], dict[int, int] | None]] = {}
+        self._node_edges: dict[str, list[tuple[int, str, str]]] = {}  # canon prefix -> edges touching it
         self._hops: list[tuple[str, ...]] = []  # candidate id -> its route's hops
         self._paths: list[dict[float, Path]] = []  # candidate id -> its Path objects by rate
         self._handle: dict[Hashable, int] = {}
@@ -123,12 +129,28 @@ class NativeRouter(Router):
         return tuple(out)
 
     def _native_cset(self, src: str, dst: str) -> int:
-        """Compile the pair's route set into the core, in the reference's rank order (``_CSet``)."""
-        rs = self._route_set(src, dst)
+        """The pair's route set in the core: for a same-node pair on a node that copies an earlier one
+        (where the reference renames that node's set, ``_twin_route_set``), a copy of that node's
+        compiled set with its edges and groups translated; otherwise compiled from its route set."""
+        cs = None
+        if (src, dst) not in self._pre:
+            if self._twins is None:
+                self._twins = _twin_nodes(self.topology)
+            twin = _twin_pair(self.topology, src, dst, self._twins)
+            if twin is not None:
+                cs = self._copied_cset(*twin)
+        if cs is None:
+            cs = self._compiled_cset(self._route_set(src, dst))
+        self._ncs[(src, dst)] = cs
+        return cs
+
+    def _compiled_cset(self, rs: RouteSet) -> int:
+        """Compile a route set into the core, in the reference's rank order (``_CSet``)."""
         index = self._index
         seen: dict[tuple[str, ...], int] = {}
         cands: list[tuple[list[int], int, float, bool, float]] = []
         hops: list[tuple[str, ...]] = []
+        groups: set[int] = set()
 
         def compile_(routes: Sequence[Any]) -> list[int]:
             out = []
@@ -136,7 +158,8 @@ class NativeRouter(Router):
                 k = seen.get(r.hops)
                 if k is None:
                     edges = [index[(a, b)] for a, b in zip(r.hops, r.hops[1:], strict=False)]
-                    group = -1 if r.group is None else self._groups.setdefault(r.group, len(self._groups))
+                    group = -1 if r.group is None else self._group(r.group)
+                    groups.add(group)
                     k = seen[r.hops] = len(cands)
                     cands.append((edges, group, float(r.cap), bool(r.direct), float(r.share)))
                     hops.append(tuple(r.hops))
@@ -149,8 +172,55 @@ class NativeRouter(Router):
         load_tiers = [compile_(t) for t in rs.load_tiers]
         cs, base = self._core.add_cset(cands, direct, flow, tiers, fallback, rs.fair, rs.balance, rs.load, load_tiers,
                                        [index[e] for e in rs.stop_out], [index[e] for e in rs.stop_in])
-        assert base == len(self._hops), (base, len(self._hops))
+        return self._added(cs, base, hops, groups - {-1})
+
+    def _copied_cset(self, canon_pair: tuple[str, str], canon: str, own: str) -> int | None:
+        """The core's copy of ``canon_pair``'s set for the node of prefix ``own``; None where the
+        reference would not rename it (its pair is an error: compiling this pair raises it with these
+        names) or the node's links do not map one to one."""
+        try:
+            cs = self._ncs.get(canon_pair)
+            if cs is None:
+                cs = self._native_cset(*canon_pair)
+        except ConfigError:
+            return None
+        fwd, names, edges = self._renaming(canon, own)
+        if edges is None:
+            return None
+        base, n, groups = self._spans[cs]
+        gmap = {g: self._group(fwd(self._group_names[g])) for g in groups}
+        new, first = self._core.copy_cset(cs, edges, gmap)
+        hops = [tuple(names.get(h, h) for h in self._hops[c]) for c in range(base, base + n)]
+        return self._added(new, first, hops, set(gmap.values()))
+
+    def _renaming(self, canon: str, own: str) -> tuple[Callable[[str], str], dict[str, str], dict[int, int] | None]:
+        """The reference's renaming from the node of prefix ``canon`` to the node of prefix ``own``
+        (``routing._renaming``), the devices it renames, and the edge ids it maps (those touching
+        that node; the others stay); the edges are None if one has no counterpart."""
+        got = self._renamings.get((canon, own))
+        if got is None:
+            fwd = _renaming(canon, own)
+            names = {d.name: fwd(d.name) for d in self.topology.devices if d.name.startswith(canon)}
+            mine = self._node_edges.get(canon)
+            if mine is None:  # once per copied node: the edges that touch it
+                mine = self._node_edges[canon] = [(i, a, b) for (a, b), i in self._index.items()
+                                                  if a in names or b in names]
+            pairs = [(i, self._index.get((names.get(a, a), names.get(b, b)))) for i, a, b in mine]
+            edges = {i: j for i, j in pairs if j is not None}
+            got = self._renamings[(canon, own)] = (fwd, names, edges if len(edges) == len(pairs) else None)
+        return got
+
+    def _group(self, name: str) -> int:
+        g = self._groups.get(name)
+        if g is None:
+            g = self._groups[name] = len(self._group_names)
+            self._group_names.append(name)
+        return g
+
+    def _added(self, cs: int, base: int, hops: list[tuple[str, ...]], groups: set[int]) -> int:
+        """Book a set the core added: its candidates' hops (for the plans' paths) and groups."""
+        assert base == len(self._hops) and cs == len(self._spans), (base, len(self._hops), cs)
         self._hops += hops
         self._paths += [{} for _ in hops]
-        self._ncs[(src, dst)] = cs
+        self._spans.append((base, len(hops), frozenset(groups)))
         return int(cs)
