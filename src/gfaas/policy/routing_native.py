@@ -48,7 +48,7 @@ class NativeRouter(Router):
         self._spans: list[tuple[int, int, frozenset[int]]] = []  # set id -> (first candidate, count, groups)
         # Twin nodes (routing._twin_pair): (canon prefix, own prefix) -> names and edge ids, one to the other
         self._renamings: dict[tuple[str, str], tuple[Callable[[str], str], dict[str, str], dict[int, int] | None]] = {}
-        self._node_edges: dict[str, list[tuple[int, str, str]]] = {}  # canon prefix -> edges touching it
+        self._node_edges: dict[str, tuple[list[str], list[tuple[int, str, str]]]] = {}  # canon prefix -> devices, edges
         self._hops: list[tuple[str, ...]] = []  # candidate id -> its route's hops
         self._paths: list[dict[float, Path]] = []  # candidate id -> its Path objects by rate
         self._handle: dict[Hashable, int] = {}
@@ -200,12 +200,14 @@ class NativeRouter(Router):
         got = self._renamings.get((canon, own))
         if got is None:
             fwd = _renaming(canon, own)
-            names = {d.name: fwd(d.name) for d in self.topology.devices if d.name.startswith(canon)}
-            mine = self._node_edges.get(canon)
-            if mine is None:  # once per copied node: the edges that touch it
-                mine = self._node_edges[canon] = [(i, a, b) for (a, b), i in self._index.items()
-                                                  if a in names or b in names]
-            pairs = [(i, self._index.get((names.get(a, a), names.get(b, b)))) for i, a, b in mine]
+            held = self._node_edges.get(canon)
+            if held is None:  # once per copied node: its devices and the edges that touch them
+                devices = [d.name for d in self.topology.devices if d.name.startswith(canon)]
+                mine = set(devices)
+                held = self._node_edges[canon] = (devices, [(i, a, b) for (a, b), i in self._index.items()
+                                                            if a in mine or b in mine])
+            names = {n: fwd(n) for n in held[0]}
+            pairs = [(i, self._index.get((names.get(a, a), names.get(b, b)))) for i, a, b in held[1]]
             edges = {i: j for i, j in pairs if j is not None}
             got = self._renamings[(canon, own)] = (fwd, names, edges if len(edges) == len(pairs) else None)
         return got

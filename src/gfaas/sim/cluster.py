@@ -97,28 +97,45 @@ class GPU:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.queues: dict[str, deque[tuple[float, Callable[[], None], Hashable]]] = {}
+        self.queues: dict[str, deque[tuple[float, Callable[[Callable[[], None]], None], Hashable]]] = {}
         self.busy = False
         self.waiting: dict[Hashable, tuple[float, int]] = {}  # key -> (arrival, submission order)
         self._seq = 0
 
-    def submit(self, function: str, arrival: float, start: Callable[[], None], key: Hashable = None) -> None:
+    def submit(self, function: str, arrival: float, body: Callable[[Callable[[], None]], None],
+               key: Hashable = None) -> None:
+        """Queue ``body(release)``; with a ``key``, ``positions`` can find it."""
         self._seq += 1
         if key is not None:
             self.waiting[key] = (arrival, self._seq)
-        self.queues.setdefault(function, deque()).append((arrival, start, key))
+        q = self.queues.get(function)
+        if q is None:
+            q = self.queues[function] = deque()
+        q.append((arrival, body, key))
 
-    def next(self) -> Callable[[], None] | None:
+    def next(self) -> Callable[[Callable[[], None]], None] | None:
         best = None
         for q in self.queues.values():
             if q and (best is None or q[0][0] < best[0][0]):
                 best = q
         if best is None:
             return None
-        _, start, key = best.popleft()
+        _, body, key = best.popleft()
         if key is not None:
             del self.waiting[key]
-        return start
+        return body
+
+    def run_next(self) -> None:
+        """Start the next queued execution, if any (the GPU is idle)."""
+        body = self.next()
+        if body is not None:
+            self.busy = True
+            body(self.release)
+
+    def release(self) -> None:
+        """The running execution has ended."""
+        self.busy = False
+        self.run_next()
 
     def positions(self) -> Callable[[Hashable, float | None], int | None]:
         """How many queued executions run before the one named by a key (oldest request first).
@@ -160,8 +177,8 @@ class Cluster:
         self.gpus = {g: GPU(g) for g in topology.gpus}
         self.deployments: dict[str, list[Deployment]] = {}
         self._rr: dict[str, int] = {}
-        self._fn_cost: dict[tuple[str, str, int], tuple[float, float, float]] = {}  # see _Request._run
-        self._hosts: dict[int, str] = {}  # node -> its host device (Topology.host_of), see _Request._host
+        self._fn_cost: dict[tuple[str, str, int], tuple[float, float, float]] = {}  # see _fn_plans
+        self._plans: dict[int, tuple[Deployment, dict[str, _Fn]]] = {}  # id(deployment) -> see _fn_plans
         self._dag_plans: dict[int, tuple[object, object]] = {}  # id(spec) -> (spec, its native DagPlan)
         self.records: list[RequestRecord] = []
         self._ids = 0
@@ -289,23 +306,37 @@ class Cluster:
         """Queue ``body(release)`` on ``gpu``; ``body`` must call ``release()`` when the execution ends.
         ``key`` names the queued execution so that the storage policy can find its queue position."""
         g = self.gpus[gpu]
-
-        def start() -> None:
-            g.busy = True
-
-            def release() -> None:
-                g.busy = False
-                nxt = g.next()
-                if nxt is not None:
-                    nxt()
-
-            body(release)
-
-        g.submit(function, arrival, start, key)
+        g.submit(function, arrival, body, key)
         if not g.busy:
-            nxt = g.next()
-            if nxt is not None:
-                nxt()
+            g.run_next()
+
+    def _fn_plans(self, dep: Deployment) -> dict[str, _Fn]:
+        """``dep``'s functions as every request runs them (built on its first request)."""
+        held = self._plans.get(id(dep))
+        if held is not None and held[0] is dep:
+            return held[1]
+        wf = dep.workflow
+        host = {n: self.topo.host_of(n) for n in set(dep.node.values())}
+        out = {f.name: _Fn(f.name, f.model, f.batch, dep.gpu[f.name] if f.kind == "gpu" else None, host[dep.node[f.name]],
+                           f.input_bytes, f.output_bytes,
+                           tuple(((e.src, e.dst), e.nbytes, wf.function(e.src).kind == "gpu") for e in wf.preds(f.name)),
+                           tuple(((e.src, e.dst), e.dst, e.nbytes,
+                                  host[dep.node[e.dst]] if wf.function(e.dst).kind == "cpu" else None)
+                                 for e in wf.succs(f.name)))
+               for f in wf.functions}
+        self._plans[id(dep)] = (dep, out)
+        return out
+
+    def _gpu_cost(self, model: str, gpu: str, batch: int) -> tuple[float, float, float]:
+        """(compute time, FnStats.slo_s, FnStats.deadline_s) of a GPU function: the same for every
+        request of it on this GPU."""
+        key = (model, gpu, batch)
+        cost = self._fn_cost.get(key)
+        if cost is None:
+            compute = self.profile.seconds(model, self.topo.device(gpu).model, batch)
+            cost = self._fn_cost[key] = (compute, slo_for(compute) if compute > 0 else 0.0,
+                                         input_deadline(0.0, compute))
+        return cost
 
     def alloc_s(self) -> float:
         return POOL_ALLOC_S if self.cfg.elastic_pool else CUDA_MALLOC_S
@@ -320,6 +351,22 @@ class Cluster:
         return self.rng.choice(self.topo.of_kind("gpu", node))
 
 
+@dataclass(slots=True)
+class _Fn:
+    """One function of one deployment, as every request runs it (``Cluster._fn_plans``)."""
+
+    name: str
+    model: str
+    batch: int
+    gpu: str | None  # None: a CPU function, on its node's host
+    host: str  # its node's host device
+    input_bytes: int
+    output_bytes: int
+    preds: tuple[tuple[tuple[str, str], int, bool], ...]  # (edge, bytes, from a GPU function)
+    succs: tuple[tuple[tuple[str, str], str, int, str | None], ...]  # (edge, consumer, bytes, its host if a CPU one)
+    cost: tuple[float, float, float] | None = None  # a GPU function's Cluster._gpu_cost, on its first run
+
+
 class _Request:
     """One request walking through its workflow's DAG, as the runtime's DagState decides."""
 
@@ -327,6 +374,7 @@ class _Request:
         self.c = cluster
         self.dep = dep
         self.rec = rec
+        self.fns = cluster._fn_plans(dep)
         wf = dep.workflow
         assert wf.spec is not None
         self.dag: DagState | Any
@@ -354,8 +402,8 @@ class _Request:
     def _decided(self, ready: list[str], skipped: list[str]) -> None:
         mem = self.c.memory
         for fn in skipped:  # data stored for a function that will not run is released
-            for e in self.dep.workflow.preds(fn):
-                key = self.objects.pop((e.src, e.dst), None)
+            for edge, _, _ in self.fns[fn].preds:
+                key = self.objects.pop(edge, None)
                 if key is not None and mem is not None:
                     mem.consume(key)
         for fn in ready:
@@ -365,132 +413,31 @@ class _Request:
             if self.c.on_finish is not None:
                 self.c.on_finish(self.rec)
 
-    def _readers(self, fn: str) -> set[str]:
-        return set(self.dag.readers(fn, self.scalars.get(fn, {})))
-
-    def _host(self, fn: str) -> str:
-        node = self.dep.node[fn]
-        hosts = self.c._hosts
-        h = hosts.get(node)
-        if h is None:
-            h = hosts[node] = self.c.topo.host_of(node)
-        return h
+    def _readers(self, fn: str) -> list[str]:
+        return self.dag.readers(fn, self.scalars.get(fn, {}))
 
     def _run(self, fn: str) -> None:
-        wf = self.dep.workflow
-        spec = wf.function(fn)
+        f = self.fns[fn]
         c = self.c
         mem = c.memory
-        if spec.kind == "cpu":
+        if f.gpu is None:
             if mem is not None:  # a CPU function reads its inputs from where they are, off the model
-                for e in wf.preds(fn):
-                    if (e.src, e.dst) in self.objects:
-                        mem.consume(self.objects[(e.src, e.dst)])
+                for edge, _, _ in f.preds:
+                    if edge in self.objects:
+                        mem.consume(self.objects[edge])
             readers = self._readers(fn)
-            for e in wf.succs(fn):
-                if e.dst in readers:
-                    self.location[(e.src, e.dst)] = self._host(fn)
-            c.sim.schedule(c.profile.seconds(spec.model, None, spec.batch), self._finished, fn)
+            for edge, dst, _, _ in f.succs:
+                if dst in readers:
+                    self.location[edge] = f.host
+            c.sim.schedule(c.profile.seconds(f.model, None, f.batch), self._finished, fn)
             return
-        gpu = self.dep.gpu[fn]
-        stats = FnStats()
-        self.rec.fns[fn] = stats
-        ready = c.sim.now
-        key = (spec.model, gpu, spec.batch)
-        cost = c._fn_cost.get(key)
-        if cost is None:  # the same for every request of this function on this GPU
-            compute = c.profile.seconds(spec.model, c.topo.device(gpu).model, spec.batch)
-            cost = c._fn_cost[key] = (compute, slo_for(compute) if compute > 0 else 0.0,
-                                      input_deadline(0.0, compute))
-        compute, stats.slo_s, stats.deadline_s = cost
+        if f.cost is None:
+            f.cost = c._gpu_cost(f.model, f.gpu, f.batch)
+        ex = _Exec(self, f, *f.cost)
         if mem is not None:
-            mem.requested(gpu, fn)
-
-        def body(release: Callable[[], None]) -> None:
-            stats.queue_s = c.sim.now - ready
-            t0 = c.sim.now
-            deadline = input_deadline(t0, compute)
-            starts: list[Callable[[Callable[[], None]], None]] = []
-            if spec.input_bytes:
-                starts.append(_mover(c, self._host(fn), gpu, spec.input_bytes, deadline))
-            for e in wf.preds(fn):
-                edge = (e.src, e.dst)
-                if edge not in self.location:  # nothing stored for this edge
-                    continue
-                if edge in self.objects:
-                    assert mem is not None
-                    start = _fetcher(mem, self.objects[edge], gpu, deadline)
-                else:
-                    start = _mover(c, self.location[edge], gpu, e.nbytes, deadline)
-                if wf.function(e.src).kind == "gpu":
-                    start = self._timed(start, edge, t0)
-                starts.append(start)
-            _all(c, starts, lambda: computed(t0, release))
-
-        def computed(t0: float, release: Callable[[], None]) -> None:
-            stats.get_s = c.sim.now - t0
-            c.sim.schedule(compute, put, release)
-
-        def put(release: Callable[[], None]) -> None:
-            stats.compute_s = compute
-            t1 = c.sim.now
-            moves: list[tuple[str, str, int]] = []
-            allocs = 0
-            delay = 0.0
-            stored: dict[str, int] = {}
-            readers = self._readers(fn)
-            for e in wf.succs(fn):
-                if e.dst not in readers:
-                    continue
-                consumer = wf.function(e.dst)
-                if consumer.kind == "cpu":  # to the consumer's host memory, like a result
-                    where = self._host(e.dst)
-                    self.location[(e.src, e.dst)] = where
-                    moves.append((gpu, where, e.nbytes))
-                    continue
-                where = c.store_device(gpu)
-                if mem is not None and c.topo.device(where).kind == "gpu":
-                    key = (self.rec.ident, e.src, e.dst)
-                    obj, cost = mem.put(key, e.nbytes, where, fn, (self.rec.ident, fn), self.dep.gpu[e.dst],
-                                        (self.rec.ident, e.dst), gpu, self.rec.arrival)
-                    self.objects[(e.src, e.dst)] = key
-                    delay += cost
-                    stored[where] = stored.get(where, 0) + e.nbytes
-                    if obj.moving:  # sent to host memory in the background: not the put's copy
-                        where = gpu
-                    elif where != gpu:
-                        obj.moving = True  # being written: nobody may move or read it yet
-                elif c.topo.device(where).kind == "gpu":
-                    allocs += 1
-                self.location[(e.src, e.dst)] = where
-                if where != gpu:
-                    moves.append((gpu, where, e.nbytes))
-            if mem is not None:
-                for home, n in stored.items():
-                    mem.stored(home, fn, n)
-            if spec.output_bytes:
-                moves.append((gpu, self._host(fn), spec.output_bytes))
-            delay += allocs * c.alloc_s()
-            stats.alloc_s = delay
-
-            def go() -> None:
-                due = input_deadline(c.sim.now, compute)
-                starts = [_mover(c, a, b, n, due) for a, b, n in moves]
-                _all(c, starts, lambda: done_put(t1, release))
-
-            c.sim.schedule(delay, go)
-
-        def done_put(t1: float, release: Callable[[], None]) -> None:
-            stats.put_s = c.sim.now - t1
-            self.put_s[fn] = stats.put_s
-            if mem is not None:
-                for e in wf.succs(fn):
-                    if (e.src, e.dst) in self.objects:
-                        mem.settle(self.objects[(e.src, e.dst)])
-            release()
-            self._finished(fn)
-
-        c.run_on_gpu(gpu, fn, self.rec.arrival, body, key=(self.rec.ident, fn))
+            mem.requested(f.gpu, fn)
+        # the key only serves the storage policy's queue positions (GPU.positions)
+        c.run_on_gpu(f.gpu, fn, self.rec.arrival, ex.body, key=None if mem is None else (self.rec.ident, fn))
 
     def _timed(self, start: Callable[[Callable[[], None]], None], edge: tuple[str, str],
                t0: float) -> Callable[[Callable[[], None]], None]:
@@ -506,6 +453,112 @@ class _Request:
 
     def _finished(self, fn: str) -> None:
         self._decided(*self.dag.finished(fn, self.scalars.get(fn, {})))
+
+
+class _Exec:
+    """One execution of a GPU function in a request: it holds its GPU while it gets its inputs,
+    computes and puts its outputs (the module docstring); each step is a method, not a closure."""
+
+    __slots__ = ("r", "f", "compute", "stats", "ready", "t0", "t1", "release", "moves")
+
+    def __init__(self, r: _Request, f: _Fn, compute: float, slo_s: float, deadline_s: float) -> None:
+        self.r, self.f, self.compute = r, f, compute
+        self.stats = r.rec.fns[f.name] = FnStats(slo_s=slo_s, deadline_s=deadline_s)
+        self.ready = r.c.sim.now
+
+    def body(self, release: Callable[[], None]) -> None:
+        """Its turn on the GPU: fetch every input at once."""
+        r, f, c = self.r, self.f, self.r.c
+        gpu = f.gpu
+        assert gpu is not None
+        self.release = release
+        t0 = self.t0 = c.sim.now
+        self.stats.queue_s = t0 - self.ready
+        deadline = input_deadline(t0, self.compute)
+        starts: list[Callable[[Callable[[], None]], None]] = []
+        if f.input_bytes:
+            starts.append(_mover(c, f.host, gpu, f.input_bytes, deadline))
+        location, objects = r.location, r.objects
+        for edge, nbytes, from_gpu in f.preds:
+            if edge not in location:  # nothing stored for this edge
+                continue
+            if edge in objects:
+                assert c.memory is not None
+                start = _fetcher(c.memory, objects[edge], gpu, deadline)
+            else:
+                start = _mover(c, location[edge], gpu, nbytes, deadline)
+            if from_gpu:
+                start = r._timed(start, edge, t0)
+            starts.append(start)
+        _all(c, starts, self.computed)
+
+    def computed(self) -> None:
+        c = self.r.c
+        self.stats.get_s = c.sim.now - self.t0
+        c.sim.schedule(self.compute, self.put)
+
+    def put(self) -> None:
+        """Store an output per consumer that may still run, send results home."""
+        r, f, c, stats = self.r, self.f, self.r.c, self.stats
+        gpu = f.gpu
+        assert gpu is not None
+        mem = c.memory
+        stats.compute_s = self.compute
+        self.t1 = c.sim.now
+        moves: list[tuple[str, str, int]] = []
+        allocs = 0
+        delay = 0.0
+        stored: dict[str, int] = {}
+        readers = r._readers(f.name)
+        for edge, dst, nbytes, dst_host in f.succs:
+            if dst not in readers:
+                continue
+            if dst_host is not None:  # a CPU consumer: to its host memory, like a result
+                r.location[edge] = dst_host
+                moves.append((gpu, dst_host, nbytes))
+                continue
+            where = c.store_device(gpu)
+            if mem is not None and where in c.gpus:
+                key = (r.rec.ident, edge[0], edge[1])
+                obj, cost = mem.put(key, nbytes, where, f.name, (r.rec.ident, f.name), r.dep.gpu[dst],
+                                    (r.rec.ident, dst), gpu, r.rec.arrival)
+                r.objects[edge] = key
+                delay += cost
+                stored[where] = stored.get(where, 0) + nbytes
+                if obj.moving:  # sent to host memory in the background: not the put's copy
+                    where = gpu
+                elif where != gpu:
+                    obj.moving = True  # being written: nobody may move or read it yet
+            elif where in c.gpus:
+                allocs += 1
+            r.location[edge] = where
+            if where != gpu:
+                moves.append((gpu, where, nbytes))
+        if mem is not None:
+            for home, n in stored.items():
+                mem.stored(home, f.name, n)
+        if f.output_bytes:
+            moves.append((gpu, f.host, f.output_bytes))
+        delay += allocs * c.alloc_s()
+        stats.alloc_s = delay
+        self.moves = moves
+        c.sim.schedule(delay, self.go)
+
+    def go(self) -> None:
+        c = self.r.c
+        due = input_deadline(c.sim.now, self.compute)
+        _all(c, [_mover(c, a, b, n, due) for a, b, n in self.moves], self.done_put)
+
+    def done_put(self) -> None:
+        r, f, c = self.r, self.f, self.r.c
+        self.stats.put_s = c.sim.now - self.t1
+        r.put_s[f.name] = self.stats.put_s
+        if c.memory is not None:
+            for edge, _, _, _ in f.succs:
+                if edge in r.objects:
+                    c.memory.settle(r.objects[edge])
+        self.release()
+        r._finished(f.name)
 
 
 def _mover(c: Cluster, src: str, dst: str, n: int, deadline: float) -> Callable[[Callable[[], None]], None]:
