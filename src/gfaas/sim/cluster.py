@@ -125,6 +125,17 @@ class GPU:
             del self.waiting[key]
         return body
 
+    def run(self, function: str, arrival: float, body: Callable[[Callable[[], None]], None],
+            key: Hashable = None) -> None:
+        """``submit`` and start it if the GPU is idle. An idle GPU has nothing queued (``release``
+        starts the next one), so then it starts at once, without the queue's round trip."""
+        if self.busy:
+            self.submit(function, arrival, body, key)
+        else:
+            self._seq += 1
+            self.busy = True
+            body(self.release)
+
     def run_next(self) -> None:
         """Start the next queued execution, if any (the GPU is idle)."""
         body = self.next()
@@ -305,10 +316,7 @@ class Cluster:
                    key: Hashable = None) -> None:
         """Queue ``body(release)`` on ``gpu``; ``body`` must call ``release()`` when the execution ends.
         ``key`` names the queued execution so that the storage policy can find its queue position."""
-        g = self.gpus[gpu]
-        g.submit(function, arrival, body, key)
-        if not g.busy:
-            g.run_next()
+        self.gpus[gpu].run(function, arrival, body, key)
 
     def _fn_plans(self, dep: Deployment) -> dict[str, _Fn]:
         """``dep``'s functions as every request runs them (built on its first request)."""
@@ -439,17 +447,13 @@ class _Request:
         # the key only serves the storage policy's queue positions (GPU.positions)
         c.run_on_gpu(f.gpu, fn, self.rec.arrival, ex.body, key=None if mem is None else (self.rec.ident, fn))
 
-    def _timed(self, start: Callable[[Callable[[], None]], None], edge: tuple[str, str],
-               t0: float) -> Callable[[Callable[[], None]], None]:
-        """``start`` that also records the edge's passing time (producer's put + this wait)."""
-        def wrapped(done: Callable[[], None]) -> None:
-            def landed() -> None:
-                self.rec.edges[edge] = self.put_s.get(edge[0], 0.0) + self.c.sim.now - t0
-                done()
+    def _timed(self, done: Callable[[], None], edge: tuple[str, str], t0: float) -> Callable[[], None]:
+        """``done`` that first records the edge's passing time (producer's put + the wait since ``t0``)."""
+        def landed() -> None:
+            self.rec.edges[edge] = self.put_s.get(edge[0], 0.0) + self.c.sim.now - t0
+            done()
 
-            start(landed)
-
-        return wrapped
+        return landed
 
     def _finished(self, fn: str) -> None:
         self._decided(*self.dag.finished(fn, self.scalars.get(fn, {})))
@@ -475,22 +479,25 @@ class _Exec:
         t0 = self.t0 = c.sim.now
         self.stats.queue_s = t0 - self.ready
         deadline = input_deadline(t0, self.compute)
-        starts: list[Callable[[Callable[[], None]], None]] = []
-        if f.input_bytes:
-            starts.append(_mover(c, f.host, gpu, f.input_bytes, deadline))
         location, objects = r.location, r.objects
+        ins: list[tuple[str, int, tuple[str, str] | None, bool]] = []  # (from, bytes, edge or None: host data, timed)
+        if f.input_bytes:
+            ins.append((f.host, f.input_bytes, None, False))
         for edge, nbytes, from_gpu in f.preds:
-            if edge not in location:  # nothing stored for this edge
-                continue
-            if edge in objects:
+            loc = location.get(edge)
+            if loc is not None:  # else nothing stored for this edge
+                ins.append((loc, nbytes, edge, from_gpu))
+        if not ins:
+            c.sim.schedule(0.0, self.computed)
+            return
+        done = _countdown(len(ins), self.computed)
+        for src, nbytes, e, timed in ins:  # every input at once
+            landed = r._timed(done, e, t0) if timed and e else done
+            if e is not None and e in objects:
                 assert c.memory is not None
-                start = _fetcher(c.memory, objects[edge], gpu, deadline)
+                c.memory.fetch(objects[e], gpu, landed, deadline)
             else:
-                start = _mover(c, location[edge], gpu, nbytes, deadline)
-            if from_gpu:
-                start = r._timed(start, edge, t0)
-            starts.append(start)
-        _all(c, starts, self.computed)
+                c.plane.move(src, gpu, nbytes, landed, deadline)
 
     def computed(self) -> None:
         c = self.r.c
@@ -546,8 +553,7 @@ class _Exec:
 
     def go(self) -> None:
         c = self.r.c
-        due = input_deadline(c.sim.now, self.compute)
-        _all(c, [_mover(c, a, b, n, due) for a, b, n in self.moves], self.done_put)
+        _move_all(c, self.moves, input_deadline(c.sim.now, self.compute), self.done_put)
 
     def done_put(self) -> None:
         r, f, c = self.r, self.f, self.r.c
@@ -561,28 +567,27 @@ class _Exec:
         r._finished(f.name)
 
 
-def _mover(c: Cluster, src: str, dst: str, n: int, deadline: float) -> Callable[[Callable[[], None]], None]:
-    return lambda done: c.plane.move(src, dst, n, done, deadline)
-
-
-def _fetcher(mem: MemoryModel, key: Hashable, gpu: str, deadline: float) -> Callable[[Callable[[], None]], None]:
-    return lambda done: mem.fetch(key, gpu, done, deadline)
-
-
-def _all(c: Cluster, starts: Sequence[Callable[[Callable[[], None]], None]], then: Callable[[], None]) -> None:
-    """Start every transfer at once; call ``then`` when the last one has landed."""
-    if not starts:
+def _move_all(c: Cluster, moves: Sequence[tuple[str, str, int]], deadline: float, then: Callable[[], None]) -> None:
+    """Start every move (src, dst, bytes) at once, all due at ``deadline``; call ``then`` when the last
+    one has landed."""
+    if not moves:
         c.sim.schedule(0.0, then)
         return
-    if len(starts) == 1:  # the last one to land is the only one: no count to keep
-        starts[0](then)
-        return
-    left = [len(starts)]
+    done = _countdown(len(moves), then)
+    move = c.plane.move
+    for a, b, n in moves:
+        move(a, b, n, done, deadline)
+
+
+def _countdown(k: int, then: Callable[[], None]) -> Callable[[], None]:
+    """A callback that calls ``then`` on its ``k``-th call (``then`` itself for one: no count to keep)."""
+    if k == 1:
+        return then
+    left = [k]
 
     def one() -> None:
         left[0] -= 1
         if left[0] == 0:
             then()
 
-    for start in starts:
-        start(one)
+    return one
