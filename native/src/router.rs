@@ -259,7 +259,8 @@ pub struct RouterCore {
     icnt: Vec<i64>,
     cands: Vec<Cand>,
     csets: Vec<CSet>,
-    held: Vec<Option<Held>>, // in the order registered (the reference's dict), with holes
+    renamings: Vec<HashMap<usize, usize>>, // edge id -> edge id, see copy_cset
+    held: Vec<Option<Held>>,               // in the order registered (the reference's dict), with holes
     pos: HashMap<u64, usize>,
     live: usize,
     changed: Ordered,
@@ -814,6 +815,7 @@ impl RouterCore {
             icnt: vec![0; n],
             cands: Vec::new(),
             csets: Vec::new(),
+            renamings: Vec::new(),
             held: Vec::new(),
             pos: HashMap::new(),
             live: 0,
@@ -923,25 +925,28 @@ impl RouterCore {
         Ok((self.csets.len() - 1, base))
     }
 
-    /// Add a copy of route set `cs` for a node that copies `cs`'s node (the reference renames the
-    /// routes and compiles them again, which gives this set): each edge id through `edges` and each
-    /// group id through `groups`; an edge missing from `edges` stays (it lies outside both nodes).
-    /// Returns (set id, first candidate id), as `add_cset` does.
-    fn copy_cset(
-        &mut self,
-        cs: usize,
-        edges: HashMap<usize, usize>,
-        groups: HashMap<i64, i64>,
-    ) -> PyResult<(usize, usize)> {
-        let Some(from) = self.csets.get(cs) else {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!("no route set {cs}")));
-        };
+    /// Keep a map of edge ids from one node to a node that copies it, for `copy_cset`; its id.
+    fn add_renaming(&mut self, edges: HashMap<usize, usize>) -> PyResult<usize> {
         if let Some(&e) = edges.values().find(|&&e| e >= self.cap.len()) {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
                 "edge {e} is outside 0..{}",
                 self.cap.len()
             )));
         }
+        self.renamings.push(edges);
+        Ok(self.renamings.len() - 1)
+    }
+
+    /// Add a copy of route set `cs` for a node that copies `cs`'s node (the reference renames the
+    /// routes and compiles them again, which gives this set): each edge id through renaming
+    /// `renaming` (`add_renaming`) and each group id through `groups`; an edge the renaming does not
+    /// hold stays (it lies outside both nodes). Returns (set id, first candidate id), as `add_cset` does.
+    fn copy_cset(&mut self, cs: usize, renaming: usize, groups: HashMap<i64, i64>) -> PyResult<(usize, usize)> {
+        let (Some(from), Some(edges)) = (self.csets.get(cs), self.renamings.get(renaming)) else {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "no route set {cs} or no renaming {renaming}"
+            )));
+        };
         let edge = |e: &usize| *edges.get(e).unwrap_or(e);
         let base = self.cands.len();
         let old = from.cands.start;

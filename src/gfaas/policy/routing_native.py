@@ -47,7 +47,7 @@ class NativeRouter(Router):
         self._group_names: list[str] = []  # and back
         self._spans: list[tuple[int, int, frozenset[int]]] = []  # set id -> (first candidate, count, groups)
         # Twin nodes (routing._twin_pair): (canon prefix, own prefix) -> names and edge ids, one to the other
-        self._renamings: dict[tuple[str, str], tuple[Callable[[str], str], dict[str, str], dict[int, int] | None]] = {}
+        self._renamings: dict[tuple[str, str], tuple[Callable[[str], str], dict[str, str], int | None]] = {}
         self._node_edges: dict[str, tuple[list[str], list[tuple[int, str, str]]]] = {}  # canon prefix -> devices, edges
         self._hops: list[tuple[str, ...]] = []  # candidate id -> its route's hops
         self._paths: list[dict[float, Path]] = []  # candidate id -> its Path objects by rate
@@ -184,19 +184,19 @@ class NativeRouter(Router):
                 cs = self._native_cset(*canon_pair)
         except ConfigError:
             return None
-        fwd, names, edges = self._renaming(canon, own)
-        if edges is None:
+        fwd, names, renaming = self._renaming(canon, own)
+        if renaming is None:
             return None
         base, n, groups = self._spans[cs]
         gmap = {g: self._group(fwd(self._group_names[g])) for g in groups}
-        new, first = self._core.copy_cset(cs, edges, gmap)
+        new, first = self._core.copy_cset(cs, renaming, gmap)
         hops = [tuple(names.get(h, h) for h in self._hops[c]) for c in range(base, base + n)]
         return self._added(new, first, hops, set(gmap.values()))
 
-    def _renaming(self, canon: str, own: str) -> tuple[Callable[[str], str], dict[str, str], dict[int, int] | None]:
+    def _renaming(self, canon: str, own: str) -> tuple[Callable[[str], str], dict[str, str], int | None]:
         """The reference's renaming from the node of prefix ``canon`` to the node of prefix ``own``
-        (``routing._renaming``), the devices it renames, and the edge ids it maps (those touching
-        that node; the others stay); the edges are None if one has no counterpart."""
+        (``routing._renaming``), the devices it renames, and the core's id of the map of edge ids
+        (those touching that node; the others stay); None if an edge has no counterpart."""
         got = self._renamings.get((canon, own))
         if got is None:
             fwd = _renaming(canon, own)
@@ -209,7 +209,8 @@ class NativeRouter(Router):
             names = {n: fwd(n) for n in held[0]}
             pairs = [(i, self._index.get((names.get(a, a), names.get(b, b)))) for i, a, b in held[1]]
             edges = {i: j for i, j in pairs if j is not None}
-            got = self._renamings[(canon, own)] = (fwd, names, edges if len(edges) == len(pairs) else None)
+            core_id = self._core.add_renaming(edges) if len(edges) == len(pairs) else None
+            got = self._renamings[(canon, own)] = (fwd, names, core_id)
         return got
 
     def _group(self, name: str) -> int:

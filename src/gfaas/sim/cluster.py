@@ -51,7 +51,7 @@ from .workflows import Workflow
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(slots=True)  # one per GPU function per request: no __dict__ to allocate and collect
 class FnStats:
     queue_s: float = 0.0
     get_s: float = 0.0
@@ -62,7 +62,7 @@ class FnStats:
     deadline_s: float = 0.0  # gfaas.policy.input_deadline(0, compute_s): its transfers' due time after it starts
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestRecord:
     workflow: str
     ident: int
@@ -325,8 +325,9 @@ class Cluster:
             return held[1]
         wf = dep.workflow
         host = {n: self.topo.host_of(n) for n in set(dep.node.values())}
-        out = {f.name: _Fn(f.name, f.model, f.batch, dep.gpu[f.name] if f.kind == "gpu" else None, host[dep.node[f.name]],
-                           f.input_bytes, f.output_bytes,
+        gpu = {f.name: dep.gpu[f.name] if f.kind == "gpu" else None for f in wf.functions}
+        out = {f.name: _Fn(f.name, f.model, f.batch, gpu[f.name], self.gpus.get(gpu[f.name] or ""),
+                           host[dep.node[f.name]], f.input_bytes, f.output_bytes,
                            tuple(((e.src, e.dst), e.nbytes, wf.function(e.src).kind == "gpu") for e in wf.preds(f.name)),
                            tuple(((e.src, e.dst), e.dst, e.nbytes,
                                   host[dep.node[e.dst]] if wf.function(e.dst).kind == "cpu" else None)
@@ -367,6 +368,7 @@ class _Fn:
     model: str
     batch: int
     gpu: str | None  # None: a CPU function, on its node's host
+    device: GPU | None  # Cluster.gpus[gpu]
     host: str  # its node's host device
     input_bytes: int
     output_bytes: int
@@ -444,8 +446,10 @@ class _Request:
         ex = _Exec(self, f, *f.cost)
         if mem is not None:
             mem.requested(f.gpu, fn)
-        # the key only serves the storage policy's queue positions (GPU.positions)
-        c.run_on_gpu(f.gpu, fn, self.rec.arrival, ex.body, key=None if mem is None else (self.rec.ident, fn))
+        # run_on_gpu, without its frame; the key only serves the storage policy's queue positions
+        # (GPU.positions)
+        assert f.device is not None
+        f.device.run(fn, self.rec.arrival, ex.body, None if mem is None else (self.rec.ident, fn))
 
     def _timed(self, done: Callable[[], None], edge: tuple[str, str], t0: float) -> Callable[[], None]:
         """``done`` that first records the edge's passing time (producer's put + the wait since ``t0``)."""
