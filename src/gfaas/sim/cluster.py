@@ -98,6 +98,7 @@ class GPU:
     def __init__(self, name: str) -> None:
         self.name = name
         self.queues: dict[str, deque[tuple[float, Callable[[Callable[[], None]], None], Hashable]]] = {}
+        self.queued = 0  # executions in the queues
         self.busy = False
         self.waiting: dict[Hashable, tuple[float, int]] = {}  # key -> (arrival, submission order)
         self._seq = 0
@@ -112,6 +113,7 @@ class GPU:
         if q is None:
             q = self.queues[function] = deque()
         q.append((arrival, body, key))
+        self.queued += 1
 
     def next(self) -> Callable[[Callable[[], None]], None] | None:
         best = None
@@ -121,6 +123,7 @@ class GPU:
         if best is None:
             return None
         _, body, key = best.popleft()
+        self.queued -= 1
         if key is not None:
             del self.waiting[key]
         return body
@@ -136,17 +139,14 @@ class GPU:
             self.busy = True
             body(self.release)
 
-    def run_next(self) -> None:
-        """Start the next queued execution, if any (the GPU is idle)."""
-        body = self.next()
-        if body is not None:
+    def release(self) -> None:
+        """The running execution has ended: the next queued one, if any, starts."""
+        self.busy = False
+        if self.queued:
+            body = self.next()
+            assert body is not None
             self.busy = True
             body(self.release)
-
-    def release(self) -> None:
-        """The running execution has ended."""
-        self.busy = False
-        self.run_next()
 
     def positions(self) -> Callable[[Hashable, float | None], int | None]:
         """How many queued executions run before the one named by a key (oldest request first).
@@ -423,9 +423,6 @@ class _Request:
             if self.c.on_finish is not None:
                 self.c.on_finish(self.rec)
 
-    def _readers(self, fn: str) -> list[str]:
-        return self.dag.readers(fn, self.scalars.get(fn, {}))
-
     def _run(self, fn: str) -> None:
         f = self.fns[fn]
         c = self.c
@@ -435,7 +432,7 @@ class _Request:
                 for edge, _, _ in f.preds:
                     if edge in self.objects:
                         mem.consume(self.objects[edge])
-            readers = self._readers(fn)
+            readers = self.dag.readers(fn, self.scalars.get(fn, {}))
             for edge, dst, _, _ in f.succs:
                 if dst in readers:
                     self.location[edge] = f.host
@@ -520,7 +517,7 @@ class _Exec:
         allocs = 0
         delay = 0.0
         stored: dict[str, int] = {}
-        readers = r._readers(f.name)
+        readers = r.dag.readers(f.name, r.scalars.get(f.name, {}))
         for edge, dst, nbytes, dst_host in f.succs:
             if dst not in readers:
                 continue
@@ -556,8 +553,17 @@ class _Exec:
         c.sim.schedule(delay, self.go)
 
     def go(self) -> None:
+        """Start every move of the put at once, all due at one deadline."""
         c = self.r.c
-        _move_all(c, self.moves, input_deadline(c.sim.now, self.compute), self.done_put)
+        moves = self.moves
+        if not moves:
+            c.sim.schedule(0.0, self.done_put)
+            return
+        due = input_deadline(c.sim.now, self.compute)
+        done = _countdown(len(moves), self.done_put)
+        move = c.plane.move
+        for a, b, n in moves:
+            move(a, b, n, done, due)
 
     def done_put(self) -> None:
         r, f, c = self.r, self.f, self.r.c
@@ -569,18 +575,6 @@ class _Exec:
                     c.memory.settle(r.objects[edge])
         self.release()
         r._finished(f.name)
-
-
-def _move_all(c: Cluster, moves: Sequence[tuple[str, str, int]], deadline: float, then: Callable[[], None]) -> None:
-    """Start every move (src, dst, bytes) at once, all due at ``deadline``; call ``then`` when the last
-    one has landed."""
-    if not moves:
-        c.sim.schedule(0.0, then)
-        return
-    done = _countdown(len(moves), then)
-    move = c.plane.move
-    for a, b, n in moves:
-        move(a, b, n, done, deadline)
 
 
 def _countdown(k: int, then: Callable[[], None]) -> Callable[[], None]:
