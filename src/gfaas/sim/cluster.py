@@ -188,7 +188,7 @@ class Cluster:
         self.gpus = {g: GPU(g) for g in topology.gpus}
         self.deployments: dict[str, list[Deployment]] = {}
         self._rr: dict[str, int] = {}
-        self._fn_cost: dict[tuple[str, str, int], tuple[float, float, float]] = {}  # see _fn_plans
+        self._fn_cost: dict[tuple[str, str, int], tuple[float, float, float]] = {}  # see _cost
         self._plans: dict[int, tuple[Deployment, dict[str, _Fn]]] = {}  # id(deployment) -> see _fn_plans
         self._dag_plans: dict[int, tuple[object, object]] = {}  # id(spec) -> (spec, its native DagPlan)
         self.records: list[RequestRecord] = []
@@ -336,15 +336,20 @@ class Cluster:
         self._plans[id(dep)] = (dep, out)
         return out
 
-    def _gpu_cost(self, model: str, gpu: str, batch: int) -> tuple[float, float, float]:
-        """(compute time, FnStats.slo_s, FnStats.deadline_s) of a GPU function: the same for every
-        request of it on this GPU."""
-        key = (model, gpu, batch)
-        cost = self._fn_cost.get(key)
-        if cost is None:
-            compute = self.profile.seconds(model, self.topo.device(gpu).model, batch)
-            cost = self._fn_cost[key] = (compute, slo_for(compute) if compute > 0 else 0.0,
-                                         input_deadline(0.0, compute))
+    def _cost(self, f: _Fn) -> tuple[float, float, float]:
+        """(compute time, FnStats.slo_s, FnStats.deadline_s) of ``f``, kept on it: the same for every
+        request (a GPU function's, for every function of that model on that GPU)."""
+        if f.gpu is None:
+            cost = (self.profile.seconds(f.model, None, f.batch), 0.0, 0.0)
+        else:
+            key = (f.model, f.gpu, f.batch)
+            held = self._fn_cost.get(key)
+            if held is None:
+                compute = self.profile.seconds(f.model, self.topo.device(f.gpu).model, f.batch)
+                held = self._fn_cost[key] = (compute, slo_for(compute) if compute > 0 else 0.0,
+                                             input_deadline(0.0, compute))
+            cost = held
+        f.cost = cost
         return cost
 
     def alloc_s(self) -> float:
@@ -374,7 +379,7 @@ class _Fn:
     output_bytes: int
     preds: tuple[tuple[tuple[str, str], int, bool], ...]  # (edge, bytes, from a GPU function)
     succs: tuple[tuple[tuple[str, str], str, int, str | None], ...]  # (edge, consumer, bytes, its host if a CPU one)
-    cost: tuple[float, float, float] | None = None  # a GPU function's Cluster._gpu_cost, on its first run
+    cost: tuple[float, float, float] | None = None  # Cluster._cost, on its first run
 
 
 class _Request:
@@ -436,11 +441,9 @@ class _Request:
             for edge, dst, _, _ in f.succs:
                 if dst in readers:
                     self.location[edge] = f.host
-            c.sim.schedule(c.profile.seconds(f.model, None, f.batch), self._finished, fn)
+            c.sim.schedule((f.cost or c._cost(f))[0], self._finished, fn)
             return
-        if f.cost is None:
-            f.cost = c._gpu_cost(f.model, f.gpu, f.batch)
-        ex = _Exec(self, f, *f.cost)
+        ex = _Exec(self, f, *(f.cost or c._cost(f)))
         if mem is not None:
             mem.requested(f.gpu, fn)
         # run_on_gpu, without its frame; the key only serves the storage policy's queue positions
