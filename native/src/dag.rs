@@ -7,10 +7,10 @@
 //! same order; the Python class stays the reference and the runtime's
 //! (tests/unit/test_sim_dag_native.py compares the two on random DAGs with conditions and skips).
 
+use crate::HashMap;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyFloat, PyList, PyString, PyTuple};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 const WAITING: u8 = 0;
@@ -120,7 +120,7 @@ impl DagPlan {
             )>,
         )>,
     ) -> PyResult<Self> {
-        let mut index = HashMap::new();
+        let mut index = HashMap::default();
         for (k, (name, _, _, _)) in functions.iter().enumerate() {
             index.insert(name.to_str()?.to_owned(), k);
         }

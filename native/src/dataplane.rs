@@ -8,11 +8,11 @@
 //! (Python's `sum` included: plain before 3.12, Neumaier's compensated sum since), so runs agree with
 //! it bit for bit (tests/unit/test_sim_dataplane_native.py).
 
+use crate::HashMap;
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
-use std::collections::HashMap;
 
 use crate::kernel::Kernel;
 use crate::network::{Flow, FluidNetwork};
@@ -598,11 +598,11 @@ impl DataPlaneCore {
             Ok(Side {
                 core: w.getattr("_core")?.cast_into::<RouterCore>()?.unbind(),
                 wrapper: w.clone().unbind(),
-                sets: HashMap::new(),
+                sets: HashMap::default(),
                 cands: Vec::new(),
             })
         };
-        let mut names = HashMap::new();
+        let mut names = HashMap::default();
         let mut name_objs = Vec::new();
         let mut kinds = Vec::new();
         let mut nodes = Vec::new();
@@ -653,8 +653,8 @@ impl DataPlaneCore {
             neumaier: version >= (3, 12),
             next_id: 0,
             started: 0,
-            waiting: HashMap::new(),
-            active: HashMap::new(),
+            waiting: HashMap::default(),
+            active: HashMap::default(),
             host_active: vec![Vec::new(); n_nodes],
         })
     }

@@ -7,11 +7,12 @@
 //! sorted by flow, the dirty flows and each edge's flows in insertion order), so runs agree with it
 //! bit for bit, not only up to rounding.
 
+use crate::HashSet;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 
 use crate::config_error;
@@ -184,7 +185,7 @@ impl FluidNetwork {
         let mut slot: Vec<usize> = Vec::new();
         let mut count: Vec<i64> = Vec::new();
         let mut left: Vec<f64> = Vec::new();
-        let mut local: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+        let mut local: crate::HashMap<usize, usize> = crate::HashMap::default();
         struct A {
             ident: u64,
             cap: Option<f64>,
@@ -274,7 +275,7 @@ impl FluidNetwork {
             let dirty = std::mem::take(&mut self.dirty);
             self.dirty_set.clear();
             let now = self.now(py)?;
-            let mut seen: HashSet<u64> = HashSet::new();
+            let mut seen: HashSet<u64> = HashSet::default();
             for f in dirty {
                 if !self.flows.contains_key(&f) || seen.contains(&f) {
                     continue;
@@ -593,7 +594,7 @@ impl FluidNetwork {
             moved_seen: vec![false; n],
             moved_order: Vec::new(),
             dirty: Vec::new(),
-            dirty_set: HashSet::new(),
+            dirty_set: HashSet::default(),
             depth: 0,
             heap: BinaryHeap::new(),
             next: None,

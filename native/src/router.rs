@@ -7,8 +7,8 @@
 //! computed by the same operations in the same order as the reference, and every "first of equal
 //! values" choice is the reference's, so plans agree bit for bit (tests/unit/test_policy_routing_native.py).
 
+use crate::{HashMap, HashSet};
 use pyo3::prelude::*;
-use std::collections::{HashMap, HashSet};
 
 use crate::config_error;
 use crate::py_min;
@@ -573,7 +573,7 @@ impl RouterCore {
     fn owners(&self, hi: usize) -> Vec<(usize, HashSet<usize>, HashSet<usize>)> {
         let mut out = Vec::new();
         for v in self.others(hi) {
-            let (mut ind, mut dirm) = (HashSet::new(), HashSet::new());
+            let (mut ind, mut dirm) = (HashSet::default(), HashSet::default());
             for &(d, _) in &self.h(v).res {
                 let c = &self.cands[d];
                 if c.direct {
@@ -592,7 +592,7 @@ impl RouterCore {
         let cs = self.h(hi).cs;
         let mut owners = self.owners(hi);
         let union = |owners: &Vec<(usize, HashSet<usize>, HashSet<usize>)>| {
-            let mut o: HashSet<usize> = HashSet::new();
+            let mut o: HashSet<usize> = HashSet::default();
             for (_, ind, dirm) in owners {
                 o.extend(ind.iter().copied());
                 o.extend(dirm.iter().copied());
@@ -817,7 +817,7 @@ impl RouterCore {
             csets: Vec::new(),
             renamings: Vec::new(),
             held: Vec::new(),
-            pos: HashMap::new(),
+            pos: HashMap::default(),
             live: 0,
             changed: Ordered::default(),
             stale: Ordered::default(),
@@ -869,7 +869,7 @@ impl RouterCore {
             ts.iter().map(|t| t.iter().any(|&c| cands[c].group != -1)).collect()
         };
         let dedup = |v: Vec<usize>| -> Vec<usize> {
-            let mut seen = HashSet::new();
+            let mut seen = HashSet::default();
             v.into_iter().filter(|c| seen.insert(*c)).collect()
         };
         let busy = dedup(
@@ -885,7 +885,7 @@ impl RouterCore {
         } else {
             busy.clone()
         };
-        let mut load_mask = HashSet::new();
+        let mut load_mask = HashSet::default();
         if load {
             for &c in &load_busy {
                 load_mask.extend(self.cands[c].edges.iter().copied());
