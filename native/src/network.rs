@@ -285,8 +285,9 @@ impl FluidNetwork {
                 let mut comp = vec![f];
                 let mut stack = vec![f];
                 while let Some(g) = stack.pop() {
-                    let edges = self.flows[&g].borrow(py).edge_ids.clone();
-                    for &e in edges.iter() {
+                    // Read in place: the walk only touches locals and `on` (no Vec per flow).
+                    let fl = self.flows[&g].borrow(py);
+                    for &e in fl.edge_ids.iter() {
                         for &h in &self.on[e] {
                             if seen.insert(h) {
                                 comp.push(h);
