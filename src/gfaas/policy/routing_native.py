@@ -190,7 +190,8 @@ class NativeRouter(Router):
         base, n, groups = self._spans[cs]
         gmap = {g: self._group(fwd(self._group_names[g])) for g in groups}
         new, first = self._core.copy_cset(cs, renaming, gmap)
-        hops = [tuple(names.get(h, h) for h in self._hops[c]) for c in range(base, base + n)]
+        get = names.get  # get(h, h): a name of the copied node renamed, any other kept
+        hops = [tuple(map(get, h, h)) for h in self._hops[base:base + n]]
         return self._added(new, first, hops, set(gmap.values()))
 
     def _renaming(self, canon: str, own: str) -> tuple[Callable[[str], str], dict[str, str], int | None]:
