@@ -114,6 +114,7 @@ class Topology:
                                                                            compare=False)
     _node_edges: MappingProxyType[int, tuple[Edge, ...]] = field(init=False, repr=False, compare=False)
     _hash: int = field(init=False, repr=False, compare=False)
+    _nvlink: dict[tuple[str, str], float] = field(init=False, repr=False, compare=False)  # nvlink_gbps's
 
     def __post_init__(self) -> None:
         by_name: dict[str, Device] = {}
@@ -152,6 +153,7 @@ class Topology:
             if a == b:
                 per_node.setdefault(a, []).append(e)
         object.__setattr__(self, "_node_edges", MappingProxyType({k: tuple(v) for k, v in per_node.items()}))
+        object.__setattr__(self, "_nvlink", {})
         object.__setattr__(self, "_hash", hash((self.name, self.devices, self.links, self.pcie_p2p_gbps,
                                                 self.pageable_gbps, self.description)))
 
@@ -215,16 +217,23 @@ class Topology:
 
     def nvlink_gbps(self, a: str, b: str) -> float:
         """Direct NVLink bandwidth a -> b (through an NVSwitch counts as direct); 0 if none or a == b."""
+        got = self._nvlink.get((a, b))
+        if got is None:  # kept per pair: placement asks for every pair of a node's GPUs per replica
+            got = self._nvlink[(a, b)] = self._nvlink_gbps(a, b)
+        return got
+
+    def _nvlink_gbps(self, a: str, b: str) -> float:
         if a == b:
             return 0.0
         e = self._edge.get((a, b))
         if e is not None and e.kind == "nvlink":
             return e.gbps
-        sw = [x for x in self.neighbours(a, "nvlink") if self.device(x).kind == "nvswitch"]
-        for s in sw:
-            back = self._edge.get((s, b))
-            if back is not None:
-                return min(self._edge[(a, s)].gbps, back.gbps)
+        by_name = self._by_name
+        for up in self.out_edges(a):  # through an NVSwitch: a's first one that reaches b
+            if up.kind == "nvlink" and by_name[up.dst].kind == "nvswitch":
+                back = self._edge.get((up.dst, b))
+                if back is not None:
+                    return min(up.gbps, back.gbps)
         return 0.0
 
     def nics_of(self, node: int) -> list[str]:
