@@ -250,8 +250,8 @@ class Cluster:
             for node in sorted(set(placed.values())):
                 fns = [f for f in wf.gpu_functions if node_of[f] == node]
                 pool = pools[node]
-                used_now = used_gpus | taken | set(gpu_of.values())
-                free = [g for g in pool if g not in used_now] or pool
+                mine = set(gpu_of.values())  # (not one union of every set: taken grows with the cluster)
+                free = [g for g in pool if g not in used_gpus and g not in taken and g not in mine] or pool
                 edges = [(e.src, e.dst, e.nbytes) for e in wf.edges if e.src in fns and e.dst in fns]
                 gpu_of.update(place_workflow(self.topo, fns, edges, free,
                                              topology_aware=self.cfg.placement == "mapa",
