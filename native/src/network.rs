@@ -111,6 +111,10 @@ pub struct FluidNetwork {
     moved_order: Vec<usize>,
     dirty: Vec<u64>,
     dirty_set: HashSet<u64>,
+    // commit_now's working sets, kept between calls so that a re-allocation allocates nothing
+    scratch_seen: HashSet<u64>,
+    scratch_comp: Vec<u64>,
+    scratch_stack: Vec<u64>,
     depth: u32,
     heap: BinaryHeap<Fin>,
     next: Option<(Py<PyAny>, f64)>,
@@ -272,18 +276,23 @@ impl FluidNetwork {
     fn commit_now(&mut self, slf_obj: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = slf_obj.py();
         if !self.dirty.is_empty() {
-            let dirty = std::mem::take(&mut self.dirty);
+            let mut dirty = std::mem::take(&mut self.dirty);
             self.dirty_set.clear();
             let now = self.now(py)?;
-            let mut seen: HashSet<u64> = HashSet::default();
-            for f in dirty {
+            let mut seen = std::mem::take(&mut self.scratch_seen);
+            let mut comp = std::mem::take(&mut self.scratch_comp);
+            let mut stack = std::mem::take(&mut self.scratch_stack);
+            seen.clear();
+            for &f in dirty.iter() {
                 if !self.flows.contains_key(&f) || seen.contains(&f) {
                     continue;
                 }
                 // The component of f in the flow/edge graph.
                 seen.insert(f);
-                let mut comp = vec![f];
-                let mut stack = vec![f];
+                comp.clear();
+                comp.push(f);
+                stack.clear();
+                stack.push(f);
                 while let Some(g) = stack.pop() {
                     // Read in place: the walk only touches locals and `on` (no Vec per flow).
                     let fl = self.flows[&g].borrow(py);
@@ -318,6 +327,12 @@ impl FluidNetwork {
                         fm.finish = f64::INFINITY;
                     }
                 }
+            }
+            // The buffers go back for the next call (flows marked during this one stay marked).
+            (self.scratch_seen, self.scratch_comp, self.scratch_stack) = (seen, comp, stack);
+            if self.dirty.is_empty() {
+                dirty.clear();
+                self.dirty = dirty;
             }
             if self.heap.len() > 64 + 4 * self.flows.len() {
                 // Drop stale entries now and then.
@@ -595,6 +610,9 @@ impl FluidNetwork {
             moved_seen: vec![false; n],
             moved_order: Vec::new(),
             dirty: Vec::new(),
+            scratch_seen: HashSet::default(),
+            scratch_comp: Vec::new(),
+            scratch_stack: Vec::new(),
             dirty_set: HashSet::default(),
             depth: 0,
             heap: BinaryHeap::new(),
