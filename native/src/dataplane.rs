@@ -448,15 +448,17 @@ impl DataPlaneCore {
         };
         let now = self.now(py)?;
         let mut demands = Vec::with_capacity(host.len());
+        let mut left: Vec<f64> = Vec::new(); // one buffer for every transfer's sums (and gbps below)
         for id in &host {
             let t = &self.active[id];
-            let left: Vec<f64> = t
-                .flows
-                .iter()
-                .map(|(f, _)| f.borrow(py))
-                .filter(|f| !f.done)
-                .map(|f| FluidNetwork::left_at(&f, now))
-                .collect();
+            left.clear();
+            left.extend(
+                t.flows
+                    .iter()
+                    .map(|(f, _)| f.borrow(py))
+                    .filter(|f| !f.done)
+                    .map(|f| FluidNetwork::left_at(&f, now)),
+            );
             let bytes = py_int(py_sum(&left, self.neumaier))?;
             let deadline = py_max(t.deadline, now + 1e-6);
             if bytes < 0 {
@@ -484,18 +486,16 @@ impl DataPlaneCore {
         }
         let rates = slo_rates(&demands, capacity, now, self.neumaier);
         let mut caps: Vec<(Py<Flow>, f64)> = Vec::new();
+        let mut gbps = left;
         for (id, rate) in host.iter().zip(rates) {
-            let live: Vec<&(Py<Flow>, f64)> = self.active[id]
-                .flows
-                .iter()
-                .filter(|(f, _)| !f.borrow(py).done)
-                .collect();
-            let gbps: Vec<f64> = live.iter().map(|(_, g)| *g).collect();
+            let flows = &self.active[id].flows;
+            gbps.clear();
+            gbps.extend(flows.iter().filter(|(f, _)| !f.borrow(py).done).map(|(_, g)| *g));
             let mut total = py_sum(&gbps, self.neumaier);
             if total == 0.0 {
                 total = 1.0; // `or 1.0`
             }
-            for (f, g) in live {
+            for (f, g) in flows.iter().filter(|(f, _)| !f.borrow(py).done) {
                 caps.push((f.clone_ref(py), py_max(rate * g / total, 1e-3)));
             }
         }
