@@ -194,12 +194,13 @@ impl FluidNetwork {
             ident: u64,
             cap: Option<f64>,
             rate: f64,
-            edges: Vec<usize>, // indices into slot/count/left
+            edges: std::ops::Range<usize>, // its edges' indices into slot/count/left, in `flat`
         }
+        let mut flat: Vec<usize> = Vec::new(); // every flow's edge indices, one after another
         let mut active: Vec<A> = Vec::with_capacity(comp.len());
         for &id in comp {
             let f = self.flows[&id].borrow(py);
-            let mut edges = Vec::with_capacity(f.edge_ids.len());
+            let lo = flat.len();
             for &e in f.edge_ids.iter() {
                 let i = *local.entry(e).or_insert_with(|| {
                     slot.push(e);
@@ -208,13 +209,13 @@ impl FluidNetwork {
                     slot.len() - 1
                 });
                 count[i] += 1;
-                edges.push(i);
+                flat.push(i);
             }
             active.push(A {
                 ident: id,
                 cap: f.cap,
                 rate: 0.0,
-                edges,
+                edges: lo..flat.len(),
             });
         }
         let mut rates: Vec<(u64, f64)> = Vec::with_capacity(comp.len());
@@ -241,28 +242,25 @@ impl FluidNetwork {
             for i in 0..slot.len() {
                 left[i] -= share * count[i] as f64;
             }
-            let frozen: Vec<bool> = active
-                .iter()
-                .map(|a| {
-                    (a.cap.is_some() && a.rate >= a.cap.unwrap_or(0.0) * (1.0 - 1e-12))
-                        || a.edges.iter().any(|&i| left[i] <= capacity[slot[i]] * 1e-12)
-                })
-                .collect();
-            if !frozen.iter().any(|&x| x) {
-                break; // numerical safety: nothing binds (cannot happen with finite capacities)
-            }
-            let mut keep: Vec<A> = Vec::with_capacity(active.len());
-            for (a, fr) in active.into_iter().zip(frozen) {
-                if fr {
-                    for &i in &a.edges {
+            // The frozen flows leave, in order (whether a flow is frozen reads `left`, which
+            // leaving does not change, so deciding as they go is deciding first).
+            let before = active.len();
+            active.retain(|a| {
+                let frozen = (a.cap.is_some() && a.rate >= a.cap.unwrap_or(0.0) * (1.0 - 1e-12))
+                    || flat[a.edges.clone()]
+                        .iter()
+                        .any(|&i| left[i] <= capacity[slot[i]] * 1e-12);
+                if frozen {
+                    for &i in &flat[a.edges.clone()] {
                         count[i] -= 1;
                     }
                     rates.push((a.ident, a.rate));
-                } else {
-                    keep.push(a);
                 }
+                !frozen
+            });
+            if active.len() == before {
+                break; // numerical safety: nothing binds (cannot happen with finite capacities)
             }
-            active = keep;
         }
         for a in &active {
             rates.push((a.ident, a.rate));
