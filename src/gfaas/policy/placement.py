@@ -20,6 +20,7 @@ experiments of seed 001 study exactly that case).
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -321,11 +322,18 @@ def place_replicas(functions: Sequence[str], edges: Sequence[tuple[str, str, int
 
     out: list[dict[str, int]] = []
     biggest = max(slots[nd] for nd in nodes)
+    # The nodes a whole replica fits on, least loaded first: a heap of load(nd), the key `min` would
+    # use (distinct, as nodes are). A node that cannot take a replica never can again (loads only
+    # grow), so it leaves for good; the one chosen goes back with its new load.
+    fits = [load(nd) for nd in nodes if slots[nd] - taken[nd] >= f]
+    heapq.heapify(fits)
     for _ in range(replicas):
-        fits = [nd for nd in nodes if slots[nd] - taken[nd] >= f]
+        while fits and slots[fits[0][1]] - taken[fits[0][1]] < f:
+            heapq.heappop(fits)
         if fits:
-            nd = min(fits, key=load)
+            nd = fits[0][1]
             placed = dict.fromkeys(functions, nd)
+            heapq.heapreplace(fits, (((taken[nd] + f) / slots[nd]), nd))
         elif f > biggest:
             free = {nd: max(0, slots[nd] - taken[nd]) for nd in nodes}
             if sum(free.values()) < f:  # GPUs are shared: each slot takes up to k functions
