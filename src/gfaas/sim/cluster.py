@@ -444,7 +444,7 @@ class _Request:
                     self.location[edge] = f.host
             c.sim.schedule((f.cost or c._cost(f))[0], self._finished, fn)
             return
-        ex = _Exec(self, f, *(f.cost or c._cost(f)))
+        ex = _Exec(self, f, f.cost or c._cost(f))
         if mem is not None:
             mem.requested(f.gpu, fn)
         # run_on_gpu, without its frame; the key only serves the storage policy's queue positions
@@ -470,7 +470,8 @@ class _Exec:
 
     __slots__ = ("r", "f", "compute", "stats", "ready", "t0", "t1", "release", "moves")
 
-    def __init__(self, r: _Request, f: _Fn, compute: float, slo_s: float, deadline_s: float) -> None:
+    def __init__(self, r: _Request, f: _Fn, cost: tuple[float, float, float]) -> None:
+        compute, slo_s, deadline_s = cost  # Cluster._cost
         self.r, self.f, self.compute = r, f, compute
         self.stats = r.rec.fns[f.name] = FnStats(slo_s=slo_s, deadline_s=deadline_s)
         self.ready = r.c.sim.now
