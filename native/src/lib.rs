@@ -21,69 +21,11 @@ mod network;
 mod router;
 mod worker;
 
-/// FxHash (rustc's hasher): one rotate, xor and multiply per word. The maps and sets here are keyed
-/// by small integers and device names inside one process; SipHash's protection against chosen keys
-/// buys nothing there and cost about a twentieth of a cluster-scale simulation. Nothing iterates a
-/// map or set where the order could show (std's `RandomState` already gave a new order per process).
-#[derive(Default, Clone, Copy)]
-pub(crate) struct FxHasher {
-    hash: u64,
-}
-
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
-    }
-}
-
-impl std::hash::Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut last = [0u8; 8];
-            last[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(last));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    #[inline]
-    fn write_i64(&mut self, i: i64) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.hash
-    }
-}
-
-pub(crate) type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
-/// `std::collections::HashMap` with [`FxHasher`] (build one with `HashMap::default()`).
-pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, FxBuild>;
-/// `std::collections::HashSet` with [`FxHasher`].
-pub(crate) type HashSet<K> = std::collections::HashSet<K, FxBuild>;
+// The simulator's maps and sets hash with FxHash (rustc's hasher, from the rustc-hash crate): they are
+// keyed by small integers and device names inside one process, so SipHash's protection against chosen
+// keys buys nothing there, and it cost about a twentieth of a cluster-scale simulation. Nothing
+// iterates one where the order could show (std's RandomState already gave a new order per process).
+pub(crate) use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 static CONFIG_ERROR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
