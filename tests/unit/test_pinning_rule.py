@@ -34,6 +34,16 @@ def test_once_it_pays_it_keeps_paying(n: int, copies: int, ring: float, dma: flo
         assert pin_pays(n, k * n, c) and (k == 1 or not pin_pays(n, (k - 1) * n, c))
 
 
+def test_rates_a_rounding_apart_give_the_least_copy_that_pays() -> None:
+    """Found by Hypothesis in CI: with the ring and the DMA a rounding apart, each copy saves about
+    1e-25 s, the estimate register / saved landed many copies past the least one that pays, and the
+    saving, a difference of two nearly equal quotients, was not monotone in the bytes copied."""
+    c = PinCosts(ring_gbps=1.0, dma_gbps=1.0000000000000002, register_gbps=1.0)
+    k = copies_to_pay(1, c)
+    assert k is not None and pin_pays(1, k, c) and not pin_pays(1, k - 1, c)
+    assert saved_s(3 * 2**60, c) >= saved_s(2**61, c) >= saved_s(2**60, c) > 0
+
+
 def test_bad_costs_are_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="register_gbps=0"):
         PinCosts(register_gbps=0)

@@ -50,7 +50,10 @@ def register_s(nbytes: int, costs: PinCosts) -> float:
 def saved_s(nbytes: int, costs: PinCosts) -> float:
     """Seconds one copy of ``nbytes`` saves when it is a DMA from registered memory, not the ring
     (negative if the ring is the faster path)."""
-    return nbytes / (costs.ring_gbps * 1e9) - nbytes / (costs.dma_gbps * 1e9)
+    # One factor times the bytes: monotone in ``nbytes``, so pin_pays is monotone in the bytes copied.
+    # (The difference of two quotients cancels catastrophically when the rates are close: with rates a
+    # rounding apart, a larger copy could "save" less than a smaller one.)
+    return nbytes * (1 / (costs.ring_gbps * 1e9) - 1 / (costs.dma_gbps * 1e9))
 
 
 def pin_pays(size: int, copied: int, costs: PinCosts) -> bool:
@@ -69,7 +72,15 @@ def copies_to_pay(nbytes: int, costs: PinCosts) -> int | None:
     s = saved_s(nbytes, costs)
     if nbytes <= 0 or s <= 0:
         return None
-    k = max(1, int(register_s(nbytes, costs) // s))
-    while not pin_pays(nbytes, k * nbytes, costs):  # the floor may sit one short of the rule's comparison
-        k += 1
-    return k
+    # The closed form's estimate can be off either way by rounding (by many copies when they save
+    # little each), so the least k is bisected: pin_pays is monotone in k, and k = 0 never pays.
+    lo, hi = 0, max(1, int(register_s(nbytes, costs) // s))
+    while not pin_pays(nbytes, hi * nbytes, costs):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pin_pays(nbytes, mid * nbytes, costs):
+            hi = mid
+        else:
+            lo = mid
+    return hi
