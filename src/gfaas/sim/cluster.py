@@ -51,6 +51,10 @@ from .workflows import Workflow
 
 log = logging.getLogger(__name__)
 
+#: The scalars of a function with no condition over its outputs: one shared empty dict rather than one
+#: per call (DagState and DagCore copy what they are given).
+_NO_SCALARS: dict[str, float] = {}
+
 
 @dataclass(slots=True)  # one per GPU function per request: no __dict__ to allocate and collect
 class FnStats:
@@ -199,6 +203,9 @@ class Cluster:
         self.keep_events = False
         #: (workflow, request id) -> condition scalars per function; None: drawn from the seeded RNG
         self.condition_values: Callable[[str, int], Mapping[str, Mapping[str, float]]] | None = None
+        # Facts of ``cfg`` every put reads (``store_device``'s first case, ``alloc_s``), looked up once
+        self._store_local = cfg.store == "gpu-local"
+        self._alloc = self.alloc_s()
         self.memory: MemoryModel | None = None
         if cfg.storage is not None and cfg.store != "host":
             self.memory = MemoryModel(self.sim, topology, cfg.storage, self.storage_capacity,
@@ -390,7 +397,8 @@ class _Request:
         self.c = cluster
         self.dep = dep
         self.rec = rec
-        self.fns = cluster._fn_plans(dep)
+        plan = cluster._plans.get(id(dep))  # cluster._fn_plans(dep), without its frame once built
+        self.fns = plan[1] if plan is not None and plan[0] is dep else cluster._fn_plans(dep)
         wf = dep.workflow
         assert wf.spec is not None
         self.dag: DagState | Any
@@ -438,7 +446,7 @@ class _Request:
                 for edge, _, _ in f.preds:
                     if edge in self.objects:
                         mem.consume(self.objects[edge])
-            readers = self.dag.readers(fn, self.scalars.get(fn, {}))
+            readers = self.dag.readers(fn, self.scalars.get(fn, _NO_SCALARS))
             for edge, dst, _, _ in f.succs:
                 if dst in readers:
                     self.location[edge] = f.host
@@ -461,7 +469,7 @@ class _Request:
         return landed
 
     def _finished(self, fn: str) -> None:
-        self._decided(*self.dag.finished(fn, self.scalars.get(fn, {})))
+        self._decided(*self.dag.finished(fn, self.scalars.get(fn, _NO_SCALARS)))
 
 
 class _Exec:
@@ -483,8 +491,15 @@ class _Exec:
         assert gpu is not None
         self.release = release
         t0 = self.t0 = c.sim.now
-        self.stats.queue_s = t0 - self.ready
-        deadline = _due(t0, self.compute, self.stats.slo_s)
+        stats = self.stats
+        stats.queue_s = t0 - self.ready
+        compute = self.compute  # _due(t0, compute, stats.slo_s), without its frame
+        if compute <= 0:
+            deadline = t0 + MIN_TRANSFER_S
+        else:
+            d = t0 + stats.slo_s - compute
+            m = t0 + MIN_TRANSFER_S
+            deadline = m if m > d else d
         location, objects = r.location, r.objects
         ins: list[tuple[str, int, tuple[str, str] | None, bool]] = []  # (from, bytes, edge or None: host data, timed)
         if f.input_bytes:
@@ -522,7 +537,7 @@ class _Exec:
         allocs = 0
         delay = 0.0
         stored: dict[str, int] = {}
-        readers = r.dag.readers(f.name, r.scalars.get(f.name, {}))
+        readers = r.dag.readers(f.name, r.scalars.get(f.name, _NO_SCALARS))
         for edge, dst, nbytes, dst_host in f.succs:
             if dst not in readers:
                 continue
@@ -530,7 +545,7 @@ class _Exec:
                 r.location[edge] = dst_host
                 moves.append((gpu, dst_host, nbytes))
                 continue
-            where = c.store_device(gpu)
+            where = gpu if c._store_local else c.store_device(gpu)
             if mem is not None and where in c.gpus:
                 key = (r.rec.ident, edge[0], edge[1])
                 obj, cost = mem.put(key, nbytes, where, f.name, (r.rec.ident, f.name), r.dep.gpu[dst],
@@ -552,7 +567,7 @@ class _Exec:
                 mem.stored(home, f.name, n)
         if f.output_bytes:
             moves.append((gpu, f.host, f.output_bytes))
-        delay += allocs * c.alloc_s()
+        delay += allocs * c._alloc
         stats.alloc_s = delay
         self.moves = moves
         c.sim.schedule(delay, self.go)
@@ -564,7 +579,13 @@ class _Exec:
         if not moves:
             c.sim.schedule(0.0, self.done_put)
             return
-        due = _due(c.sim.now, self.compute, self.stats.slo_s)
+        now, compute = c.sim.now, self.compute  # _due(now, compute, slo_s), without its frame
+        if compute <= 0:
+            due = now + MIN_TRANSFER_S
+        else:
+            d = now + self.stats.slo_s - compute
+            m = now + MIN_TRANSFER_S
+            due = m if m > d else d
         done = _countdown(len(moves), self.done_put)
         move = c.plane.move
         for a, b, n in moves:
@@ -585,7 +606,8 @@ class _Exec:
 def _due(start: float, compute: float, slo: float) -> float:
     """``input_deadline(start, compute)`` given ``slo = slo_for(compute)`` (``FnStats.slo_s``), the same
     float in one frame instead of three: ``max(start + slo - compute, start + MIN_TRANSFER_S)``
-    (tests/unit/test_sim_cluster_due.py holds it to the policy)."""
+    (tests/unit/test_sim_cluster_due.py holds it to the policy). ``_Exec.body`` and ``_Exec.go`` inline
+    these lines, without the call."""
     if compute <= 0:
         return start + MIN_TRANSFER_S
     d = start + slo - compute
