@@ -840,13 +840,15 @@ def _twin_nodes(topo: Topology) -> Mapping[int, tuple[str, str]]:
         if not all(n.startswith(prefix) for n in names):
             continue
         k = len(prefix)
+
+        def strip(n: str, prefix: str = prefix, k: int = k) -> str:
+            return n[k:] if n.startswith(prefix) else "/" + n  # "/": a name outside the node
+
         shape: list[object] = []
-        for n in names:  # names are the topology's own: topo.device(n) and out_edges(n) without their frames
-            d = topo._by_name[n]
+        for n in names:
+            d = topo.device(n)
             shape.append((n[k:], d.kind, d.model, d.memory_bytes))
-            # an edge's end inside the node by its name there, "/" + name outside it
-            shape += [(e.dst[k:] if e.dst.startswith(prefix) else "/" + e.dst, e.kind, e.gbps, e.bricks)
-                      for e in topo._out[n]]
+            shape += [(strip(e.dst), e.kind, e.gbps, e.bricks) for e in topo.out_edges(n)]
         key = tuple(shape)
         canon = first.setdefault(key, prefix)
         if canon != prefix:
