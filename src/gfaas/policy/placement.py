@@ -330,10 +330,9 @@ def place_replicas(functions: Sequence[str], edges: Sequence[tuple[str, str, int
     for _ in range(replicas):
         while fits and slots[fits[0][1]] - taken[fits[0][1]] < f:
             heapq.heappop(fits)
-        if fits:
-            nd = fits[0][1]
-            placed = dict.fromkeys(functions, nd)
-            heapq.heapreplace(fits, (((taken[nd] + f) / slots[nd]), nd))
+        chosen = fits[0][1] if fits else None
+        if chosen is not None:
+            placed = dict.fromkeys(functions, chosen)
         elif f > biggest:
             free = {nd: max(0, slots[nd] - taken[nd]) for nd in nodes}
             if sum(free.values()) < f:  # GPUs are shared: each slot takes up to k functions
@@ -345,5 +344,7 @@ def place_replicas(functions: Sequence[str], edges: Sequence[tuple[str, str, int
             placed = dict.fromkeys(functions, nd)
         for nd in placed.values():
             taken[nd] += 1
+        if chosen is not None:
+            heapq.heapreplace(fits, load(chosen))  # back with its new load
         out.append(placed)
     return out
