@@ -254,8 +254,13 @@ def timeline(n: int) -> dict[str, Any]:
         mark(f"{self.name.split('@')[0]}_sent")
 
     def replied(self: Any, worker: Any, msg: Any) -> None:
+        noted(self._running.get(id(worker)), msg)
+
+    def lane_replied(self: Any, worker: Any, run: Any, msg: Any, lane: Any) -> None:  # the lane reads it (runtime.lane)
+        noted(run, msg)
+
+    def noted(run: Any, msg: Any) -> None:
         readers[threading.current_thread().name] += 1
-        run = self._running.get(id(worker))
         fns = [run.fn, *run.chain] if run is not None else []
         if isinstance(msg, wmod.Done) and fns:
             ev.setdefault("busy", msg.busy_s)
@@ -268,9 +273,10 @@ def timeline(n: int) -> dict[str, Any]:
             msg = msg.next
 
     undo = [
-        _wrap(imod.Invoker, "_submit", before=lambda *a, **k: mark("submit")),
+        _wrap(imod.Invoker, "invoke", before=lambda *a, **k: mark("submit")),
         _wrap(wmod.ProcessWorker, "send_task", after=sent),
         _wrap(imod.Invoker, "_on_message", before=replied),
+        _wrap(imod.Invoker, "_lane_done", before=lane_replied),
         _wrap(imod.Invoker, "_set_result", after=lambda *a, **k: mark("result_set")),
     ]
     try:

@@ -106,13 +106,23 @@ def _replies(monkeypatch: pytest.MonkeyPatch, what: str) -> list[tuple[str, list
     from gfaas.runtime.invoker import Invoker
 
     seen: list[tuple[str, list[str]]] = []
-    finish = Invoker._finish
+    finish, lane_done = Invoker._finish, Invoker._lane_done
 
     def noted(self: Invoker, worker: Any, run: Any, reply: Any) -> None:
         seen.append((run.fn, sorted(getattr(reply, what, {}))))
         finish(self, worker, run, reply)
 
+    def lane_noted(self: Invoker, worker: Any, run: Any, reply: Any, lane: Any) -> bool:
+        """The lane (runtime.lane) reads a whole chain's reply at once; one it hands over goes to _finish."""
+        if not lane_done(self, worker, run, reply, lane):
+            return False
+        for fn in (run.fn, *run.chain):
+            seen.append((fn, sorted(getattr(reply, what, {}))))
+            reply = reply.next
+        return True
+
     monkeypatch.setattr(Invoker, "_finish", noted)
+    monkeypatch.setattr(Invoker, "_lane_done", lane_noted)
     return seen
 
 

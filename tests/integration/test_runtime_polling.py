@@ -39,6 +39,16 @@ def test_answers_are_the_same_however_long_the_waiters_poll(poll_us: int, monkey
         on_message(self, worker, msg)
 
     monkeypatch.setattr(Invoker, "_on_message", noted)
+    lane_done = Invoker._lane_done
+
+    def lane_noted(self: Invoker, worker: object, run: object, msg: object, lane: object) -> bool:
+        """The lane (runtime.lane) handles its reply on the caller's thread; one it hands over, _on_message."""
+        done = lane_done(self, worker, run, msg, lane)  # type: ignore[arg-type]
+        if done:
+            handlers.append(threading.current_thread().name)
+        return done
+
+    monkeypatch.setattr(Invoker, "_lane_done", lane_noted)
 
     def total(n: int) -> float:
         res = rt.invoke("tiny", {"n": np.asarray(n, dtype=np.int64)}, timeout=60)
@@ -50,8 +60,8 @@ def test_answers_are_the_same_however_long_the_waiters_poll(poll_us: int, monkey
         sizes = [1 + 37 * i for i in range(40)]
         assert [total(n) for n in sizes] == [expected_total(n) for n in sizes]  # back to back
         assert alone and all(alone)  # one at a time: each invocation was the only one
-        # With a window, the caller that waits handles its replies itself (ReplyLoop.drive) while
-        # they come within it; a reply later than that is the loop thread's. A 300 us window is
+        # With a window, the caller that waits handles its replies itself (the lane, or
+        # ReplyLoop.drive) while they come within it; a reply later than that is the loop thread's. A 300 us window is
         # shorter than a reply takes on a loaded CI machine (stop 52 saw every reply miss it), so
         # only the 10 ms window must see the caller handle some. With none, the loop's thread
         # handles every reply.

@@ -41,6 +41,7 @@ from .dedup import RuntimeDedup
 from .deployments import Deployments, pool_key
 from .hints import Batch as HintBatch
 from .hints import QueueHinter
+from .lane import LanePlan, lane_plan
 from .logs import LogStore, failure_lines
 from .loop import ReplyLoop
 from .nodes import Nodes
@@ -204,6 +205,16 @@ class _Step:
         self.carry = {i.name: i.output for i in f.inputs if not i.from_workflow}
 
 
+class _Lane:
+    """What the lane (runtime.lane) needs of one workflow version, worked out once: its plan, and each
+    of its functions' pool key and :class:`_Step`, in the plan's order."""
+
+    __slots__ = ("keys", "plan", "steps", "version")
+
+    def __init__(self, plan: LanePlan, version: int, keys: tuple[str, ...], steps: tuple[_Step, ...]) -> None:
+        self.plan, self.version, self.keys, self.steps = plan, version, keys, steps
+
+
 _NUMERIC = frozenset("biufc")  # the dtype kinds a value carried in a message may hold
 _NOWHERE = Decision("", -1)  # no drives: every call runs on its worker, and no drive holds its data
 
@@ -255,7 +266,9 @@ class Invoker:
         self._running: dict[int, _Running] = {}  # id(worker) -> its task in flight
         self._steps: dict[tuple[int, str], _Step] = {}
         self._unresolved = 0  # invocations submitted whose result is not set yet
-        cores, poll_s = len(os.sched_getaffinity(0)), config.poll_us * 1e-6
+        self._lanes: dict[tuple[int, int], tuple[WorkflowSpec, _Lane | None]] = {}  # (id(spec), version) -> its lane
+        self._cores = cores = len(os.sched_getaffinity(0))
+        poll_s = config.poll_us * 1e-6
         # The loop asks at every dispatch while it sleeps: the tasks' light test, a walk over those in
         # flight, runs only when the rule's cheap terms let it matter (one invocation unresolved).
         self._loop = ReplyLoop(self._on_message, tick=self._sweep, poll_s=poll_s,
@@ -448,15 +461,16 @@ class Invoker:
         inv = self._inv(invocation_id)
         if isinstance(inv, InvocationResult):
             return inv
-        if inv.driver == threading.get_ident() and not inv.done.is_set():
-            # Its tasks went out without a nudge: handle their replies here while the rule says poll
-            # (the time it drives counts against ``timeout``)
-            until = None if timeout is None else time.perf_counter() + timeout
+        until = None if timeout is None else time.perf_counter() + timeout
+        return self._wait(inv, until, inv.driver == threading.get_ident(), timeout)
+
+    def _wait(self, inv: _Invocation, until: float | None, drive: bool, timeout: float | None) -> InvocationResult:
+        """``inv``'s result once set, by ``until`` (perf_counter; None: no limit). ``drive``: its tasks went
+        out without a nudge, so handle their replies here while the rule says poll (ReplyLoop.drive)."""
+        if drive and not inv.done.is_set():
             self._loop.drive(inv.done.is_set, until)
-            if until is not None:
-                timeout = max(0.0, until - time.perf_counter())
-        if not inv.done.wait(timeout):
-            raise TimeoutError(f"invocation {invocation_id} still {inv.status} after {timeout} s")
+        if not inv.done.wait(None if until is None else max(0.0, until - time.perf_counter())):
+            raise TimeoutError(f"invocation {inv.id} still {inv.status} after {timeout} s")
         assert inv.result is not None
         return inv.result
 
@@ -477,8 +491,182 @@ class Invoker:
 
     def invoke(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
                timeout: float | None = None, transport: str | None = None) -> InvocationResult:
-        """Submit and wait: the synchronous call."""
+        """Submit and wait: the synchronous call (through the lane when it can: :mod:`.lane`)."""
+        if inputs is not None and seed is None and self._unresolved == 0 and transport in (None, "gfaas"):
+            res = self._lane(workflow, inputs, timeout)
+            if res is not None:
+                return res
         return self.result(self._submit(workflow, inputs, seed, transport, None, threading.get_ident()), timeout)
+
+    # -- the lane (runtime.lane): a lone invocation that one warm worker runs whole
+    def _lane_of(self, spec: WorkflowSpec, version: int) -> _Lane | None:
+        """What the lane needs of ``spec`` at ``version`` (worked out once), or None where this runtime
+        sends every invocation the general way: stored data, several nodes, drives, or the Redis baseline."""
+        if self.config.transport != "gfaas" or not self.nodes.lazy or self.nodes.locality \
+                or (self.drives.drives and spec.accelerated) or self._inline_max("gfaas") <= 0:
+            return None
+        got = self._lanes.get((id(spec), version))
+        if got is None or got[0] is not spec:  # (an id reused by a later spec)
+            plan = lane_plan(spec, functools.partial(self.deployments.follow, spec))
+            lane = None if plan is None else _Lane(
+                plan, version, tuple(pool_key(spec.name, version, fn) for fn in plan.functions),
+                tuple(self._step(spec, fn) for fn in plan.functions))
+            got = self._lanes[(id(spec), version)] = (spec, lane)
+        return got[1]
+
+    def _lane(self, workflow: str, inputs: Mapping[str, np.ndarray], timeout: float | None) -> InvocationResult | None:
+        """:meth:`invoke` through the lane, or None, having changed nothing, where it does not apply
+        (the general path then runs it, and raises what it raises for a bad request)."""
+        current = self.deployments.current(workflow)
+        if current is None:
+            return None
+        lane = self._lane_of(current.spec, current.number)
+        if lane is None:
+            return None
+        arrays = self._inputs(lane.plan.spec, inputs, None)  # a bad request fails here as on the general path
+        limit = self.config.inline_max_bytes
+        values = {}
+        for name, arr in arrays.items():
+            if arr.nbytes > limit or arr.dtype.kind not in _NUMERIC:
+                return None  # stored on the node: the general path
+            values[(INPUT, name)] = to_value(arr)
+        pool = self.deployments.pools.get(lane.keys[0])
+        if pool is None:
+            return None
+        worker = pool.claim()
+        if worker is None:
+            return None
+        # From here on the invocation exists, as the general path's submit and dispatch make it.
+        inv_id = os.urandom(16).hex()
+        enqueued = time.perf_counter()
+        chain = lane.plan.chain
+        follows = getattr(worker, "follows", ())
+        if not (hasattr(worker, "send_task") and hasattr(worker, "grant_data") and follows[:len(chain)] == chain) \
+                or not self._loop.take(invoker_polls(self._loop.poll_s, self._cores, self._unresolved + 1, 1)):
+            inv = self._lane_invocation(inv_id, lane, values, enqueued)
+            self.dispatch(inv, lane.plan.head, pool, worker)  # its reply on the loop, or here as it waits
+            return self.result(inv_id, timeout)
+        until = None if timeout is None else enqueued + timeout
+        try:
+            inv, drive = self._lane_run(inv_id, lane, values, pool, worker, follows, enqueued, until)
+        finally:
+            self._loop.give()
+        return self._wait(inv, until, drive, timeout)
+
+    def _lane_invocation(self, inv_id: str, lane: _Lane, values: dict[tuple[str, str], Value],
+                         enqueued: float) -> _Invocation:
+        """A lane invocation's state, registered as the general path's submit registers it, its first
+        function sent (:meth:`_schedule`)."""
+        inv = _Invocation(inv_id, lane.plan.spec, lane.version, "gfaas", None)
+        inv.driver = threading.get_ident()
+        inv.inline_max = self.config.inline_max_bytes
+        inv.values = values
+        with self._lock:
+            self._invs[inv_id] = inv
+            self._unresolved += 1
+            self._seq += 1
+            inv.dag.start()  # [head] (lane_plan)
+            inv.running += 1
+            inv.enqueued[lane.plan.head] = enqueued
+        return inv
+
+    def _lane_run(self, inv_id: str, lane: _Lane, values: dict[tuple[str, str], Value], pool: FunctionPool,
+                  worker: Any, follows: tuple[str, ...], enqueued: float,
+                  until: float | None) -> tuple[_Invocation, bool]:
+        """The lane's task out and its reply in, holding the loop's baton (:meth:`ReplyLoop.take`).
+        Returns the invocation once its result is set, or once the general path has it as it stands,
+        with whether the caller may then poll for its reply before it sleeps (as ReplyLoop.drive)."""
+        plan, step = lane.plan, lane.steps[0]
+        limit = self.config.inline_max_bytes
+        task = Task(inv_id, "", {name: inline for name, _, inline in step.inputs}, step.host_inputs, step.consumers,
+                    deadline_s=pool.budget_s, values={name: values[key] for name, key, _ in step.inputs},
+                    inline_max=limit, lazy=True, alone=True)
+        task.then, chain, extra_s = self._then(inv_id, plan.spec, lane.version, values, limit, step.follow, follows)
+        started = time.perf_counter()
+        try:
+            worker.send_task(task)
+            sent: WorkerDied | None = None
+        except WorkerDied as exc:
+            sent = exc
+        # While the worker runs: the invocation's state, as submit and dispatch would have made it
+        inv = self._lane_invocation(inv_id, lane, values, enqueued)
+        inv.status = "running"
+        run = _Running(inv, plan.head, pool, worker, started, 0.0, _NOWHERE, getattr(worker, "gfaas_node", "") or pool.node)
+        run.chain, run.light = chain, True
+        run.timeout = step.timeout + extra_s
+        run.deadline = time.monotonic() + run.timeout
+        if sent is not None:
+            self._running[id(worker)] = run
+            self._loop.post(functools.partial(self._on_message, worker, sent))
+            self._loop.run_posted()
+            return inv, True
+        end = time.perf_counter() + self._loop.poll_s
+        while True:  # its reply, read here as ReplyLoop.drive would, while the rule says poll
+            try:
+                msg = worker.receive()
+                break
+            except BlockingIOError:
+                pass
+            except Exception as exc:  # noqa: BLE001 - a broken message: handled as the loop handles it
+                msg = exc
+                break
+            now = time.perf_counter()
+            if now > end or (until is not None and now > until) or self._unresolved != 1 or self._loop.posted:
+                self._running[id(worker)] = run  # the general path waits for its reply from here
+                self._loop.run_posted()
+                return inv, now <= end
+            os.sched_yield()  # a process queued on this CPU (the worker it waits for) runs now
+        if chain != plan.chain or not self._lane_done(worker, run, msg, lane):
+            self._running[id(worker)] = run
+            self._loop.deliver(worker, msg)  # the general path's handling, and its outcome
+            self._loop.run_posted()
+        return inv, True
+
+    def _lane_done(self, worker: Any, run: _Running, msg: Any, lane: _Lane) -> bool:
+        """The lane's reply, when it is the whole chain's ``Done`` and checks out as :meth:`_finish`
+        would check it: recorded, the DAG stepped, the result set (as _on_message, _finish and
+        _followed would, for each function in turn). False, having changed nothing, otherwise."""
+        inv, spec = run.inv, run.inv.spec
+        fns = lane.plan.functions
+        pools = [run.pool]
+        replies: list[Done] = []
+        r = msg
+        for i, fn in enumerate(fns):
+            if type(r) is not Done or r.invocation != inv.id or r.outputs or r.hinted_bytes \
+                    or self._reply_problem(fn, lane.steps[i], fns[i + 1:], inv.inline_max, r):
+                return False
+            if i:
+                pool = self.deployments.pools.get(lane.keys[i])
+                if pool is None:
+                    return False
+                pools.append(pool)
+            replies.append(r)
+            r = r.next
+        if r is not None:
+            return False
+        worker.release_binding(msg)
+        now = time.perf_counter()  # when the chain's followers count as sent (as _followed)
+        with self._lock:
+            if inv.status == "failed" or inv.result is not None:
+                return False
+            for i, (fn, reply, pool) in enumerate(zip(fns, replies, pools, strict=True)):
+                if reply.logs:
+                    self.logstore.add(spec.name, fn, inv.id, reply.logs, str(inv.version))
+                if i:
+                    inv.enqueued[fn] = now
+                queued_s = (run.started if i == 0 else now) - inv.enqueued[fn]
+                inv.records[fn] = self._record(fn, lane.steps[i], pool, worker, queued_s, _NOWHERE, 0.0, reply)
+                inv.host_s += reply.host_get_s + reply.host_put_s
+                for out, v in reply.values.items():
+                    inv.values[(fn, out)] = v
+                inv.dag.finished(fn, reply.scalars)  # the next function of the chain, or complete (lane_plan)
+            inv.running -= 1
+            inv.completing = True
+        self._complete(inv)
+        nxt = run.pool.task_done(worker)
+        if nxt is not None:
+            self.dispatch(nxt[0], nxt[1], run.pool, worker, nxt[2])
+        return True
 
     def queue_depths(self) -> dict[str, int]:
         with self._lock:
@@ -639,7 +827,8 @@ class Invoker:
         chain: tuple[str, ...] = ()
         extra_s = 0.0
         if lazy and step.follow and (follows := getattr(worker, "follows", ())):
-            task.then, chain, extra_s = self._then(inv, step.follow, follows)
+            task.then, chain, extra_s = self._then(inv.id, inv.spec, inv.version, inv.values, inv.inline_max,
+                                                   step.follow, follows)
         run = _Running(inv, fn, pool, worker, started, cold_start_s, where, node)
         run.chain, run.light = chain, lazy
         self._running[id(worker)] = run
@@ -665,7 +854,8 @@ class Invoker:
         except WorkerDied as exc:
             self._loop.post(functools.partial(self._on_message, worker, exc))
 
-    def _then(self, inv: _Invocation, follow: tuple[str, ...],
+    def _then(self, inv_id: str, spec: WorkflowSpec, version: int, carried: Mapping[tuple[str, str], Value],
+              inline_max: int, follow: tuple[str, ...],
               loaded: tuple[str, ...]) -> tuple[Task | None, tuple[str, ...], float]:
         """The tasks of a chain (policy.fusion) to send with the head's: each follower's, as far as the
         worker loaded them and their request inputs are carried values; with the names and their timeouts'
@@ -674,20 +864,20 @@ class Invoker:
         for fn in follow:
             if fn not in loaded:
                 break
-            step = self._step(inv.spec, fn)
-            if any(k[0] == INPUT and k not in inv.values for _, k, _ in step.inputs):
+            step = self._step(spec, fn)
+            if any(k[0] == INPUT and k not in carried for _, k, _ in step.inputs):
                 break
             chain.append(fn)
         then: Task | None = None
         extra_s = 0.0
         pools = self.deployments.pools
         for fn in reversed(chain):
-            step = self._step(inv.spec, fn)
-            pool = pools.get(pool_key(inv.spec.name, inv.version, fn))
-            values = {name: inv.values[key] for name, key, _ in step.inputs if key[0] == INPUT}
-            then = Task(inv.id, "", {name: inline for name, _, inline in step.inputs}, step.host_inputs,
+            step = self._step(spec, fn)
+            pool = pools.get(pool_key(spec.name, version, fn))
+            values = {name: carried[key] for name, key, _ in step.inputs if key[0] == INPUT}
+            then = Task(inv_id, "", {name: inline for name, _, inline in step.inputs}, step.host_inputs,
                         step.consumers, deadline_s=pool.budget_s if pool is not None else 0.0, values=values,
-                        inline_max=inv.inline_max, lazy=True, function=fn, then=then, carry=step.carry)
+                        inline_max=inline_max, lazy=True, function=fn, then=then, carry=step.carry)
             extra_s += step.timeout
         return then, tuple(chain), extra_s
 
@@ -794,37 +984,14 @@ class Invoker:
                                "they were lost with it; retry the invocation)")
             self.failed(inv, fn, message, Failure(fn, reply.error, reply.trace, failure_lines(recs, inv.id)))
             return
-        if reply.values:
-            try:  # what function code sent back is checked before anything uses it
-                consumers = step.consumers
-                limit = inv.inline_max
-                for name, v in reply.values.items():
-                    if name not in consumers:
-                        raise SpecError(f"function {fn!r} sent back a value for {name!r}, which is not an output "
-                                        f"anything reads; its outputs read are {sorted(consumers)}")
-                    if len(v.data) > limit:
-                        raise SpecError(f"function {fn!r} sent back {len(v.data)} bytes for {name!r} in its "
-                                        f"reply, over the {limit} bytes a reply may carry")
-                    check_value(v, f"function {fn!r}: output {name!r}")
-            except SpecError as exc:
-                self.failed(inv, fn, str(exc))
-                return
-        lost = [out for out in step.consumers if out not in reply.values and out not in reply.outputs]
-        if lost and (why := _lost(fn, step.consumers, run.chain, nxt, lost)):
+        if why := self._reply_problem(fn, step, run.chain, inv.inline_max, reply):
             self.failed(inv, fn, why)
             return
         if reply.hinted_bytes:  # ctx.merge during the call
             with self.nodes.lock:
                 self.dedup.hinted(worker, inv.spec.name, fn, self.nodes.admins.get(run.node) or self.nodes.admin,
                                   reply.hinted_bytes)
-        compute_s = reply.compute_s
-        deadline_s = input_deadline(0.0, compute_s)
-        if compute_s > 0:  # the next call's input budget derives from this one's compute time
-            pool.compute_s, pool.budget_s = compute_s, deadline_s
-        rec = FunctionRecord(fn, worker.name, run.started - inv.enqueued[fn], reply.fn_get_s, compute_s,
-                             reply.put_s, False, slo_for(compute_s) if compute_s > 0 else 0.0, deadline_s,
-                             where.placement, where.drive if step.accelerator else -1, reply.accel_s,
-                             run.cold_start_s)
+        rec = self._record(fn, step, pool, worker, run.started - inv.enqueued[fn], where, run.cold_start_s, reply)
         with self._lock:
             inv.records[fn] = rec
             inv.host_s += reply.host_get_s + reply.host_put_s
@@ -862,6 +1029,39 @@ class Invoker:
             self._fail(inv, str(exc))
         if follower:
             self._followed(worker, run, follower, nxt)
+
+    @staticmethod
+    def _reply_problem(fn: str, step: _Step, chain: Sequence[str], limit: int, reply: Done) -> str:
+        """What is wrong with the values ``fn``'s ``reply`` carries, or the outputs it lacks ("" if
+        nothing): what function code sent back is checked before anything uses it. ``chain``: the
+        functions sent with it to run after it; ``limit``: the most bytes a value may carry."""
+        consumers = step.consumers
+        if reply.values:
+            try:
+                for name, v in reply.values.items():
+                    if name not in consumers:
+                        raise SpecError(f"function {fn!r} sent back a value for {name!r}, which is not an output "
+                                        f"anything reads; its outputs read are {sorted(consumers)}")
+                    if len(v.data) > limit:
+                        raise SpecError(f"function {fn!r} sent back {len(v.data)} bytes for {name!r} in its "
+                                        f"reply, over the {limit} bytes a reply may carry")
+                    check_value(v, f"function {fn!r}: output {name!r}")
+            except SpecError as exc:
+                return str(exc)
+        lost = [out for out in consumers if out not in reply.values and out not in reply.outputs]
+        return _lost(fn, consumers, chain, reply.next, lost) if lost else ""
+
+    @staticmethod
+    def _record(fn: str, step: _Step, pool: FunctionPool, worker: Any, queued_s: float, where: Decision,
+                cold_start_s: float, reply: Done) -> FunctionRecord:
+        """``fn``'s record from its ``reply``; its pool's input budget follows its compute time."""
+        compute_s = reply.compute_s
+        deadline_s = input_deadline(0.0, compute_s)
+        if compute_s > 0:  # the next call's input budget derives from this one's compute time
+            pool.compute_s, pool.budget_s = compute_s, deadline_s
+        return FunctionRecord(fn, worker.name, queued_s, reply.fn_get_s, compute_s, reply.put_s, False,
+                              slo_for(compute_s) if compute_s > 0 else 0.0, deadline_s, where.placement,
+                              where.drive if step.accelerator else -1, reply.accel_s, cold_start_s)
 
     def _followed(self, worker: Any, run: _Running, fn: str, reply: Any) -> None:
         """The reply of a chain's next function (Task.then), run in the same worker after ``run``'s:

@@ -187,18 +187,13 @@ class ReplyLoop:
         it cannot: an asyncio loop drives this one, the loop's thread is handling something, this is
         the loop's thread, or the rule says sleep; the loop's thread handles the replies then."""
         polls = self._polls
-        if polls is None or self._aloop is not None or self._handover or self._closing or self.on_loop \
-                or not polls() or not self._baton.acquire(blocking=False):
+        if polls is None or not self.take(polls()):
             return False
-        self._driver = threading.current_thread()
-        rfd = self._replies.fileno()
         try:
-            self._ep.unregister(rfd)  # the loop's thread, asleep or about to be, no longer sees them
             end = time.perf_counter() + self._poll_s
             while True:
                 if self._read_replies() or self._posted:
-                    while self._posted:
-                        self._call(self._posted.popleft())
+                    self.run_posted()
                     # Only what was handled can end the wait or turn the rule (a task asked for
                     # the data plane, the result is set): asked here, not on every empty poll.
                     if done() or not polls() or self._closing:
@@ -209,13 +204,58 @@ class ReplyLoop:
                     break
                 os.sched_yield()  # a process queued on this CPU (the worker it waits for) runs now
         finally:
-            try:
-                self._ep.register(rfd, select.EPOLLIN)  # what comes later wakes the loop's thread
-            except (OSError, ValueError):  # closed meanwhile
-                pass
+            self.give()
+        return True
+
+    @property
+    def poll_s(self) -> float:
+        """How long a caller that drives asks for replies with nothing coming before it sleeps."""
+        return self._poll_s
+
+    @property
+    def posted(self) -> bool:
+        """Whether calls posted from other threads wait (a caller that drives runs them: run_posted)."""
+        return bool(self._posted)
+
+    def take(self, polls: bool) -> bool:
+        """For a caller about to drive (:meth:`drive`, or the invoker's lane, which reads its one
+        worker itself): hold the baton, so that this thread alone handles replies and posted calls
+        until :meth:`give`, and take the replies out of what the loop's thread waits on. ``polls``:
+        the polling rule's answer for this caller. False, having done nothing, when it cannot (as
+        for drive)."""
+        if not polls or self._polls is None or self._aloop is not None or self._handover or self._closing \
+                or self.on_loop or not self._baton.acquire(blocking=False):
+            return False
+        self._driver = threading.current_thread()
+        try:
+            self._ep.unregister(self._replies.fileno())  # the loop's thread, asleep or about to be, no longer sees them
+        except BaseException:
             self._driver = None
             self._baton.release()
+            raise
         return True
+
+    def give(self) -> None:
+        """After :meth:`take`: what comes from now on wakes the loop's thread again."""
+        try:
+            self._ep.register(self._replies.fileno(), select.EPOLLIN)
+        except (OSError, ValueError):  # closed meanwhile
+            pass
+        self._driver = None
+        self._baton.release()
+
+    def run_posted(self) -> None:
+        """Run the calls posted so far (holding the baton)."""
+        while self._posted:
+            self._call(self._posted.popleft())
+
+    def deliver(self, worker: Any, msg: Any) -> None:
+        """Handle ``msg`` from ``worker`` (holding the baton) as if the loop had read it: a caller that
+        read a worker's socket itself hands over what it will not handle (an end, a broken message
+        stops the loop watching that worker, once)."""
+        if msg is None or isinstance(msg, BaseException):
+            self._unregister(worker)  # its end is reported once
+        self._on_message_safely(worker, msg)
 
     def attach(self, worker: Any) -> None:
         """Read ``worker``'s replies from now on: a socket worker's on the loop, a blocking one's on a
@@ -379,9 +419,7 @@ class ReplyLoop:
                 continue
             except Exception as exc:  # noqa: BLE001 - a broken message ends that worker, not the loop
                 msg = exc
-            if msg is None or isinstance(msg, BaseException):
-                self._unregister(worker)  # its end is reported once
-            self._on_message_safely(worker, msg)
+            self.deliver(worker, msg)
         return bool(events)
 
     def _on_message_safely(self, worker: Any, msg: Any) -> None:

@@ -279,8 +279,7 @@ class FunctionPool:
             slot = self._idle_for(inv.prefer.get(function)) if not self.queue else None
             d = None
             if slot is not None:  # straight to a warm worker: no queue, no thread (the tick decides later)
-                slot.state, slot.since = "busy", now
-                slot.tasks += 1
+                self._busy(slot, now)
             else:
                 self.queue.append((inv, function, now))
                 if inv.deadline is not None:  # expired at its deadline by the scaler's tick (expire)
@@ -294,6 +293,28 @@ class FunctionPool:
             self.rt.dispatch(inv, function, self, slot.worker, 0.0)
         if d is not None:
             self.apply(d)
+
+    def claim(self) -> Any:
+        """The idle worker a call that runs at once takes, claimed as :meth:`submit` claims one for a
+        call with no node preferred (the policy hears of the arrival; the slot is busy), for the caller
+        to send it its task (the invoker's lane); ``task_done`` ends it as any. None, having changed
+        nothing, where submit would queue the call or refuse it: the pool closed, calls wait, the
+        queue is full, or no worker is idle."""
+        now = time.monotonic()
+        with self._mutex:
+            if self.closed or self.queue or len(self.queue) >= self.max_queue:
+                return None
+            slot = self._idle_for(None)
+            if slot is None:
+                return None
+            self.policy.arrival(now)
+            self._busy(slot, now)
+        return slot.worker
+
+    @staticmethod
+    def _busy(slot: _Slot, now: float) -> None:  # under self.cv
+        slot.state, slot.since = "busy", now
+        slot.tasks += 1
 
     def _idle_for(self, prefer: str | None) -> _Slot | None:  # under self.cv
         """An idle worker to take a call whose inputs are on ``prefer`` (None: anywhere): with locality,
@@ -387,8 +408,7 @@ class FunctionPool:
             cold_s = 0.0
             if slot.cold and slot.tasks == 0 and enqueued < slot.ready:
                 cold_s = slot.ready - max(enqueued, slot.started)
-            slot.state, slot.since = "busy", now
-            slot.tasks += 1
+            self._busy(slot, now)
             return (inv, fn, cold_s), ended
         return None, ended
 
