@@ -14,7 +14,7 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 use std::time::Instant;
 
 /// A carried input's reference: `inline:NAME` (worker.INLINE).
@@ -24,8 +24,8 @@ const INLINE: &str = "inline:";
 /// host's Python getter over a lazy transport, made on first use (a NeedData then, as in Python).
 #[pyclass(module = "gfaas_native")]
 pub struct CarriedGetter {
+    core: Py<WorkerCore>,
     values: Py<PyDict>,
-    carried_array: Py<PyAny>,
     host: Py<PyAny>,
     task: Py<PyAny>,
     need: Py<PyAny>,
@@ -60,12 +60,16 @@ impl CarriedGetter {
         if r.is_exact_instance_of::<PyString>() {
             let s = r.cast::<PyString>()?.to_str()?;
             if let Some(name) = s.strip_prefix(INLINE) {
-                let (v, conv) = {
+                let (v, core) = {
                     let me = slf.borrow();
-                    (me.values.bind(py).get_item(name)?, me.carried_array.clone_ref(py))
+                    (me.values.bind(py).get_item(name)?, me.core.clone_ref(py))
                 };
                 if let Some(v) = v {
-                    return Ok(conv.bind(py).call1((v, r))?.unbind());
+                    let core = core.get();
+                    if let Some(arr) = core.value_array(&v)? {
+                        return Ok(arr.unbind());
+                    }
+                    return Ok(core.carried_array.bind(py).call1((v, r))?.unbind());
                 }
             }
         }
@@ -75,14 +79,24 @@ impl CarriedGetter {
 }
 
 /// One function's native task path: what `FunctionHost._call` would look up per task, looked up once.
-#[pyclass(module = "gfaas_native")]
+#[pyclass(module = "gfaas_native", frozen)]
 pub struct WorkerCore {
     host: Py<PyAny>,
     handler: Py<PyAny>,
+    /// `object.__new__` and the `Context` class: a task's context is made without its `__init__`'s
+    /// keyword call, its slots set here as that `__init__` sets them (`ctx_slots`, `params`).
+    new: Py<PyAny>,
     context: Py<PyAny>,
-    ctx_kwargs: Py<PyDict>,
-    /// output name -> its declaration's `fits` (spec.TypeDecl.fits)
-    fits: Py<PyDict>,
+    /// (slot, value) of the context's slots that are the same for every task of this function.
+    ctx_slots: Vec<(Py<PyString>, Py<PyAny>)>,
+    /// the function's params: each context gets its own `dict` of them (as `Context.__init__`).
+    params: Py<PyAny>,
+    /// output name -> (numpy dtype or None, shape tuple or None): its declaration (spec.TypeDecl),
+    /// checked here as `TypeDecl.fits` does.
+    decls: Py<PyDict>,
+    /// worker._DTYPES: the dtype names a Value may carry, each checked once by `worker._value_dtype`.
+    dtypes: Py<PyDict>,
+    frombuffer: Py<PyAny>,
     ndarray: Py<PyAny>,
     scalars: Py<PyAny>,
     asarray: Py<PyAny>,
@@ -110,12 +124,20 @@ impl WorkerCore {
                 .map(|v| v.unbind())
                 .ok_or_else(|| crate::config_error(py, format!("WorkerCore: {k} missing")))
         };
+        let mut ctx_slots = Vec::new();
+        for (k, v) in item("ctx_slots")?.bind(py).cast::<PyDict>()?.iter() {
+            ctx_slots.push((k.cast_into::<PyString>()?.unbind(), v.unbind()));
+        }
         Ok(WorkerCore {
             host,
             handler: item("handler")?,
+            new: item("new")?,
             context: item("context")?,
-            ctx_kwargs: item("ctx_kwargs")?.bind(py).cast::<PyDict>()?.clone().unbind(),
-            fits: item("fits")?.bind(py).cast::<PyDict>()?.clone().unbind(),
+            ctx_slots,
+            params: item("params")?,
+            decls: item("decls")?.bind(py).cast::<PyDict>()?.clone().unbind(),
+            dtypes: item("dtypes")?.bind(py).cast::<PyDict>()?.clone().unbind(),
+            frombuffer: item("frombuffer")?,
             ndarray: item("ndarray")?,
             scalars: item("scalars")?,
             asarray: item("asarray")?,
@@ -129,8 +151,7 @@ impl WorkerCore {
     /// Run `task` if it is the common case (a lazy task on carried values alone): its `Done` or
     /// `Failed`; None, having done nothing, when it is not (the caller runs `FunctionHost.run`).
     fn run(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &Bound<'_, PyAny>,
         need: &Bound<'_, PyAny>,
         hold: &Bound<'_, PyAny>,
@@ -139,28 +160,27 @@ impl WorkerCore {
         if need.is_none() || !eligible(task)? {
             return Ok(None);
         }
-        let host = self.host.bind(py);
+        let py = slf.py();
+        let me = slf.get();
+        let host = me.host.bind(py);
         let values = task.getattr(intern!(py, "values"))?.cast_into::<PyDict>()?;
-        let started: f64 = self.monotonic.bind(py).call0()?.extract()?;
+        let started: f64 = me.monotonic.bind(py).call0()?.extract()?;
         let getter = Bound::new(
             py,
             CarriedGetter {
+                core: slf.clone().unbind(),
                 values: values.unbind(),
-                carried_array: self.carried_array.clone_ref(py),
-                host: self.host.clone_ref(py),
+                host: me.host.clone_ref(py),
                 task: task.clone().unbind(),
                 need: need.clone().unbind(),
                 started,
                 slow: None,
             },
         )?;
-        let kw = self.ctx_kwargs.bind(py).copy()?;
-        kw.set_item(intern!(py, "invocation"), task.getattr(intern!(py, "invocation"))?)?;
-        kw.set_item(intern!(py, "getter"), &getter)?;
-        let ctx = self.context.bind(py).call((), Some(&kw))?;
+        let ctx = me.context(py, task.getattr(intern!(py, "invocation"))?, getter.as_any())?;
         let inputs = task.getattr(intern!(py, "inputs"))?;
         let t0 = Instant::now();
-        let called = self.handler.bind(py).call1((&ctx, inputs));
+        let called = me.handler.bind(py).call1((&ctx, inputs));
         let handler_s = t0.elapsed().as_secs_f64();
         let out = match called {
             Ok(out) => out,
@@ -173,7 +193,7 @@ impl WorkerCore {
         // Any error here (a `get_s` the handler set to something else, say) leaves the outputs to the
         // Python path, which raises it where the reference does: the task's Failed, not the worker's.
         let settled = match slow {
-            None => self.settle(py, task, &out, hold).and_then(|s| match s {
+            None => me.settle(py, task, &out, hold).and_then(|s| match s {
                 Some(s) => Ok(Some((s, ctx.getattr(intern!(py, "get_s"))?.extract::<f64>()?))),
                 None => Ok(None),
             }),
@@ -193,7 +213,7 @@ impl WorkerCore {
         host.setattr(intern!(py, "held"), s.held.bind(py))?;
         let kw = PyDict::new(py);
         kw.set_item(intern!(py, "values"), s.inline.bind(py))?;
-        let done = self.done.bind(py).call(
+        let done = me.done.bind(py).call(
             (
                 task.getattr(intern!(py, "invocation"))?,
                 PyDict::new(py),
@@ -226,8 +246,7 @@ fn eligible(task: &Bound<'_, PyAny>) -> PyResult<bool> {
         if !r.is_exact_instance_of::<PyString>() {
             return Ok(false);
         }
-        let s = r.cast::<PyString>()?.to_str()?.to_owned();
-        match s.strip_prefix(INLINE) {
+        match r.cast::<PyString>()?.to_str()?.strip_prefix(INLINE) {
             Some(name) if values.contains(name)? => {}
             _ => return Ok(false),
         }
@@ -236,6 +255,72 @@ fn eligible(task: &Bound<'_, PyAny>) -> PyResult<bool> {
 }
 
 impl WorkerCore {
+    /// A task's `Context`: made as `Context(workflow=..., invocation=..., getter=..., ...)` would make
+    /// it, without the keyword call: its slots set to what that `__init__` sets them to
+    /// (tests/unit/test_worker_native.py compares the two, slot by slot).
+    fn context<'py>(
+        &self,
+        py: Python<'py>,
+        invocation: Bound<'py, PyAny>,
+        getter: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ctx = self.new.bind(py).call1((self.context.bind(py),))?;
+        for (k, v) in &self.ctx_slots {
+            ctx.setattr(k.bind(py), v.bind(py))?;
+        }
+        ctx.setattr(intern!(py, "invocation"), invocation)?;
+        // `dict(params or {})`: a dict of its own, which the handler may change
+        let params = self.params.bind(py);
+        let params = if params.is_truthy()? {
+            py.get_type::<PyDict>().call1((params,))?
+        } else {
+            PyDict::new(py).into_any()
+        };
+        ctx.setattr(intern!(py, "params"), params)?;
+        ctx.setattr(intern!(py, "_getter"), getter)?;
+        Ok(ctx)
+    }
+
+    /// `worker.from_value(v)` where `v` is a `Value` that needs no error: a dtype that
+    /// `worker._value_dtype` accepted before, sizes >= 0 whose product fits its bytes. None for anything
+    /// else (the Python path checks it, and raises what it raises).
+    fn value_array<'py>(&self, v: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let py = v.py();
+        if !v.get_type().is(self.value.bind(py)) {
+            return Ok(None);
+        }
+        let Some(dt) = self.dtypes.bind(py).get_item(v.getattr(intern!(py, "dtype"))?)? else {
+            return Ok(None);
+        };
+        let shape = v.getattr(intern!(py, "shape"))?;
+        let Ok(dims) = shape.cast::<PyList>() else {
+            return Ok(None);
+        };
+        if dims.len() > 32 {
+            return Ok(None);
+        }
+        let mut n: usize = dt.getattr(intern!(py, "itemsize"))?.extract()?;
+        for d in dims.iter() {
+            if !d.is_exact_instance_of::<PyInt>() {
+                return Ok(None);
+            }
+            let Some(m) = d
+                .extract::<u64>()
+                .ok()
+                .and_then(|d| n.checked_mul(usize::try_from(d).ok()?))
+            else {
+                return Ok(None); // negative, or more bytes than any message holds
+            };
+            n = m;
+        }
+        let data = v.getattr(intern!(py, "data"))?;
+        if !data.is_exact_instance_of::<PyBytes>() || data.len()? != n {
+            return Ok(None);
+        }
+        let flat = self.frombuffer.bind(py).call1((data, dt))?;
+        Ok(Some(flat.call_method1(intern!(py, "reshape"), (shape,))?))
+    }
+
     /// The outputs checked and placed as `FunctionHost._check` and `_settle` would, when each is a
     /// numeric array (or scalar) that fits its declaration and goes back as a value or is held for
     /// the chain's next function; None when the Python path must decide (an error, a store).
@@ -246,16 +331,9 @@ impl WorkerCore {
         out: &Bound<'_, PyAny>,
         hold: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Settled>> {
-        let Some(arrays) = self.checked(py, out)? else {
+        let Some((arrays, scalars)) = self.checked(py, out)? else {
             return Ok(None);
         };
-        let scalars = PyDict::new(py);
-        for (name, v) in arrays.iter() {
-            if v.getattr(intern!(py, "ndim"))?.extract::<usize>()? == 0 && "biuf".contains(kind(&v)?) {
-                let f: f64 = v.extract()?;
-                scalars.set_item(name, f)?;
-            }
-        }
         let limit: usize = task.getattr(intern!(py, "inline_max"))?.extract()?;
         let inline = PyDict::new(py);
         let held = PyDict::new(py);
@@ -284,22 +362,29 @@ impl WorkerCore {
     }
 
     /// The handler's outputs as arrays, when it returned exactly the declared names, each a numeric
-    /// array (or a scalar, made one) fitting its declaration: `_check`'s common case.
-    fn checked<'py>(&self, py: Python<'py>, out: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    /// array (or a scalar, made one) fitting its declaration: `_check`'s common case; and the
+    /// scalars among them as `_settle` reports them (a 0-d array of a real kind, as a float).
+    #[allow(clippy::type_complexity)]
+    fn checked<'py>(
+        &self,
+        py: Python<'py>,
+        out: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<(Bound<'py, PyDict>, Bound<'py, PyDict>)>> {
         if !out.is_exact_instance_of::<PyDict>() {
             return Ok(None);
         }
         let out = out.cast::<PyDict>()?;
-        let fits = self.fits.bind(py);
-        if out.len() != fits.len() {
+        let decls = self.decls.bind(py);
+        if out.len() != decls.len() {
             return Ok(None);
         }
         let arrays = PyDict::new(py);
+        let scalars = PyDict::new(py);
         for (name, v) in out.iter() {
             if !name.is_exact_instance_of::<PyString>() {
                 return Ok(None);
             }
-            let Some(fit) = fits.get_item(&name)? else {
+            let Some(decl) = decls.get_item(&name)? else {
                 return Ok(None);
             };
             let v = if v.is_instance(self.scalars.bind(py))? {
@@ -307,15 +392,21 @@ impl WorkerCore {
             } else {
                 v
             };
-            if !v.get_type().is(self.ndarray.bind(py))
-                || !"biufc".contains(kind(&v)?)
-                || !fit.call1((&v,))?.is_truthy()?
-            {
+            if !v.get_type().is(self.ndarray.bind(py)) {
                 return Ok(None);
+            }
+            let dtype = v.getattr(intern!(py, "dtype"))?;
+            let k = kind(&dtype)?;
+            if !"biufc".contains(k) || !fits(&v, &dtype, decl.cast::<PyTuple>()?)? {
+                return Ok(None);
+            }
+            if "biuf".contains(k) && v.getattr(intern!(py, "ndim"))?.extract::<usize>()? == 0 {
+                let f: f64 = v.extract()?;
+                scalars.set_item(&name, f)?;
             }
             arrays.set_item(name, v)?;
         }
-        Ok(Some(arrays))
+        Ok(Some((arrays, scalars)))
     }
 
     /// worker.to_value: dtype string, shape as a list, C-order bytes (`tobytes` copies in C order).
@@ -329,9 +420,37 @@ impl WorkerCore {
     }
 }
 
-/// The one-character dtype kind of a numpy array.
-fn kind(v: &Bound<'_, PyAny>) -> PyResult<char> {
+/// `TypeDecl.fits(v)` for a declaration given as (numpy dtype or None, shape tuple or None): the same
+/// comparisons, in the same order (`dtype !=`, then `shape ==`, then `spec._shape_fits`).
+fn fits(v: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>, decl: &Bound<'_, PyTuple>) -> PyResult<bool> {
     let py = v.py();
-    let k = v.getattr(intern!(py, "dtype"))?.getattr(intern!(py, "kind"))?;
+    let want = decl.get_item(0)?;
+    if !want.is_none() && dtype.ne(&want)? {
+        return Ok(false);
+    }
+    let want = decl.get_item(1)?;
+    if want.is_none() {
+        return Ok(true);
+    }
+    let shape = v.getattr(intern!(py, "shape"))?;
+    if shape.eq(&want)? {
+        return Ok(true);
+    }
+    let (shape, want) = (shape.cast::<PyTuple>()?, want.cast::<PyTuple>()?);
+    if shape.len() != want.len() {
+        return Ok(false);
+    }
+    for (s, d) in shape.iter().zip(want.iter()) {
+        if !(d.eq(-1)? || d.eq(&s)?) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The one-character kind of a numpy dtype.
+fn kind(dtype: &Bound<'_, PyAny>) -> PyResult<char> {
+    let py = dtype.py();
+    let k = dtype.getattr(intern!(py, "kind"))?;
     Ok(k.cast::<PyString>()?.to_str()?.chars().next().unwrap_or('O'))
 }

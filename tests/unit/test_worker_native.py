@@ -80,12 +80,13 @@ class _Worker:
         return wmod._enc.encode(reply)
 
 
-_ENTRIES = (" in run", " in _run", " in _call", " in _native_settle")  # how each path calls in
+# how each path calls in (and the Python path's getter, whose frame the native getter has no twin of)
+_ENTRIES = (" in run", " in _run", " in _call", " in _native_settle", " in getter")
 
 
 def _cut(trace: str) -> str:
     """A traceback without the frames through which each path enters the handler or the checks (the
-    Python path's run/_run/_call, the native one's _native_settle): the rest must be the same."""
+    Python path's run/_run/_call and getter, the native one's _native_settle): the rest must be the same."""
     head, frames, cur = [], [], None
     for line in trace.splitlines(keepends=True):
         if line.startswith('  File "'):
@@ -248,3 +249,64 @@ def test_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GFAAS_WORKER_CORE", "rust")
     with pytest.raises(ConfigError, match="'native', 'python'"):
         worker_native.chosen_core()
+
+
+@pytest.mark.parametrize(("value", "outcome"), [
+    (wmod.Value("<i8", [], b"\0" * 7), "SpecError"),  # a byte short
+    (wmod.Value("<i8", [2], b"\0" * 8), "SpecError"),  # a shape that wants more bytes
+    (wmod.Value("<i8", [-1], b"\0" * 8), "SpecError"),  # a negative size
+    (wmod.Value("<i8", [1 << 62, 4], b"\0" * 8), "SpecError"),  # sizes whose product overflows
+    (wmod.Value("<i8", [1] * 33, b"\0" * 8), "SpecError"),  # too many dimensions
+    (wmod.Value("|O", [], b"\0" * 8), "SpecError"),  # objects
+    (wmod.Value("<U2", [], b"\0" * 8), "SpecError"),  # not numeric
+    (wmod.Value("nope", [], b"\0" * 8), "SpecError"),  # not a dtype
+    (wmod.Value("<i8", [1, 1], b"\1" + b"\0" * 7), "TypeError"),  # a (1, 1) array: gen's int() refuses it
+    (wmod.Value(">i8", [], b"\0" * 7 + b"\1"), "done"),  # big-endian, checked by Python first, then cached
+    (wmod.Value("<i8", [], b"\3" + b"\0" * 7), "done"),
+])
+def test_carried_values_checked_as_python_checks_them(value: wmod.Value, outcome: str) -> None:
+    """The native getter reads a carried Value itself only where the Python path would raise nothing
+    (a dtype worker._value_dtype accepted, sizes that fit its bytes): any other Value goes to the
+    Python reader, so the handler sees the same array or the same error."""
+    task = _task("gen", consumers={"x": ["gateway"]})
+    task.values = {"n": value}
+    for _ in range(2):  # the first may find the dtype unchecked yet; the second finds it cached
+        r = _same("gen", task)
+        if outcome == "done":
+            assert type(r) is Done and r.values["x"].shape == [int(wmod.from_value(value))]
+        else:
+            assert type(r) is Failed and r.error == outcome, r
+
+
+def test_native_context_is_contexts_own() -> None:
+    """The native core makes each task's Context without its __init__: every slot must hold what
+    Context(...) would have put there (a slot __init__ gains and the core does not set fails here),
+    params a dict of the task's own."""
+    seen: dict[bool, list[Any]] = {False: [], True: []}
+    for native in (False, True):
+        host = FunctionHost(Init("nat", "scale", SPEC))
+        host.link = _Link()
+        handler = host.handler
+
+        def record(ctx: Any, inputs: Any, _h: Any = handler, _seen: list[Any] = seen[native]) -> Any:
+            _seen.append((ctx, {s: getattr(ctx, s) for s in ctx.__slots__}))
+            ctx.params["k"] = 5  # function code may change its params: the next task must not see it
+            return _h(ctx, inputs)
+
+        host.handler = record
+        if native:
+            host.use_native()
+        for i in range(2):
+            task = _then("scale", {"x": ["gateway"], "big": ["gateway"]})
+            task.invocation = f"inv-{i}"
+            task.values = {"x": to_value(np.arange(4, dtype=np.float32))}
+            assert type(host.serve(task, None, _no_data, asked=[False])) is Done
+    for (py_ctx, py), (nat_ctx, nat) in zip(seen[False], seen[True], strict=True):
+        assert type(nat_ctx) is type(py_ctx)
+        assert set(nat) == set(py) == set(type(py_ctx).__slots__)
+        assert type(nat["_getter"]).__name__ == "CarriedGetter"
+        del py["_getter"], nat["_getter"]
+        assert nat == py
+        assert nat["params"] == {"k": 5}  # as changed by the handler, in a dict of its own
+    assert seen[True][0][0].params is not seen[True][1][0].params
+    assert [c.invocation for c, _ in seen[True]] == ["inv-0", "inv-1"]

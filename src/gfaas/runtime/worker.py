@@ -374,7 +374,7 @@ class FunctionHost:
 
     def use_native(self) -> None:
         """Run the common tasks on the native path from now on, where this function has one."""
-        self.core = core_for(self, Value, Done, _carried_array, _SCALARS)
+        self.core = core_for(self, Value, Done, _carried_array, _SCALARS, _DTYPES)
 
     def serve(self, task: Task, sock: socket.socket | None = None, need_data: Any = None,
               hold: frozenset[str] = frozenset(), asked: list[bool] | None = None) -> Reply:
