@@ -89,8 +89,8 @@ pub struct WorkerCore {
     context: Py<PyAny>,
     /// (slot, value) of the context's slots that are the same for every task of this function.
     ctx_slots: Vec<(Py<PyString>, Py<PyAny>)>,
-    /// the function's params: each context gets its own `dict` of them (as `Context.__init__`).
-    params: Py<PyAny>,
+    /// the function's params, as a dict: each context gets its own copy (as `Context.__init__`).
+    params: Py<PyDict>,
     /// output name -> (numpy dtype or None, shape tuple or None): its declaration (spec.TypeDecl),
     /// checked here as `TypeDecl.fits` does.
     decls: Py<PyDict>,
@@ -134,7 +134,7 @@ impl WorkerCore {
             new: item("new")?,
             context: item("context")?,
             ctx_slots,
-            params: item("params")?,
+            params: item("params")?.bind(py).cast::<PyDict>()?.clone().unbind(),
             decls: item("decls")?.bind(py).cast::<PyDict>()?.clone().unbind(),
             dtypes: item("dtypes")?.bind(py).cast::<PyDict>()?.clone().unbind(),
             frombuffer: item("frombuffer")?,
@@ -269,13 +269,9 @@ impl WorkerCore {
             ctx.setattr(k.bind(py), v.bind(py))?;
         }
         ctx.setattr(intern!(py, "invocation"), invocation)?;
-        // `dict(params or {})`: a dict of its own, which the handler may change
-        let params = self.params.bind(py);
-        let params = if params.is_truthy()? {
-            py.get_type::<PyDict>().call1((params,))?
-        } else {
-            PyDict::new(py).into_any()
-        };
+        // `dict(params or {})`: a dict of its own, which the handler may change (a copy of `params`,
+        // itself a copy of the function's read-only params, made once)
+        let params = self.params.bind(py).copy()?;
         ctx.setattr(intern!(py, "params"), params)?;
         ctx.setattr(intern!(py, "_getter"), getter)?;
         Ok(ctx)
@@ -339,14 +335,19 @@ impl WorkerCore {
         let held = PyDict::new(py);
         let consumers = task.getattr(intern!(py, "consumers"))?;
         for (name, _) in consumers.cast::<PyDict>()?.iter() {
-            let Some(v) = arrays.get_item(&name)? else {
+            // `values[name]`: both are exact str (checked, and decoded from the task)
+            let Ok(key) = name.cast::<PyString>() else {
                 return Ok(None);
             };
-            let nbytes: usize = v.getattr(intern!(py, "nbytes"))?.extract()?;
+            let key = key.to_str()?;
+            let Some(a) = arrays.iter().find(|a| a.name == key) else {
+                return Ok(None);
+            };
+            let nbytes: usize = a.v.getattr(intern!(py, "nbytes"))?.extract()?;
             if limit > 0 && nbytes <= limit {
-                inline.set_item(&name, self.to_value(&v)?)?;
+                inline.set_item(&name, self.to_value(a)?)?;
             } else if hold.contains(&name)? {
-                let view = v.call_method0(intern!(py, "view"))?;
+                let view = a.v.call_method0(intern!(py, "view"))?;
                 view.getattr(intern!(py, "flags"))?
                     .setattr(intern!(py, "writeable"), false)?;
                 held.set_item(&name, view)?;
@@ -364,12 +365,11 @@ impl WorkerCore {
     /// The handler's outputs as arrays, when it returned exactly the declared names, each a numeric
     /// array (or a scalar, made one) fitting its declaration: `_check`'s common case; and the
     /// scalars among them as `_settle` reports them (a 0-d array of a real kind, as a float).
-    #[allow(clippy::type_complexity)]
     fn checked<'py>(
         &self,
         py: Python<'py>,
         out: &Bound<'py, PyAny>,
-    ) -> PyResult<Option<(Bound<'py, PyDict>, Bound<'py, PyDict>)>> {
+    ) -> PyResult<Option<(Vec<Output<'py>>, Bound<'py, PyDict>)>> {
         if !out.is_exact_instance_of::<PyDict>() {
             return Ok(None);
         }
@@ -378,10 +378,13 @@ impl WorkerCore {
         if out.len() != decls.len() {
             return Ok(None);
         }
-        let arrays = PyDict::new(py);
+        let mut arrays = Vec::with_capacity(out.len());
         let scalars = PyDict::new(py);
         for (name, v) in out.iter() {
-            if !name.is_exact_instance_of::<PyString>() {
+            let Ok(key) = name.cast::<PyString>() else {
+                return Ok(None);
+            };
+            if !key.is_exact_instance_of::<PyString>() {
                 return Ok(None);
             }
             let Some(decl) = decls.get_item(&name)? else {
@@ -396,34 +399,46 @@ impl WorkerCore {
                 return Ok(None);
             }
             let dtype = v.getattr(intern!(py, "dtype"))?;
+            let shape = v.getattr(intern!(py, "shape"))?.cast_into::<PyTuple>()?;
             let k = kind(&dtype)?;
-            if !"biufc".contains(k) || !fits(&v, &dtype, decl.cast::<PyTuple>()?)? {
+            if !"biufc".contains(k) || !fits(&dtype, &shape, decl.cast::<PyTuple>()?)? {
                 return Ok(None);
             }
-            if "biuf".contains(k) && v.getattr(intern!(py, "ndim"))?.extract::<usize>()? == 0 {
+            if "biuf".contains(k) && shape.is_empty() {
                 let f: f64 = v.extract()?;
                 scalars.set_item(&name, f)?;
             }
-            arrays.set_item(name, v)?;
+            arrays.push(Output {
+                name: key.to_str()?.to_owned(),
+                v,
+                dtype,
+                shape,
+            });
         }
         Ok(Some((arrays, scalars)))
     }
 
     /// worker.to_value: dtype string, shape as a list, C-order bytes (`tobytes` copies in C order).
-    fn to_value<'py>(&self, v: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        let py = v.py();
-        let dtype = v.getattr(intern!(py, "dtype"))?.getattr(intern!(py, "str"))?;
-        let shape = v.getattr(intern!(py, "shape"))?;
-        let shape = PyList::new(py, shape.cast::<PyTuple>()?.iter())?;
-        let data = v.call_method0(intern!(py, "tobytes"))?;
+    fn to_value<'py>(&self, a: &Output<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let py = a.v.py();
+        let dtype = a.dtype.getattr(intern!(py, "str"))?;
+        let shape = PyList::new(py, a.shape.iter())?;
+        let data = a.v.call_method0(intern!(py, "tobytes"))?;
         self.value.bind(py).call1((dtype, shape, data))
     }
 }
 
+/// A checked output: its name, the array, and its dtype and shape (read once).
+struct Output<'py> {
+    name: String,
+    v: Bound<'py, PyAny>,
+    dtype: Bound<'py, PyAny>,
+    shape: Bound<'py, PyTuple>,
+}
+
 /// `TypeDecl.fits(v)` for a declaration given as (numpy dtype or None, shape tuple or None): the same
 /// comparisons, in the same order (`dtype !=`, then `shape ==`, then `spec._shape_fits`).
-fn fits(v: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>, decl: &Bound<'_, PyTuple>) -> PyResult<bool> {
-    let py = v.py();
+fn fits(dtype: &Bound<'_, PyAny>, shape: &Bound<'_, PyTuple>, decl: &Bound<'_, PyTuple>) -> PyResult<bool> {
     let want = decl.get_item(0)?;
     if !want.is_none() && dtype.ne(&want)? {
         return Ok(false);
@@ -432,11 +447,10 @@ fn fits(v: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>, decl: &Bound<'_, PyTuple
     if want.is_none() {
         return Ok(true);
     }
-    let shape = v.getattr(intern!(py, "shape"))?;
     if shape.eq(&want)? {
         return Ok(true);
     }
-    let (shape, want) = (shape.cast::<PyTuple>()?, want.cast::<PyTuple>()?);
+    let want = want.cast::<PyTuple>()?;
     if shape.len() != want.len() {
         return Ok(false);
     }

@@ -47,7 +47,7 @@ def core_for(host: Any, value: type, done: type, carried_array: Any, scalars: tu
                  "_device_getter": None}
     return cls(host, {
         "handler": host.handler, "new": object.__new__, "context": Context, "ctx_slots": ctx_slots,
-        "params": fn.params, "decls": {name: (decl.np_dtype, decl.shape) for name, decl in fn.outputs.items()},
+        "params": dict(fn.params), "decls": {name: (decl.np_dtype, decl.shape) for name, decl in fn.outputs.items()},
         "dtypes": dtypes, "frombuffer": np.frombuffer,
         "ndarray": np.ndarray, "scalars": scalars, "asarray": np.asarray, "value": value, "done": done,
         "carried_array": carried_array, "monotonic": time.monotonic,
