@@ -14,7 +14,7 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple};
 use std::time::Instant;
 
 /// A carried input's reference: `inline:NAME` (worker.INLINE).
@@ -104,6 +104,9 @@ pub struct WorkerCore {
     done: Py<PyAny>,
     carried_array: Py<PyAny>,
     monotonic: Py<PyAny>,
+    /// worker._need_data and msgspec.structs.replace, for `follow`
+    need_data: Py<PyAny>,
+    replace: Py<PyAny>,
 }
 
 /// What a task's outputs came to on the native path, or None: the Python path decides.
@@ -145,7 +148,71 @@ impl WorkerCore {
             done: item("done")?,
             carried_array: item("carried_array")?,
             monotonic: item("monotonic")?,
+            need_data: item("need_data")?,
+            replace: item("replace")?,
         })
+    }
+
+    /// `worker._follow(reply, task, hosts, sock, cap, asked, held)`, step for step: the chain after
+    /// `task` run in this worker, each next task on the last reply's values (or what its function
+    /// held), each reply in the last one's `next`, and the values that only the functions which ran
+    /// here read dropped from the replies. `_follow` stays the reference (GFAAS_WORKER_CORE=python;
+    /// tests/unit/test_worker_native.py replays chains into both). Why native: its bookkeeping per
+    /// step (`_carried`, `_holdable`, `_keep_outside`, the loop) was about 3 us of Python per chain.
+    #[allow(clippy::too_many_arguments)]
+    fn follow(
+        slf: &Bound<'_, Self>,
+        reply: &Bound<'_, PyAny>,
+        task: &Bound<'_, PyAny>,
+        hosts: &Bound<'_, PyDict>,
+        sock: &Bound<'_, PyAny>,
+        cap: &Bound<'_, PyAny>,
+        asked: &Bound<'_, PyAny>,
+        held: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let me = slf.get();
+        let done_cls = me.done.bind(py);
+        let mut last = reply.clone();
+        let mut t = task.getattr(intern!(py, "then"))?;
+        let mut held = held.clone();
+        let mut ran = vec![(reply.clone(), task.getattr(intern!(py, "consumers"))?)];
+        let done = PySet::empty(py)?; // the chain's functions that ran here, to the end
+        while !t.is_none() && !asked.get_item(0)?.is_truthy()? && !last.getattr(intern!(py, "outputs"))?.is_truthy()? {
+            let function = t.getattr(intern!(py, "function"))?;
+            let host = hosts.get_item(&function)?;
+            let values = carried(&last, &t, &held)?;
+            let (Some(host), Some(values)) = (host, values) else {
+                break; // stored, or not made: the runtime schedules the rest
+            };
+            if !cap.is_none() {
+                cap.call_method0(intern!(py, "resume"))?; // the last reply's take() drained the pipes
+            }
+            let kw = PyDict::new(py);
+            kw.set_item(intern!(py, "values"), values)?;
+            kw.set_item(intern!(py, "then"), py.None())?;
+            let step = me.replace.bind(py).call((&t,), Some(&kw))?;
+            let invocation = t.getattr(intern!(py, "invocation"))?;
+            let need = me.need_data.bind(py).call1((sock, invocation, &function, asked))?;
+            let hold = holdable(&t, hosts)?;
+            let r = serve(&host, &step, &need, &hold, asked)?;
+            held = host.call_method0(intern!(py, "take_held"))?;
+            if !cap.is_none() {
+                r.setattr(intern!(py, "logs"), cap.call_method0(intern!(py, "take"))?)?;
+            }
+            last.setattr(intern!(py, "next"), &r)?;
+            if !r.get_type().is(done_cls) {
+                break;
+            }
+            ran.push((r.clone(), t.getattr(intern!(py, "consumers"))?));
+            done.add(&function)?;
+            t = t.getattr(intern!(py, "then"))?;
+            last = r;
+        }
+        if !done.is_empty() {
+            keep_outside(&ran, &done)?;
+        }
+        Ok(())
     }
 
     /// Run `task` if it is the common case (a lazy task on carried values alone): its `Done` or
@@ -228,6 +295,117 @@ impl WorkerCore {
         )?;
         Ok(Some(done.unbind()))
     }
+}
+
+/// `FunctionHost.serve(step, None, need, hold=hold, asked=asked)`: the host's native core, where it
+/// has one and the task is its common case, else its Python `run`.
+fn serve<'py>(
+    host: &Bound<'py, PyAny>,
+    step: &Bound<'py, PyAny>,
+    need: &Bound<'py, PyAny>,
+    hold: &Bound<'py, PyAny>,
+    asked: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = host.py();
+    let core = host.getattr(intern!(py, "core"))?;
+    if !core.is_none() {
+        let reply = match core.cast::<WorkerCore>() {
+            Ok(c) => WorkerCore::run(c, step, need, hold, asked)?.map(|r| r.into_bound(py)),
+            Err(_) => {
+                let r = core.call_method1(intern!(py, "run"), (step, need, hold, asked))?;
+                (!r.is_none()).then_some(r)
+            }
+        };
+        if let Some(r) = reply {
+            return Ok(r);
+        }
+    }
+    let kw = PyDict::new(py);
+    kw.set_item(intern!(py, "hold"), hold)?;
+    kw.set_item(intern!(py, "asked"), asked)?;
+    host.call_method(intern!(py, "run"), (step, py.None(), need), Some(&kw))
+}
+
+/// worker._carried: `t`'s values, its own and what it reads from the step before (that step's
+/// reply's values, or what its function held here); None if one of them is neither.
+fn carried<'py>(
+    last: &Bound<'py, PyAny>,
+    t: &Bound<'py, PyAny>,
+    held: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let py = t.py();
+    let values = t.getattr(intern!(py, "values"))?.cast_into::<PyDict>()?.copy()?;
+    let made = last.getattr(intern!(py, "values"))?.cast_into::<PyDict>()?;
+    let held = held.cast::<PyDict>()?;
+    for (name, out) in t.getattr(intern!(py, "carry"))?.cast::<PyDict>()?.iter() {
+        // `.get(out)`: a missing key and a None value are alike
+        let v = match made.get_item(&out)?.filter(|v| !v.is_none()) {
+            Some(v) => v,
+            None => match held.get_item(&out)?.filter(|v| !v.is_none()) {
+                Some(v) => v,
+                None => return Ok(None),
+            },
+        };
+        values.set_item(name, v)?;
+    }
+    Ok(Some(values))
+}
+
+/// worker._holdable: the outputs of `task` that only the chain's next function reads, through its
+/// carry, when that function runs in this worker.
+fn holdable<'py>(task: &Bound<'py, PyAny>, hosts: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyAny>> {
+    let py = task.py();
+    let nxt = task.getattr(intern!(py, "then"))?;
+    if nxt.is_none() || !task.getattr(intern!(py, "lazy"))?.is_truthy()? {
+        return Ok(PyFrozenSet::empty(py)?.into_any());
+    }
+    let function = nxt.getattr(intern!(py, "function"))?;
+    if !hosts.contains(&function)? {
+        return Ok(PyFrozenSet::empty(py)?.into_any());
+    }
+    let carry = nxt.getattr(intern!(py, "carry"))?.cast_into::<PyDict>()?;
+    let carried = PySet::new(py, carry.values().iter())?;
+    let only = PyList::new(py, [&function])?;
+    let mut names = Vec::new();
+    for (name, readers) in task.getattr(intern!(py, "consumers"))?.cast::<PyDict>()?.iter() {
+        if readers.eq(&only)? && carried.contains(&name)? {
+            names.push(name);
+        }
+    }
+    Ok(PyFrozenSet::new(py, names.iter())?.into_any())
+}
+
+/// worker._keep_outside: drop from each reply of the chain the values that only functions which ran
+/// here (`done`) read.
+fn keep_outside(ran: &[(Bound<'_, PyAny>, Bound<'_, PyAny>)], done: &Bound<'_, PySet>) -> PyResult<()> {
+    for (reply, consumers) in ran {
+        let py = reply.py();
+        let values = reply.getattr(intern!(py, "values"))?.cast_into::<PyDict>()?;
+        let consumers = consumers.cast::<PyDict>()?;
+        let mut gone = Vec::new();
+        for (name, _) in values.iter() {
+            let Some(readers) = consumers.get_item(&name)? else {
+                continue;
+            };
+            if !readers.is_truthy()? {
+                continue;
+            }
+            let mut all = true; // set(readers) <= done
+            for r in readers.try_iter()? {
+                if !done.contains(r?)? {
+                    all = false;
+                    break;
+                }
+            }
+            if all {
+                gone.push(name);
+            }
+        }
+        for name in gone {
+            values.del_item(name)?;
+        }
+    }
+    Ok(())
 }
 
 /// A lazy task, not bound, on no accelerator, every input carried in it (`inline:NAME` in its values).

@@ -75,8 +75,8 @@ class _Worker:
         task = msgspec.msgpack.decode(msgspec.msgpack.encode(task), type=Task)  # as it arrives
         asked = [False]
         reply = self.host.serve(task, None, _no_data, hold=wmod._holdable(task, self.hosts), asked=asked)
-        if task.then is not None and type(reply) is Done:
-            wmod._follow(reply, task, self.hosts, None, None, asked, self.host.take_held())  # type: ignore[arg-type]
+        if task.then is not None and type(reply) is Done:  # its chain: _follow, or the core's twin of it
+            wmod._chain(self.host, reply, task, self.hosts, None, None, asked)  # type: ignore[arg-type]
         return wmod._enc.encode(reply)
 
 
@@ -310,3 +310,36 @@ def test_native_context_is_contexts_own() -> None:
         assert nat["params"] == {"k": 5}  # as changed by the handler, in a dict of its own
     assert seen[True][0][0].params is not seen[True][1][0].params
     assert [c.invocation for c, _ in seen[True]] == ["inv-0", "inv-1"]
+
+
+def _boom_then() -> Task:
+    return Task("inv-boom", "", {"n": "inline:n"}, [], {"y": ["gateway"]}, function="boom", carry={"n": "x"},
+                inline_max=1 << 20, lazy=True)
+
+
+@pytest.mark.parametrize(("follow", "consumers", "then", "ran"), [
+    # the follower fails: its Failed in next, the value it was to read stays in the first reply
+    (["boom"], {"x": ["boom"]}, _boom_then(), 1),
+    # a follower this worker did not load: the chain ends before it
+    ([], {"x": ["red"]}, _then("red", {"total": ["gateway"]}), 0),
+    # a carry that names no output: the chain ends before it
+    (["red"], {"x": ["red"]}, msgspec.structs.replace(_then("red", {"total": ["gateway"]}), carry={"x": "nope"}), 0),
+    # read here and by the gateway: it travels back all the same
+    (["red"], {"x": ["red", "gateway"]}, _then("red", {"total": ["gateway"], "count": ["gateway"]}), 1),
+    # a follower's output over its inline limit that only the next follower reads: held for it, never stored
+    (["scale", "red"], {"x": ["scale"]},
+     msgspec.structs.replace(_then("scale", {"x": ["red"], "big": ["gateway"]}, _then("red", {"total": ["gateway"]})),
+                             inline_max=64), 2),
+    # three functions, the last failing: the first two ran to the end, their values handed over stay here
+    (["scale", "boom"], {"x": ["scale"]},
+     msgspec.structs.replace(_then("scale", {"x": ["boom"], "big": ["gateway"]}), then=_boom_then()), 2),
+])
+def test_chains_end_where_python_ends_them(follow: list[str], consumers: dict[str, list[str]], then: Task,
+                                           ran: int) -> None:
+    """WorkerCore.follow against worker._follow: where a chain stops (a failure, a function not loaded
+    here, a value not made) and which values its replies keep."""
+    r = _same("gen", _task("gen", consumers=consumers, then=then), follow)
+    steps = 0
+    while type(r) is Done and r.next is not None:
+        steps, r = steps + 1, r.next
+    assert steps == ran

@@ -15,6 +15,7 @@ import logging
 import time
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from ..native import choose, native_class
@@ -29,10 +30,11 @@ def chosen_core() -> str:
 
 
 def core_for(host: Any, value: type, done: type, carried_array: Any, scalars: tuple[type, ...],
-             dtypes: dict[str, Any]) -> Any:
+             dtypes: dict[str, Any], need_data: Any) -> Any:
     """A native core running ``host``'s common tasks, or None where its function is not a plain CPU one
     (a CUDA device, page merging, no attached connection for NeedData): the Python path runs all.
-    ``dtypes``: the value dtypes the Python path has checked (worker._DTYPES), which the core reads."""
+    ``dtypes``: the value dtypes the Python path has checked (worker._DTYPES), which the core reads;
+    ``need_data``: worker._need_data, for the chains it runs (WorkerCore.follow)."""
     cls = native_class("WorkerCore")
     if cls is None or host.cuda is not None or host.dedup != "off" or host.link is None:
         return None
@@ -50,5 +52,6 @@ def core_for(host: Any, value: type, done: type, carried_array: Any, scalars: tu
         "params": dict(fn.params), "decls": {name: (decl.np_dtype, decl.shape) for name, decl in fn.outputs.items()},
         "dtypes": dtypes, "frombuffer": np.frombuffer,
         "ndarray": np.ndarray, "scalars": scalars, "asarray": np.asarray, "value": value, "done": done,
-        "carried_array": carried_array, "monotonic": time.monotonic,
+        "carried_array": carried_array, "monotonic": time.monotonic, "need_data": need_data,
+        "replace": msgspec.structs.replace,
     })
