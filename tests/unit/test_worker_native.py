@@ -75,17 +75,18 @@ class _Worker:
         task = msgspec.msgpack.decode(msgspec.msgpack.encode(task), type=Task)  # as it arrives
         asked = [False]
         reply = self.host.serve(task, None, _no_data, hold=wmod._holdable(task, self.hosts), asked=asked)
-        if task.then is not None and type(reply) is Done:
-            wmod._follow(reply, task, self.hosts, None, None, asked, self.host.take_held())  # type: ignore[arg-type]
+        if task.then is not None and type(reply) is Done:  # its chain: _follow, or the core's twin of it
+            wmod._chain(self.host, reply, task, self.hosts, None, None, asked)  # type: ignore[arg-type]
         return wmod._enc.encode(reply)
 
 
-_ENTRIES = (" in run", " in _run", " in _call", " in _native_settle")  # how each path calls in
+# how each path calls in (and the Python path's getter, whose frame the native getter has no twin of)
+_ENTRIES = (" in run", " in _run", " in _call", " in _native_settle", " in getter")
 
 
 def _cut(trace: str) -> str:
     """A traceback without the frames through which each path enters the handler or the checks (the
-    Python path's run/_run/_call, the native one's _native_settle): the rest must be the same."""
+    Python path's run/_run/_call and getter, the native one's _native_settle): the rest must be the same."""
     head, frames, cur = [], [], None
     for line in trace.splitlines(keepends=True):
         if line.startswith('  File "'):
@@ -248,3 +249,97 @@ def test_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GFAAS_WORKER_CORE", "rust")
     with pytest.raises(ConfigError, match="'native', 'python'"):
         worker_native.chosen_core()
+
+
+@pytest.mark.parametrize(("value", "outcome"), [
+    (wmod.Value("<i8", [], b"\0" * 7), "SpecError"),  # a byte short
+    (wmod.Value("<i8", [2], b"\0" * 8), "SpecError"),  # a shape that wants more bytes
+    (wmod.Value("<i8", [-1], b"\0" * 8), "SpecError"),  # a negative size
+    (wmod.Value("<i8", [1 << 62, 4], b"\0" * 8), "SpecError"),  # sizes whose product overflows
+    (wmod.Value("<i8", [1] * 33, b"\0" * 8), "SpecError"),  # too many dimensions
+    (wmod.Value("|O", [], b"\0" * 8), "SpecError"),  # objects
+    (wmod.Value("<U2", [], b"\0" * 8), "SpecError"),  # not numeric
+    (wmod.Value("nope", [], b"\0" * 8), "SpecError"),  # not a dtype
+    (wmod.Value("<i8", [1, 1], b"\1" + b"\0" * 7), "TypeError"),  # a (1, 1) array: gen's int() refuses it
+    (wmod.Value(">i8", [], b"\0" * 7 + b"\1"), "done"),  # big-endian, checked by Python first, then cached
+    (wmod.Value("<i8", [], b"\3" + b"\0" * 7), "done"),
+])
+def test_carried_values_checked_as_python_checks_them(value: wmod.Value, outcome: str) -> None:
+    """The native getter reads a carried Value itself only where the Python path would raise nothing
+    (a dtype worker._value_dtype accepted, sizes that fit its bytes): any other Value goes to the
+    Python reader, so the handler sees the same array or the same error."""
+    task = _task("gen", consumers={"x": ["gateway"]})
+    task.values = {"n": value}
+    for _ in range(2):  # the first may find the dtype unchecked yet; the second finds it cached
+        r = _same("gen", task)
+        if outcome == "done":
+            assert type(r) is Done and r.values["x"].shape == [int(wmod.from_value(value))]
+        else:
+            assert type(r) is Failed and r.error == outcome, r
+
+
+def test_native_context_is_contexts_own() -> None:
+    """The native core makes each task's Context without its __init__: every slot must hold what
+    Context(...) would have put there (a slot __init__ gains and the core does not set fails here),
+    params a dict of the task's own."""
+    seen: dict[bool, list[Any]] = {False: [], True: []}
+    for native in (False, True):
+        host = FunctionHost(Init("nat", "scale", SPEC))
+        host.link = _Link()
+        handler = host.handler
+
+        def record(ctx: Any, inputs: Any, _h: Any = handler, _seen: list[Any] = seen[native]) -> Any:
+            _seen.append((ctx, {s: getattr(ctx, s) for s in ctx.__slots__}))
+            ctx.params["k"] = 5  # function code may change its params: the next task must not see it
+            return _h(ctx, inputs)
+
+        host.handler = record
+        if native:
+            host.use_native()
+        for i in range(2):
+            task = _then("scale", {"x": ["gateway"], "big": ["gateway"]})
+            task.invocation = f"inv-{i}"
+            task.values = {"x": to_value(np.arange(4, dtype=np.float32))}
+            assert type(host.serve(task, None, _no_data, asked=[False])) is Done
+    for (py_ctx, py), (nat_ctx, nat) in zip(seen[False], seen[True], strict=True):
+        assert type(nat_ctx) is type(py_ctx)
+        assert set(nat) == set(py) == set(type(py_ctx).__slots__)
+        assert type(nat["_getter"]).__name__ == "CarriedGetter"
+        del py["_getter"], nat["_getter"]
+        assert nat == py
+        assert nat["params"] == {"k": 5}  # as changed by the handler, in a dict of its own
+    assert seen[True][0][0].params is not seen[True][1][0].params
+    assert [c.invocation for c, _ in seen[True]] == ["inv-0", "inv-1"]
+
+
+def _boom_then() -> Task:
+    return Task("inv-boom", "", {"n": "inline:n"}, [], {"y": ["gateway"]}, function="boom", carry={"n": "x"},
+                inline_max=1 << 20, lazy=True)
+
+
+@pytest.mark.parametrize(("follow", "consumers", "then", "ran"), [
+    # the follower fails: its Failed in next, the value it was to read stays in the first reply
+    (["boom"], {"x": ["boom"]}, _boom_then(), 1),
+    # a follower this worker did not load: the chain ends before it
+    ([], {"x": ["red"]}, _then("red", {"total": ["gateway"]}), 0),
+    # a carry that names no output: the chain ends before it
+    (["red"], {"x": ["red"]}, msgspec.structs.replace(_then("red", {"total": ["gateway"]}), carry={"x": "nope"}), 0),
+    # read here and by the gateway: it travels back all the same
+    (["red"], {"x": ["red", "gateway"]}, _then("red", {"total": ["gateway"], "count": ["gateway"]}), 1),
+    # a follower's output over its inline limit that only the next follower reads: held for it, never stored
+    (["scale", "red"], {"x": ["scale"]},
+     msgspec.structs.replace(_then("scale", {"x": ["red"], "big": ["gateway"]}, _then("red", {"total": ["gateway"]})),
+                             inline_max=64), 2),
+    # three functions, the last failing: the first two ran to the end, their values handed over stay here
+    (["scale", "boom"], {"x": ["scale"]},
+     msgspec.structs.replace(_then("scale", {"x": ["boom"], "big": ["gateway"]}), then=_boom_then()), 2),
+])
+def test_chains_end_where_python_ends_them(follow: list[str], consumers: dict[str, list[str]], then: Task,
+                                           ran: int) -> None:
+    """WorkerCore.follow against worker._follow: where a chain stops (a failure, a function not loaded
+    here, a value not made) and which values its replies keep."""
+    r = _same("gen", _task("gen", consumers=consumers, then=then), follow)
+    steps = 0
+    while type(r) is Done and r.next is not None:
+        steps, r = steps + 1, r.next
+    assert steps == ran

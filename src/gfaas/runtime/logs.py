@@ -177,7 +177,13 @@ class Capture:
 
     def begin(self) -> None:
         """A task starts: lines from now on are its own (what came before is not)."""
-        self._drain(in_task=True)
+        with self._lock:
+            # One poll finds what is readable. A task that printed nothing costs this one system call
+            # and no more: nothing is left of a line from before (_unfinished) to end.
+            ready = self._ready.poll(0) if self._fds else ()
+            if ready or self._unfinished:
+                self._drain_ready(ready)
+            self._in_task = True
 
     def resume(self) -> None:
         """:meth:`begin` right after a :meth:`take` (a chain's next function): that take emptied the
@@ -187,9 +193,11 @@ class Capture:
 
     def take(self) -> list[LogLine]:
         """The lines since the last take (pipes drained; an unterminated line ends here)."""
-        _flush()
-        self._drain()
-        with self._lock:
+        _flush()  # outside the lock: a flush into a full pipe waits for the reader thread, which takes it
+        with self._lock:  # the drain and the batch under one hold: a take runs after every task
+            ready = self._ready.poll(0) if self._fds else ()
+            if ready or self._unfinished:
+                self._drain_ready(ready)
             if not self._batch.lines and not self._batch.dropped:  # the usual task: it printed nothing
                 self._in_task = False
                 return []
@@ -202,25 +210,18 @@ class Capture:
         return lines
 
     # -- the pipes
-    def _drain(self, in_task: bool | None = None) -> None:
-        """Read what the pipes hold and end any unterminated line there; then, if ``in_task`` is
-        given, whether the lines from now on are a task's (under the same lock)."""
-        with self._lock:
-            # One poll finds what is readable. A task that printed nothing costs this one system call
-            # and no more: nothing is left of a line from before (_unfinished) to end.
-            ready = self._ready.poll(0) if self._fds else ()
-            if ready or self._unfinished:
-                readable = {fd for fd, _ in ready}
-                for fd in self._fds:
-                    if fd in readable:
-                        self._read_fd(fd)
-                    if self._partial[fd]:
-                        self._line(fd, bytes(self._partial[fd]))
-                        self._partial[fd].clear()
-                    self._skip[fd] = False
-                self._unfinished = False
-            if in_task is not None:
-                self._in_task = in_task
+    def _drain_ready(self, ready: list[tuple[int, int]] | tuple[()]) -> None:
+        """Under the lock: read the pipes ``ready`` (what the caller's poll found readable), then end any
+        unterminated line, read now or left by the reader thread."""
+        readable = {fd for fd, _ in ready}
+        for fd in self._fds:
+            if fd in readable:
+                self._read_fd(fd)
+            if self._partial[fd]:
+                self._line(fd, bytes(self._partial[fd]))
+                self._partial[fd].clear()
+            self._skip[fd] = False
+        self._unfinished = False
 
     def _reader(self) -> None:
         # no_new_privs is a thread's own: the sandbox sets it on the thread that drops privileges, so

@@ -374,7 +374,7 @@ class FunctionHost:
 
     def use_native(self) -> None:
         """Run the common tasks on the native path from now on, where this function has one."""
-        self.core = core_for(self, Value, Done, _carried_array, _SCALARS)
+        self.core = core_for(self, Value, Done, _carried_array, _SCALARS, _DTYPES, _need_data)
 
     def serve(self, task: Task, sock: socket.socket | None = None, need_data: Any = None,
               hold: frozenset[str] = frozenset(), asked: list[bool] | None = None) -> Reply:
@@ -1243,6 +1243,14 @@ def _follow(reply: Done, task: Task, hosts: dict[str, FunctionHost], sock: socke
         _keep_outside(ran, done)
 
 
+def _chain(host: FunctionHost, reply: Done, task: Task, hosts: dict[str, FunctionHost], sock: socket.socket,
+           cap: Capture | None, asked: list[bool]) -> None:
+    """:func:`_follow` after ``host`` ran ``task`` (its reply ``reply``), on the native twin of it
+    (WorkerCore.follow) where ``host`` runs on the native core (worker_native)."""
+    follow = _follow if host.core is None else host.core.follow
+    follow(reply, task, hosts, sock, cap, asked, host.take_held())
+
+
 def _carried(last: Done, t: Task, held: Mapping[str, np.ndarray]) -> dict[str, Any] | None:
     """``t``'s values: its own, and what it reads from the step before, if that came back as values
     or was held for it in this worker (``held``, a host array: :meth:`FunctionHost.run`)."""
@@ -1382,7 +1390,7 @@ def _serve(sock: socket.socket, init: Init, cap: Capture | None, link: Any = Non
         if cap is not None:
             reply.logs = cap.take()
         if msg.then is not None and type(reply) is Done and msg.lazy:
-            _follow(reply, msg, hosts, sock, cap, asked, host.take_held())
+            _chain(host, reply, msg, hosts, sock, cap, asked)
         if type(reply) is Done:
             reply.busy_s = time.perf_counter() - arrived
         sock.send(_enc.encode(reply))
