@@ -2,14 +2,48 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
 Status = Literal["queued", "running", "done", "failed"]
 
+_T = TypeVar("_T")
+_UNSET: Any = object()  # a defaulted-by-factory argument that was not passed
 
+
+def _one_call_init(cls: type[_T]) -> type[_T]:
+    """Give a frozen dataclass an ``__init__`` that fills the instance's dict in one call, where the
+    generated one makes an ``object.__setattr__`` call per field: about half the time per record, and
+    every invocation makes several of these records on its hot path (tests/unit/test_result_init.py).
+    The signature, defaults and factories are the fields' own; assigning to a field still raises."""
+    if hasattr(cls, "__post_init__") or hasattr(cls, "__slots__"):  # the one-call init would skip or break them
+        raise TypeError(f"_one_call_init does not support {cls.__name__}: it has __post_init__ or __slots__")
+    ns: dict[str, Any] = {"_UNSET": _UNSET}
+    params, items = [], []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.default is not dataclasses.MISSING:
+            ns[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+            items.append(f"{f.name}={f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            ns[f"_f_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_UNSET")
+            items.append(f"{f.name}=_f_{f.name}() if {f.name} is _UNSET else {f.name}")
+        else:
+            params.append(f.name)
+            items.append(f"{f.name}={f.name}")
+    exec(f"def __init__(self, {', '.join(params)}):\n    self.__dict__.update({', '.join(items)})", ns)  # noqa: S102
+    init: Callable[..., None] = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
+
+@_one_call_init
 @dataclass(frozen=True)
 class Breakdown:
     """An invocation's latency split the way the papers report it (seconds).
@@ -44,6 +78,7 @@ class Breakdown:
         return d
 
 
+@_one_call_init
 @dataclass(frozen=True)
 class FunctionRecord:
     """One function's run inside an invocation (``skipped`` when a ``when:`` condition was false).
@@ -90,6 +125,7 @@ class Failure:
     logs: tuple[str, ...] = ()
 
 
+@_one_call_init
 @dataclass(frozen=True)
 class InvocationResult:
     """The outcome of one invocation. ``outputs`` holds the workflow's declared outputs (arrays);
