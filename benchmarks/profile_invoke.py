@@ -223,8 +223,9 @@ def count(n: int, concurrency: int = 1) -> dict[str, Any]:
 #: The steps of one invocation on its critical path, in order; each is a moment the wrappers note.
 STEPS = {
     "submit": "submit called (the caller's thread)",
-    "gen_sent": "inputs checked, invocation and DAG made, gen's worker claimed, its Task sent",
-    "red_sent": "red's Task sent: with gen's when red's worker takes its input from gen's (a hand-off), else "
+    "gen_sent": "inputs checked, gen's worker claimed, its Task made and about to be sent (the invocation and its "
+                "DAG made before it on the general path; the lane makes them while the worker runs)",
+    "red_sent": "red's Task about to be sent: with gen's when red's worker takes its input from gen's (a hand-off), else "
                 "after gen's Done was checked and recorded (DagState.finished)",
     "gen_reply": "gen: Task -> worker -> Done, read by the thread that handles replies (reply_threads; "
                  "the worker's share below)",
@@ -250,7 +251,7 @@ def timeline(n: int) -> dict[str, Any]:
     def mark(key: str) -> None:
         ev.setdefault(key, now())
 
-    def sent(_dt: float, self: Any, task: Any, *_: Any) -> None:
+    def sent(self: Any, task: Any, *_: Any) -> None:
         mark(f"{self.name.split('@')[0]}_sent")
 
     def replied(self: Any, worker: Any, msg: Any) -> None:
@@ -274,7 +275,10 @@ def timeline(n: int) -> dict[str, Any]:
 
     undo = [
         _wrap(imod.Invoker, "invoke", before=lambda *a, **k: mark("submit")),
-        _wrap(wmod.ProcessWorker, "send_task", after=sent),
+        # Marked as the send begins: a worker woken by its task may preempt the sender before
+        # send_task returns (seen on a 2-core AMD EPYC VM), and a mark after the send then came once
+        # the worker had run, so its loop outlasted the round trip measured from there.
+        _wrap(wmod.ProcessWorker, "send_task", before=sent),
         _wrap(imod.Invoker, "_on_message", before=replied),
         _wrap(imod.Invoker, "_lane_done", before=lane_replied),
         _wrap(imod.Invoker, "_set_result", after=lambda *a, **k: mark("result_set")),
