@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
 from typing import Any
 
 from .config import NodeConfig
@@ -258,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     record_settings(settings_of(a))  # every result file this command writes records what it ran with
     level = logging.WARNING - 10 * a.verbose
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    previous = _exit_on_sigterm()
     try:
         return int(a.func(a) or 0)
     except GfaasError as exc:
@@ -271,6 +274,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gfaas: error: the gateway connection failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm() -> Any:
+    """SIGTERM (a service manager, a container's stop, ``kill``) ends a command as Ctrl-C does: the
+    main thread unwinds, so a runtime the command made stops its workers and node daemon and removes
+    its weight store from /dev/shm (killed outright, ``gfaas demo`` left 1.1 GB there). A second
+    SIGTERM kills at once. Commands that serve until told to stop install their own handler. Returns
+    the handler it replaced (None off the main thread, where signals cannot be handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_term(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, on_term)
 
 
 if __name__ == "__main__":
