@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -29,10 +30,24 @@ def base_tree(base: str) -> Iterator[tuple[str, str]]:
     wt = os.path.join(tmp, "base")
     subprocess.run(["git", "-C", ROOT, "worktree", "add", "-q", "--detach", wt, sha], check=True)
     try:
+        if os.path.isdir(os.path.join(wt, "native")) \
+                and subprocess.run(["git", "-C", ROOT, "diff", "--quiet", sha, "--", "native"]).returncode != 0:
+            _build_native(wt)
         yield sha, os.path.join(wt, "src")
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", wt], check=False)
         os.rmdir(tmp)
+
+
+def _build_native(wt: str) -> None:
+    """The base's own ``gfaas_native``, built into its ``src``: the base's runtime has that directory
+    first on its path (``PYTHONPATH``), and so do the workers it starts (they ignore ``PYTHONPATH`` and
+    put the runtime's ``src`` first). Otherwise this checkout's extension serves the base's Python,
+    and a base from before a change of the extension's API fails at its first task."""
+    print(f"building the base's gfaas_native (its native/ differs from this checkout's) in {wt} ...",
+          file=sys.stderr, flush=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--progress-bar", "off", "--target",
+                    os.path.join(wt, "src"), os.path.join(wt, "native")], check=True)
 
 
 def interleaved(pairs: int, run: Callable[[str], T], base_src: str,
