@@ -186,8 +186,9 @@ def test_killed_client_sealed_objects_survive_and_are_freed_when_read(node) -> N
 # ---- (b) the daemon killed and restarted -----------------------------------------------------
 def _named_segments() -> list[str]:
     """Shared memory under a gfaas name in /dev/shm (the daemon's segments are memfds, named nowhere).
-    A runtime's weight store (runtime/dedup.py: ``gfaas-shared-*``) is left out: a test on the other
-    xdist worker may hold one at any moment (a CI run failed on one)."""
+    A runtime's weight store (runtime/dedup.py: ``gfaas-shared-*``) is left out: it is another
+    process's, which a test on the other xdist worker may hold at any moment (a CI run failed on one
+    that a killed ``gfaas demo`` had left, before SIGTERM closed the runtime: test_cli_sigterm.py)."""
     return [p for p in glob.glob("/dev/shm/gfaas*") if not os.path.basename(p).startswith("gfaas-shared-")]
 
 
