@@ -60,7 +60,6 @@ from .worker import (
     Value,
     WorkerDied,
     check_value,
-    from_value,
     to_value,
 )
 
@@ -178,14 +177,16 @@ class _Step:
     """What every call of one function of one workflow version needs, worked out once per spec
     (:meth:`Invoker._step`): the hot path reads these instead of walking the spec each time."""
 
-    __slots__ = ("accelerator", "carry", "consumers", "f", "first", "follow", "host_inputs", "inputs", "spec",
-                 "timeout")
+    __slots__ = ("accelerator", "carry", "consumers", "f", "first", "follow", "host_inputs", "inline", "inputs",
+                 "requested", "spec", "timeout")
 
     def __init__(self, spec: WorkflowSpec, fn: str, default_timeout_s: float, follow: tuple[str, ...] = ()) -> None:
         f = spec.function(fn)
         self.spec, self.f = spec, f
         # (input name, (source, output), the reference a handler sees for it when carried in the task)
         self.inputs = tuple((i.name, (i.source, i.output), INLINE + i.name) for i in f.inputs)
+        self.inline = {name: inline for name, _, inline in self.inputs}  # Task.inputs when all are carried
+        self.requested = tuple((name, key) for name, key, _ in self.inputs if key[0] == INPUT)  # from the request
         consumers: dict[str, list[str]] = {}  # output -> its readers (the gateway for workflow outputs)
         outputs = set(spec.outputs.values())
         for out in f.outputs:
@@ -209,10 +210,15 @@ class _Lane:
     """What the lane (runtime.lane) needs of one workflow version, worked out once: its plan, and each
     of its functions' pool key and :class:`_Step`, in the plan's order."""
 
-    __slots__ = ("keys", "plan", "steps", "version")
+    __slots__ = ("keep", "keys", "plan", "steps", "version")
 
     def __init__(self, plan: LanePlan, version: int, keys: tuple[str, ...], steps: tuple[_Step, ...]) -> None:
         self.plan, self.version, self.keys, self.steps = plan, version, keys, steps
+        # What each function's reply may leave out once the whole chain ran in its worker: the outputs
+        # that the functions after it alone read (worker._keep_outside; _lost's rule for a whole chain)
+        fns = plan.functions
+        self.keep = tuple(frozenset(out for out, readers in step.consumers.items() if set(readers) <= set(fns[i + 1:]))
+                          for i, step in enumerate(steps))
 
 
 _NUMERIC = frozenset("biufc")  # the dtype kinds a value carried in a message may hold
@@ -548,7 +554,7 @@ class Invoker:
             return self.result(inv_id, timeout)
         until = None if timeout is None else enqueued + timeout
         try:
-            inv, drive = self._lane_run(inv_id, lane, values, pool, worker, follows, enqueued, until)
+            inv, drive = self._lane_run(inv_id, lane, values, pool, worker, enqueued, until)
         finally:
             self._loop.give()
         return self._wait(inv, until, drive, timeout)
@@ -571,17 +577,26 @@ class Invoker:
         return inv
 
     def _lane_run(self, inv_id: str, lane: _Lane, values: dict[tuple[str, str], Value], pool: FunctionPool,
-                  worker: Any, follows: tuple[str, ...], enqueued: float,
-                  until: float | None) -> tuple[_Invocation, bool]:
+                  worker: Any, enqueued: float, until: float | None) -> tuple[_Invocation, bool]:
         """The lane's task out and its reply in, holding the loop's baton (:meth:`ReplyLoop.take`).
         Returns the invocation once its result is set, or once the general path has it as it stands,
         with whether the caller may then poll for its reply before it sleeps (as ReplyLoop.drive)."""
         plan, step = lane.plan, lane.steps[0]
         limit = self.config.inline_max_bytes
-        task = Task(inv_id, "", {name: inline for name, _, inline in step.inputs}, step.host_inputs, step.consumers,
-                    deadline_s=pool.budget_s, values={name: values[key] for name, key, _ in step.inputs},
-                    inline_max=limit, lazy=True, alone=True)
-        task.then, chain, extra_s = self._then(inv_id, plan.spec, lane.version, values, limit, step.follow, follows)
+        task = Task(inv_id, "", step.inline, step.host_inputs, step.consumers, deadline_s=pool.budget_s,
+                    values={name: values[key] for name, key, _ in step.inputs}, inline_max=limit, lazy=True, alone=True)
+        # The chain's tasks, as _then makes them: the worker loaded the whole chain (_lane checked its
+        # follows), and every request input is a carried value, so all of it goes
+        chain, extra_s, pools, then = plan.chain, 0.0, self.deployments.pools, None
+        for i in range(len(chain), 0, -1):
+            st = lane.steps[i]
+            p = pools.get(lane.keys[i])
+            then = Task(inv_id, "", st.inline, st.host_inputs, st.consumers,
+                        deadline_s=p.budget_s if p is not None else 0.0,
+                        values={name: values[key] for name, key in st.requested}, inline_max=limit, lazy=True,
+                        function=chain[i - 1], then=then, carry=st.carry)
+            extra_s += st.timeout
+        task.then = then
         started = time.perf_counter()
         try:
             worker.send_task(task)
@@ -616,7 +631,7 @@ class Invoker:
                 self._loop.run_posted()
                 return inv, now <= end
             os.sched_yield()  # a process queued on this CPU (the worker it waits for) runs now
-        if chain != plan.chain or not self._lane_done(worker, run, msg, lane):
+        if not self._lane_done(worker, run, msg, lane):
             self._running[id(worker)] = run
             self._loop.deliver(worker, msg)  # the general path's handling, and its outcome
             self._loop.run_posted()
@@ -624,27 +639,42 @@ class Invoker:
 
     def _lane_done(self, worker: Any, run: _Running, msg: Any, lane: _Lane) -> bool:
         """The lane's reply, when it is the whole chain's ``Done`` and checks out as :meth:`_finish`
-        would check it: recorded, the DAG stepped, the result set (as _on_message, _finish and
-        _followed would, for each function in turn). False, having changed nothing, otherwise."""
-        inv, spec = run.inv, run.inv.spec
-        fns = lane.plan.functions
-        pools = [run.pool]
+        would check it: recorded, the DAG stepped, the result set (as _on_message, _finish, _followed
+        and _complete would, for each function in turn, under one hold of the lock). False, having
+        changed nothing, otherwise: the general path then handles the reply, and says what is wrong."""
+        inv = run.inv
+        limit = inv.inline_max
         replies: list[Done] = []
         r = msg
-        for i, fn in enumerate(fns):
-            if type(r) is not Done or r.invocation != inv.id or r.outputs or r.hinted_bytes \
-                    or self._reply_problem(fn, lane.steps[i], fns[i + 1:], inv.inline_max, r):
+        for step, keep in zip(lane.steps, lane.keep, strict=True):
+            if type(r) is not Done or r.invocation != inv.id or r.outputs or r.hinted_bytes:
                 return False
-            if i:
-                pool = self.deployments.pools.get(lane.keys[i])
-                if pool is None:
+            values = r.values
+            consumers = step.consumers
+            if values:  # what _reply_problem checks, as a yes or no
+                if not values.keys() <= consumers.keys():
                     return False
-                pools.append(pool)
+                for v in values.values():
+                    if len(v.data) > limit:
+                        return False
+                    try:
+                        check_value(v)
+                    except SpecError:
+                        return False
+            if not consumers.keys() - values.keys() <= keep:  # an output left out that someone else reads
+                return False
             replies.append(r)
             r = r.next
         if r is not None:
             return False
+        pools = [run.pool]
+        for key in lane.keys[1:]:
+            pool = self.deployments.pools.get(key)
+            if pool is None:
+                return False
+            pools.append(pool)
         worker.release_binding(msg)
+        fns, spec = lane.plan.functions, inv.spec
         now = time.perf_counter()  # when the chain's followers count as sent (as _followed)
         with self._lock:
             if inv.status == "failed" or inv.result is not None:
@@ -662,7 +692,13 @@ class Invoker:
                 inv.dag.finished(fn, reply.scalars)  # the next function of the chain, or complete (lane_plan)
             inv.running -= 1
             inv.completing = True
-        self._complete(inv)
+            outputs = self._carried_outputs(inv)
+            if outputs is not None:  # as _complete, whose outputs are all carried values
+                inv.status = "done"
+                self._set_result(inv, outputs)
+                self._maybe_release(inv)
+        if outputs is None:
+            self._complete(inv)
         nxt = run.pool.task_done(worker)
         if nxt is not None:
             self.dispatch(nxt[0], nxt[1], run.pool, worker, nxt[2])
@@ -752,7 +788,9 @@ class Invoker:
         decls = spec.inputs
         for name, value in inputs.items():
             arr = value if type(value) is np.ndarray else np.asarray(value)
-            decls[name].check(arr, f"workflow {spec.name!r} input {name!r}")
+            decl = decls[name]
+            if not decl.fits(arr):
+                decl.check(arr, f"workflow {spec.name!r} input {name!r}")
             out[name] = arr
         return out
 
@@ -1131,7 +1169,7 @@ class Invoker:
             for name, key in inv.spec.outputs.items():
                 v = inv.values.get(key)
                 if v is not None:  # carried in the reply: the result's own copy, writable
-                    outputs[name] = np.array(from_value(v), copy=True)
+                    outputs[name] = _owned(v)
                 elif (ref := inv.refs.get(key)) is not None:
                     stored[name] = ref
             if stored:
@@ -1157,6 +1195,21 @@ class Invoker:
                 inv.status = "done"
                 self._set_result(inv, outputs)
             self._maybe_release(inv)
+
+    @staticmethod
+    def _carried_outputs(inv: _Invocation) -> dict[str, np.ndarray] | None:
+        """The workflow's outputs when every one came back as a value (under the lock: copies of
+        bytes already checked, no I/O), timed into the invocation's host passing; else None."""
+        t0 = time.perf_counter()
+        values = inv.values
+        outputs = {}
+        for name, key in inv.spec.outputs.items():
+            v = values.get(key)
+            if v is None:
+                return None
+            outputs[name] = _owned(v)
+        inv.host_s += time.perf_counter() - t0
+        return outputs
 
     def _gone_holders(self, refs: Any) -> list[str]:
         """The nodes holding ``refs`` that do not answer now (each probed once unless known down). A
@@ -1225,6 +1278,11 @@ class Invoker:
         if inv.kind == "gfaas" and not inv.opened:
             return  # nothing of it was ever on a node
         self.nodes.end(inv)
+
+
+def _owned(v: Value) -> np.ndarray:
+    """A carried value as a result's output: its own writable copy (the bytes copied once)."""
+    return np.frombuffer(bytearray(v.data), dtype=check_value(v)).reshape(v.shape)
 
 
 def _status(worker: Any) -> Any:
