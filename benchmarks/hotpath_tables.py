@@ -109,6 +109,15 @@ def timeline(doc: dict[str, Any]) -> str:
                       f"{handlers:.0f} us (get, compute and put, medians summed): the other {trip - handlers:.0f} us "
                       f"are two process hops and the worker's own framework, {(trip - handlers) / floor:.1f}x the "
                       "floor by themselves."]
+    replay = (doc.get("replay") or {}).get("p50_ms")
+    if replay is not None:
+        alone = replay * 1e3
+        lines += ["", f"The same task sent again to the same warm worker by a caller that does nothing else "
+                  f"(`replay`) comes back in {alone:.0f} us at p50, {alone / floor:.1f}x the floor: that is what the "
+                  f"invocation would take if the runtime's work on the caller's side cost nothing. The runtime's "
+                  f"side adds the other {wall - alone:.0f} us here (this run's timing wrappers included); within 10 times "
+                  f"the floor it would have to take "
+                  f"{max(0.0, 10 * floor - alone):.0f} us."]
     readers = doc.get("reply_threads") or {}
     if readers:
         total = sum(readers.values())

@@ -251,8 +251,11 @@ def timeline(n: int) -> dict[str, Any]:
     def mark(key: str) -> None:
         ev.setdefault(key, now())
 
+    last: dict[str, Any] = {}  # the last task sent and its worker (replayed below)
+
     def sent(self: Any, task: Any, *_: Any) -> None:
         mark(f"{self.name.split('@')[0]}_sent")
+        last["worker"], last["task"] = self, task
 
     def replied(self: Any, worker: Any, msg: Any) -> None:
         noted(self._running.get(id(worker)), msg)
@@ -295,6 +298,10 @@ def timeline(n: int) -> dict[str, Any]:
                 assert res.status == "done", res.error
                 if k >= 30:
                     rows.append(dict(ev))
+            for u in reversed(undo):
+                u()
+            undo = []
+            replayed = _replay(rt, last["worker"], last["task"], n)
     finally:
         for u in reversed(undo):
             u()
@@ -327,11 +334,47 @@ def timeline(n: int) -> dict[str, Any]:
             "sum_of_step_p50_ms": round(sum(s["p50_ms"] for s in steps), 3),
             "worker_reported_p50_ms": {k: round(float(np.median(v)) * 1e3, 3) for k, v in worker_parts.items()},
             "round_trip_split": split,
+            "replay": {"p50_ms": round(float(np.median(replayed)) * 1e3, 3),
+                       "what": "the last invocation's Task (its chain in it) sent again to the same warm worker "
+                               "by a caller that does nothing else, its reply read by polling as the lane reads "
+                               "it: the worker's round trip with no runtime around it"},
             "reply_threads": {("caller" if k == threading.main_thread().name else k): v for k, v in readers.items()},
             "note": "each step: the median time from the previous moment to this one (the wrappers add a few us); "
                     "a worker's share is what its Done reports (the handler's get, compute and put); round_trip_split "
                     "divides the first worker round trip into the worker loop's own time (Done.busy_s: handlers, "
                     "their framework and the log capture) and the rest (the two process hops, encoding and decoding)"}
+
+
+def _replay(rt: LocalRuntime, worker: Any, task: Any, n: int, warmup: int = 30) -> list[float]:
+    """Seconds per round trip of ``task`` sent again to ``worker`` (idle, warm) by this thread alone,
+    holding the loop's baton as the lane does: what an invocation would take if the runtime's own work
+    on the caller's side cost nothing."""
+    import os
+
+    from gfaas.runtime import worker as wmod
+
+    loop = rt.invoker.reply_loop
+    if not loop.take(True):
+        raise RuntimeError("the replay could not take the invoker's loop (it polls only on 2 CPUs or more)")
+    out: list[float] = []
+    try:
+        for k in range(warmup + n):
+            t0 = time.perf_counter()
+            worker.send_task(task)
+            while True:
+                try:
+                    msg = worker.receive()
+                    break
+                except BlockingIOError:
+                    os.sched_yield()
+            took = time.perf_counter() - t0
+            if type(msg) is not wmod.Done or type(msg.next) is not wmod.Done:
+                raise RuntimeError(f"the replayed task came back as {type(msg).__name__}, not a chain's Done")
+            if k >= warmup:
+                out.append(took)
+    finally:
+        loop.give()
+    return out
 
 
 # ---- registry -------------------------------------------------------------------------------------

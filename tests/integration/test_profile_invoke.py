@@ -34,6 +34,8 @@ def test_the_timeline_splits_the_workers_round_trip(monkeypatch: pytest.MonkeyPa
     assert 0 < split["handlers_p50_ms"] < split["worker_loop_p50_ms"], split
     assert split["worker_framework_p50_ms"] > 0 and split["hops_p50_ms"] > 0, split
     assert split["worker_loop_p50_ms"] < trip * 1.5, (split, trip)  # medians of differences, not exact sums
+    # The replay (the same task again, nothing else on the caller's side) does less than an invocation
+    assert 0 < doc["replay"]["p50_ms"] < doc["wall_ms"]["p50"], (doc["replay"], doc["wall_ms"])
 
 
 def test_the_message_count_runs_on_this_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
