@@ -15,14 +15,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
 from ..errors import ConfigError, GfaasError
+from .scratch import Scratch
 
 log = logging.getLogger("gfaas.runtime")
 
@@ -70,11 +69,14 @@ class RuntimeDedup:
         self._pids: dict[int, tuple[str, str]] = {}  # worker pid -> (workflow, function)
         self.refused: list[str] = []  # hints the node refused (another domain holds KSM), newest last
         self.store_dir: Path | None = None
+        self._scratch: Scratch | None = None
         self._supervisor: Any = None  # MergeSupervisor, once a worker hands its seccomp listener over
         if self.mode in ("shared", "on"):
-            # In RAM beside the pool, removed with the runtime: the weights of its workers only.
+            # In RAM beside the pool, removed with the runtime (or, if it is killed, by the next one
+            # that makes a store: runtime.scratch): the weights of its workers only.
             base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-            self.store_dir = Path(tempfile.mkdtemp(prefix="gfaas-shared-", dir=base))
+            self._scratch = Scratch("gfaas-shared-", base)
+            self.store_dir = self._scratch.path
 
     def domain_of(self, workflow: str) -> str:
         return self.domain or workflow
@@ -181,8 +183,8 @@ class RuntimeDedup:
     def close(self) -> None:
         if self._supervisor is not None:
             self._supervisor.close()
-        if self.store_dir is not None:
-            shutil.rmtree(self.store_dir, ignore_errors=True)  # mapped pages live on until their workers exit
+        if self._scratch is not None:
+            self._scratch.remove()  # mapped pages live on until their workers exit
 
 
 def _mapped_paths(pid: int) -> set[str]:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections import deque
@@ -28,6 +26,7 @@ from .cluster import MEMBERSHIP_S, RETRY_JOIN_S, Cluster, discover, membership_c
 from .config import NodeEndpoint, RuntimeConfig
 from .gpus import node_devices
 from .hints import Batch as HintBatch
+from .scratch import Scratch
 from .transport import AttachedPool, RedisTransport, Transport, TransportConfig, open_transport
 from .worker import GATEWAY
 
@@ -103,8 +102,9 @@ class Nodes:
             from ..config import NodeConfig
             from ..dataplane.local import LocalNode
 
-            run_dir = tempfile.mkdtemp(prefix="gfaas-rt-", dir="/tmp")
-            self._closers.append(lambda: shutil.rmtree(run_dir, ignore_errors=True))
+            scratch = Scratch("gfaas-rt-", "/tmp")  # removed by the next runtime if this one is killed
+            self._closers.append(scratch.remove)
+            run_dir = str(scratch.path)
             joined: dict[str, Any] = {}
             if cfg.join:  # the gateway's node is a node of the cluster: peers pull requests from it
                 joined = {"redis_url": cfg.join, "redis_password_file": cfg.redis_password_file,
