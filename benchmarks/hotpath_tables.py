@@ -113,10 +113,11 @@ def timeline(doc: dict[str, Any]) -> str:
     if replay is not None:
         alone = replay * 1e3
         lines += ["", f"The same task sent again to the same warm worker by a caller that does nothing else "
-                  f"(`replay`) comes back in {alone:.0f} us at p50, {alone / floor:.1f}x the floor: that is what the "
-                  f"invocation would take if the runtime's work on the caller's side cost nothing. The runtime's "
-                  f"side adds the other {wall - alone:.0f} us here (this run's timing wrappers included); within 10 times "
-                  f"the floor it would have to take "
+                  f"(`replay`) comes back in {alone:.0f} us at p50, {alone / floor:.1f}x the floor: about what the "
+                  f"invocation would take if the runtime's work on the caller's side cost nothing. The invocation "
+                  f"takes {wall - alone:.0f} us more: the caller's steps above (with this run's timing wrappers) and "
+                  f"the difference between the worker's round trip in an invocation and the replayed one. With the "
+                  f"replay's round trip, 10 times the floor leaves the caller's side "
                   f"{max(0.0, 10 * floor - alone):.0f} us."]
     readers = doc.get("reply_threads") or {}
     if readers:

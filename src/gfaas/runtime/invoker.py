@@ -646,22 +646,10 @@ class Invoker:
         limit = inv.inline_max
         replies: list[Done] = []
         r = msg
-        for step, keep in zip(lane.steps, lane.keep, strict=True):
-            if type(r) is not Done or r.invocation != inv.id or r.outputs or r.hinted_bytes:
-                return False
-            values = r.values
-            consumers = step.consumers
-            if values:  # what _reply_problem checks, as a yes or no
-                if not values.keys() <= consumers.keys():
-                    return False
-                for v in values.values():
-                    if len(v.data) > limit:
-                        return False
-                    try:
-                        check_value(v)
-                    except SpecError:
-                        return False
-            if not consumers.keys() - values.keys() <= keep:  # an output left out that someone else reads
+        fns = lane.plan.functions
+        for i, (step, keep) in enumerate(zip(lane.steps, lane.keep, strict=True)):
+            if type(r) is not Done or r.invocation != inv.id or r.outputs or r.hinted_bytes \
+                    or self._reply_problem(fns[i], step, fns[i + 1:], limit, r, keep):
                 return False
             replies.append(r)
             r = r.next
@@ -674,7 +662,7 @@ class Invoker:
                 return False
             pools.append(pool)
         worker.release_binding(msg)
-        fns, spec = lane.plan.functions, inv.spec
+        spec = inv.spec
         now = time.perf_counter()  # when the chain's followers count as sent (as _followed)
         with self._lock:
             if inv.status == "failed" or inv.result is not None:
@@ -1069,10 +1057,13 @@ class Invoker:
             self._followed(worker, run, follower, nxt)
 
     @staticmethod
-    def _reply_problem(fn: str, step: _Step, chain: Sequence[str], limit: int, reply: Done) -> str:
+    def _reply_problem(fn: str, step: _Step, chain: Sequence[str], limit: int, reply: Done,
+                       keep: frozenset[str] = frozenset()) -> str:
         """What is wrong with the values ``fn``'s ``reply`` carries, or the outputs it lacks ("" if
         nothing): what function code sent back is checked before anything uses it. ``chain``: the
-        functions sent with it to run after it; ``limit``: the most bytes a value may carry."""
+        functions sent with it to run after it; ``limit``: the most bytes a value may carry.
+        ``keep``: outputs it may lack without a look at ``chain``'s replies, for a caller that
+        accepts the reply only if every one of them is a ``Done`` (the lane: _Lane.keep)."""
         consumers = step.consumers
         if reply.values:
             try:
@@ -1087,7 +1078,7 @@ class Invoker:
             except SpecError as exc:
                 return str(exc)
         lost = [out for out in consumers if out not in reply.values and out not in reply.outputs]
-        return _lost(fn, consumers, chain, reply.next, lost) if lost else ""
+        return _lost(fn, consumers, chain, reply.next, lost) if lost and not keep.issuperset(lost) else ""
 
     @staticmethod
     def _record(fn: str, step: _Step, pool: FunctionPool, worker: Any, queued_s: float, where: Decision,
