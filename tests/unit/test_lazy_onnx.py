@@ -26,6 +26,11 @@ def test_every_public_name_of_the_accelerator_package_loads(name: str) -> None:
     assert name in vars(gfaas.accel)  # cached after the first lookup
 
 
+def test_the_public_names_are_the_lazy_ones() -> None:
+    assert sorted(gfaas.accel.__all__) == sorted(gfaas.accel._EXPORTS)
+    assert set(gfaas.accel.__all__) <= set(dir(gfaas.accel))
+
+
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'compile_models'"):
         gfaas.accel.compile_models  # noqa: B018

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 # Loaded on first use: the compiler, emulator and estimator import onnx, and every runtime imports this
 # package for its drives' configuration (runtime.accel uses .arch alone). Importing onnx cost a runtime's
 # start 0.1-0.9 s (its ml_dtypes 0.7 alone 0.74-0.83 s on a 2-core AMD EPYC VM: python -X importtime).
-_WHERE = {
+_EXPORTS = {  # name -> the submodule that defines it (as gfaas.models does)
     "PRESETS": "arch", "AccelConfig": "arch", "load_config": "arch", "preset": "arch",
     "Program": "compiler", "compile_model": "compiler", "check": "emulate", "emulate": "emulate",
     "Estimate": "estimate", "estimate": "estimate", "ConvGeom": "layers", "Layer": "layers",
@@ -29,12 +29,16 @@ _WHERE = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
+    module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value  # once: later lookups do not come here
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
 
 
 __all__ = ["PRESETS", "AccelConfig", "ConvGeom", "Estimate", "Layer", "LayerTiming", "MatLayer", "ModelTiming",
