@@ -262,6 +262,8 @@ profile-results: $(STAMP)
 	$(BIN)/python benchmarks/profile_invoke.py timeline --n 1000 --out $(R)/profile-timeline-cpu.json > /dev/null
 	$(BIN)/python benchmarks/hotpath_tables.py $(R)/profile-timeline-cpu.json --block timeline --write docs/performance.md
 	$(BIN)/python benchmarks/hotpath_tables.py $(R)/profile-after-cpu.json --block control-path --write docs/performance.md
+	$(BIN)/python benchmarks/profile_invoke.py lean --n 2000 --out $(R)/profile-lean-cpu.json > /dev/null
+	$(BIN)/python benchmarks/hotpath_tables.py $(R)/profile-lean-cpu.json --block lean --write docs/performance.md
 
 overload-results: $(STAMP)
 	@git diff --quiet -- src native benchmarks/*.py || { echo "make overload-results: commit your changes first (results record the commit)"; exit 1; }

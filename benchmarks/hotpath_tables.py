@@ -1,11 +1,12 @@
 """The generated blocks of docs/performance.md that are not the overload rows: the embedded invocation's
-profile (``make profile-results``: blocks ``profile-after``, ``control-path`` and ``timeline``, the
-numbers the native-code decision rests on) and the pipeline against Ray Serve (``make ray-serve-results``).
+profile (``make profile-results``: blocks ``profile-after``, ``control-path``, ``timeline`` and ``lean``,
+the numbers the native-code decision rests on) and the pipeline against Ray Serve (``make ray-serve-results``).
 
     .venv/bin/python benchmarks/hotpath_tables.py benchmarks/results/profile-after-cpu.json --block profile-after
     .venv/bin/python benchmarks/hotpath_tables.py benchmarks/results/profile-after-cpu.json --block control-path
     .venv/bin/python benchmarks/hotpath_tables.py benchmarks/results/ray-serve.json --block ray-serve --write docs/performance.md
     .venv/bin/python benchmarks/hotpath_tables.py benchmarks/results/profile-timeline-cpu.json --block timeline --write docs/performance.md
+    .venv/bin/python benchmarks/hotpath_tables.py benchmarks/results/profile-lean-cpu.json --block lean --write docs/performance.md
 """
 
 from __future__ import annotations
@@ -128,6 +129,24 @@ def timeline(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def lean(doc: dict[str, Any]) -> str:
+    """The invocation against the essential work of one (profile_invoke.py lean)."""
+    floor = doc["pipe_floor_us"]
+    inv, ess = doc["invoke_p50_us"], doc["essential_p50_us"]
+    n, k = doc["calls_per_block"], doc["blocks"]
+    return "\n".join([
+        f"{_origin(doc)}: {k} alternating blocks of {n:,} calls each. The least two-hop pipe floor of the run: "
+        f"{floor:.1f} us.", "",
+        "| | p50 us (median of the blocks) | blocks | x the floor |", "|---|---:|---|---:|",
+        f"| `LocalRuntime.invoke` | {inv:.0f} | {', '.join(f'{x:.0f}' for x in doc['invoke_p50_us_blocks'])} | "
+        f"{inv / floor:.1f} |",
+        f"| the essential work alone | {ess:.0f} | {', '.join(f'{x:.0f}' for x in doc['essential_p50_us_blocks'])} | "
+        f"{ess / floor:.1f} |", "",
+        f"Per block, the invocation took {doc['invoke_over_essential']:.2f}x the essential work "
+        f"({doc['bookkeeping_us']:.0f} us more; medians over the blocks): that difference is the runtime's "
+        "bookkeeping around one invocation."])
+
+
 def ray_serve(doc: dict[str, Any]) -> str:
     lines = [f"{_origin(doc)}, Ray {doc['ray_version']}, {doc['samples']} requests per size after "
              f"{doc['warmup']} warm-up ones, one at a time:", "",
@@ -154,7 +173,7 @@ def main() -> None:
 
     block = sys.argv[sys.argv.index("--block") + 1] if "--block" in sys.argv else "profile-after"
     render = {"profile-after": profile_after, "control-path": control_path, "ray-serve": ray_serve,
-              "timeline": timeline}[block]
+              "timeline": timeline, "lean": lean}[block]
     table_main(__doc__ or "", block, render)
 
 

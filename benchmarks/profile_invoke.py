@@ -1,7 +1,7 @@
 """Where an embedded tiny invocation's time goes (issue 23, item 1): the tools behind docs/performance.md.
 
 The workflow is ``gfaas bench overload``'s (``gen`` makes a 1 KiB float32 array from a size, ``red`` sums a
-strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a time. Four modes:
+strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a time. Five modes:
 
 * ``loop``: just the loop, to run under a sampling profiler (py-spy is not a dependency: ``pip install
   py-spy``); prints the p50 and each process's CPU milliseconds per invocation::
@@ -23,6 +23,9 @@ strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a tim
   invoker's own steps (submit, each task sent, each reply read, the result set; this process; a
   worker's share comes from the timings its reply carries). Prints the median time between
   consecutive moments.
+* ``lean``: the invocation against the essential work of one (the lane's task with a new ID sent to the
+  same warm worker, its reply read, checked and made a result), in alternating blocks: what the
+  runtime's bookkeeping around an invocation costs (:func:`lean`).
 * ``registry``: the data-plane open + end of one invocation against a daemon process while 0, 100,
   500 and 1,000 others stay open.
 
@@ -377,6 +380,96 @@ def _replay(rt: LocalRuntime, worker: Any, task: Any, n: int, warmup: int = 30) 
     return out
 
 
+# ---- lean ----------------------------------------------------------------------------------------
+def lean(n: int, blocks: int = 6) -> dict[str, Any]:
+    """The embedded invocation against the least work one must do, in the same runtime: ``blocks``
+    alternating blocks of ``n`` calls of (a) ``rt.invoke`` and (b) ``essential``: on the same warm
+    worker, the request's input checked against its declaration and made a Value, the lane's Task
+    (captured from (a)) with a new invocation ID and that value, encoded and sent, its reply read by
+    polling as the lane reads it, the carried result checked (``check_value``) and copied out, two
+    FunctionRecords, the Breakdown and the InvocationResult. Not in (b): the pool's claim and
+    task_done, the loop's take and give per call (it holds the loop for the block, as ``_replay``),
+    the invocation's state and registration, the DAG's stepping, the records' policy rules (SLO and
+    input deadline), the chain's task made from its steps, the result's retirement. So (a) - (b) is
+    what the runtime's bookkeeping around one invocation costs, and (b) what a lane could take if that
+    bookkeeping cost nothing."""
+    import msgspec
+
+    from gfaas.runtime import worker as wmod
+    from gfaas.runtime.invoker import _owned
+    from gfaas.runtime.result import Breakdown, FunctionRecord, InvocationResult
+    from gfaas.workflows.tiny import expected_total
+
+    last: dict[str, Any] = {}
+    undo = _wrap(wmod.ProcessWorker, "send_task", before=lambda self, task: last.update(worker=self, task=task))
+    expect = expected_total(int(INPUTS["n"]))
+    out: dict[str, list[float]] = {"invoke": [], "essential": []}
+    try:
+        with LocalRuntime(RuntimeConfig()) as rt:
+            rt.deploy(SPEC)
+            _loop(rt, 50)
+            undo()
+            worker, template = last["worker"], last["task"]
+            if template.then is None or template.then.then is not None:
+                raise RuntimeError("the lane's task is not tiny's chain of two (gen, then red)")
+            decl = rt.invoker.deployments.current("tiny").spec.inputs["n"]
+            sock, enc, loop = worker._sock, wmod._enc, rt.invoker.reply_loop  # the lane's worker socket
+
+            def essential() -> InvocationResult:
+                arr = INPUTS["n"]
+                if not decl.fits(arr):
+                    raise RuntimeError("the input does not fit its declaration")
+                inv_id = os.urandom(16).hex()
+                task = msgspec.structs.replace(template, invocation=inv_id, values={"n": wmod.to_value(arr)},
+                                               then=msgspec.structs.replace(template.then, invocation=inv_id))
+                t0 = time.perf_counter()
+                sock.send(enc.encode(task))
+                while True:
+                    try:
+                        msg = worker.receive()
+                        break
+                    except BlockingIOError:
+                        os.sched_yield()
+                red = msg.next
+                if type(msg) is not wmod.Done or type(red) is not wmod.Done or msg.invocation != inv_id:
+                    raise RuntimeError(f"the essential task came back as {type(msg).__name__}")
+                v = red.values["total"]
+                wmod.check_value(v)
+                recs = (FunctionRecord("gen", worker.name, 0.0, msg.fn_get_s, msg.compute_s, msg.put_s),
+                        FunctionRecord("red", worker.name, 0.0, red.fn_get_s, red.compute_s, red.put_s))
+                b = Breakdown(0.0, 0.0, 0.0, msg.compute_s + red.compute_s, time.perf_counter() - t0)
+                return InvocationResult(inv_id, "tiny", "done", {"total": _owned(v)},
+                                        {f"red.{k}": x for k, x in red.scalars.items()}, None, b, recs)
+
+            for _ in range(blocks):
+                out["invoke"].append(float(np.median(_loop(rt, n))))
+                if not loop.take(True):
+                    raise RuntimeError("could not take the invoker's loop (it polls only on 2 CPUs or more)")
+                try:
+                    ts = []
+                    for _ in range(n):
+                        t0 = time.perf_counter()
+                        res = essential()
+                        ts.append(time.perf_counter() - t0)
+                        if abs(float(res.outputs["total"]) - expect) > 1e-6 * expect:
+                            raise RuntimeError(f"the essential task answered {res.outputs} (expected {expect})")
+                finally:
+                    loop.give()
+                out["essential"].append(float(np.median(ts)))
+    finally:
+        undo()
+    a, b = np.asarray(out["invoke"]) * 1e6, np.asarray(out["essential"]) * 1e6
+    return {"calls_per_block": n, "blocks": blocks,
+            "invoke_p50_us_blocks": [round(float(x), 1) for x in a],
+            "essential_p50_us_blocks": [round(float(x), 1) for x in b],
+            "invoke_p50_us": round(float(np.median(a)), 1), "essential_p50_us": round(float(np.median(b)), 1),
+            "invoke_over_essential": round(float(np.median(a / b)), 2),
+            "bookkeeping_us": round(float(np.median(a - b)), 1),
+            "what": "per block, the median of its calls; the summary takes the median over blocks of each, of "
+                    "the per-block ratio and of the per-block difference (a and b alternate, so a loaded moment "
+                    "weighs on both)"}
+
+
 # ---- registry -------------------------------------------------------------------------------------
 def registry(n: int, open_counts: tuple[int, ...] = (0, 100, 500, 1000)) -> dict[str, Any]:
     """Admin.open_invocation + end_invocation round trips (p50) against a node daemon process while
@@ -527,7 +620,7 @@ def _cpu_by_process(split: bool = False) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("mode", choices=["loop", "count", "timeline", "registry"])
+    p.add_argument("mode", choices=["loop", "count", "timeline", "lean", "registry"])
     p.add_argument("--n", type=int, default=300, help="invocations measured (after a warm-up)")
     p.add_argument("--concurrency", type=int, default=1, help="count: invocations kept in flight (default 1)")
     p.add_argument("--json", action="store_true")
@@ -633,15 +726,18 @@ def main(argv: list[str] | None = None) -> int:
                                                                      / a.n * 1e3, 3)}
             doc["poll_us"] = RuntimeConfig().poll_us
             doc["wake"] = wake_cost()
-    elif a.mode == "timeline":
+    elif a.mode in ("timeline", "lean"):
         for _ in range(3):
             floor_burst()
-        doc = timeline(a.n)
+        doc = timeline(a.n) if a.mode == "timeline" else lean(a.n)
         for _ in range(3):
             floor_burst()
         if a.out:
             doc["pipe_floor_us"] = round(min(floor), 2)
             doc["pipe_floor_bursts_us"] = [round(x, 2) for x in floor]
+            if a.mode == "lean":  # as gfaas bench overload's target: p50 over the least floor burst
+                doc["invoke_over_floor"] = round(doc["invoke_p50_us"] / min(floor), 1)
+                doc["essential_over_floor"] = round(doc["essential_p50_us"] / min(floor), 1)
     else:
         doc = count(a.n, a.concurrency) if a.mode == "count" else registry(a.n)
     if a.out:

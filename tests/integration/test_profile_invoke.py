@@ -49,3 +49,23 @@ def test_the_message_count_runs_on_this_runtime(monkeypatch: pytest.MonkeyPatch)
     per = doc["per_invocation"]
     assert per["worker Task -> Done round trip"] == 1.0, per
     assert per["daemon connections accepted"] == 0 and doc["daemon_us_per_message"] == {}, doc
+
+
+def test_the_lean_mode_runs_the_lanes_task_and_renders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``lean`` resends the lane's own task (captured from an invocation) with a new ID: its essential
+    calls must come back as the chain's replies with the right sum (it checks each), and its block
+    must say what the file holds; the invocation, which does more, takes longer than the essential work
+    in most blocks (a ratio inside one run, with room for a loaded block)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import hotpath_tables  # type: ignore[import-not-found]
+    import profile_invoke
+
+    doc = profile_invoke.lean(60, blocks=3)
+    assert len(doc["invoke_p50_us_blocks"]) == len(doc["essential_p50_us_blocks"]) == 3, doc
+    assert doc["invoke_over_essential"] > 1.0, doc
+    doc["pipe_floor_us"] = 10.0
+    doc["provenance"] = {"command": "benchmarks/profile_invoke.py lean --n 60", "commit": "abc1234",
+                         "machine": {"cpu_model": "cpu", "cores": 2, "loadavg": [0.5]}}
+    text = hotpath_tables.lean(doc)
+    assert f"| `LocalRuntime.invoke` | {doc['invoke_p50_us']:.0f} |" in text, text
+    assert f"{doc['invoke_over_essential']:.2f}x the essential work" in text, text
