@@ -263,12 +263,13 @@ def timeline(n: int) -> dict[str, Any]:
     def replied(self: Any, worker: Any, msg: Any) -> None:
         noted(self._running.get(id(worker)), msg)
 
-    def lane_replied(self: Any, worker: Any, run: Any, msg: Any, lane: Any) -> None:  # the lane reads it (runtime.lane)
-        noted(run, msg)
+    def lane_replied(self: Any, worker: Any, lane: Any, pool: Any, msg: Any, *_: Any) -> None:  # runtime.lane
+        noted(None, msg, list(lane.plan.functions))
 
-    def noted(run: Any, msg: Any) -> None:
+    def noted(run: Any, msg: Any, fns: list[str] | None = None) -> None:
         readers[threading.current_thread().name] += 1
-        fns = [run.fn, *run.chain] if run is not None else []
+        if fns is None:
+            fns = [run.fn, *run.chain] if run is not None else []
         if isinstance(msg, wmod.Done) and fns:
             ev.setdefault("busy", msg.busy_s)
         while fns and isinstance(msg, wmod.Done):  # a chain's replies come in one (Done.next)

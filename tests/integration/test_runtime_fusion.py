@@ -112,14 +112,15 @@ def _replies(monkeypatch: pytest.MonkeyPatch, what: str) -> list[tuple[str, list
         seen.append((run.fn, sorted(getattr(reply, what, {}))))
         finish(self, worker, run, reply)
 
-    def lane_noted(self: Invoker, worker: Any, run: Any, reply: Any, lane: Any) -> bool:
+    def lane_noted(self: Invoker, worker: Any, lane: Any, pool: Any, reply: Any, *rest: Any) -> Any:
         """The lane (runtime.lane) reads a whole chain's reply at once; one it hands over goes to _finish."""
-        if not lane_done(self, worker, run, reply, lane):
-            return False
-        for fn in (run.fn, *run.chain):
+        res = lane_done(self, worker, lane, pool, reply, *rest)
+        if res is None:
+            return None
+        for fn in lane.plan.functions:
             seen.append((fn, sorted(getattr(reply, what, {}))))
             reply = reply.next
-        return True
+        return res
 
     monkeypatch.setattr(Invoker, "_finish", noted)
     monkeypatch.setattr(Invoker, "_lane_done", lane_noted)

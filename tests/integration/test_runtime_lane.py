@@ -86,10 +86,10 @@ def lane(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     seen = {"done": 0, "handed": 0}
     real = invoker_mod.Invoker._lane_done
 
-    def spy(self: Any, worker: Any, run: Any, msg: Any, lane: Any) -> bool:
-        ok = real(self, worker, run, msg, lane)
-        seen["done" if ok else "handed"] += 1
-        return ok
+    def spy(self: Any, *a: Any) -> Any:
+        res = real(self, *a)
+        seen["done" if res is not None else "handed"] += 1
+        return res
 
     monkeypatch.setattr(invoker_mod.Invoker, "_lane_done", spy)
     return seen
@@ -222,3 +222,40 @@ def test_a_second_caller_while_the_lane_waits_is_served_too(lane: dict[str, int]
         assert all(r.ok for r in slow), [r.error for r in slow if not r.ok]
         assert [float(r.outputs["total"]) for r in got["tiny"]] == [expected_total(8 + k) for k in range(50)]
         assert rt.invoker._unresolved == 0 and not rt.invoker._running
+
+
+def test_a_lane_invocation_in_flight_counts_as_unfinished_and_fails_when_its_workflow_stops() -> None:
+    """The lane makes no invocation state unless the general path takes over, so what asks about
+    unfinished invocations (a replaced version's drain) and what fails them (stopped: undeploy, a
+    drain's timeout) must see the one in flight through the lane's own mark. A handler of 7 ms keeps
+    the lane polling (the window is 10 ms here) while another thread asks and stops the workflow (on
+    a machine slow enough to pass the window, the general path takes it over and fails it the same)."""
+    with _rt() as rt:
+        rt.deploy(SLOW)
+        x = np.arange(4.0)
+        assert rt.invoke("slowone", {"x": x, "seconds": np.float64(0.0)}, timeout=60).ok
+        cur = rt.deployments.current("slowone")
+        assert cur is not None
+        seen: dict[str, Any] = {}
+        started = threading.Event()
+
+        def watch() -> None:
+            started.wait(10)
+            deadline = 0
+            while not rt.invoker.unfinished("slowone", cur.number) and deadline < 100_000:
+                deadline += 1
+            seen["unfinished"] = rt.invoker.unfinished("slowone", cur.number)
+            rt.invoker.stopped("slowone", cur.number, "stopped by the test", [])
+
+        t = threading.Thread(target=watch)
+        t.start()
+        started.set()
+        res = rt.invoke("slowone", {"x": x, "seconds": np.float64(0.007)}, timeout=60)
+        t.join(10)
+        assert seen["unfinished"] is True, seen
+        assert res.status == "failed" and res.error == "stopped by the test", (res.status, res.error)
+        assert rt.invoker._unresolved == 0 and rt.invoker._lane_busy is None and rt.invoker._lane_failed is None
+        assert not rt.invoker.unfinished("slowone", cur.number)
+        # the next one goes through the lane again, and finishes
+        again = rt.invoke("slowone", {"x": x, "seconds": np.float64(0.0)}, timeout=60)
+        assert again.ok, again.error

@@ -41,10 +41,10 @@ def test_answers_are_the_same_however_long_the_waiters_poll(poll_us: int, monkey
     monkeypatch.setattr(Invoker, "_on_message", noted)
     lane_done = Invoker._lane_done
 
-    def lane_noted(self: Invoker, worker: object, run: object, msg: object, lane: object) -> bool:
+    def lane_noted(self: Invoker, worker: object, lane: object, *rest: object) -> object:
         """The lane (runtime.lane) handles its reply on the caller's thread; one it hands over, _on_message."""
-        done = lane_done(self, worker, run, msg, lane)  # type: ignore[arg-type]
-        if done:
+        done = lane_done(self, worker, lane, *rest)  # type: ignore[arg-type]
+        if done is not None:
             handlers.append(threading.current_thread().name)
         return done
 

@@ -210,7 +210,7 @@ class _Lane:
     """What the lane (runtime.lane) needs of one workflow version, worked out once: its plan, and each
     of its functions' pool key and :class:`_Step`, in the plan's order."""
 
-    __slots__ = ("keep", "keys", "plan", "steps", "version")
+    __slots__ = ("keep", "keys", "order", "outputs", "plan", "steps", "version")
 
     def __init__(self, plan: LanePlan, version: int, keys: tuple[str, ...], steps: tuple[_Step, ...]) -> None:
         self.plan, self.version, self.keys, self.steps = plan, version, keys, steps
@@ -219,6 +219,10 @@ class _Lane:
         fns = plan.functions
         self.keep = tuple(frozenset(out for out, readers in step.consumers.items() if set(readers) <= set(fns[i + 1:]))
                           for i, step in enumerate(steps))
+        # The workflow's outputs as (name, the index in fns of the function that makes it, its output),
+        # and the functions in the spec's order: every one runs in a lane's invocation (lane_plan)
+        self.outputs = tuple((name, fns.index(fn), out) for name, (fn, out) in plan.spec.outputs.items())
+        self.order = tuple(f.name for f in plan.spec.functions)
 
 
 _NUMERIC = frozenset("biufc")  # the dtype kinds a value carried in a message may hold
@@ -272,6 +276,11 @@ class Invoker:
         self._running: dict[int, _Running] = {}  # id(worker) -> its task in flight
         self._steps: dict[tuple[int, str], _Step] = {}
         self._unresolved = 0  # invocations submitted whose result is not set yet
+        # The lane's invocation in flight, if any (at most one: the lane holds the loop's baton):
+        # (workflow, version), and why it must fail if its workflow stopped meanwhile (stopped()).
+        # It has no _Invocation unless the general path takes it over (_lane_invocation).
+        self._lane_busy: tuple[str, int] | None = None
+        self._lane_failed: str | None = None
         self._lanes: dict[tuple[int, int], tuple[WorkflowSpec, _Lane | None]] = {}  # (id(spec), version) -> its lane
         self._cores = cores = len(os.sched_getaffinity(0))
         poll_s = config.poll_us * 1e-6
@@ -308,8 +317,8 @@ class Invoker:
 
     def unfinished(self, workflow: str, version: int) -> bool:
         with self._lock:
-            return any(i.spec.name == workflow and i.version == version and i.result is None
-                       for i in self._invs.values())
+            return self._lane_busy == (workflow, version) or any(
+                i.spec.name == workflow and i.version == version and i.result is None for i in self._invs.values())
 
     def stopped(self, workflow: str, version: int | None, reason: str, dropped: list[tuple[Any, str]]) -> None:
         """Pools of ``workflow`` closed: the calls ``dropped`` from their queues no longer count against
@@ -322,6 +331,9 @@ class Invoker:
                         and (version is None or i.version == version)]:
                 inv.running += 1  # _fail_locked counts one task as ending
                 self._fail_locked(inv, reason)
+            busy = self._lane_busy
+            if busy is not None and busy[0] == workflow and (version is None or busy[1] == version):
+                self._lane_failed = reason  # the lane hands it over, failed (_lane_invocation)
         self.queues_changed()
 
     def submit(self, workflow: str, inputs: Mapping[str, np.ndarray] | None = None, seed: int | None = None,
@@ -554,33 +566,47 @@ class Invoker:
             return self.result(inv_id, timeout)
         until = None if timeout is None else enqueued + timeout
         try:
-            inv, drive = self._lane_run(inv_id, lane, values, pool, worker, enqueued, until)
+            got = self._lane_run(inv_id, lane, values, pool, worker, enqueued, until)
         finally:
             self._loop.give()
+        if isinstance(got, InvocationResult):
+            return got
+        inv, drive = got
         return self._wait(inv, until, drive, timeout)
 
     def _lane_invocation(self, inv_id: str, lane: _Lane, values: dict[tuple[str, str], Value],
-                         enqueued: float) -> _Invocation:
+                         enqueued: float, counted: bool = False) -> _Invocation:
         """A lane invocation's state, registered as the general path's submit registers it, its first
-        function sent (:meth:`_schedule`)."""
+        function sent (:meth:`_schedule`). ``counted``: the lane counted it unresolved already
+        (:meth:`_lane_run`) and hands it over now; if its workflow stopped meanwhile it fails here, as
+        :meth:`stopped` fails the others."""
         inv = _Invocation(inv_id, lane.plan.spec, lane.version, "gfaas", None)
         inv.driver = threading.get_ident()
         inv.inline_max = self.config.inline_max_bytes
         inv.values = values
+        inv.submitted = enqueued
         with self._lock:
             self._invs[inv_id] = inv
-            self._unresolved += 1
-            self._seq += 1
+            failed = None
+            if counted:
+                self._lane_busy, failed, self._lane_failed = None, self._lane_failed, None
+            else:
+                self._unresolved += 1
+                self._seq += 1
             inv.dag.start()  # [head] (lane_plan)
             inv.running += 1
             inv.enqueued[lane.plan.head] = enqueued
+            if failed is not None:
+                inv.running += 1  # _fail_locked counts one task as ending
+                self._fail_locked(inv, failed)
         return inv
 
     def _lane_run(self, inv_id: str, lane: _Lane, values: dict[tuple[str, str], Value], pool: FunctionPool,
-                  worker: Any, enqueued: float, until: float | None) -> tuple[_Invocation, bool]:
+                  worker: Any, enqueued: float, until: float | None) -> InvocationResult | tuple[_Invocation, bool]:
         """The lane's task out and its reply in, holding the loop's baton (:meth:`ReplyLoop.take`).
-        Returns the invocation once its result is set, or once the general path has it as it stands,
-        with whether the caller may then poll for its reply before it sleeps (as ReplyLoop.drive)."""
+        Returns the result when the reply checks out (:meth:`_lane_done`); else the invocation as the
+        general path now has it (:meth:`_lane_handover`), with whether the caller may poll for its
+        reply before it sleeps (as ReplyLoop.drive)."""
         plan, step = lane.plan, lane.steps[0]
         limit = self.config.inline_max_bytes
         task = Task(inv_id, "", step.inline, step.host_inputs, step.consumers, deadline_s=pool.budget_s,
@@ -603,15 +629,15 @@ class Invoker:
             sent: WorkerDied | None = None
         except WorkerDied as exc:
             sent = exc
-        # While the worker runs: the invocation's state, as submit and dispatch would have made it
-        inv = self._lane_invocation(inv_id, lane, values, enqueued)
-        inv.status = "running"
-        run = _Running(inv, plan.head, pool, worker, started, 0.0, _NOWHERE, getattr(worker, "gfaas_node", "") or pool.node)
-        run.chain, run.light = chain, True
-        run.timeout = step.timeout + extra_s
-        run.deadline = time.monotonic() + run.timeout
+        # Unresolved from here, as submit counts an invocation; its state is made only if the general
+        # path takes it over (_lane_handover): a lone invocation's reply usually needs none of it
+        with self._lock:
+            self._unresolved += 1
+            self._seq += 1
+            self._lane_busy, self._lane_failed = (plan.spec.name, lane.version), None
+        timeout_s = step.timeout + extra_s
         if sent is not None:
-            self._running[id(worker)] = run
+            inv = self._lane_handover(inv_id, lane, values, pool, worker, enqueued, started, timeout_s)
             self._loop.post(functools.partial(self._on_message, worker, sent))
             self._loop.run_posted()
             return inv, True
@@ -627,70 +653,122 @@ class Invoker:
                 break
             now = time.perf_counter()
             if now > end or (until is not None and now > until) or self._unresolved != 1 or self._loop.posted:
-                self._running[id(worker)] = run  # the general path waits for its reply from here
+                # the general path waits for its reply from here
+                inv = self._lane_handover(inv_id, lane, values, pool, worker, enqueued, started, timeout_s)
                 self._loop.run_posted()
                 return inv, now <= end
             os.sched_yield()  # a process queued on this CPU (the worker it waits for) runs now
-        if not self._lane_done(worker, run, msg, lane):
-            self._running[id(worker)] = run
-            self._loop.deliver(worker, msg)  # the general path's handling, and its outcome
-            self._loop.run_posted()
+        res = self._lane_done(worker, lane, pool, msg, inv_id, enqueued, started)
+        if res is not None:
+            return res
+        inv = self._lane_handover(inv_id, lane, values, pool, worker, enqueued, started, timeout_s)
+        self._loop.deliver(worker, msg)  # the general path's handling, and its outcome
+        self._loop.run_posted()
         return inv, True
 
-    def _lane_done(self, worker: Any, run: _Running, msg: Any, lane: _Lane) -> bool:
+    def _lane_handover(self, inv_id: str, lane: _Lane, values: dict[tuple[str, str], Value], pool: FunctionPool,
+                       worker: Any, enqueued: float, started: float, timeout_s: float) -> _Invocation:
+        """The lane's invocation as submit and dispatch would have made it, its task running on
+        ``worker`` since ``started``: from here the general path handles its reply."""
+        inv = self._lane_invocation(inv_id, lane, values, enqueued, counted=True)
+        if inv.status != "failed":
+            inv.status = "running"
+        run = _Running(inv, lane.plan.head, pool, worker, started, 0.0, _NOWHERE,
+                       getattr(worker, "gfaas_node", "") or pool.node)
+        run.chain, run.light = lane.plan.chain, True
+        run.timeout = timeout_s
+        run.deadline = time.monotonic() + timeout_s - (time.perf_counter() - started)
+        self._running[id(worker)] = run
+        return inv
+
+    def _lane_done(self, worker: Any, lane: _Lane, pool: FunctionPool, msg: Any, inv_id: str, enqueued: float,
+                   started: float) -> InvocationResult | None:
         """The lane's reply, when it is the whole chain's ``Done`` and checks out as :meth:`_finish`
-        would check it: recorded, the DAG stepped, the result set (as _on_message, _finish, _followed
-        and _complete would, for each function in turn, under one hold of the lock). False, having
-        changed nothing, otherwise: the general path then handles the reply, and says what is wrong."""
-        inv = run.inv
-        limit = inv.inline_max
+        would check it: recorded and made the result (as _on_message, _finish, _followed, _complete
+        and _set_result would, for each function in turn, under one hold of the lock), the worker
+        given its next call. None, having changed nothing, otherwise: the general path then handles
+        the reply, and says what is wrong. The DAG is not stepped per invocation here: the lane's
+        plan is the DagState's steps for every invocation of the spec, worked out once (lane_plan)."""
+        limit = self.config.inline_max_bytes
         replies: list[Done] = []
         r = msg
         fns = lane.plan.functions
         for i, (step, keep) in enumerate(zip(lane.steps, lane.keep, strict=True)):
-            if type(r) is not Done or r.invocation != inv.id or r.outputs or r.hinted_bytes \
+            if type(r) is not Done or r.invocation != inv_id or r.outputs or r.hinted_bytes \
                     or self._reply_problem(fns[i], step, fns[i + 1:], limit, r, keep):
-                return False
+                return None
             replies.append(r)
             r = r.next
         if r is not None:
-            return False
-        pools = [run.pool]
+            return None
+        carried = []
+        for name, i, out in lane.outputs:
+            v = replies[i].values.get(out)
+            if v is None:
+                return None
+            carried.append((name, v))
+        pools = [pool]
         for key in lane.keys[1:]:
-            pool = self.deployments.pools.get(key)
-            if pool is None:
-                return False
-            pools.append(pool)
+            p = self.deployments.pools.get(key)
+            if p is None:
+                return None
+            pools.append(p)
         worker.release_binding(msg)
-        spec = inv.spec
-        now = time.perf_counter()  # when the chain's followers count as sent (as _followed)
+        spec, version = lane.plan.spec, lane.version
         with self._lock:
-            if inv.status == "failed" or inv.result is not None:
-                return False
-            for i, (fn, reply, pool) in enumerate(zip(fns, replies, pools, strict=True)):
+            if self._lane_failed is not None:
+                return None  # its workflow stopped: the hand-over fails it
+            recs = {}
+            scalars = {}
+            host_s = 0.0
+            for i, (fn, reply, p) in enumerate(zip(fns, replies, pools, strict=True)):
                 if reply.logs:
-                    self.logstore.add(spec.name, fn, inv.id, reply.logs, str(inv.version))
-                if i:
-                    inv.enqueued[fn] = now
-                queued_s = (run.started if i == 0 else now) - inv.enqueued[fn]
-                inv.records[fn] = self._record(fn, lane.steps[i], pool, worker, queued_s, _NOWHERE, 0.0, reply)
-                inv.host_s += reply.host_get_s + reply.host_put_s
-                for out, v in reply.values.items():
-                    inv.values[(fn, out)] = v
-                inv.dag.finished(fn, reply.scalars)  # the next function of the chain, or complete (lane_plan)
-            inv.running -= 1
-            inv.completing = True
-            outputs = self._carried_outputs(inv)
-            if outputs is not None:  # as _complete, whose outputs are all carried values
-                inv.status = "done"
-                self._set_result(inv, outputs)
-                self._maybe_release(inv)
-        if outputs is None:
-            self._complete(inv)
-        nxt = run.pool.task_done(worker)
+                    self.logstore.add(spec.name, fn, inv_id, reply.logs, str(version))
+                # the chain's followers count as sent when the one before replied (as _followed)
+                recs[fn] = self._record(fn, lane.steps[i], p, worker, started - enqueued if i == 0 else 0.0,
+                                        _NOWHERE, 0.0, reply)
+                host_s += reply.host_get_s + reply.host_put_s
+                for k, x in reply.scalars.items():
+                    scalars[f"{fn}.{k}"] = x
+            t0 = time.perf_counter()
+            outputs = {name: _owned(v) for name, v in carried}  # the result's own copies (as _complete)
+            host_s += time.perf_counter() - t0
+            queue_s = pass_s = compute_s = accel_s = cold_s = 0.0
+            ordered = []
+            for fn in lane.order:  # as _set_result sums them: in the spec's order
+                rec = recs[fn]
+                queue_s += rec.queued_s
+                pass_s += rec.get_s + rec.put_s
+                compute_s += rec.compute_s
+                accel_s += rec.accel_s
+                cold_s += rec.cold_start_s
+                ordered.append(rec)
+            b = Breakdown(queue_s, host_s, pass_s, compute_s, time.perf_counter() - enqueued, accel_s, cold_s)
+            result = InvocationResult(inv_id, spec.name, "done", outputs, scalars, None, b, tuple(ordered), None)
+            self._unresolved -= 1
+            self._lane_busy = None
+            self._keep_result(inv_id, result)
+            if self.keep_retired is not None:
+                self.keep_retired[inv_id] = self._lane_retired(inv_id, lane, replies, recs, result)
+        nxt = pool.task_done(worker)
         if nxt is not None:
-            self.dispatch(nxt[0], nxt[1], run.pool, worker, nxt[2])
-        return True
+            self.dispatch(nxt[0], nxt[1], pool, worker, nxt[2])
+        return result
+
+    def _lane_retired(self, inv_id: str, lane: _Lane, replies: list[Done], recs: dict[str, FunctionRecord],
+                      result: InvocationResult) -> _Invocation:
+        """What the general path leaves of a finished invocation, for keep_retired (tests compare the
+        two paths): its DagState stepped as the replies say, its records, values and result."""
+        inv = _Invocation(inv_id, lane.plan.spec, lane.version, "gfaas", None)
+        inv.inline_max = self.config.inline_max_bytes
+        inv.dag.start()
+        for fn, reply in zip(lane.plan.functions, replies, strict=True):
+            inv.dag.finished(fn, reply.scalars)
+            for out, v in reply.values.items():
+                inv.values[(fn, out)] = v
+        inv.records = dict(recs)
+        inv.status, inv.result, inv.completing, inv.ended = "done", result, True, True
+        return inv
 
     def queue_depths(self) -> dict[str, int]:
         with self._lock:
@@ -1251,10 +1329,14 @@ class Invoker:
         if inv.result is None or not inv.ended or self._invs.get(inv.id) is not inv:
             return
         del self._invs[inv.id]
-        self._results[inv.id] = inv.result
+        self._keep_result(inv.id, inv.result)
         if self.keep_retired is not None:
             self.keep_retired[inv.id] = inv
-        self._finished.append(inv.id)
+
+    def _keep_result(self, inv_id: str, result: InvocationResult) -> None:
+        """Keep a finished invocation's result fetchable (under the lock): the most recent ones only."""
+        self._results[inv_id] = result
+        self._finished.append(inv_id)
         while len(self._finished) > KEEP_RESULTS:  # keep recent results fetchable, not all forever
             self._results.pop(self._finished.popleft(), None)
 

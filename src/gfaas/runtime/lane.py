@@ -4,11 +4,13 @@ The lane (:meth:`Invoker.invoke <gfaas.runtime.invoker.Invoker.invoke>`) is the 
 shortcut for the case that dominates a closed loop of small invocations: nothing else is unresolved,
 every input rides in the task, and one warm worker runs the whole workflow (its first function, then
 the others as a chain, :mod:`gfaas.policy.fusion`). The caller then claims that worker, sends one
-task, reads the one reply from that worker's socket itself, and sets the result, without the general
-path's per-step machinery (a pool's queue, the loop's reads over every worker, a step per reply). Its
-outcome is the general path's: the same DAG decisions (:class:`~.dag.DagState`, stepped as the replies
-say), records and result; anything else (a failure, a reply that does not check out, a request for the
-data plane, a long wait) is handed to the general path as it stands, which takes it from there.
+task, reads the one reply from that worker's socket itself, and makes the result from it, without the
+general path's per-step machinery (a pool's queue, the loop's reads over every worker, a step per
+reply) or its per-invocation state. Its outcome is the general path's: the same DAG decisions (the
+plan below is what :class:`~.dag.DagState` decides for every invocation of the spec, so the lane does
+not step one per call), records and result; anything else (a failure, a reply that does not check
+out, a request for the data plane, a long wait) is handed to the general path as it stands, which
+makes the invocation's state then and takes it from there.
 
 Whether a spec qualifies does not depend on any reply: no ``when:`` condition (nothing can be
 skipped), exactly one function ready at the start, and each function of its chain made ready by the
