@@ -40,7 +40,10 @@ def block(doc: dict[str, Any]) -> str:
              + (f"; polling relays {_floor(doc, 'start, polling')} and {_floor(doc, 'end, polling')} us"
                 if "start, polling" in (doc.get("floor_runs") or {}) else "")
              + f"), embedded tiny invocation p50 {doc['invoke_p50_us'] / 1e3:.2f} ms "
-             f"({doc['invoke_p50_us'] / doc['floor_us']:.0f}x the floor)"
+             f"({doc['invoke_p50_us'] / doc['floor_us']:.0f}x the floor"
+             + (f"; the median of {len(doc['invoke_bursts_us'])} bursts spread over the run: "
+                f"{', '.join(f'{x:.0f}' for x in doc['invoke_bursts_us'])} us" if doc.get("invoke_bursts_us") else "")
+             + ")"
              + (f", {doc['cpu_ms_per_invocation']:.3f} ms of CPU per invocation in all its processes"
                 if doc.get("cpu_ms_per_invocation") is not None else "") + ". "
              + (f"The machine lost {doc['steal_s']:g} s of CPU to other guests during the run (steal). "
