@@ -52,10 +52,11 @@ def test_quick_run_shape_and_accounting(run: tuple[dict[str, Any], str, Path]) -
 
     assert isinstance(doc["floor_us"], float) and doc["floor_us"] > 0
     assert isinstance(doc["invoke_p50_us"], float) and doc["invoke_p50_us"] > 0
-    # the embedded p50 is the median of bursts spread over the run: the first, then one after each
-    # floor burst but the first (each floor burst is taken blocking and polling)
+    # the embedded p50 is the median of six bursts, three before the server and three after it (each
+    # after a floor burst, taken blocking and polling); the rows' floor bursts have none
     bursts = doc["invoke_bursts_us"]
-    assert len(bursts) == len(doc["floor_runs"]) // 2, (bursts, list(doc["floor_runs"]))
+    assert len(bursts) == 6, bursts
+    assert len(doc["floor_runs"]) == 2 * (7 + len(doc["rows"])), list(doc["floor_runs"])  # and "start"
     assert doc["invoke_p50_us"] == round(float(np.median(bursts)), 1) and doc["invoke_first_p50_us"] == bursts[0]
     assert set(doc["invoke_breakdown_p50_ms"]) == {"queue", "host_pass", "fn_pass", "compute", "total"}
     assert [(r["round"], r["connections"]) for r in doc["rows"]] == [(0, 8), (0, 200), (1, 200), (1, 8)]

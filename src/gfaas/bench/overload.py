@@ -10,11 +10,13 @@ One run measures, in this order and on this machine:
    :mod:`.overload_handlers` (``gen`` makes a float32 array from a size, ``red`` sums a strided slice;
    ``RuntimeConfig()`` defaults), with the median of each part of its breakdown, and
    ``cpu_ms_per_invocation``: the CPU time of every process that served those invocations (this one,
-   its node daemon and the workers), over their number. Like the floor it is measured in bursts spread
-   over the run (one runtime, kept open; a burst after each floor burst), and ``invoke_p50_us`` is the
-   median of their p50s: one window of a fraction of a second read 98 to 172 us for the same code in
-   three runs minutes apart on a shared 2-core VM, while the floor moved far less. The first burst
-   alone is ``invoke_first_p50_us``.
+   its node daemon and the workers), over their number. It is measured in bursts, each after a floor
+   burst, three before the server starts and three after it stopped (one runtime, kept open), and
+   ``invoke_p50_us`` is the median of their p50s: one window of a fraction of a second read 98 to
+   172 us for the same code in three runs minutes apart on a shared 2-core VM. Not between the rows:
+   right after one the server is still busy (closing connections, its collector's full collection at
+   the first quiet moment), which the floor's least burst ignores but a median would not. The first
+   burst alone is ``invoke_first_p50_us``.
 3. ``rows``: ``gfaas serve`` started as a subprocess with that workflow, driven over HTTP by
    :mod:`.loadgen` in a process of its own with each number of keep-alive connections for a fixed
    time: goodput, latency of the answered requests, refusals and how long they took, every request
@@ -80,9 +82,9 @@ DEFINITION = {
                         "with the most connections: what it can drive here, and its CPU per request",
     "invoke_p50_us": "p50 wall time of LocalRuntime(RuntimeConfig()).invoke on the overload workflow (n=256: a 1 KiB "
                      "float32 array from gen to red), after warm-up, in the benchmark's own process: the median of "
-                     "the p50s of bursts spread over the run (invoke_bursts_us: the first after the first floor "
-                     "burst, then one after each later floor burst, on the same runtime); invoke_first_p50_us is "
-                     "the first burst's alone, the whole measurement of the runs before",
+                     "the p50s of bursts, each after a floor burst, three before the server starts and three after "
+                     "it stopped, on the same runtime (invoke_bursts_us); invoke_first_p50_us is the first burst's "
+                     "alone, the whole measurement of the runs before",
     "sent": "requests the load generator wrote; sent == ok + rejected + failed",
     "ok": "200 answers whose result document says done and carries the right red.total, with an invocation id not "
           "seen before",
@@ -496,7 +498,9 @@ def _measure(embedded: Embedded, floor: Any, bursts: dict[str, np.ndarray], say:
 
     p50 = embedded.burst(200 if quick else 2000, 20 if quick else 100)
     say(f"  p50 {p50:.0f} us")
-    floor_and_burst("after the embedded invocations")
+    floor("after the embedded invocations")
+    for k in (2, 3):
+        floor_and_burst(f"before the server ({k})")
     rows: list[dict[str, Any]] = []
     tmp = tempfile.mkdtemp(prefix="gfaas-overload-", dir="/tmp")
     try:
@@ -524,7 +528,7 @@ def _measure(embedded: Embedded, floor: Any, bursts: dict[str, np.ndarray], say:
                 say(f"  goodput {row['goodput_rps']:.0f}/s, p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, "
                     f"rejected {row['rejected']}, failed {row['failed']}, load generator CPU "
                     f"{row['loadgen_cpu_frac']:.2f} of a core")
-                floor_and_burst(f"after {n} connections{said}")
+                floor(f"after {n} connections{said}")
             usage = _tree_usage(server.pid)
             server_info = {"command": " ".join(server.command[1:]), "startup_s": round(server.startup_s, 2),
                            "tree_rss_mib": round(usage["tree_rss_mib"], 1),
@@ -543,6 +547,8 @@ def _measure(embedded: Embedded, floor: Any, bursts: dict[str, np.ndarray], say:
     say(f"load generator alone: {max(connections)} connections against a null server for {cal_s:g} s ...")
     capacity = loadgen_capacity(max(connections), cal_s)
     say(f"  {capacity['offered_rps']:.0f} requests/s at {capacity['loadgen_cpu_frac']:.2f} of a core")
+    for k in (1, 2):
+        floor_and_burst(f"after the server ({k})")
     floor_and_burst("end")
     inv = embedded.summary()
     say(f"embedded invoke: p50 {inv['p50_us']:.0f} us (the median of {len(inv['bursts_us'])} bursts), "
