@@ -1,7 +1,7 @@
 """Where an embedded tiny invocation's time goes (issue 23, item 1): the tools behind docs/performance.md.
 
 The workflow is ``gfaas bench overload``'s (``gen`` makes a 1 KiB float32 array from a size, ``red`` sums a
-strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a time. Five modes:
+strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a time. Six modes:
 
 * ``loop``: just the loop, to run under a sampling profiler (py-spy is not a dependency: ``pip install
   py-spy``); prints the p50 and each process's CPU milliseconds per invocation::
@@ -26,6 +26,8 @@ strided slice), run by ``LocalRuntime(RuntimeConfig())`` one invocation at a tim
 * ``lean``: the invocation against the essential work of one (the lane's task with a new ID sent to the
   same warm worker, its reply read, checked and made a result), in alternating blocks: what the
   runtime's bookkeeping around an invocation costs (:func:`lean`).
+* ``opcodes``: the Python opcodes the caller's thread runs per invocation, by function (a count the
+  machine's load does not move, :func:`opcodes`).
 * ``registry``: the data-plane open + end of one invocation against a daemon process while 0, 100,
   500 and 1,000 others stay open.
 
@@ -471,6 +473,54 @@ def lean(n: int, blocks: int = 6) -> dict[str, Any]:
                     "weighs on both)"}
 
 
+# ---- opcodes -------------------------------------------------------------------------------------
+def opcodes(n: int, top: int = 25) -> dict[str, Any]:
+    """Python opcodes the caller's thread runs per embedded invocation, by function: a count that does
+    not move with the machine's load (wall times here moved 2x within minutes), for telling whether a
+    change to the caller's path does less. Each task's sender waits, uncounted, until the worker's
+    reply is surely in, so the poll loop looks once; C code (numpy, msgspec, the native core) and the
+    worker's side are not counted."""
+    import collections
+
+    from gfaas.runtime import worker as wmod
+
+    count: collections.Counter[str] = collections.Counter()
+    on = [False]
+
+    def settle(*_: Any) -> None:  # after a task goes out: its reply in before the caller looks
+        was, on[0] = on[0], False
+        time.sleep(0.003)
+        on[0] = was
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode" and on[0]:
+            count[frame.f_code.co_qualname] += 1
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        return local
+
+    undo = _wrap(wmod.ProcessWorker, "send_task", after=settle)
+    try:
+        with LocalRuntime(RuntimeConfig()) as rt:
+            rt.deploy(SPEC)
+            _loop(rt, 50)
+            sys.settrace(tracer)
+            try:
+                on[0] = True
+                for _ in range(n):
+                    rt.invoke("tiny", INPUTS, timeout=60)
+                on[0] = False
+            finally:
+                sys.settrace(None)
+    finally:
+        undo()
+    total = sum(count.values())
+    return {"invocations": n, "opcodes_per_invocation": round(total / n, 1),
+            "top": {k: round(v / n, 1) for k, v in count.most_common(top)}}
+
+
 # ---- registry -------------------------------------------------------------------------------------
 def registry(n: int, open_counts: tuple[int, ...] = (0, 100, 500, 1000)) -> dict[str, Any]:
     """Admin.open_invocation + end_invocation round trips (p50) against a node daemon process while
@@ -621,7 +671,7 @@ def _cpu_by_process(split: bool = False) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("mode", choices=["loop", "count", "timeline", "lean", "registry"])
+    p.add_argument("mode", choices=["loop", "count", "timeline", "lean", "opcodes", "registry"])
     p.add_argument("--n", type=int, default=300, help="invocations measured (after a warm-up)")
     p.add_argument("--concurrency", type=int, default=1, help="count: invocations kept in flight (default 1)")
     p.add_argument("--json", action="store_true")
@@ -739,6 +789,8 @@ def main(argv: list[str] | None = None) -> int:
             if a.mode == "lean":  # as gfaas bench overload's target: p50 over the least floor burst
                 doc["invoke_over_floor"] = round(doc["invoke_p50_us"] / min(floor), 1)
                 doc["essential_over_floor"] = round(doc["essential_p50_us"] / min(floor), 1)
+    elif a.mode == "opcodes":
+        doc = opcodes(a.n)
     else:
         doc = count(a.n, a.concurrency) if a.mode == "count" else registry(a.n)
     if a.out:

@@ -69,3 +69,15 @@ def test_the_lean_mode_runs_the_lanes_task_and_renders(monkeypatch: pytest.Monke
     text = hotpath_tables.lean(doc)
     assert f"| `LocalRuntime.invoke` | {doc['invoke_p50_us']:.0f} |" in text, text
     assert f"{doc['invoke_over_essential']:.2f}x the essential work" in text, text
+
+
+def test_the_opcode_count_is_the_same_each_run_and_names_the_lane(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``opcodes`` counts what the caller's thread runs: two runs of the same code agree (the reply is
+    in before the caller looks, so the poll loop does not vary), and the count is where the lane is."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import profile_invoke
+
+    a, b = profile_invoke.opcodes(10), profile_invoke.opcodes(10)
+    assert a["opcodes_per_invocation"] > 500, a
+    assert abs(a["opcodes_per_invocation"] - b["opcodes_per_invocation"]) <= 0.02 * a["opcodes_per_invocation"], (a, b)
+    assert "Invoker._lane_done" in a["top"] and "Invoker._lane_run" in a["top"], a["top"]
